@@ -1,0 +1,42 @@
+# actcap — build, test, demo, bench. Every target installs what it needs first (make deps).
+SHELL := /bin/bash
+BUILD ?= build
+JOBS ?= $(shell nproc)
+PY := /usr/bin/python3
+APT_PACKAGES := build-essential cmake pkg-config libtorch-dev libopenblas0-pthread \
+  nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev \
+  libpcre2-dev python3-torch python3-numpy python3-pytest
+
+.PHONY: deps build test demo bench clean format
+
+# Idempotent: apt-get runs only when a package is missing.
+deps:
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:" $$missing; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+$(BUILD)/CMakeCache.txt: CMakeLists.txt | deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+
+build: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	ACTCAP=$(abspath $(BUILD))/actcap $(PY) -m pytest -q tests/python tests/integration
+
+demo: build
+	$(BUILD)/actcap run demo --text "The quick brown fox jumps over the lazy dog." \
+	  --capture 'transformer.h.*' --out $(BUILD)/demo-out --overwrite
+
+bench: build
+	$(PY) bench/run_bench.py --actcap $(BUILD)/actcap
+
+format:
+	clang-format -i $$(git ls-files '*.cpp' '*.h')
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,49 @@
+// Errors carry the process exit code the CLI must use (PRODUCT.md §4):
+// 2 = bad input or usage, 1 = the run failed or an integrity check failed.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace actcap {
+
+class Error : public std::runtime_error {
+ public:
+  Error(int exit_code, const std::string& what) : std::runtime_error(what), exit_code_(exit_code) {}
+  int exit_code() const { return exit_code_; }
+
+ private:
+  int exit_code_;
+};
+
+// Bad input or usage: malformed files, unknown names, impossible requests. Exit code 2.
+class InputError : public Error {
+ public:
+  explicit InputError(const std::string& what) : Error(2, what) {}
+};
+
+// The run itself failed (budget exceeded, hook threw, integrity check failed). Exit code 1.
+class RunError : public Error {
+ public:
+  explicit RunError(const std::string& what) : Error(1, what) {}
+};
+
+namespace detail {
+inline void append(std::ostringstream&) {}
+template <typename T, typename... Rest>
+void append(std::ostringstream& os, const T& v, const Rest&... rest) {
+  os << v;
+  append(os, rest...);
+}
+}  // namespace detail
+
+// Builds a message from pieces: str("tensor ", name, " has shape ", shape).
+template <typename... Args>
+std::string str(const Args&... args) {
+  std::ostringstream os;
+  detail::append(os, args...);
+  return os.str();
+}
+
+}  // namespace actcap
