@@ -38,9 +38,9 @@ void append(std::ostringstream& os, const T& v, const Rest&... rest) {
 }
 }  // namespace detail
 
-// Builds a message from pieces: str("tensor ", name, " has shape ", shape).
+// Builds a message from pieces: concat("tensor ", name, " has shape ", shape).
 template <typename... Args>
-std::string str(const Args&... args) {
+std::string concat(const Args&... args) {
   std::ostringstream os;
   detail::append(os, args...);
   return os.str();

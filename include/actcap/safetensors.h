@@ -47,8 +47,9 @@ c10::ScalarType safetensors_dtype(const std::string& name, const std::string& or
 // Inverse of safetensors_dtype; throws InputError for types safetensors cannot represent.
 std::string safetensors_dtype_name(c10::ScalarType t);
 
-// A memory-mapped, validated safetensors file. Tensors returned by tensor() keep the mapping alive.
-class SafetensorsFile {
+// A memory-mapped, validated safetensors file. Tensors returned by tensor() keep the mapping alive
+// (they hold a shared_ptr to the file, hence enable_shared_from_this).
+class SafetensorsFile : public std::enable_shared_from_this<SafetensorsFile> {
  public:
   static std::shared_ptr<SafetensorsFile> open(const std::string& path);
   ~SafetensorsFile();

@@ -1,0 +1,51 @@
+// actcap run: one forward over the given sequences, capturing the chosen hook points.
+#include <iomanip>
+#include <iostream>
+
+#include "actcap/capture.h"
+#include "actcap/error.h"
+#include "actcap/export.h"
+#include "common.h"
+
+namespace actcap::cli {
+
+Command add_run(CLI::App& app) {
+  auto* sub = app.add_subcommand("run", "Run one forward and capture hook points into DIR");
+  struct Opts {
+    std::string model = "demo", tokens, text, out;
+    std::vector<std::string> capture;
+    bool overwrite = false;
+  };
+  auto o = std::make_shared<Opts>();
+  sub->add_option("MODEL", o->model, "Checkpoint directory or 'demo'");
+  auto* tok = sub->add_option("--tokens", o->tokens, "Token ids: \"1,2,3;4,5\" (sequences separated by ';')");
+  auto* txt = sub->add_option("--text", o->text, "Text (demo: byte-level tokenizer)");
+  tok->excludes(txt);
+  sub->add_option("--capture", o->capture, "Hook point patterns (* one segment, ** any depth, NAME:input)")
+      ->required()
+      ->expected(1, -1);
+  sub->add_option("--out", o->out, "Output directory")->required();
+  sub->add_flag("--overwrite", o->overwrite, "Replace actcap output already in --out");
+  return {sub, [o]() {
+            if (o->tokens.empty() && o->text.empty()) throw InputError("give the input with --tokens or --text");
+            auto model = Model::load(o->model);
+            auto seqs = o->tokens.empty() ? tokenize_text(*model, o->text) : parse_token_lists(o->tokens);
+            Batch batch = Batch::from_sequences(seqs, model->config().vocab_size(), model->config().max_positions());
+            SafeCapturer capturer(*model, CaptureOptions{o->capture});
+            prepare_output_dir(o->out, o->overwrite);
+            capturer.run(batch);
+            auto exported = export_run(o->out, capturer, batch, *model);
+            size_t width = 5;
+            for (const auto& e : exported) width = std::max(width, e.name.size());
+            std::cout << std::left << std::setw(width + 2) << "point" << std::setw(14) << "shape" << std::setw(7)
+                      << "dtype" << "xxh3\n";
+            for (const auto& e : exported)
+              std::cout << std::left << std::setw(width + 2) << e.name << std::setw(14) << shape_string(e.shape)
+                        << std::setw(7) << e.dtype << e.checksum << "\n";
+            std::cout << "wrote " << exported.size() << " tensors (" << batch.tokens() << " rows) to " << o->out
+                      << "/shard-00000.safetensors and manifest.json\n";
+            return 0;
+          }};
+}
+
+}  // namespace actcap::cli

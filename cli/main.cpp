@@ -1,0 +1,53 @@
+// actcap command-line tool: every failure is one `actcap: error:` line and an exit code
+// (0 success, 1 run or integrity failure, 2 bad input or usage).
+#include <iostream>
+
+#include "actcap/error.h"
+#include "common.h"
+
+namespace {
+// Error messages are one line, whatever the library below wrote.
+std::string one_line(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  for (char& ch : s)
+    if (ch == '\n' || ch == '\r') ch = ' ';
+  return s;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"actcap: run Hugging Face transformers split across devices and capture verified activations"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "actcap 0.1.0");
+  std::vector<actcap::cli::Command> commands = {
+      actcap::cli::add_init_model(app),
+      actcap::cli::add_points(app),
+      actcap::cli::add_run(app),
+  };
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "actcap: error: " << one_line(e.what()) << " (see actcap --help)\n";
+    return 2;
+  }
+  try {
+    for (auto& c : commands)
+      if (c.app->parsed()) return c.run();
+  } catch (const actcap::Error& e) {
+    std::cerr << "actcap: error: " << one_line(e.what()) << "\n";
+    return e.exit_code();
+  } catch (const c10::Error& e) {
+    std::cerr << "actcap: error: " << one_line(e.what_without_backtrace()) << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "actcap: error: " << one_line(e.what()) << "\n";
+    return 1;
+  }
+  return 2;
+}

@@ -1,0 +1,36 @@
+// Output folder layout (docs/format.md): safetensors shards with one tensor per captured point
+// named exactly as the point, [rows, ...features], plus int64 `__rows__.seq` / `__rows__.pos`, and a
+// manifest.json written last (atomically) that lists shards, points, dtypes and checksums.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "actcap/capture.h"
+#include "actcap/model.h"
+
+namespace actcap {
+
+constexpr const char* kManifestName = "manifest.json";
+constexpr const char* kFormatVersion = "actcap/1";
+
+struct ExportedTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::string dtype;     // safetensors name
+  std::string checksum;  // XXH3-64, 16 hex digits
+};
+
+// Makes `dir` ready for a new output: creates it, refuses (InputError) a non-empty folder unless
+// `overwrite`, in which case only actcap's own files (manifest first, then shards) are removed.
+void prepare_output_dir(const std::string& dir, bool overwrite);
+
+// Writes the snapshots of a single forward as shard-00000.safetensors, then manifest.json.
+// Verifies every snapshot's fingerprint before writing and the shard's bytes after.
+std::vector<ExportedTensor> export_run(const std::string& dir, const SafeCapturer& capturer, const Batch& batch,
+                                       const Model& model);
+
+// Writes text to path atomically (temp file, fsync, rename).
+void write_file_atomic(const std::string& path, const std::string& text);
+
+}  // namespace actcap

@@ -1,0 +1,98 @@
+// A Hugging Face causal LM (GPT-2 or Llama family) loaded for inference, with hook points on every
+// HF module name.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actcap/config.h"
+#include "actcap/hooks.h"
+
+namespace actcap {
+
+class Module;
+class HookRegistry;
+
+// A right-padded batch: ids [B, T] int64, lengths[b] real tokens in row b (positions >= lengths[b]
+// are padding and never influence real positions).
+struct Batch {
+  at::Tensor ids;
+  std::vector<int64_t> lengths;
+  int64_t size() const { return static_cast<int64_t>(lengths.size()); }
+  int64_t max_len() const;
+  int64_t tokens() const;
+  // Builds a batch; throws InputError for empty sequences or ids outside [0, vocab_size).
+  static Batch from_sequences(const std::vector<std::vector<int64_t>>& seqs, int64_t vocab_size,
+                              int64_t max_positions);
+};
+
+// Removes a hook. Handles are explicit (like PyTorch's RemovableHandle): dropping one keeps the
+// hook registered; call remove(). Safe to call after the model is gone.
+class HookHandle {
+ public:
+  HookHandle() = default;
+  void remove();
+  bool active() const;
+
+ private:
+  friend class Model;
+  HookHandle(std::weak_ptr<HookRegistry> reg, int64_t id) : reg_(std::move(reg)), id_(id) {}
+  std::weak_ptr<HookRegistry> reg_;
+  int64_t id_ = -1;
+};
+
+class Model {
+ public:
+  // `path` is a checkpoint directory or the built-in name "demo". Throws InputError on bad input.
+  static std::unique_ptr<Model> load(const std::string& path);
+  // Builds from config and tensors in HF layout and names (checkpoint or in-memory).
+  static std::unique_ptr<Model> from_tensors(const ModelConfig& config,
+                                             const std::map<std::string, at::Tensor>& tensors,
+                                             const std::string& origin);
+  ~Model();
+
+  const ModelConfig& config() const { return config_; }
+  const std::string& origin() const { return origin_; }
+  // XXH3 over the weights as loaded (name, dtype, shape, bytes), 16 hex digits.
+  const std::string& fingerprint() const { return fingerprint_; }
+
+  // Every hook point in execution order, outputs and `:input`s.
+  std::vector<PointInfo> points() const;
+  std::vector<std::string> point_names() const;
+
+  // Registers a hook on every point matching `pattern` (output points for forward hooks,
+  // `:input` points for pre-hooks; a pattern ending in ":input" given to register_forward_hook
+  // is routed to the pre-hook of that module). Throws InputError when nothing matches, listing
+  // the nearest names.
+  HookHandle register_forward_hook(const std::string& pattern, HookFn fn);
+  HookHandle register_forward_pre_hook(const std::string& pattern, HookFn fn);
+  // Number of hooks currently registered.
+  size_t hook_count() const;
+
+  // Runs the model under c10::InferenceMode; returns logits [B, T, vocab] (float32).
+  at::Tensor forward(const Batch& batch);
+  int64_t steps() const { return steps_; }
+
+  // Top-level modules in execution order (embeddings, blocks, final norm, lm_head): the units a
+  // device map places.
+  const std::vector<Module*>& stages() const { return stages_; }
+
+  struct Impl;
+
+ private:
+  Model() = default;
+  ModelConfig config_;
+  std::string origin_;
+  std::string fingerprint_;
+  std::unique_ptr<Impl> impl_;
+  std::vector<Module*> stages_;
+  std::shared_ptr<HookRegistry> hooks_;
+  int64_t steps_ = 0;
+};
+
+}  // namespace actcap

@@ -1,0 +1,26 @@
+// One builder per architecture (gpt2.cpp, llama.cpp). Each turns float32 weights in canonical HF
+// names into the top-level modules a device map places, in execution order.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actcap/config.h"
+#include "actcap/error.h"
+#include "models/module.h"
+
+namespace actcap {
+
+struct BuiltModel {
+  std::vector<std::unique_ptr<Module>> stages;  // embeddings, blocks..., final norm, lm_head
+  // Fills the per-forward tables this architecture needs (RoPE, masks) for st.seq positions.
+  std::function<void(ForwardState&)> prepare;
+};
+
+BuiltModel build_gpt2(const Gpt2Config& c, const std::map<std::string, at::Tensor>& w);
+BuiltModel build_llama(const LlamaConfig& c, const std::map<std::string, at::Tensor>& w);
+
+}  // namespace actcap

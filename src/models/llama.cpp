@@ -1,0 +1,152 @@
+// Llama family (transformers modeling_llama.py, modeling_mistral.py, modeling_qwen2.py):
+// RMSNorm, RoPE with rotate_half, grouped-query attention, SwiGLU MLP. Mistral and Qwen2 differ
+// only in config: sliding windows and q/k/v biases.
+#include <cmath>
+
+#include "models/architectures.h"
+
+namespace actcap {
+
+namespace {
+
+at::Tensor maybe(const std::map<std::string, at::Tensor>& w, const std::string& name) {
+  auto it = w.find(name);
+  return it == w.end() ? at::Tensor() : it->second;
+}
+
+std::unique_ptr<Linear> linear(const std::map<std::string, at::Tensor>& w, const std::string& name) {
+  return std::make_unique<Linear>(name, w.at(name + ".weight"), maybe(w, name + ".bias"));
+}
+
+// HF's rotate_half: (x1, x2) -> (-x2, x1) over the two halves of the head dimension.
+at::Tensor rotate_half(const at::Tensor& x) {
+  auto halves = x.chunk(2, -1);
+  return at::cat({halves[1].neg(), halves[0]}, -1);
+}
+
+at::Tensor apply_rope(const at::Tensor& x, const ForwardState& st) {
+  return x * st.rope_cos + rotate_half(x) * st.rope_sin;  // cos/sin [T, D] broadcast over [B, H]
+}
+
+// inv_freq as HF's ROPE_INIT_FUNCTIONS compute it (float32), including Llama 3 and linear scaling.
+at::Tensor rope_inv_freq(const LlamaConfig& c) {
+  const int64_t d = c.head_dim;
+  auto exponent = at::arange(0, d, 2, at::kLong).to(at::kFloat) / static_cast<float>(d);
+  auto inv_freq = 1.0 / at::pow(c.rope.rope_theta, exponent);
+  const RopeConfig& r = c.rope;
+  if (r.rope_type == "linear") return inv_freq / r.factor;
+  if (r.rope_type != "llama3") return inv_freq;
+  const double old_len = static_cast<double>(r.original_max_position_embeddings);
+  const double low_wavelen = old_len / r.low_freq_factor;
+  const double high_wavelen = old_len / r.high_freq_factor;
+  auto wavelen = 2 * M_PI / inv_freq;
+  auto scaled = at::where(wavelen > low_wavelen, inv_freq / r.factor, inv_freq);
+  auto smooth = (old_len / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+  auto smoothed = (1 - smooth) * scaled / r.factor + smooth * scaled;
+  auto medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
+  return at::where(medium, smoothed, scaled);
+}
+
+class LlamaAttention : public Module {
+ public:
+  LlamaAttention(const LlamaConfig& c, const std::map<std::string, at::Tensor>& w, const std::string& name,
+                 int64_t layer)
+      : Module(name, hidden_point(name + ":input", c.hidden_size), hidden_point(name, c.hidden_size)),
+        n_head_(c.num_attention_heads),
+        n_kv_(c.num_key_value_heads),
+        head_dim_(c.head_dim),
+        window_(c.window_for_layer(layer)) {
+    q_ = add(linear(w, name + ".q_proj"));
+    k_ = add(linear(w, name + ".k_proj"));
+    v_ = add(linear(w, name + ".v_proj"));
+    o_ = add(linear(w, name + ".o_proj"));
+  }
+
+ protected:
+  at::Tensor forward(const at::Tensor& x, ForwardState& st) override {
+    const int64_t B = x.size(0), T = x.size(1), D = head_dim_;
+    auto q = q_->call(x, st).view({B, T, n_head_, D}).transpose(1, 2);
+    auto k = k_->call(x, st).view({B, T, n_kv_, D}).transpose(1, 2);
+    auto v = v_->call(x, st).view({B, T, n_kv_, D}).transpose(1, 2);
+    q = apply_rope(q, st);
+    k = apply_rope(k, st);
+    auto ctx = attention(q, k, v, st.bias(window_), 1.0 / std::sqrt(static_cast<double>(D)));
+    return o_->call(ctx, st);
+  }
+
+ private:
+  int64_t n_head_, n_kv_, head_dim_;
+  std::optional<int64_t> window_;
+  Linear *q_, *k_, *v_, *o_;
+};
+
+class LlamaMlp : public Module {
+ public:
+  LlamaMlp(const LlamaConfig& c, const std::map<std::string, at::Tensor>& w, const std::string& name)
+      : Module(name, hidden_point(name + ":input", c.hidden_size), hidden_point(name, c.hidden_size)) {
+    gate_ = add(linear(w, name + ".gate_proj"));
+    act_ = add(std::make_unique<Activation>(name + ".act_fn", c.hidden_act, c.intermediate_size));
+    up_ = add(linear(w, name + ".up_proj"));
+    down_ = add(linear(w, name + ".down_proj"));
+  }
+
+ protected:
+  at::Tensor forward(const at::Tensor& x, ForwardState& st) override {
+    auto a = act_->call(gate_->call(x, st), st);  // HF evaluates act_fn(gate_proj(x)) before up_proj(x)
+    return down_->call(a * up_->call(x, st), st);
+  }
+
+ private:
+  Linear *gate_, *up_, *down_;
+  Activation* act_;
+};
+
+class LlamaLayer : public Module {
+ public:
+  LlamaLayer(const LlamaConfig& c, const std::map<std::string, at::Tensor>& w, const std::string& name,
+             int64_t layer)
+      : Module(name, hidden_point(name + ":input", c.hidden_size), hidden_point(name, c.hidden_size)) {
+    in_norm_ = add(std::make_unique<RMSNorm>(name + ".input_layernorm", w.at(name + ".input_layernorm.weight"),
+                                             c.rms_norm_eps));
+    attn_ = add(std::make_unique<LlamaAttention>(c, w, name + ".self_attn", layer));
+    post_norm_ = add(std::make_unique<RMSNorm>(name + ".post_attention_layernorm",
+                                               w.at(name + ".post_attention_layernorm.weight"), c.rms_norm_eps));
+    mlp_ = add(std::make_unique<LlamaMlp>(c, w, name + ".mlp"));
+  }
+
+ protected:
+  at::Tensor forward(const at::Tensor& x, ForwardState& st) override {
+    auto h = x + attn_->call(in_norm_->call(x, st), st);
+    return h + mlp_->call(post_norm_->call(h, st), st);
+  }
+
+ private:
+  RMSNorm* in_norm_;
+  LlamaAttention* attn_;
+  RMSNorm* post_norm_;
+  LlamaMlp* mlp_;
+};
+
+}  // namespace
+
+BuiltModel build_llama(const LlamaConfig& c, const std::map<std::string, at::Tensor>& w) {
+  BuiltModel m;
+  auto embed = std::make_unique<Embedding>("model.embed_tokens", w.at("model.embed_tokens.weight"));
+  at::Tensor embed_w = embed->weight();
+  m.stages.push_back(std::move(embed));
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+    m.stages.push_back(std::make_unique<LlamaLayer>(c, w, concat("model.layers.", i), i));
+  m.stages.push_back(std::make_unique<RMSNorm>("model.norm", w.at("model.norm.weight"), c.rms_norm_eps));
+  at::Tensor head = c.tie_word_embeddings ? embed_w : w.at("lm_head.weight");
+  m.stages.push_back(std::make_unique<Linear>("lm_head", head, at::Tensor()));
+  at::Tensor inv_freq = rope_inv_freq(c);
+  m.prepare = [inv_freq](ForwardState& st) {
+    auto freqs = st.positions.to(at::kFloat).unsqueeze(1) * inv_freq.to(st.positions.device()).unsqueeze(0);
+    auto emb = at::cat({freqs, freqs}, -1);  // [T, D]
+    st.rope_cos = emb.cos();
+    st.rope_sin = emb.sin();
+  };
+  return m;
+}
+
+}  // namespace actcap

@@ -1,0 +1,221 @@
+#include "actcap/model.h"
+
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "actcap/checkpoint.h"
+#include "actcap/error.h"
+#include "actcap/hash.h"
+#include "models/architectures.h"
+#include "models/weights.h"
+
+namespace actcap {
+
+// ---- Batch ---------------------------------------------------------------------------------
+
+int64_t Batch::max_len() const {
+  int64_t m = 0;
+  for (int64_t l : lengths) m = std::max(m, l);
+  return m;
+}
+
+int64_t Batch::tokens() const {
+  int64_t n = 0;
+  for (int64_t l : lengths) n += l;
+  return n;
+}
+
+Batch Batch::from_sequences(const std::vector<std::vector<int64_t>>& seqs, int64_t vocab_size,
+                            int64_t max_positions) {
+  if (seqs.empty()) throw InputError("no input sequences");
+  Batch b;
+  int64_t T = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    if (seqs[i].empty()) throw InputError(concat("sequence ", i, " is empty"));
+    if (static_cast<int64_t>(seqs[i].size()) > max_positions)
+      throw InputError(concat("sequence ", i, " has ", seqs[i].size(), " tokens but the model's context is ",
+                           max_positions, " positions"));
+    for (size_t j = 0; j < seqs[i].size(); ++j)
+      if (seqs[i][j] < 0 || seqs[i][j] >= vocab_size)
+        throw InputError(concat("token id ", seqs[i][j], " (sequence ", i, ", position ", j,
+                             ") is outside the vocabulary [0, ", vocab_size, ")"));
+    T = std::max<int64_t>(T, seqs[i].size());
+    b.lengths.push_back(seqs[i].size());
+  }
+  b.ids = at::zeros({static_cast<int64_t>(seqs.size()), T}, at::kLong);  // pad id 0: never attended by real tokens
+  auto acc = b.ids.accessor<int64_t, 2>();
+  for (size_t i = 0; i < seqs.size(); ++i)
+    for (size_t j = 0; j < seqs[i].size(); ++j) acc[i][j] = seqs[i][j];
+  return b;
+}
+
+// ---- hooks ---------------------------------------------------------------------------------
+
+class HookRegistry {
+ public:
+  struct Site {
+    Module* module;
+    bool pre;
+  };
+  std::map<int64_t, std::vector<Site>> sites;
+  int64_t next_id = 0;
+
+  void remove(int64_t id) {
+    auto it = sites.find(id);
+    if (it == sites.end()) return;
+    for (const Site& s : it->second) {
+      auto& list = s.pre ? s.module->hooks().pre : s.module->hooks().post;
+      list.erase(std::remove_if(list.begin(), list.end(), [id](const HookEntry& e) { return e.id == id; }),
+                 list.end());
+      s.module->drop_hooks_if_empty();
+    }
+    sites.erase(it);
+  }
+};
+
+void HookHandle::remove() {
+  if (auto reg = reg_.lock()) reg->remove(id_);
+  id_ = -1;
+}
+
+bool HookHandle::active() const {
+  auto reg = reg_.lock();
+  return reg && reg->sites.count(id_);
+}
+
+// ---- Model ---------------------------------------------------------------------------------
+
+struct Model::Impl {
+  BuiltModel built;
+  std::vector<Module*> modules;  // every named module, pre-order
+};
+
+Model::~Model() = default;
+
+namespace {
+
+constexpr uint64_t kDemoSeed = 0;
+
+ModelConfig demo_config() {
+  ModelConfig c;
+  c.arch = Arch::kGpt2;
+  c.model_type = "gpt2";
+  c.gpt2.vocab_size = 257;  // 256 bytes + <|endoftext|>
+  c.gpt2.n_positions = 512;
+  c.gpt2.n_embd = 64;
+  c.gpt2.n_layer = 4;
+  c.gpt2.n_head = 4;
+  c.gpt2.bos_token_id = c.gpt2.eos_token_id = 256;
+  return c;
+}
+
+std::string fingerprint_tensors(const std::map<std::string, at::Tensor>& tensors) {
+  std::string acc;
+  for (const auto& [name, t] : tensors) acc += name + ":" + hex64(tensor_xxh3(t)) + ";";
+  return hex64(xxh3(acc.data(), acc.size()));
+}
+
+}  // namespace
+
+std::unique_ptr<Model> Model::load(const std::string& path) {
+  if (path == "demo") {
+    ModelConfig c = demo_config();
+    auto tensors = init_weights(weight_plan(c), kDemoSeed, at::kFloat);
+    return from_tensors(c, tensors, "demo");
+  }
+  Checkpoint ckpt = Checkpoint::open(path);
+  ModelConfig c = load_config(ckpt.config_path());
+  std::map<std::string, at::Tensor> tensors;
+  for (const std::string& name : ckpt.names()) tensors.emplace(name, ckpt.tensor(name));
+  auto model = from_tensors(c, tensors, path);
+  model->fingerprint_ = ckpt.fingerprint();
+  return model;
+}
+
+std::unique_ptr<Model> Model::from_tensors(const ModelConfig& config,
+                                           const std::map<std::string, at::Tensor>& tensors,
+                                           const std::string& origin) {
+  std::unique_ptr<Model> m(new Model());
+  m->config_ = config;
+  m->origin_ = origin;
+  m->fingerprint_ = fingerprint_tensors(tensors);
+  auto weights = load_weights(weight_plan(config), tensors, origin);
+  m->impl_ = std::make_unique<Impl>();
+  m->impl_->built = config.arch == Arch::kGpt2 ? build_gpt2(config.gpt2, weights) : build_llama(config.llama, weights);
+  std::vector<Module*> all;
+  for (auto& s : m->impl_->built.stages) {
+    m->stages_.push_back(s.get());
+    s->collect(all);
+  }
+  for (Module* mod : all)
+    if (mod->has_points()) m->impl_->modules.push_back(mod);
+  m->hooks_ = std::make_shared<HookRegistry>();
+  return m;
+}
+
+std::vector<PointInfo> Model::points() const {
+  std::vector<PointInfo> out;
+  for (Module* m : impl_->modules) {
+    out.push_back(m->output_point());
+    out.push_back(m->input_point());
+  }
+  return out;
+}
+
+std::vector<std::string> Model::point_names() const {
+  std::vector<std::string> out;
+  for (const PointInfo& p : points()) out.push_back(p.name);
+  return out;
+}
+
+HookHandle Model::register_forward_hook(const std::string& pattern, HookFn fn) {
+  const bool input = pattern.size() > 6 && pattern.compare(pattern.size() - 6, 6, ":input") == 0;
+  std::vector<HookRegistry::Site> sites;
+  for (Module* m : impl_->modules)
+    if (match_point(pattern, input ? m->input_point().name : m->output_point().name)) sites.push_back({m, input});
+  if (sites.empty()) {
+    std::string near;
+    for (const auto& n : nearest_points(pattern, point_names())) near += (near.empty() ? "" : ", ") + n;
+    throw InputError(concat("pattern '", pattern, "' matches no hook point of ", origin_, "; nearest: ", near,
+                         " (run `actcap points` for the full list)"));
+  }
+  const int64_t id = hooks_->next_id++;
+  for (const auto& s : sites) {
+    auto& list = s.pre ? s.module->hooks().pre : s.module->hooks().post;
+    list.push_back(HookEntry{id, fn, 0});
+  }
+  hooks_->sites.emplace(id, std::move(sites));
+  return HookHandle(hooks_, id);
+}
+
+HookHandle Model::register_forward_pre_hook(const std::string& pattern, HookFn fn) {
+  const bool input = pattern.size() > 6 && pattern.compare(pattern.size() - 6, 6, ":input") == 0;
+  return register_forward_hook(input ? pattern : pattern + ":input", std::move(fn));
+}
+
+size_t Model::hook_count() const {
+  size_t n = 0;
+  for (const auto& [id, sites] : hooks_->sites) n += sites.size();
+  return n;
+}
+
+at::Tensor Model::forward(const Batch& batch) {
+  c10::InferenceMode guard;
+  const int64_t T = batch.ids.size(1);
+  if (T > config_.max_positions())
+    throw InputError(concat("batch has ", T, " positions but ", origin_, " supports at most ", config_.max_positions()));
+  ForwardState st;
+  st.batch = batch.ids.size(0);
+  st.seq = T;
+  st.step = steps_++;
+  st.positions = at::arange(T, at::kLong);
+  st.causal_bias = at::full({T, T}, -std::numeric_limits<float>::infinity(), at::kFloat).triu_(1);
+  impl_->built.prepare(st);
+  at::Tensor h = batch.ids;
+  for (Module* s : stages_) h = s->call(h, st);
+  return h;
+}
+
+}  // namespace actcap

@@ -1,0 +1,147 @@
+#include "models/module.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "actcap/error.h"
+
+namespace actcap {
+
+const at::Tensor& ForwardState::bias(std::optional<int64_t> window) {
+  if (!window || *window >= seq) return causal_bias;
+  auto it = window_bias.find(*window);
+  if (it != window_bias.end()) return it->second;
+  // Visible iff i - window < j <= i (HF sliding_window_causal: kv_idx > q_idx - window).
+  auto i = at::arange(seq, at::kLong).unsqueeze(1);
+  auto j = at::arange(seq, at::kLong).unsqueeze(0);
+  auto visible = (j <= i).logical_and(j > i - *window);
+  auto b = at::zeros({seq, seq}, at::kFloat)
+               .masked_fill_(visible.logical_not(), -std::numeric_limits<float>::infinity());
+  return window_bias.emplace(*window, b.to(causal_bias.device())).first->second;
+}
+
+Module::Module(std::string name, PointInfo in, PointInfo out)
+    : name_(std::move(name)), in_(std::move(in)), out_(std::move(out)) {}
+
+void Module::collect(std::vector<Module*>& out) {
+  out.push_back(this);
+  for (auto& c : children_) c->collect(out);
+}
+
+ModuleHooks& Module::hooks() {
+  if (!hooks_) hooks_ = std::make_shared<ModuleHooks>();
+  return *hooks_;
+}
+
+void Module::drop_hooks_if_empty() {
+  if (hooks_ && hooks_->pre.empty() && hooks_->post.empty()) hooks_.reset();
+}
+
+namespace {
+void run_hooks(std::vector<HookEntry>& entries, const std::string& point, bool is_input,
+               const at::Tensor& t, const ForwardState& st) {
+  // Iterate over a snapshot: a hook may remove itself or others while running.
+  std::vector<std::pair<int64_t, HookFn>> snapshot;
+  snapshot.reserve(entries.size());
+  for (const auto& e : entries) snapshot.emplace_back(e.id, e.fn);
+  for (auto& [id, fn] : snapshot) {
+    auto live = std::find_if(entries.begin(), entries.end(), [id = id](const HookEntry& e) { return e.id == id; });
+    if (live == entries.end()) continue;
+    HookContext ctx{point, is_input, t.device(), live->calls++, st.step};
+    try {
+      fn(ctx, t);
+    } catch (const Error&) {
+      throw;  // already names what failed
+    } catch (const std::exception& err) {
+      throw RunError(concat("hook on point '", point, "' threw: ", err.what()));
+    }
+  }
+}
+}  // namespace
+
+at::Tensor Module::call_hooked(const at::Tensor& x, ForwardState& st) {
+  std::shared_ptr<ModuleHooks> hooks = hooks_;  // stays alive even if a hook removes the last one
+  if (!hooks->pre.empty()) run_hooks(hooks->pre, in_.name, true, x, st);
+  at::Tensor y = forward(x, st);
+  if (!hooks->post.empty()) run_hooks(hooks->post, out_.name, false, y, st);
+  return y;
+}
+
+PointInfo hidden_point(const std::string& name, int64_t width) { return {name, {width}, at::kFloat}; }
+PointInfo ids_point(const std::string& name) { return {name, {}, at::kLong}; }
+
+Linear::Linear(const std::string& name, at::Tensor weight, at::Tensor bias)
+    : Module(name, hidden_point(name + ":input", weight.size(1)), hidden_point(name, weight.size(0))),
+      weight_(std::move(weight)),
+      bias_(std::move(bias)) {}
+
+at::Tensor Linear::forward(const at::Tensor& x, ForwardState&) { return at::linear(x, weight_, bias_); }
+
+Embedding::Embedding(const std::string& name, at::Tensor weight)
+    : Module(name, ids_point(name + ":input"), hidden_point(name, weight.size(1))), weight_(std::move(weight)) {}
+
+at::Tensor Embedding::forward(const at::Tensor& ids, ForwardState&) { return at::embedding(weight_, ids); }
+
+LayerNorm::LayerNorm(const std::string& name, at::Tensor weight, at::Tensor bias, double eps)
+    : Module(name, hidden_point(name + ":input", weight.size(0)), hidden_point(name, weight.size(0))),
+      weight_(std::move(weight)),
+      bias_(std::move(bias)),
+      eps_(eps) {}
+
+at::Tensor LayerNorm::forward(const at::Tensor& x, ForwardState&) {
+  return at::layer_norm(x, {weight_.size(0)}, weight_, bias_, eps_, /*cudnn_enable=*/false);
+}
+
+RMSNorm::RMSNorm(const std::string& name, at::Tensor weight, double eps)
+    : Module(name, hidden_point(name + ":input", weight.size(0)), hidden_point(name, weight.size(0))),
+      weight_(std::move(weight)),
+      eps_(eps) {}
+
+at::Tensor RMSNorm::forward(const at::Tensor& x, ForwardState&) {
+  // As LlamaRMSNorm: statistics in float32, then scale.
+  auto xf = x.to(at::kFloat);
+  auto var = xf.pow(2).mean(-1, /*keepdim=*/true);
+  return weight_ * (xf * at::rsqrt(var + eps_)).to(x.scalar_type());
+}
+
+Activation::Activation(const std::string& name, const std::string& kind, int64_t width)
+    : Module(name, hidden_point(name + ":input", width), hidden_point(name, width)) {
+  if (kind == "gelu_new" || kind == "gelu_pytorch_tanh" || kind == "gelu_fast") {
+    kind_ = Kind::kGeluTanh;
+  } else if (kind == "gelu") {
+    kind_ = Kind::kGelu;
+  } else if (kind == "relu") {
+    kind_ = Kind::kRelu;
+  } else if (kind == "silu" || kind == "swish") {
+    kind_ = Kind::kSilu;
+  } else {
+    throw InputError(concat("unsupported activation '", kind, "' for ", name));
+  }
+}
+
+at::Tensor Activation::forward(const at::Tensor& x, ForwardState&) {
+  switch (kind_) {
+    case Kind::kGeluTanh: return at::gelu(x, "tanh");
+    case Kind::kGelu: return at::gelu(x);
+    case Kind::kRelu: return at::relu(x);
+    case Kind::kSilu: return at::silu(x);
+  }
+  return x;
+}
+
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     const at::Tensor& bias, double scale) {
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+  const int64_t Hkv = k.size(1);
+  at::Tensor kk = k, vv = v;
+  if (Hkv != H) {  // repeat_kv: each kv head serves H / Hkv consecutive query heads
+    kk = k.unsqueeze(2).expand({B, Hkv, H / Hkv, T, D}).reshape({B, H, T, D});
+    vv = v.unsqueeze(2).expand({B, Hkv, H / Hkv, T, D}).reshape({B, H, T, D});
+  }
+  auto scores = at::matmul(q, kk.transpose(-1, -2)).mul_(scale).add_(bias);
+  auto probs = at::softmax(scores, -1, at::kFloat);
+  auto ctx = at::matmul(probs, vv);                       // [B, H, T, D]
+  return ctx.transpose(1, 2).reshape({B, T, H * D});      // [B, T, H*D]
+}
+
+}  // namespace actcap

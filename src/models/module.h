@@ -1,0 +1,155 @@
+// The module tree every architecture is built from. A Module has an HF name; call() runs its
+// hooks around forward(), so hooks live in exactly one place and cost one pointer test when none
+// is registered.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actcap/hooks.h"
+
+namespace actcap {
+
+// Per-forward tables shared by every module: sizes, positions, masks, RoPE.
+struct ForwardState {
+  int64_t batch = 0;
+  int64_t seq = 0;
+  int64_t step = 0;
+  at::Tensor positions;                       // [T] int64
+  at::Tensor causal_bias;                     // [T, T] float32: 0 where visible, -inf where not
+  std::map<int64_t, at::Tensor> window_bias;  // sliding-window variants, by window size
+  at::Tensor rope_cos, rope_sin;              // [T, head_dim] (Llama family)
+
+  // Additive attention bias for full causal attention or a sliding window.
+  const at::Tensor& bias(std::optional<int64_t> window);
+};
+
+struct HookEntry {
+  int64_t id;
+  HookFn fn;
+  int64_t calls = 0;
+};
+
+struct ModuleHooks {
+  std::vector<HookEntry> pre;   // observe the input (`NAME:input`)
+  std::vector<HookEntry> post;  // observe the output (`NAME`)
+};
+
+class Module {
+ public:
+  // `name` empty: a structural unit with no hook point of its own (e.g. GPT-2's embedding sum).
+  Module(std::string name, PointInfo in, PointInfo out);
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  const std::string& name() const { return name_; }
+  const PointInfo& input_point() const { return in_; }
+  const PointInfo& output_point() const { return out_; }
+  bool has_points() const { return !name_.empty(); }
+
+  at::Tensor call(const at::Tensor& x, ForwardState& st) {
+    if (!hooks_) return forward(x, st);
+    return call_hooked(x, st);
+  }
+
+  // This module and its descendants in execution order.
+  void collect(std::vector<Module*>& out);
+  ModuleHooks& hooks();           // creates the lists on first use
+  void drop_hooks_if_empty();
+
+ protected:
+  virtual at::Tensor forward(const at::Tensor& x, ForwardState& st) = 0;
+  template <typename M>
+  M* add(std::unique_ptr<M> child) {
+    M* raw = child.get();
+    children_.push_back(std::move(child));
+    return raw;
+  }
+
+ private:
+  at::Tensor call_hooked(const at::Tensor& x, ForwardState& st);
+  std::string name_;
+  PointInfo in_, out_;
+  std::vector<std::unique_ptr<Module>> children_;
+  std::shared_ptr<ModuleHooks> hooks_;  // null when no hook: call() stays one test
+};
+
+// Point descriptions for the common cases.
+PointInfo hidden_point(const std::string& name, int64_t width);
+PointInfo ids_point(const std::string& name);
+
+// ---- leaf modules shared by the architectures ----------------------------------------------
+
+class Linear : public Module {
+ public:
+  // weight [out, in] (PyTorch nn.Linear layout), bias [out] or undefined.
+  Linear(const std::string& name, at::Tensor weight, at::Tensor bias);
+  const at::Tensor& weight() const { return weight_; }
+
+ protected:
+  at::Tensor forward(const at::Tensor& x, ForwardState& st) override;
+
+ private:
+  at::Tensor weight_, bias_;
+};
+
+class Embedding : public Module {
+ public:
+  Embedding(const std::string& name, at::Tensor weight);
+  const at::Tensor& weight() const { return weight_; }
+
+ protected:
+  at::Tensor forward(const at::Tensor& ids, ForwardState& st) override;
+
+ private:
+  at::Tensor weight_;
+};
+
+class LayerNorm : public Module {
+ public:
+  LayerNorm(const std::string& name, at::Tensor weight, at::Tensor bias, double eps);
+
+ protected:
+  at::Tensor forward(const at::Tensor& x, ForwardState& st) override;
+
+ private:
+  at::Tensor weight_, bias_;
+  double eps_;
+};
+
+class RMSNorm : public Module {
+ public:
+  RMSNorm(const std::string& name, at::Tensor weight, double eps);
+
+ protected:
+  at::Tensor forward(const at::Tensor& x, ForwardState& st) override;
+
+ private:
+  at::Tensor weight_;
+  double eps_;
+};
+
+// HF ACT2FN by name: gelu_new / gelu_pytorch_tanh / gelu_fast (tanh GELU), gelu, relu, silu/swish.
+class Activation : public Module {
+ public:
+  Activation(const std::string& name, const std::string& kind, int64_t width);
+
+ protected:
+  at::Tensor forward(const at::Tensor& x, ForwardState& st) override;
+
+ private:
+  enum class Kind { kGeluTanh, kGelu, kRelu, kSilu } kind_;
+};
+
+// softmax(q k^T * scale + bias) v with grouped-query heads: q [B, H, T, D], k/v [B, Hkv, T, D].
+// Returns [B, T, H * D].
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     const at::Tensor& bias, double scale);
+
+}  // namespace actcap
