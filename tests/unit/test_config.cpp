@@ -1,0 +1,119 @@
+#include <gtest/gtest.h>
+
+#include "actcap/config.h"
+#include "actcap/error.h"
+
+using namespace actcap;
+
+namespace {
+std::string error_of(const std::string& json) {
+  try {
+    parse_config(json, "cfg.json");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(Config, Gpt2DefaultsAndAliases) {
+  auto c = parse_config(R"({"model_type":"gpt2","vocab_size":100,"hidden_size":64,"num_hidden_layers":2,
+                            "num_attention_heads":4})", "cfg");
+  EXPECT_EQ(c.arch, Arch::kGpt2);
+  EXPECT_EQ(c.gpt2.n_embd, 64);
+  EXPECT_EQ(c.gpt2.inner(), 256);
+  EXPECT_EQ(c.gpt2.n_positions, 1024);
+  EXPECT_EQ(c.gpt2.activation_function, "gelu_new");
+  EXPECT_DOUBLE_EQ(c.gpt2.layer_norm_epsilon, 1e-5);
+  EXPECT_TRUE(c.gpt2.tie_word_embeddings);
+}
+
+TEST(Config, LlamaDefaults) {
+  auto c = parse_config(R"({"model_type":"llama","vocab_size":100,"hidden_size":64,"intermediate_size":128,
+                            "num_hidden_layers":2,"num_attention_heads":4})", "cfg");
+  EXPECT_EQ(c.llama.num_key_value_heads, 4);
+  EXPECT_EQ(c.llama.head_dim, 16);
+  EXPECT_DOUBLE_EQ(c.llama.rms_norm_eps, 1e-6);
+  EXPECT_DOUBLE_EQ(c.llama.rope.rope_theta, 10000.0);
+  EXPECT_FALSE(c.llama.tie_word_embeddings);
+  EXPECT_FALSE(c.llama.qkv_bias);
+  EXPECT_FALSE(c.llama.window_for_layer(0).has_value());
+}
+
+TEST(Config, ExplicitHeadDimAndGqa) {
+  auto c = parse_config(R"({"model_type":"llama","vocab_size":100,"hidden_size":64,"intermediate_size":128,
+      "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":32})", "cfg");
+  EXPECT_EQ(c.llama.head_dim, 32);
+  EXPECT_EQ(c.llama.num_key_value_heads, 2);
+}
+
+TEST(Config, Llama3RopeScalingV4AndV5) {
+  const char* v4 = R"({"model_type":"llama","vocab_size":100,"hidden_size":64,"intermediate_size":128,
+      "num_hidden_layers":2,"num_attention_heads":4,"rope_theta":500000.0,
+      "rope_scaling":{"rope_type":"llama3","factor":32.0,"low_freq_factor":1.0,"high_freq_factor":4.0,
+                      "original_max_position_embeddings":8192}})";
+  const char* v5 = R"({"model_type":"llama","vocab_size":100,"hidden_size":64,"intermediate_size":128,
+      "num_hidden_layers":2,"num_attention_heads":4,
+      "rope_parameters":{"rope_type":"llama3","rope_theta":500000.0,"factor":32.0,"low_freq_factor":1.0,
+                         "high_freq_factor":4.0,"original_max_position_embeddings":8192}})";
+  for (const char* text : {v4, v5}) {
+    auto c = parse_config(text, "cfg");
+    EXPECT_EQ(c.llama.rope.rope_type, "llama3");
+    EXPECT_DOUBLE_EQ(c.llama.rope.rope_theta, 500000.0);
+    EXPECT_DOUBLE_EQ(c.llama.rope.factor, 32.0);
+    EXPECT_EQ(c.llama.rope.original_max_position_embeddings, 8192);
+  }
+  // v4 "type" spelling
+  auto c = parse_config(R"({"model_type":"llama","vocab_size":100,"hidden_size":64,"intermediate_size":128,
+      "num_hidden_layers":2,"num_attention_heads":4,"rope_scaling":{"type":"linear","factor":2.0}})", "cfg");
+  EXPECT_EQ(c.llama.rope.rope_type, "linear");
+}
+
+TEST(Config, MistralAndQwen2Windows) {
+  auto m = parse_config(R"({"model_type":"mistral","vocab_size":100,"hidden_size":64,"intermediate_size":128,
+      "num_hidden_layers":2,"num_attention_heads":4})", "cfg");
+  EXPECT_EQ(m.llama.window_for_layer(1).value(), 4096);
+  auto m2 = parse_config(R"({"model_type":"mistral","vocab_size":100,"hidden_size":64,"intermediate_size":128,
+      "num_hidden_layers":2,"num_attention_heads":4,"sliding_window":null})", "cfg");
+  EXPECT_FALSE(m2.llama.window_for_layer(1).has_value());
+  auto q = parse_config(R"({"model_type":"qwen2","vocab_size":100,"hidden_size":64,"intermediate_size":128,
+      "num_hidden_layers":4,"num_attention_heads":4,"use_sliding_window":true,"sliding_window":16,
+      "max_window_layers":2})", "cfg");
+  EXPECT_TRUE(q.llama.qkv_bias);
+  EXPECT_FALSE(q.llama.o_bias);
+  EXPECT_FALSE(q.llama.window_for_layer(1).has_value());
+  EXPECT_EQ(q.llama.window_for_layer(2).value(), 16);
+}
+
+TEST(Config, RoundTripThroughJson) {
+  auto c = parse_config(R"({"model_type":"qwen2","vocab_size":100,"hidden_size":64,"intermediate_size":128,
+      "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2})", "cfg");
+  auto back = parse_config(config_to_json(c), "cfg2");
+  EXPECT_EQ(back.llama.num_key_value_heads, 2);
+  EXPECT_EQ(back.llama.head_dim, 16);
+  EXPECT_TRUE(back.llama.qkv_bias);
+}
+
+TEST(Config, Errors) {
+  EXPECT_NE(error_of(R"({"model_type":"bert"})").find("gpt2, llama, mistral, qwen2"), std::string::npos);
+  EXPECT_NE(error_of(R"({"vocab_size":3})").find("model_type"), std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"gpt2","n_embd":64,"n_layer":2,"n_head":4})").find("'vocab_size'"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"gpt2","vocab_size":10,"n_embd":64,"n_layer":2,"n_head":5})")
+                .find("does not divide"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"llama","vocab_size":10,"hidden_size":64,"intermediate_size":8,
+      "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":3})").find("num_key_value_heads"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"gpt2","vocab_size":"x","n_embd":64,"n_layer":2,"n_head":4})")
+                .find("must be an integer"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"llama","vocab_size":10,"hidden_size":64,"intermediate_size":8,
+      "num_hidden_layers":2,"num_attention_heads":4,"rope_scaling":{"rope_type":"yarn","factor":2}})")
+                .find("unsupported rope_type 'yarn'"),
+            std::string::npos);
+  EXPECT_NE(error_of("{not json").find("not valid JSON"), std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"gpt2","vocab_size":10,"n_embd":64,"n_layer":2,"n_head":4,
+      "activation_function":"tanhx"})").find("unsupported activation_function"),
+            std::string::npos);
+}

@@ -1,0 +1,186 @@
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "actcap/error.h"
+#include "actcap/init_model.h"
+#include "actcap/model.h"
+#include "models/weights.h"
+
+using namespace actcap;
+
+namespace {
+
+std::unique_ptr<Model> tiny(const std::string& arch, uint64_t seed = 3) {
+  ModelConfig c = preset_config(arch, "tiny");
+  return Model::from_tensors(c, init_weights(weight_plan(c), seed, at::kFloat), arch + "-tiny");
+}
+
+Batch batch_of(const Model& m, std::vector<std::vector<int64_t>> seqs) {
+  return Batch::from_sequences(seqs, m.config().vocab_size(), m.config().max_positions());
+}
+
+class EveryArch : public ::testing::TestWithParam<std::string> {};
+
+}  // namespace
+
+TEST(Model, DemoPointsFollowHfNames) {
+  auto m = Model::load("demo");
+  auto names = m->point_names();
+  auto has = [&](const std::string& n) { return std::find(names.begin(), names.end(), n) != names.end(); };
+  EXPECT_EQ(names.size(), 88u);  // (4 layers x 10 modules + wte, wpe, ln_f, lm_head) x {output, input}
+  for (const char* n : {"transformer.wte", "transformer.wte:input", "transformer.h.3", "transformer.h.0.attn.c_attn",
+                        "transformer.h.2.mlp.act", "transformer.ln_f", "lm_head", "lm_head:input"})
+    EXPECT_TRUE(has(n)) << n;
+}
+
+TEST(Model, LlamaPointsFollowHfNames) {
+  auto m = tiny("llama");
+  auto names = m->point_names();
+  auto has = [&](const std::string& n) { return std::find(names.begin(), names.end(), n) != names.end(); };
+  for (const char* n : {"model.embed_tokens", "model.layers.0", "model.layers.3.input_layernorm",
+                        "model.layers.1.self_attn", "model.layers.1.self_attn.k_proj", "model.layers.2.self_attn.o_proj",
+                        "model.layers.0.post_attention_layernorm", "model.layers.0.mlp", "model.layers.0.mlp.gate_proj",
+                        "model.layers.0.mlp.up_proj", "model.layers.0.mlp.down_proj", "model.layers.0.mlp.act_fn",
+                        "model.norm", "lm_head"})
+    EXPECT_TRUE(has(n)) << n;
+  for (const PointInfo& p : m->points()) {
+    if (p.name == "model.layers.0.self_attn.k_proj") {
+      EXPECT_EQ(p.shape, std::vector<int64_t>{32});  // GQA: 2 kv heads x 16
+    }
+  }
+}
+
+TEST_P(EveryArch, PaddedBatchMatchesSequencesAlone) {
+  auto m = tiny(GetParam());
+  std::vector<std::vector<int64_t>> seqs = {{5, 9, 2, 7, 11, 3, 8, 1, 4, 6, 10, 12, 13}, {7, 3}, {1, 2, 3, 4, 5, 6, 7}};
+  auto logits = m->forward(batch_of(*m, seqs));
+  for (size_t b = 0; b < seqs.size(); ++b) {
+    auto alone = m->forward(batch_of(*m, {seqs[b]}));
+    auto padded = logits[b].slice(0, 0, seqs[b].size());
+    EXPECT_TRUE(at::allclose(padded, alone[0], 1e-5, 1e-5)) << "sequence " << b;
+  }
+}
+
+TEST_P(EveryArch, CausalEarlierPositionsIgnoreLaterTokens) {
+  auto m = tiny(GetParam());
+  auto a = m->forward(batch_of(*m, {{1, 2, 3, 4, 5, 6}}));
+  auto b = m->forward(batch_of(*m, {{1, 2, 3, 4, 99, 100}}));
+  EXPECT_TRUE(at::equal(a[0].slice(0, 0, 4), b[0].slice(0, 0, 4)));
+  EXPECT_FALSE(at::equal(a[0][4], b[0][4]));
+}
+
+TEST_P(EveryArch, HooksSeeConsistentValuesAndDoNotChangeLogits) {
+  auto m = tiny(GetParam());
+  Batch batch = batch_of(*m, {{3, 1, 4, 1, 5}, {9, 2}});
+  auto plain = m->forward(batch);
+  std::map<std::string, at::Tensor> seen;
+  auto h1 = m->register_forward_hook("**", [&](const HookContext& ctx, const at::Tensor& t) { seen[ctx.point] = t.clone(); });
+  auto h2 = m->register_forward_pre_hook("**", [&](const HookContext& ctx, const at::Tensor& t) {
+    EXPECT_TRUE(ctx.is_input);
+    seen[ctx.point] = t.clone();
+  });
+  auto hooked = m->forward(batch);
+  EXPECT_TRUE(at::equal(plain, hooked));  // observer effect: none
+  EXPECT_EQ(seen.size(), m->points().size());
+  EXPECT_TRUE(at::equal(seen.at("lm_head"), hooked));
+  const std::string layer = GetParam() == "gpt2" ? "transformer.h." : "model.layers.";
+  EXPECT_TRUE(at::equal(seen.at(layer + "0"), seen.at(layer + "1:input")));
+  h1.remove();
+  h2.remove();
+  EXPECT_EQ(m->hook_count(), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, EveryArch, ::testing::Values("gpt2", "llama", "mistral", "qwen2"));
+
+TEST(Model, CallIndexCountsEveryCallAndRemovalStopsHook) {
+  auto m = Model::load("demo");
+  Batch batch = batch_of(*m, {{1, 2, 3}});
+  std::vector<int64_t> calls, steps;
+  auto h = m->register_forward_hook("transformer.h.1", [&](const HookContext& ctx, const at::Tensor&) {
+    calls.push_back(ctx.call_index);
+    steps.push_back(ctx.step);
+  });
+  m->forward(batch);
+  m->forward(batch);
+  EXPECT_EQ(calls, (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(steps[1], steps[0] + 1);
+  EXPECT_TRUE(h.active());
+  h.remove();
+  EXPECT_FALSE(h.active());
+  m->forward(batch);
+  EXPECT_EQ(calls.size(), 2u);
+}
+
+TEST(Model, ThrowingHookNamesPointAndModelStaysUsable) {
+  auto m = Model::load("demo");
+  Batch batch = batch_of(*m, {{1, 2, 3}});
+  auto before = m->forward(batch);
+  auto h = m->register_forward_hook("transformer.h.2.mlp", [](const HookContext&, const at::Tensor&) {
+    throw std::runtime_error("boom");
+  });
+  try {
+    m->forward(batch);
+    FAIL() << "expected RunError";
+  } catch (const RunError& e) {
+    EXPECT_NE(std::string(e.what()).find("transformer.h.2.mlp"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("boom"), std::string::npos);
+  }
+  h.remove();
+  EXPECT_TRUE(at::equal(before, m->forward(batch)));
+}
+
+TEST(Model, PatternMatchingNothingListsNearestNames) {
+  auto m = Model::load("demo");
+  try {
+    m->register_forward_hook("transformer.h.1.mpl", [](const HookContext&, const at::Tensor&) {});
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("transformer.h.1.mlp"), std::string::npos);
+  }
+}
+
+TEST(Model, BadTokensAreInputErrors) {
+  auto m = Model::load("demo");
+  EXPECT_THROW(batch_of(*m, {{1, 257}}), InputError);
+  EXPECT_THROW(batch_of(*m, {{-1}}), InputError);
+  EXPECT_THROW(batch_of(*m, {{}}), InputError);
+  EXPECT_THROW(batch_of(*m, {std::vector<int64_t>(513, 1)}), InputError);
+}
+
+TEST(Model, TiedAndUntiedHeads) {
+  ModelConfig c = preset_config("llama", "tiny");
+  c.llama.tie_word_embeddings = true;
+  auto tensors = init_weights(weight_plan(c), 1, at::kFloat);
+  EXPECT_EQ(tensors.count("lm_head.weight"), 0u);
+  // Tied weight stored under lm_head.weight only (seen in some Llama 3.2 exports) still loads.
+  tensors["lm_head.weight"] = tensors.at("model.embed_tokens.weight");
+  tensors.erase("model.embed_tokens.weight");
+  auto m = Model::from_tensors(c, tensors, "tied");
+  auto logits = m->forward(batch_of(*m, {{1, 2}}));
+  EXPECT_EQ(logits.size(2), 512);
+}
+
+TEST(Model, ShapeMismatchNamesTensor) {
+  ModelConfig c = preset_config("gpt2", "tiny");
+  auto tensors = init_weights(weight_plan(c), 1, at::kFloat);
+  tensors["transformer.h.1.mlp.c_fc.weight"] = at::zeros({64, 100});
+  try {
+    Model::from_tensors(c, tensors, "ckpt");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("transformer.h.1.mlp.c_fc.weight"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("[64, 256]"), std::string::npos);
+  }
+}
+
+TEST(Model, HalfPrecisionWeightsAreUpcast) {
+  ModelConfig c = preset_config("qwen2", "tiny");
+  auto f32 = Model::from_tensors(c, init_weights(weight_plan(c), 4, at::kFloat), "f32");
+  auto bf16 = Model::from_tensors(c, init_weights(weight_plan(c), 4, at::kBFloat16), "bf16");
+  auto a = f32->forward(batch_of(*f32, {{1, 2, 3}}));
+  auto b = bf16->forward(batch_of(*bf16, {{1, 2, 3}}));
+  EXPECT_EQ(b.scalar_type(), at::kFloat);
+  EXPECT_TRUE(at::allclose(a, b, 0.05, 0.05));
+  EXPECT_FALSE(at::equal(a, b));
+}
