@@ -15,6 +15,7 @@ Command add_run(CLI::App& app) {
     std::string model = "demo", tokens, text, out;
     std::vector<std::string> capture;
     bool overwrite = false;
+    DeviceOptions dev;
   };
   auto o = std::make_shared<Opts>();
   sub->add_option("MODEL", o->model, "Checkpoint directory or 'demo'");
@@ -26,12 +27,14 @@ Command add_run(CLI::App& app) {
       ->expected(1, -1);
   sub->add_option("--out", o->out, "Output directory")->required();
   sub->add_flag("--overwrite", o->overwrite, "Replace actcap output already in --out");
+  add_device_options(sub, o->dev);
   return {sub, [o]() {
             if (o->tokens.empty() && o->text.empty()) throw InputError("give the input with --tokens or --text");
             auto model = Model::load(o->model);
             auto seqs = o->tokens.empty() ? tokenize_text(*model, o->text) : parse_token_lists(o->tokens);
             Batch batch = Batch::from_sequences(seqs, model->config().vocab_size(), model->config().max_positions());
             SafeCapturer capturer(*model, CaptureOptions{o->capture});
+            apply_devices(*model, o->dev, batch.size(), batch.max_len(), capturer.plan());
             prepare_output_dir(o->out, o->overwrite);
             capturer.run(batch);
             auto exported = export_run(o->out, capturer, batch, *model);

@@ -54,3 +54,66 @@ std::string shape_string(const std::vector<int64_t>& shape) {
 }
 
 }  // namespace actcap::cli
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace actcap::cli {
+
+void add_device_options(CLI::App* sub, DeviceOptions& o) {
+  sub->add_option("--devices", o.devices, "Devices: cpu:0,cpu:1,cuda:0 or a count N (= cpu:0..cpu:N-1)");
+  sub->add_option("--max-memory", o.max_memory, "Per-device budgets: cpu:0=300MiB,cpu:1=1GiB");
+  sub->add_option("--device-map", o.device_map, "auto | balanced | sequential | FILE.json (accelerate format)");
+  sub->add_flag("--no-verify-transfers", o.no_verify_transfers, "Skip checksumming inter-device copies");
+}
+
+DevicePlan plan_for(const Model& model, const DeviceOptions& o, int64_t batch, int64_t seq,
+                    const std::vector<PointInfo>& capture) {
+  PlanRequest req;
+  req.stages = model.stage_costs(batch, seq);
+  if (!o.devices.empty()) req.devices = parse_device_list(o.devices);
+  if (!o.max_memory.empty()) req.budgets = parse_max_memory(o.max_memory);
+  if (o.device_map == "auto" || o.device_map == "balanced" || o.device_map == "sequential") {
+    req.strategy = parse_strategy(o.device_map);
+    if (req.devices.empty()) req.devices = {DeviceId::cpu()};
+  } else {
+    std::ifstream in(o.device_map);
+    if (!in) throw InputError(concat("--device-map: cannot read ", o.device_map, " (expected auto, balanced, sequential or a JSON file)"));
+    try {
+      in >> req.explicit_map;
+    } catch (const nlohmann::json::exception& e) {
+      throw InputError(concat("--device-map ", o.device_map, ": not valid JSON (", e.what(), ")"));
+    }
+    if (!req.explicit_map.is_object())
+      throw InputError(concat("--device-map ", o.device_map, ": expected an object of module name -> device"));
+    req.strategy = PlanStrategy::kExplicit;
+  }
+  for (const auto& [dev, bytes] : req.budgets)
+    if (!req.devices.empty() && std::find(req.devices.begin(), req.devices.end(), dev) == req.devices.end())
+      throw InputError(concat("--max-memory names ", dev.str(), ", which is not in --devices"));
+  req.hidden_bytes = static_cast<uint64_t>(batch * seq * model.config().hidden_size()) * sizeof(float);
+  // Capture staging: each captured point costs its bytes per token on the device of its stage.
+  for (const PointInfo& p : capture) {
+    int64_t per_token = static_cast<int64_t>(c10::elementSize(p.dtype));
+    for (int64_t d : p.shape) per_token *= d;
+    const std::string module = p.name.substr(0, p.name.find(':'));
+    for (StageCost& s : req.stages)
+      for (const std::string& m : s.modules)
+        if (module == m || module.rfind(m + ".", 0) == 0) s.capture_bytes += per_token * batch * seq;
+  }
+  return plan_devices(req);
+}
+
+DevicePlan apply_devices(Model& model, const DeviceOptions& o, int64_t batch, int64_t seq,
+                         const std::vector<PointInfo>& capture) {
+  DevicePlan plan = plan_for(model, o, batch, seq, capture);
+  ExecutionOptions exec;
+  exec.stage_device = plan.stage_device;
+  for (const DeviceUsage& u : plan.usage)
+    if (u.budget) exec.budgets[u.device] = *u.budget;
+  exec.verify_transfers = !o.no_verify_transfers;
+  model.place(exec);
+  return plan;
+}
+
+}  // namespace actcap::cli

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "actcap/model.h"
+#include "actcap/planner.h"
 
 namespace actcap::cli {
 
@@ -20,6 +21,24 @@ struct Command {
 Command add_init_model(CLI::App& app);
 Command add_points(CLI::App& app);
 Command add_run(CLI::App& app);
+Command add_plan(CLI::App& app);
+Command add_doctor(CLI::App& app);
+
+// --devices, --max-memory, --device-map, --no-verify-transfers: every command that runs a model.
+struct DeviceOptions {
+  std::string devices;
+  std::string max_memory;
+  std::string device_map = "auto";
+  bool no_verify_transfers = false;
+};
+void add_device_options(CLI::App* sub, DeviceOptions& o);
+// Plans the device map for a batch x seq run capturing `capture` (per-point bytes count as
+// reserve on the device of the stage holding the point). Throws InputError when it does not fit.
+DevicePlan plan_for(const Model& model, const DeviceOptions& o, int64_t batch, int64_t seq,
+                    const std::vector<PointInfo>& capture);
+// plan_for + Model::place.
+DevicePlan apply_devices(Model& model, const DeviceOptions& o, int64_t batch, int64_t seq,
+                         const std::vector<PointInfo>& capture);
 
 // "1,2,3;4,5" -> {{1,2,3},{4,5}}; throws InputError naming the bad entry.
 std::vector<std::vector<int64_t>> parse_token_lists(const std::string& text);

@@ -23,6 +23,8 @@ int main(int argc, char** argv) {
       actcap::cli::add_init_model(app),
       actcap::cli::add_points(app),
       actcap::cli::add_run(app),
+      actcap::cli::add_plan(app),
+      actcap::cli::add_doctor(app),
   };
   try {
     app.parse(argc, argv);

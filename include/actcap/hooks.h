@@ -28,6 +28,12 @@ struct HookContext {
 //   Do not modify it.
 using HookFn = std::function<void(const HookContext& ctx, const at::Tensor& borrowed)>;
 
+// What the engine does when a hook returns still holding the borrowed tensor (its TensorImpl or a
+// view/detach() sharing its storage): the memory is reused by later layers, so the kept value
+// would silently change.
+enum class BareRefPolicy { kError, kWarn, kOff };
+BareRefPolicy parse_bare_ref_policy(const std::string& text);  // error | warn | off
+
 // Per-token description of a hook point: the tensor at the point has shape [batch, seq, ...shape].
 struct PointInfo {
   std::string name;

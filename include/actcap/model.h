@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "actcap/config.h"
+#include "actcap/executor.h"
+#include "actcap/planner.h"
 #include "actcap/hooks.h"
 
 namespace actcap {
@@ -74,9 +76,26 @@ class Model {
   // Number of hooks currently registered.
   size_t hook_count() const;
 
-  // Runs the model under c10::InferenceMode; returns logits [B, T, vocab] (float32).
+  // Runs the model under c10::InferenceMode; returns logits [B, T, vocab] (float32) on the last
+  // stage's device.
   at::Tensor forward(const Batch& batch);
+
+  // Places each stage on a device (weights move to accelerators; virtual CPU devices share host
+  // memory and only account for it). Throws InputError for a wrong stage count, RunError when the
+  // weights alone exceed a budget.
+  void place(const ExecutionOptions& options);
+  const ExecutionOptions& placement() const;
+  DeviceId stage_device(size_t stage) const;
+  // What the planner needs to know per stage for a batch x seq run.
+  std::vector<StageCost> stage_costs(int64_t batch, int64_t seq) const;
+  // HF module names each stage covers (GPT-2's embedding stage: transformer.wte and transformer.wpe).
+  std::vector<std::vector<std::string>> stage_modules() const;
+  std::vector<DeviceStats> device_stats() const;
+  const TransferStats& transfer_stats() const;
   int64_t steps() const { return steps_; }
+  // Bare-reference guard policy for hooks (default kError), see hooks.h.
+  void set_bare_ref_policy(BareRefPolicy p) { bare_ref_ = p; }
+  BareRefPolicy bare_ref_policy() const { return bare_ref_; }
 
   // Top-level modules in execution order (embeddings, blocks, final norm, lm_head): the units a
   // device map places.
@@ -93,6 +112,7 @@ class Model {
   std::vector<Module*> stages_;
   std::shared_ptr<HookRegistry> hooks_;
   int64_t steps_ = 0;
+  BareRefPolicy bare_ref_ = BareRefPolicy::kError;
 };
 
 }  // namespace actcap

@@ -99,11 +99,15 @@ std::vector<ExportedTensor> export_run(const std::string& dir, const SafeCapture
   json points = json::object();
   for (const PointInfo& p : capturer.plan())
     points[p.name] = {{"dtype", safetensors_dtype_name(p.dtype)}, {"shape", p.shape}};
+  json device_map = json::object();
+  const auto modules = model.stage_modules();
+  for (size_t i = 0; i < modules.size(); ++i)
+    for (const std::string& m : modules[i]) device_map[m] = model.stage_device(i).str();
   json manifest = {
       {"format", kFormatVersion},
       {"complete", true},
       {"model", {{"path", model.origin()}, {"model_type", model.config().model_type}, {"fingerprint", model.fingerprint()}}},
-      {"device_map", {{"", "cpu"}}},
+      {"device_map", device_map},
       {"points", points},
       {"rows", batch.tokens()},
       {"shards", json::array({{{"file", shard_name}, {"rows", batch.tokens()}, {"bytes", file->file_size()},

@@ -2,6 +2,7 @@
 #include <string>
 #include <vector>
 
+#include "actcap/error.h"
 #include "actcap/hooks.h"
 
 namespace actcap {
@@ -70,6 +71,13 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 }
 
 }  // namespace
+
+BareRefPolicy parse_bare_ref_policy(const std::string& text) {
+  if (text == "error") return BareRefPolicy::kError;
+  if (text == "warn") return BareRefPolicy::kWarn;
+  if (text == "off") return BareRefPolicy::kOff;
+  throw InputError(concat("--bare-ref: '", text, "' is not one of error, warn, off"));
+}
 
 bool match_point(const std::string& pattern, const std::string& name) {
   std::string p = pattern, n = name;

@@ -96,7 +96,7 @@ class Gpt2Block : public Module {
  protected:
   at::Tensor forward(const at::Tensor& x, ForwardState& st) override {
     auto h = x + attn_->call(ln_1_->call(x, st), st);
-    return h + mlp_->call(ln_2_->call(h, st), st);
+    return st.residual_add(h, mlp_->call(ln_2_->call(h, st), st));
   }
 
  private:

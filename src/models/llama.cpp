@@ -117,7 +117,7 @@ class LlamaLayer : public Module {
  protected:
   at::Tensor forward(const at::Tensor& x, ForwardState& st) override {
     auto h = x + attn_->call(in_norm_->call(x, st), st);
-    return h + mlp_->call(post_norm_->call(h, st), st);
+    return st.residual_add(h, mlp_->call(post_norm_->call(h, st), st));
   }
 
  private:

@@ -1,6 +1,8 @@
 #include "models/module.h"
 
 #include <algorithm>
+#include <iostream>
+#include <set>
 #include <limits>
 
 #include "actcap/error.h"
@@ -28,6 +30,32 @@ void Module::collect(std::vector<Module*>& out) {
   for (auto& c : children_) c->collect(out);
 }
 
+void Module::to_device(c10::Device device) {
+  for (auto& c : children_) c->to_device(device);
+}
+
+uint64_t Module::parameter_bytes() const {
+  uint64_t n = 0;
+  for (const auto& c : children_) n += c->parameter_bytes();
+  return n;
+}
+
+namespace {
+uint64_t nbytes(const at::Tensor& t) { return t.defined() ? t.numel() * t.element_size() : 0; }
+void move(at::Tensor& t, c10::Device d) {
+  if (t.defined() && t.device() != d) t = t.to(d);
+}
+}  // namespace
+
+void Linear::to_device(c10::Device d) { move(weight_, d), move(bias_, d); }
+uint64_t Linear::parameter_bytes() const { return nbytes(weight_) + nbytes(bias_); }
+void Embedding::to_device(c10::Device d) { move(weight_, d); }
+uint64_t Embedding::parameter_bytes() const { return nbytes(weight_); }
+void LayerNorm::to_device(c10::Device d) { move(weight_, d), move(bias_, d); }
+uint64_t LayerNorm::parameter_bytes() const { return nbytes(weight_) + nbytes(bias_); }
+void RMSNorm::to_device(c10::Device d) { move(weight_, d); }
+uint64_t RMSNorm::parameter_bytes() const { return nbytes(weight_); }
+
 ModuleHooks& Module::hooks() {
   if (!hooks_) hooks_ = std::make_shared<ModuleHooks>();
   return *hooks_;
@@ -38,8 +66,16 @@ void Module::drop_hooks_if_empty() {
 }
 
 namespace {
-void run_hooks(std::vector<HookEntry>& entries, const std::string& point, bool is_input,
-               const at::Tensor& t, const ForwardState& st) {
+
+[[noreturn]] void bare_ref_error(const std::string& point) {
+  throw RunError(concat("hook on point '", point,
+                        "' kept a reference to the borrowed tensor (the tensor itself, a view or a detach()); "
+                        "actcap reuses that memory for later layers, so the kept value would silently change. "
+                        "Copy inside the hook with t.clone() (or use SafeCapturer); --bare-ref=warn|off to override"));
+}
+
+void run_hooks(std::vector<HookEntry>& entries, const std::string& point, bool is_input, const at::Tensor& t,
+               const ForwardState& st) {
   // Iterate over a snapshot: a hook may remove itself or others while running.
   std::vector<std::pair<int64_t, HookFn>> snapshot;
   snapshot.reserve(entries.size());
@@ -48,6 +84,9 @@ void run_hooks(std::vector<HookEntry>& entries, const std::string& point, bool i
     auto live = std::find_if(entries.begin(), entries.end(), [id = id](const HookEntry& e) { return e.id == id; });
     if (live == entries.end()) continue;
     HookContext ctx{point, is_input, t.device(), live->calls++, st.step};
+    // Bare-reference guard: a hook that keeps the tensor or a view raises these use counts.
+    const size_t impl_uses = t.use_count();
+    const size_t storage_uses = t.has_storage() ? t.storage().use_count() : 0;
     try {
       fn(ctx, t);
     } catch (const Error&) {
@@ -55,8 +94,17 @@ void run_hooks(std::vector<HookEntry>& entries, const std::string& point, bool i
     } catch (const std::exception& err) {
       throw RunError(concat("hook on point '", point, "' threw: ", err.what()));
     }
+    if (st.bare_ref != BareRefPolicy::kOff &&
+        (t.use_count() > impl_uses || (t.has_storage() && t.storage().use_count() > storage_uses))) {
+      if (st.bare_ref == BareRefPolicy::kError) bare_ref_error(point);
+      static thread_local std::set<std::string> warned;
+      if (warned.insert(point).second)
+        std::cerr << "actcap: warning: hook on point '" << point
+                  << "' kept a reference to the borrowed tensor; its value will change when the memory is reused\n";
+    }
   }
 }
+
 }  // namespace
 
 at::Tensor Module::call_hooked(const at::Tensor& x, ForwardState& st) {

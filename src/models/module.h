@@ -20,10 +20,20 @@ struct ForwardState {
   int64_t batch = 0;
   int64_t seq = 0;
   int64_t step = 0;
+  BareRefPolicy bare_ref = BareRefPolicy::kError;
   at::Tensor positions;                       // [T] int64
   at::Tensor causal_bias;                     // [T, T] float32: 0 where visible, -inf where not
   std::map<int64_t, at::Tensor> window_bias;  // sliding-window variants, by window size
   at::Tensor rope_cos, rope_sin;              // [T, head_dim] (Llama family)
+  // Arena slot the running stage writes its output into (undefined: allocate). Set by the
+  // executor for each stage; blocks write their final residual sum here.
+  at::Tensor stage_out;
+
+  // a + b, into the arena slot when one is set (only the stage-level module may call this).
+  at::Tensor residual_add(const at::Tensor& a, const at::Tensor& b) {
+    if (!stage_out.defined()) return a + b;
+    return at::add_out(stage_out, a, b);
+  }
 
   // Additive attention bias for full causal attention or a sliding window.
   const at::Tensor& bias(std::optional<int64_t> window);
@@ -60,6 +70,10 @@ class Module {
 
   // This module and its descendants in execution order.
   void collect(std::vector<Module*>& out);
+  // Moves parameters to a physical device (no-op when already there).
+  virtual void to_device(c10::Device device);
+  // Bytes of the parameters this module and its descendants hold (tied weights counted where held).
+  virtual uint64_t parameter_bytes() const;
   ModuleHooks& hooks();           // creates the lists on first use
   void drop_hooks_if_empty();
 
@@ -91,6 +105,8 @@ class Linear : public Module {
   // weight [out, in] (PyTorch nn.Linear layout), bias [out] or undefined.
   Linear(const std::string& name, at::Tensor weight, at::Tensor bias);
   const at::Tensor& weight() const { return weight_; }
+  void to_device(c10::Device device) override;
+  uint64_t parameter_bytes() const override;
 
  protected:
   at::Tensor forward(const at::Tensor& x, ForwardState& st) override;
@@ -103,6 +119,8 @@ class Embedding : public Module {
  public:
   Embedding(const std::string& name, at::Tensor weight);
   const at::Tensor& weight() const { return weight_; }
+  void to_device(c10::Device device) override;
+  uint64_t parameter_bytes() const override;
 
  protected:
   at::Tensor forward(const at::Tensor& ids, ForwardState& st) override;
@@ -114,6 +132,8 @@ class Embedding : public Module {
 class LayerNorm : public Module {
  public:
   LayerNorm(const std::string& name, at::Tensor weight, at::Tensor bias, double eps);
+  void to_device(c10::Device device) override;
+  uint64_t parameter_bytes() const override;
 
  protected:
   at::Tensor forward(const at::Tensor& x, ForwardState& st) override;
@@ -126,6 +146,8 @@ class LayerNorm : public Module {
 class RMSNorm : public Module {
  public:
   RMSNorm(const std::string& name, at::Tensor weight, double eps);
+  void to_device(c10::Device device) override;
+  uint64_t parameter_bytes() const override;
 
  protected:
   at::Tensor forward(const at::Tensor& x, ForwardState& st) override;

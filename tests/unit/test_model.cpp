@@ -184,3 +184,39 @@ TEST(Model, HalfPrecisionWeightsAreUpcast) {
   EXPECT_TRUE(at::allclose(a, b, 0.05, 0.05));
   EXPECT_FALSE(at::equal(a, b));
 }
+
+TEST(BareRefGuard, KeptHandleViewOrDetachIsCaughtAndCloneIsNot) {
+  auto m = Model::load("demo");
+  Batch batch = batch_of(*m, {{1, 2, 3, 4}});
+  std::vector<std::function<at::Tensor(const at::Tensor&)>> keepers = {
+      [](const at::Tensor& t) { return t; },                    // the handle itself
+      [](const at::Tensor& t) { return t.slice(1, 0, 2); },     // a view
+      [](const at::Tensor& t) { return t.detach(); },           // detach() shares storage
+      [](const at::Tensor& t) { return t.to(t.device()); },     // .to(same device) is a no-op alias
+  };
+  for (size_t i = 0; i < keepers.size(); ++i) {
+    at::Tensor kept;
+    auto h = m->register_forward_hook("transformer.h.1", [&](const HookContext&, const at::Tensor& t) { kept = keepers[i](t); });
+    try {
+      m->forward(batch);
+      ADD_FAILURE() << "keeper " << i << " not caught";
+    } catch (const RunError& e) {
+      EXPECT_NE(std::string(e.what()).find("transformer.h.1"), std::string::npos);
+      EXPECT_NE(std::string(e.what()).find("clone()"), std::string::npos);
+    }
+    h.remove();
+    kept = at::Tensor();
+  }
+  at::Tensor copy;
+  auto h = m->register_forward_hook("transformer.h.1", [&](const HookContext&, const at::Tensor& t) { copy = t.clone(); });
+  EXPECT_NO_THROW(m->forward(batch));
+  h.remove();
+  // warn and off let the run finish
+  for (BareRefPolicy p : {BareRefPolicy::kWarn, BareRefPolicy::kOff}) {
+    m->set_bare_ref_policy(p);
+    at::Tensor kept;
+    auto h2 = m->register_forward_hook("transformer.h.1", [&](const HookContext&, const at::Tensor& t) { kept = t; });
+    EXPECT_NO_THROW(m->forward(batch));
+    h2.remove();
+  }
+}

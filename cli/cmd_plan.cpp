@@ -1,0 +1,47 @@
+// actcap plan: the device map and per-device memory table, without running anything.
+#include <iostream>
+
+#include "actcap/capture.h"
+#include "common.h"
+
+namespace actcap::cli {
+
+Command add_plan(CLI::App& app) {
+  auto* sub = app.add_subcommand("plan", "Show the device map and per-device memory for a run");
+  struct Opts {
+    std::string model = "demo";
+    DeviceOptions dev;
+    int64_t batch = 1, seq = 0;
+    std::vector<std::string> capture;
+    bool json = false;
+  };
+  auto o = std::make_shared<Opts>();
+  sub->add_option("MODEL", o->model, "Checkpoint directory or 'demo'");
+  add_device_options(sub, o->dev);
+  sub->add_option("--batch", o->batch, "Batch size the plan is for")->check(CLI::PositiveNumber);
+  sub->add_option("--seq", o->seq, "Sequence length the plan is for (default: the model's context)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--capture", o->capture, "Hook point patterns whose capture staging to reserve");
+  sub->add_flag("--json", o->json, "Machine-readable output");
+  return {sub, [o]() {
+            auto model = Model::load(o->model);
+            const int64_t seq = o->seq > 0 ? o->seq : model->config().max_positions();
+            std::vector<PointInfo> capture;
+            if (!o->capture.empty()) capture = SafeCapturer(*model, CaptureOptions{o->capture}).plan();
+            DevicePlan plan = plan_for(*model, o->dev, o->batch, seq, capture);
+            if (o->json) {
+              auto j = plan.to_json();
+              j["batch"] = o->batch;
+              j["seq"] = seq;
+              std::cout << j.dump(2) << "\n";
+              return 0;
+            }
+            auto mods = model->stage_modules();
+            for (size_t i = 0; i < mods.size(); ++i)
+              for (const std::string& m : mods[i]) std::cout << m << " -> " << plan.stage_device[i].str() << "\n";
+            std::cout << "\nfor batch " << o->batch << " x seq " << seq << ":\n" << plan.table();
+            return 0;
+          }};
+}
+
+}  // namespace actcap::cli

@@ -1,0 +1,70 @@
+// Execution across devices: each top-level stage runs on its planned device; at a device boundary
+// the hidden state is copied into the next device's arena and (by default) verified.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actcap/devices.h"
+
+namespace actcap {
+
+struct ExecutionOptions {
+  std::vector<DeviceId> stage_device;       // one per stage; empty = everything on `cpu`
+  std::map<DeviceId, uint64_t> budgets;     // enforced on weights + arena; absent = unlimited
+  bool verify_transfers = true;             // checksum both sides of every inter-device copy
+};
+
+struct DeviceStats {
+  DeviceId device;
+  uint64_t weight_bytes = 0;
+  uint64_t arena_bytes = 0;       // current arena reservation
+  uint64_t peak_bytes = 0;        // weights + largest arena reservation seen
+  int64_t slot_reuses = 0;        // times an arena slot was handed out again (memory reused)
+  int64_t transfers_in = 0;
+  uint64_t bytes_in = 0;
+};
+
+struct TransferStats {
+  int64_t transfers = 0;
+  int64_t verified = 0;
+  int64_t retried = 0;            // mismatches repaired by the host-staged retry
+  uint64_t bytes = 0;
+};
+
+// Test-only fault injection, read from ACTCAP_FAULT:
+//   transfer:SRC->DST:bitflip | zeros          corrupt every transfer of that ordered pair
+//   transfer:SRC->DST:bitflip-once | zeros-once corrupt only the first (the retry then succeeds)
+// Several faults may be separated by ';'. Throws InputError when the variable is malformed.
+struct TransferFault {
+  DeviceId src, dst;
+  enum class Kind { kBitflip, kZeros } kind;
+  bool once = false;
+  int64_t fired = 0;
+};
+std::vector<TransferFault> parse_faults(const std::string& text);
+
+}  // namespace actcap
+
+namespace actcap {
+
+// `actcap doctor`: copies test patterns of several sizes between every ordered pair of devices
+// and checks every byte arrived (the peer-to-peer probe behind "only with 3+ GPUs" reports).
+struct LinkResult {
+  uint64_t bytes = 0;
+  bool ok = false;
+  bool retried = false;  // first copy was damaged, the host-staged retry was intact
+  std::string detail;
+};
+struct LinkProbe {
+  DeviceId src, dst;
+  std::vector<LinkResult> results;
+  bool ok() const;
+};
+std::vector<LinkProbe> probe_links(const std::vector<DeviceId>& devices,
+                                   const std::vector<uint64_t>& sizes = {4096, 1 << 20, 16 << 20});
+
+}  // namespace actcap

@@ -1,0 +1,28 @@
+#include "dispatch/arena.h"
+
+namespace actcap {
+
+at::Tensor Arena::slot(Slot which, at::IntArrayRef shape) {
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  at::Tensor& buf = storage_[which];
+  if (!buf.defined() || buf.numel() < numel) {
+    buf = at::empty({numel}, at::TensorOptions().dtype(at::kFloat).device(device_.c10()));
+  } else {
+    ++reuses_;
+  }
+  return buf.narrow(0, 0, numel).view(shape);
+}
+
+uint64_t Arena::bytes() const {
+  uint64_t n = 0;
+  for (const auto& b : storage_)
+    if (b.defined()) n += b.numel() * sizeof(float);
+  return n;
+}
+
+const void* Arena::slot_data(Slot which) const {
+  return storage_[which].defined() ? storage_[which].data_ptr() : nullptr;
+}
+
+}  // namespace actcap

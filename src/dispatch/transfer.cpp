@@ -1,0 +1,106 @@
+#include "dispatch/transfer.h"
+
+#include <c10/core/DeviceGuard.h>
+
+#include <cstdlib>
+
+#include "actcap/error.h"
+#include "actcap/hash.h"
+
+namespace actcap {
+
+uint64_t device_fingerprint(const at::Tensor& t) {
+  if (t.device().is_cpu()) return tensor_xxh3(t);
+  c10::DeviceGuard guard(t.device());  // reduce on the tensor's own device, not the current one
+  auto flat = t.contiguous().view({-1});
+  auto bytes = flat.view(at::kByte).to(at::kLong);
+  auto weights = at::arange(bytes.numel(), bytes.options()).remainder_(65521).add_(1);
+  const int64_t plain = bytes.sum().item<int64_t>();
+  const int64_t weighted = bytes.mul(weights).sum().item<int64_t>();
+  return static_cast<uint64_t>(plain) * 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(weighted);
+}
+
+std::vector<TransferFault> parse_faults(const std::string& text) {
+  std::vector<TransferFault> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(';', start);
+    std::string item = text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    start = end == std::string::npos ? text.size() + 1 : end + 1;
+    if (item.empty()) continue;
+    const std::string prefix = "transfer:";
+    const size_t arrow = item.find("->");
+    const size_t kind_at = item.rfind(':');
+    if (item.rfind(prefix, 0) != 0 || arrow == std::string::npos || kind_at == std::string::npos || kind_at < arrow)
+      throw InputError(concat("ACTCAP_FAULT: '", item, "' is not transfer:SRC->DST:bitflip|zeros[-once]"));
+    TransferFault f;
+    f.src = parse_device(item.substr(prefix.size(), arrow - prefix.size()));
+    f.dst = parse_device(item.substr(arrow + 2, kind_at - arrow - 2));
+    std::string kind = item.substr(kind_at + 1);
+    if (kind.size() > 5 && kind.compare(kind.size() - 5, 5, "-once") == 0) {
+      f.once = true;
+      kind.resize(kind.size() - 5);
+    }
+    if (kind == "bitflip") f.kind = TransferFault::Kind::kBitflip;
+    else if (kind == "zeros") f.kind = TransferFault::Kind::kZeros;
+    else throw InputError(concat("ACTCAP_FAULT: unknown fault '", kind, "' (bitflip, zeros, bitflip-once, zeros-once)"));
+    out.push_back(f);
+  }
+  return out;
+}
+
+std::vector<TransferFault>& process_faults() {
+  static std::vector<TransferFault> faults = [] {
+    const char* env = std::getenv("ACTCAP_FAULT");
+    return env ? parse_faults(env) : std::vector<TransferFault>{};
+  }();
+  return faults;
+}
+
+namespace {
+
+// Simulates a broken link: damages the bytes that arrived.
+void inject(at::Tensor& dst, const DeviceId& from, const DeviceId& to, std::vector<TransferFault>& faults) {
+  for (TransferFault& f : faults) {
+    if (f.src != from || f.dst != to || (f.once && f.fired > 0)) continue;
+    ++f.fired;
+    if (dst.numel() == 0) continue;
+    if (f.kind == TransferFault::Kind::kZeros) {
+      dst.zero_();
+    } else {
+      auto bytes = dst.view({-1}).view(at::kByte);
+      const int64_t at_byte = bytes.numel() / 2;
+      bytes.narrow(0, at_byte, 1).bitwise_xor_(0x10);
+    }
+  }
+}
+
+}  // namespace
+
+void transfer(const TransferRequest& req, std::vector<TransferFault>& faults, TransferStats& stats) {
+  at::Tensor dst = req.dst;
+  dst.copy_(*req.src);
+  inject(dst, req.from, req.to, faults);
+  ++stats.transfers;
+  stats.bytes += req.src->numel() * req.src->element_size();
+  if (!req.verify) return;
+  ++stats.verified;
+  const uint64_t want = device_fingerprint(*req.src);
+  uint64_t got = device_fingerprint(dst);
+  if (got == want) return;
+  // Retry once through host memory, bypassing the direct device-to-device path.
+  at::Tensor host = req.src->to(at::kCPU);
+  dst.copy_(host);
+  inject(dst, req.from, req.to, faults);
+  got = device_fingerprint(dst);
+  if (got == want) {
+    ++stats.retried;
+    return;
+  }
+  throw RunError(concat("transfer of the hidden state into ", req.into, " from ", req.from.str(), " to ",
+                        req.to.str(), " arrived corrupted (checksum ", hex64(got), ", expected ", hex64(want),
+                        ") even after a retry through host memory; check the link with `actcap doctor --devices ",
+                        req.from.str(), ",", req.to.str(), "`"));
+}
+
+}  // namespace actcap
