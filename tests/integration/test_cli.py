@@ -1,0 +1,294 @@
+"""CLI-level tests of actcap on bad input.
+
+Every bad input must give exit code 2 and exactly one line on stderr that starts with
+`actcap: error: ` and names the offending file / tensor / field / flag, with no crash output
+(no "terminate called", no C++ or Python trace). Broken checkpoints are built in Python from a
+valid `actcap init-model` tiny GPT-2. A few happy-path checks close the file.
+"""
+import json
+import os
+
+import pytest
+
+import actcap_helpers as H
+import st
+
+pytestmark = pytest.mark.usefixtures("actcap_bin")
+
+TENSOR = "transformer.h.1.mlp.c_fc.weight"   # a tensor every tiny GPT-2 has
+ST_FILE = "model.safetensors"
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------------------------
+
+def assert_input_error(proc, *needles, any_of=(), out_dir=None):
+    """Exit 2, one `actcap: error: ` line on stderr containing every needle and one of any_of."""
+    err = proc.stderr
+    ctx = f"\nexit {proc.returncode}\nstdout:\n{proc.stdout[-2000:]}\nstderr:\n{err[-4000:]}"
+    for bad in H.CRASH_MARKERS:
+        assert bad not in err, f"crash output {bad!r} on stderr" + ctx
+    assert proc.returncode == 2, "expected exit code 2 (bad input)" + ctx
+    lines = err.rstrip("\n").split("\n")
+    assert len(lines) == 1 and lines[0], "stderr must be exactly one line" + ctx
+    line = lines[0]
+    assert line.startswith("actcap: error: "), "stderr must start with 'actcap: error: '" + ctx
+    for n in needles:
+        assert str(n) in line, f"error message does not mention {n!r}" + ctx
+    if any_of:
+        assert any(str(n) in line for n in any_of), f"error message names none of {list(any_of)[:12]}" + ctx
+    if out_dir is not None and os.path.exists(os.path.join(out_dir, "manifest.json")):
+        with open(os.path.join(out_dir, "manifest.json")) as f:
+            assert json.load(f).get("complete") is not True, "failed run left a complete manifest"
+    return line
+
+
+def run_cmd(model_dir, out_dir, tokens="1,2,3", capture=("**",), extra=()):
+    return H.actcap("run", model_dir, "--tokens", tokens, "--capture", *capture, "--out", out_dir, *extra)
+
+
+def st_path(model_dir):
+    return os.path.join(model_dir, ST_FILE)
+
+
+def entries_by_offset(header):
+    return sorted((k for k in header if k != "__metadata__"), key=lambda k: header[k]["data_offsets"][0])
+
+
+def short(name):
+    """Tensor name without the optional GPT-2 `transformer.` prefix (either form may be printed)."""
+    return name[len("transformer."):] if name.startswith("transformer.") else name
+
+
+# ---------------------------------------------------------------------------------------------
+# malformed safetensors
+# ---------------------------------------------------------------------------------------------
+
+def test_truncated_safetensors(model, tmp_path):
+    p = st_path(model)
+    blob = open(p, "rb").read()
+    open(p, "wb").write(blob[: len(blob) // 2])
+    assert_input_error(run_cmd(model, tmp_path / "out"), ST_FILE, out_dir=tmp_path / "out")
+
+
+def test_header_length_past_end_of_file(model, tmp_path):
+    p = st_path(model)
+    header, data = st.read_raw(p)
+    size = os.path.getsize(p)
+    st.write_raw(p, header, data, header_len=size + 1000)
+    assert_input_error(run_cmd(model, tmp_path / "out"), ST_FILE)
+
+
+def test_header_length_huge(model, tmp_path):
+    p = st_path(model)
+    header, data = st.read_raw(p)
+    st.write_raw(p, header, data, header_len=2 ** 63 + 5)
+    assert_input_error(run_cmd(model, tmp_path / "out"), ST_FILE)
+
+
+@pytest.mark.parametrize("junk", [b"this is not json at all!", b'{"a": {"dtype": "F32", "shape": [1],   '],
+                         ids=["garbage", "unterminated-object"])
+def test_header_not_json(model, tmp_path, junk):
+    p = st_path(model)
+    _, data = st.read_raw(p)
+    st.write_raw(p, None, data, header_bytes=junk)
+    assert_input_error(run_cmd(model, tmp_path / "out"), ST_FILE)
+
+
+def test_unknown_dtype(model, tmp_path):
+    p = st_path(model)
+    header, data = st.read_raw(p)
+    assert header[TENSOR]["dtype"] == "F32"
+    header[TENSOR]["dtype"] = "F33"          # same length: offsets stay valid
+    st.write_raw(p, header, data)
+    assert_input_error(run_cmd(model, tmp_path / "out"), "F33", any_of=[TENSOR, short(TENSOR)])
+
+
+def test_shape_does_not_match_byte_count(model, tmp_path):
+    p = st_path(model)
+    header, data = st.read_raw(p)
+    header[TENSOR]["shape"][-1] += 1
+    st.write_raw(p, header, data)
+    assert_input_error(run_cmd(model, tmp_path / "out"), any_of=[TENSOR, short(TENSOR)])
+
+
+def test_offsets_outside_data(model, tmp_path):
+    p = st_path(model)
+    header, data = st.read_raw(p)
+    last = entries_by_offset(header)[-1]
+    b, e = header[last]["data_offsets"]
+    header[last]["data_offsets"] = [b + 64, e + 64]   # same size, ends 64 bytes past the data
+    st.write_raw(p, header, data)
+    assert_input_error(run_cmd(model, tmp_path / "out"), any_of=[last, short(last)])
+
+
+def test_overlapping_offsets(model, tmp_path):
+    p = st_path(model)
+    header, data = st.read_raw(p)
+    order = entries_by_offset(header)
+    prev, last = order[-2], order[-1]
+    b, e = header[last]["data_offsets"]
+    header[last]["data_offsets"] = [b - 4, e - 4]     # overlaps `prev` by 4 bytes
+    st.write_raw(p, header, data[:-4])                # and the data section stays fully covered
+    assert_input_error(run_cmd(model, tmp_path / "out"),
+                       any_of=[prev, short(prev), last, short(last)])
+
+
+# ---------------------------------------------------------------------------------------------
+# checkpoint vs config
+# ---------------------------------------------------------------------------------------------
+
+def test_missing_tensor(model, tmp_path):
+    w = st.load_checkpoint(str(model))
+    del w[TENSOR]
+    st.save(st_path(model), w, metadata={"format": "pt"})
+    assert_input_error(run_cmd(model, tmp_path / "out"), short(TENSOR))
+
+
+def test_tensor_shape_does_not_match_config(model, tmp_path):
+    cfg = H.load_config(model)
+    cfg["n_embd"] = cfg["n_embd"] * 2              # n_head still divides it
+    H.save_config(model, cfg)
+    names = list(st.load_checkpoint(str(model)))
+    assert_input_error(run_cmd(model, tmp_path / "out"), any_of=names + [short(n) for n in names])
+
+
+def test_unknown_model_type(model, tmp_path):
+    cfg = H.load_config(model)
+    cfg["model_type"] = "bert"
+    H.save_config(model, cfg)
+    assert_input_error(run_cmd(model, tmp_path / "out"), "bert", "gpt2", "llama", "mistral", "qwen2")
+
+
+def test_missing_config_field_without_default(model, tmp_path):
+    cfg = H.load_config(model)
+    del cfg["vocab_size"]
+    H.save_config(model, cfg)
+    assert_input_error(run_cmd(model, tmp_path / "out"), "vocab_size")
+
+
+def test_heads_do_not_divide_width(model, tmp_path):
+    cfg = H.load_config(model)
+    width = cfg["n_embd"]
+    heads = 5 if width % 5 else next(h for h in range(3, width) if width % h)
+    cfg["n_head"] = heads
+    H.save_config(model, cfg)
+    assert_input_error(run_cmd(model, tmp_path / "out"), any_of=["n_head", "n_embd"])
+
+
+def test_config_not_json(model, tmp_path):
+    with open(os.path.join(model, "config.json"), "w") as f:
+        f.write("{ not json")
+    assert_input_error(run_cmd(model, tmp_path / "out"), "config.json")
+
+
+def test_missing_config(model, tmp_path):
+    os.remove(os.path.join(model, "config.json"))
+    assert_input_error(run_cmd(model, tmp_path / "out"), "config.json")
+
+
+def test_missing_model_dir(tmp_path):
+    missing = tmp_path / "no-such-model"
+    assert_input_error(run_cmd(missing, tmp_path / "out"), "no-such-model")
+
+
+def test_pickle_only_checkpoint(model, tmp_path):
+    os.remove(st_path(model))
+    # a tiny valid pickle (protocol 2, the dict {}) standing in for torch.save output
+    with open(os.path.join(model, "pytorch_model.bin"), "wb") as f:
+        f.write(b"\x80\x02}q\x00.")
+    line = assert_input_error(run_cmd(model, tmp_path / "out"))
+    assert "safetensors" in line.lower(), line
+
+
+def test_index_names_missing_shard(model, tmp_path):
+    w = st.load_checkpoint(str(model))
+    os.remove(st_path(model))
+    st.save_sharded(str(model), w, n_shards=2)
+    os.remove(os.path.join(model, "model-00002-of-00002.safetensors"))
+    assert_input_error(run_cmd(model, tmp_path / "out"), "model-00002-of-00002.safetensors")
+
+
+# ---------------------------------------------------------------------------------------------
+# bad requests
+# ---------------------------------------------------------------------------------------------
+
+def test_token_id_outside_vocabulary(tiny_gpt2, tmp_path):
+    vocab = H.load_config(tiny_gpt2)["vocab_size"]
+    bad = 99999 if vocab <= 99999 else vocab + 1
+    assert_input_error(run_cmd(tiny_gpt2, tmp_path / "out", tokens=f"1,{bad}"), str(bad), str(vocab),
+                       out_dir=tmp_path / "out")
+
+
+def test_token_not_a_number(tiny_gpt2, tmp_path):
+    assert_input_error(run_cmd(tiny_gpt2, tmp_path / "out", tokens="1,abc,3"), "abc")
+
+
+def test_unknown_flag(tiny_gpt2, tmp_path):
+    assert_input_error(run_cmd(tiny_gpt2, tmp_path / "out", extra=["--bogus"]), "--bogus")
+
+
+def test_unknown_flag_points(tiny_gpt2):
+    assert_input_error(H.actcap("points", tiny_gpt2, "--bogus"), "--bogus")
+
+
+def test_init_model_unknown_arch(actcap_bin, tmp_path):
+    proc = H.actcap("init-model", "--arch", "bert", "--preset", "tiny", "--seed", "0", "--out", tmp_path / "m")
+    assert_input_error(proc, "bert")
+
+
+def test_capture_pattern_matching_nothing(tiny_gpt2, tmp_path):
+    line = assert_input_error(run_cmd(tiny_gpt2, tmp_path / "out", capture=["transformer.h.0.atn"]),
+                              "transformer.h.0.atn")
+    # the nearest real names are suggested
+    assert "transformer.h.0.attn" in line, line
+
+
+def test_out_dir_not_empty_without_overwrite(tiny_gpt2, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("precious")
+    assert_input_error(run_cmd(tiny_gpt2, out), any_of=[str(out), "--out", "--overwrite"])
+    assert (out / "keep.txt").read_text() == "precious", "refused run must not touch the directory"
+    ok = run_cmd(tiny_gpt2, out, extra=["--overwrite"])
+    assert ok.returncode == 0, ok.stderr
+    with open(out / "manifest.json") as f:
+        assert json.load(f)["complete"] is True
+
+
+# ---------------------------------------------------------------------------------------------
+# happy paths
+# ---------------------------------------------------------------------------------------------
+
+def test_points_demo():
+    proc = H.actcap("points", "demo")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip(), "points printed nothing"
+
+
+def test_points_demo_json():
+    proc = H.actcap("points", "demo", "--json")
+    assert proc.returncode == 0, proc.stderr
+    pts = json.loads(proc.stdout)["points"]
+    assert pts and all({"name", "shape", "dtype"} <= set(p) for p in pts)
+    assert all(p["dtype"] in ("F32", "I64") for p in pts)
+
+
+def test_run_demo_text(tmp_path):
+    out = tmp_path / "out"
+    proc = H.actcap("run", "demo", "--text", "hi", "--capture", "**", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    manifest, tensors, meta = H.read_capture(out)
+    assert manifest["format"] == "actcap/1" and manifest["complete"] is True
+    rows = manifest["shards"][0]["rows"]
+    assert rows >= 1
+    assert tensors[H.ROWS_SEQ].shape == (rows,) and tensors[H.ROWS_POS].shape == (rows,)
+    assert set(manifest["points"]) == set(tensors) - {H.ROWS_SEQ, H.ROWS_POS}
+
+
+def test_run_valid_model_clean_stderr(tiny_gpt2, tmp_path):
+    proc = run_cmd(tiny_gpt2, tmp_path / "out", tokens="1,2,3;4")
+    assert proc.returncode == 0, proc.stderr
+    for bad in H.CRASH_MARKERS:
+        assert bad not in proc.stderr

@@ -1,0 +1,129 @@
+"""CLI behaviour of the device options: plan, split runs, budgets, explicit maps, faults, doctor."""
+import json
+import os
+import subprocess
+
+import pytest
+
+ACTCAP = os.environ.get("ACTCAP", os.path.join(os.path.dirname(__file__), "..", "..", "build", "actcap"))
+
+
+def run(*args, env=None, check=None):
+    e = dict(os.environ)
+    e.update(env or {})
+    p = subprocess.run([ACTCAP, *map(str, args)], capture_output=True, text=True, timeout=300, env=e)
+    if check is not None:
+        assert p.returncode == check, p.stderr + p.stdout
+    return p
+
+
+def one_error_line(p):
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("actcap: error: "), p.stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    d = tmp_path_factory.mktemp("llama")
+    run("init-model", "--arch", "llama", "--preset", "tiny", "--seed", "5", "--out", d, check=0)
+    return d
+
+
+def test_plan_json_has_accelerate_map_and_table(llama):
+    p = run("plan", llama, "--devices", "cpu:0,cpu:1,cpu:2", "--batch", "2", "--seq", "16", "--json", check=0)
+    j = json.loads(p.stdout)
+    dm = j["device_map"]
+    assert dm["model.embed_tokens"] == "cpu:0" and dm["lm_head"] == "cpu:2"
+    assert {f"model.layers.{i}" for i in range(4)} <= set(dm)
+    assert set(dm.values()) == {"cpu:0", "cpu:1", "cpu:2"}
+    assert [d["device"] for d in j["devices"]] == ["cpu:0", "cpu:1", "cpu:2"]
+    for d in j["devices"]:
+        assert d["total"] == d["weights"] + d["workspace"] + d["reserve"]
+
+
+def test_split_run_files_identical_to_single_device(llama, tmp_path):
+    outs = []
+    for devices in ["cpu", "3", "cpu:0,cpu:1,cpu:2,cpu:3"]:
+        out = tmp_path / devices.replace(",", "_").replace(":", "")
+        run("run", llama, "--tokens", "1,2,3,4,5,6;7,8", "--capture", "**", "**:input", "--devices", devices,
+            "--out", out, check=0)
+        outs.append(out)
+    shards = [open(o / "shard-00000.safetensors", "rb").read() for o in outs]
+    assert shards[0] == shards[1] == shards[2]
+    manifest = json.loads(open(outs[1] / "manifest.json").read())
+    assert manifest["device_map"]["model.layers.3"] in {"cpu:1", "cpu:2"}
+
+
+def test_impossible_budget_is_exit_2_with_per_device_needs(llama, tmp_path):
+    p = run("run", llama, "--tokens", "1,2,3", "--capture", "lm_head", "--devices", "2",
+            "--max-memory", "cpu:0=10KiB,cpu:1=10KiB", "--out", tmp_path / "o")
+    assert p.returncode == 2
+    line = one_error_line(p)
+    assert "does not fit" in line and "cpu:0" in line and "cpu:1" in line
+    assert not (tmp_path / "o" / "manifest.json").exists()
+
+
+@pytest.mark.parametrize("mapping,needle", [
+    ({"model.embed_tokens": "cpu:0", "model.layers": "cpu:1", "model.norm": "cpu:1", "lm_head": "cpu:1",
+      "model.bogus": "cpu:0"}, "model.bogus"),
+    ({"model.embed_tokens": "cpu:0", "model.layers": "cpu:1", "lm_head": "cpu:1"}, "model.norm"),
+    ({"": "cpu:0", "model.layers.1.mlp": "cpu:1"}, "model.layers.1.mlp"),
+    ({"": "cpu:7"}, "cpu:7"),
+])
+def test_bad_explicit_maps_are_exit_2_naming_them(llama, tmp_path, mapping, needle):
+    f = tmp_path / "map.json"
+    f.write_text(json.dumps(mapping))
+    p = run("plan", llama, "--devices", "cpu:0,cpu:1", "--device-map", f)
+    assert p.returncode == 2
+    assert needle in one_error_line(p)
+
+
+def test_scrambled_explicit_map_runs(llama, tmp_path):
+    f = tmp_path / "map.json"
+    f.write_text(json.dumps({"model.embed_tokens": "cpu:2", "model.layers.0": "cpu:0", "model.layers.1": "cpu:2",
+                             "model.layers.2": "cpu:1", "model.layers.3": "cpu:0", "model.norm": "cpu:1",
+                             "lm_head": "cpu:2"}))
+    ref = tmp_path / "ref"
+    out = tmp_path / "out"
+    run("run", llama, "--tokens", "9,8,7,6", "--capture", "**", "--out", ref, check=0)
+    run("run", llama, "--tokens", "9,8,7,6", "--capture", "**", "--device-map", f, "--out", out, check=0)
+    assert open(ref / "shard-00000.safetensors", "rb").read() == open(out / "shard-00000.safetensors", "rb").read()
+
+
+def test_injected_transfer_fault_is_exit_1_naming_pair(llama, tmp_path):
+    p = run("run", llama, "--tokens", "1,2,3", "--capture", "model.layers.*", "--devices", "3", "--out",
+            tmp_path / "o", env={"ACTCAP_FAULT": "transfer:cpu:1->cpu:2:bitflip"})
+    assert p.returncode == 1
+    line = one_error_line(p)
+    assert "cpu:1" in line and "cpu:2" in line
+    assert not (tmp_path / "o" / "manifest.json").exists()
+    # Skipping verification lets the damage through silently: that is what the check is for.
+    ref = run("run", llama, "--tokens", "1,2,3", "--capture", "lm_head", "--out", tmp_path / "r", check=0)
+    bad = run("run", llama, "--tokens", "1,2,3", "--capture", "lm_head", "--devices", "3", "--no-verify-transfers",
+              "--out", tmp_path / "b", env={"ACTCAP_FAULT": "transfer:cpu:1->cpu:2:bitflip"}, check=0)
+    assert open(tmp_path / "r" / "shard-00000.safetensors", "rb").read() != \
+        open(tmp_path / "b" / "shard-00000.safetensors", "rb").read()
+
+
+def test_doctor(tmp_path):
+    ok = run("doctor", "--devices", "3", "--json", check=0)
+    assert json.loads(ok.stdout)["ok"] is True
+    bad = run("doctor", "--devices", "cpu:0,cpu:1,cpu:2", "--json",
+              env={"ACTCAP_FAULT": "transfer:cpu:2->cpu:1:zeros"})
+    assert bad.returncode == 1
+    links = {(l["src"], l["dst"]): l["ok"] for l in json.loads(bad.stdout)["links"]}
+    assert links[("cpu:2", "cpu:1")] is False
+    assert sum(not v for v in links.values()) == 1
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--devices", "cpu:0,cpu:0"], "cpu:0"),
+    (["--devices", "gpu:1"], "gpu:1"),
+    (["--max-memory", "cpu:0=12XB", "--devices", "2"], "12XB"),
+    (["--device-map", "/nonexistent.json"], "/nonexistent.json"),
+])
+def test_bad_device_options_are_exit_2(args, needle):
+    p = run("plan", "demo", *args)
+    assert p.returncode == 2
+    assert needle in one_error_line(p)

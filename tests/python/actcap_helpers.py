@@ -1,0 +1,117 @@
+"""Shared helpers for the CLI-level tests: invoking the binary, reading its output, comparing."""
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+import st
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_BINARY = REPO / "build" / "actcap"
+TOL = 1e-5  # max abs diff allowed between actcap and the reference, every point
+ROWS_SEQ = "__rows__.seq"
+ROWS_POS = "__rows__.pos"
+
+# Text that must never appear on stderr: uncaught C++ exceptions, LibTorch traces, Python traces.
+CRASH_MARKERS = ("terminate called", "what():", "Traceback", "Exception raised from", "frame #",
+                 "Aborted", "Segmentation fault", "core dumped")
+
+
+def binary_path():
+    return os.environ.get("ACTCAP") or str(DEFAULT_BINARY)
+
+
+def actcap(*args, timeout=120, check=False):
+    """Runs the binary; returns CompletedProcess (text mode). check=True asserts exit code 0."""
+    proc = subprocess.run([binary_path(), *[str(a) for a in args]], capture_output=True, text=True,
+                          timeout=timeout)
+    if check:
+        assert proc.returncode == 0, (
+            f"actcap {' '.join(map(str, args))} exited {proc.returncode}\n"
+            f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def init_model(out, arch, preset="tiny", seed=0, dtype=None, tie=None):
+    args = ["init-model", "--arch", arch, "--preset", preset, "--seed", seed]
+    if dtype is not None:
+        args += ["--dtype", dtype]
+    if tie is not None:
+        args += ["--tie-word-embeddings", "true" if tie else "false"]
+    args += ["--out", out]
+    actcap(*args, check=True)
+    return Path(out)
+
+
+def tokens_arg(seqs):
+    return ";".join(",".join(str(int(t)) for t in s) for s in seqs)
+
+
+def run_capture(model, out, seqs, capture=("**", "**:input"), extra=()):
+    actcap("run", model, "--tokens", tokens_arg(seqs), "--capture", *capture, "--out", out, *extra,
+           check=True)
+    return read_capture(out)
+
+
+def read_capture(out):
+    """Returns (manifest dict, tensors dict name -> np.ndarray, shard metadata dict)."""
+    out = Path(out)
+    with open(out / "manifest.json") as f:
+        manifest = json.load(f)
+    assert len(manifest.get("shards", [])) == 1, f"expected one shard: {manifest.get('shards')}"
+    shard = manifest["shards"][0]["file"]
+    tensors, meta = st.load(str(out / shard))
+    return manifest, tensors, meta
+
+
+def load_config(model_dir):
+    with open(Path(model_dir) / "config.json") as f:
+        return json.load(f)
+
+
+def save_config(model_dir, cfg):
+    with open(Path(model_dir) / "config.json", "w") as f:
+        json.dump(cfg, f, indent=2)
+
+
+def copy_model(src, dst):
+    shutil.copytree(src, dst)
+    return Path(dst)
+
+
+def random_tokens(vocab_size, lengths, seed=0):
+    rng = np.random.default_rng(seed)
+    return [[int(t) for t in rng.integers(0, vocab_size, size=n)] for n in lengths]
+
+
+def compare_points(ref, got, tol=TOL, label=""):
+    """ref/got: name -> array. Returns a list of failure strings (empty when everything matches)."""
+    failures = []
+    for name, r in ref.items():
+        if name not in got:
+            failures.append(f"{label}{name}: missing from actcap output")
+            continue
+        g = got[name]
+        if tuple(g.shape) != tuple(r.shape):
+            failures.append(f"{label}{name}: shape {tuple(g.shape)} != reference {tuple(r.shape)}")
+            continue
+        if r.dtype == np.int64:
+            if g.dtype != np.int64 or not np.array_equal(g, r):
+                failures.append(f"{label}{name}: int64 ids differ (actcap dtype {g.dtype})")
+            continue
+        if g.dtype != np.float32:
+            failures.append(f"{label}{name}: dtype {g.dtype}, expected float32")
+            continue
+        if r.size == 0:
+            continue
+        if not np.all(np.isfinite(g)):
+            failures.append(f"{label}{name}: non-finite values")
+            continue
+        d = float(np.max(np.abs(g.astype(np.float64) - r.astype(np.float64))))
+        if d > tol:
+            failures.append(f"{label}{name}: max abs diff {d:.3e} > {tol:g} "
+                            f"(|ref| max {float(np.max(np.abs(r))):.3g})")
+    return failures

@@ -1,0 +1,49 @@
+"""Fixtures for the actcap Python tests.
+
+The binary is $ACTCAP (default <repo>/build/actcap). If $ACTCAP is set but missing, tests that need
+the binary fail; if it is unset and the default build is missing, they are skipped (the reference
+self-tests in test_reference.py still run).
+"""
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import actcap_helpers as H  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def actcap_bin():
+    path = H.binary_path()
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        if os.environ.get("ACTCAP"):
+            pytest.fail(f"$ACTCAP={path} is not an executable file")
+        pytest.skip(f"actcap binary not built ({path}); set $ACTCAP")
+    return path
+
+
+@pytest.fixture(scope="session")
+def models(actcap_bin, tmp_path_factory):
+    """models(arch, dtype=None, tie=None, seed=0) -> Path of a cached `actcap init-model` tiny
+    checkpoint. Treat it as read-only: copy it (H.copy_model) before rewriting it."""
+    root = tmp_path_factory.mktemp("models")
+    cache = {}
+
+    def get(arch, dtype=None, tie=None, seed=0, preset="tiny"):
+        if tie is not None:
+            # reuse the default checkpoint when --tie-word-embeddings asks for the arch default
+            plain = get(arch, dtype=dtype, seed=seed, preset=preset)
+            cfg = H.load_config(plain)
+            default_tie = cfg.get("tie_word_embeddings", arch == "gpt2")
+            if default_tie == tie:
+                return plain
+        key = (arch, dtype, tie, seed, preset)
+        if key not in cache:
+            name = "-".join(str(k) for k in key)
+            cache[key] = H.init_model(root / name, arch, preset=preset, seed=seed, dtype=dtype, tie=tie)
+        return cache[key]
+
+    return get

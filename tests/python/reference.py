@@ -1,0 +1,532 @@
+"""Independent float32 reference forward for the actcap parity tests.
+
+Written from the semantics of Hugging Face transformers' modeling_gpt2.py, modeling_llama.py,
+modeling_mistral.py and modeling_qwen2.py (eager attention, no padding, no cache, eval mode), using
+only torch + numpy + the minimal safetensors reader in st.py.
+
+    run(ckpt_dir, [[1, 2, 3], [4, 5]]) -> [ {point: np.ndarray [T, ...features]}, ... ]
+
+Each sequence is run ALONE (batch of one, positions 0..T-1, no padding). For every hook point the
+dict holds the module's output under NAME and its first positional input under NAME + ":input".
+Values are float32 except the token / position ids fed to the embeddings (int64).
+
+Hook points (N = layer index):
+  gpt2:  transformer.wte, transformer.wpe, transformer.h.N, .ln_1, .attn, .attn.c_attn,
+         .attn.c_proj, .ln_2, .mlp, .mlp.c_fc, .mlp.act, .mlp.c_proj, transformer.ln_f, lm_head
+  llama/mistral/qwen2: model.embed_tokens, model.layers.N, .input_layernorm, .self_attn,
+         .self_attn.{q,k,v,o}_proj, .post_attention_layernorm, .mlp, .mlp.{gate,up,down}_proj,
+         .mlp.act_fn, model.norm, lm_head
+"""
+import json
+import math
+import os
+from collections import OrderedDict
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import st
+
+ARCHS = ("gpt2", "llama", "mistral", "qwen2")
+
+
+class ReferenceError(ValueError):
+    pass
+
+
+# ---------------------------------------------------------------------------------------------
+# activations (transformers.activations.ACT2FN subset)
+# ---------------------------------------------------------------------------------------------
+
+def _gelu_new(x):
+    # NewGELUActivation: tanh approximation, written exactly as HF does.
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+def _gelu_fast(x):
+    return 0.5 * x * (1.0 + torch.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x)))
+
+
+def _quick_gelu(x):
+    return x * torch.sigmoid(1.702 * x)
+
+
+ACT = {
+    "gelu_new": _gelu_new,
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu": F.gelu,
+    "gelu_fast": _gelu_fast,
+    "quick_gelu": _quick_gelu,
+    "relu": F.relu,
+    "silu": F.silu,
+    "swish": F.silu,
+}
+
+
+def _act(name):
+    if name not in ACT:
+        raise ReferenceError(f"unsupported activation {name!r}")
+    return ACT[name]
+
+
+# ---------------------------------------------------------------------------------------------
+# config
+# ---------------------------------------------------------------------------------------------
+
+def load_config(ckpt_dir):
+    with open(os.path.join(ckpt_dir, "config.json")) as f:
+        return json.load(f)
+
+
+def _get(cfg, *keys, default=None, required=False):
+    """First key present with a non-null value; HF attribute_map aliases are passed as extra keys."""
+    for k in keys:
+        if cfg.get(k) is not None:
+            return cfg[k]
+    if required:
+        raise ReferenceError(f"config.json lacks {keys[0]}")
+    return default
+
+
+class Config:
+    """Resolved hyper-parameters, with HF defaults for optional fields."""
+
+    def __init__(self, cfg):
+        self.raw = cfg
+        mt = cfg.get("model_type")
+        if mt not in ARCHS:
+            raise ReferenceError(f"unknown model_type {mt!r}")
+        self.arch = mt
+        if mt == "gpt2":
+            self.vocab_size = _get(cfg, "vocab_size", required=True)
+            self.hidden = _get(cfg, "n_embd", "hidden_size", required=True)
+            self.layers = _get(cfg, "n_layer", "num_hidden_layers", required=True)
+            self.heads = _get(cfg, "n_head", "num_attention_heads", required=True)
+            self.kv_heads = self.heads
+            self.n_positions = _get(cfg, "n_positions", "max_position_embeddings", default=1024)
+            self.inner = _get(cfg, "n_inner", default=4 * self.hidden)
+            self.act = _get(cfg, "activation_function", default="gelu_new")
+            self.eps = float(_get(cfg, "layer_norm_epsilon", default=1e-5))
+            self.scale_attn_weights = bool(_get(cfg, "scale_attn_weights", default=True))
+            self.scale_by_layer = bool(_get(cfg, "scale_attn_by_inverse_layer_idx", default=False))
+            self.tie = bool(_get(cfg, "tie_word_embeddings", default=True))
+            if self.hidden % self.heads:
+                raise ReferenceError("n_embd not divisible by n_head")
+            self.head_dim = self.hidden // self.heads
+        else:
+            self.vocab_size = _get(cfg, "vocab_size", required=True)
+            self.hidden = _get(cfg, "hidden_size", required=True)
+            self.layers = _get(cfg, "num_hidden_layers", required=True)
+            self.heads = _get(cfg, "num_attention_heads", required=True)
+            self.kv_heads = _get(cfg, "num_key_value_heads", default=self.heads)
+            self.inner = _get(cfg, "intermediate_size", required=True)
+            self.act = _get(cfg, "hidden_act", default="silu")
+            self.eps = float(_get(cfg, "rms_norm_eps", default=1e-6))
+            self.tie = bool(_get(cfg, "tie_word_embeddings", default=False))
+            hd = cfg.get("head_dim")
+            if hd is None:
+                if self.hidden % self.heads:
+                    raise ReferenceError("hidden_size not divisible by num_attention_heads")
+                hd = self.hidden // self.heads
+            self.head_dim = int(hd)
+            if self.heads % self.kv_heads:
+                raise ReferenceError("num_attention_heads not divisible by num_key_value_heads")
+            self.attention_bias = bool(_get(cfg, "attention_bias", default=False)) or mt == "qwen2"
+            self.mlp_bias = bool(_get(cfg, "mlp_bias", default=False))
+            self.rope = self._rope(cfg)
+            self.windows = self._windows(cfg)
+
+    # -- RoPE ----------------------------------------------------------------------------------
+    @staticmethod
+    def _rope(cfg):
+        """Returns the merged rope parameter dict: rope_type, rope_theta, and scaling fields.
+
+        Accepts transformers v4 (`rope_theta` + optional `rope_scaling`) and v5
+        (`rope_parameters: {"rope_type", "rope_theta", ...}`)."""
+        params = {}
+        rs = cfg.get("rope_scaling")
+        if isinstance(rs, dict):
+            params.update(rs)
+        rp = cfg.get("rope_parameters")
+        if isinstance(rp, dict):
+            params.update(rp)
+        rope_type = params.get("rope_type", params.get("type", "default")) or "default"
+        theta = params.get("rope_theta", cfg.get("rope_theta"))
+        if theta is None:
+            theta = 10000.0
+        params["rope_type"] = rope_type
+        params["rope_theta"] = float(theta)
+        params["partial_rotary_factor"] = float(cfg.get("partial_rotary_factor", 1.0) or 1.0)
+        if rope_type not in ("default", "linear", "llama3"):
+            raise ReferenceError(f"unsupported rope_type {rope_type!r}")
+        return params
+
+    # -- sliding window per layer -------------------------------------------------------------
+    def _windows(self, cfg):
+        """sliding window (int) or None for each layer, as HF decides it."""
+        sw = cfg.get("sliding_window")
+        if self.arch == "mistral":
+            return [sw] * self.layers
+        if self.arch == "qwen2":
+            if not cfg.get("use_sliding_window", False):
+                return [None] * self.layers
+            layer_types = cfg.get("layer_types")
+            if layer_types is None:
+                mwl = cfg.get("max_window_layers", 28)
+                layer_types = ["sliding_attention" if sw is not None and i >= mwl else "full_attention"
+                               for i in range(self.layers)]
+            return [sw if t == "sliding_attention" else None for t in layer_types]
+        return [None] * self.layers  # llama
+
+
+def rope_inv_freq(rope, head_dim):
+    """inv_freq exactly as transformers' modeling_rope_utils (float32 arithmetic)."""
+    dim = int(head_dim * rope["partial_rotary_factor"])
+    base = rope["rope_theta"]
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(dtype=torch.float) / dim))
+    t = rope["rope_type"]
+    if t == "linear":
+        inv_freq = inv_freq / rope["factor"]
+    elif t == "llama3":
+        factor = rope["factor"]
+        low_freq_factor = rope["low_freq_factor"]
+        high_freq_factor = rope["high_freq_factor"]
+        old_context_len = rope["original_max_position_embeddings"]
+        low_freq_wavelen = old_context_len / low_freq_factor
+        high_freq_wavelen = old_context_len / high_freq_factor
+        wavelen = 2 * math.pi / inv_freq
+        inv_freq_llama = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+        smooth_factor = (old_context_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+        smoothed_inv_freq = (1 - smooth_factor) * inv_freq_llama / factor + smooth_factor * inv_freq_llama
+        is_medium_freq = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+        inv_freq = torch.where(is_medium_freq, smoothed_inv_freq, inv_freq_llama)
+    return inv_freq
+
+
+def rope_cos_sin(rope, head_dim, T):
+    inv_freq = rope_inv_freq(rope, head_dim)
+    pos = torch.arange(T, dtype=torch.int64).float()
+    freqs = (inv_freq[:, None] @ pos[None, :]).transpose(0, 1)  # [T, dim/2]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def rotate_half(x):
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rope(x, cos, sin):
+    """x: [heads, T, head_dim]; cos/sin [T, rot_dim]. Partial rotary leaves the tail unrotated."""
+    rd = cos.shape[-1]
+    if rd == x.shape[-1]:
+        return (x * cos) + (rotate_half(x) * sin)
+    xr, xp = x[..., :rd], x[..., rd:]
+    return torch.cat(((xr * cos) + (rotate_half(xr) * sin), xp), dim=-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# weights
+# ---------------------------------------------------------------------------------------------
+
+def load_weights(ckpt_dir):
+    """All checkpoint tensors as float32 torch tensors (f16/bf16 upcast exactly)."""
+    out = {}
+    for k, v in st.load_checkpoint(ckpt_dir).items():
+        t = torch.from_numpy(np.ascontiguousarray(v))
+        if t.is_floating_point():
+            t = t.to(torch.float32)
+        out[k] = t
+    return out
+
+
+def _norm_gpt2_names(w):
+    """Strips the optional `transformer.` prefix and drops the attn.bias/attn.masked_bias buffers."""
+    out = {}
+    for k, v in w.items():
+        if k.endswith(".attn.bias") or k.endswith(".attn.masked_bias"):
+            continue
+        if k.startswith("transformer."):
+            k = k[len("transformer."):]
+        out[k] = v
+    return out
+
+
+def _norm_llama_names(w):
+    return {k: v for k, v in w.items() if not k.endswith("rotary_emb.inv_freq")}
+
+
+def expected_shapes(cfg):
+    """HF tensor name -> shape for a checkpoint of this config (untied: includes lm_head.weight).
+
+    GPT-2 names carry the `transformer.` prefix and Conv1D weights are [in, out]."""
+    c = cfg if isinstance(cfg, Config) else Config(cfg)
+    s = OrderedDict()
+    H, V, I = c.hidden, c.vocab_size, c.inner
+    if c.arch == "gpt2":
+        s["transformer.wte.weight"] = [V, H]
+        s["transformer.wpe.weight"] = [c.n_positions, H]
+        for i in range(c.layers):
+            p = f"transformer.h.{i}."
+            s[p + "ln_1.weight"] = [H]
+            s[p + "ln_1.bias"] = [H]
+            s[p + "attn.c_attn.weight"] = [H, 3 * H]
+            s[p + "attn.c_attn.bias"] = [3 * H]
+            s[p + "attn.c_proj.weight"] = [H, H]
+            s[p + "attn.c_proj.bias"] = [H]
+            s[p + "ln_2.weight"] = [H]
+            s[p + "ln_2.bias"] = [H]
+            s[p + "mlp.c_fc.weight"] = [H, I]
+            s[p + "mlp.c_fc.bias"] = [I]
+            s[p + "mlp.c_proj.weight"] = [I, H]
+            s[p + "mlp.c_proj.bias"] = [H]
+        s["transformer.ln_f.weight"] = [H]
+        s["transformer.ln_f.bias"] = [H]
+    else:
+        q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
+        s["model.embed_tokens.weight"] = [V, H]
+        for i in range(c.layers):
+            p = f"model.layers.{i}."
+            s[p + "input_layernorm.weight"] = [H]
+            for nm, rows in (("q_proj", q), ("k_proj", kv), ("v_proj", kv)):
+                s[p + f"self_attn.{nm}.weight"] = [rows, H]
+                if c.attention_bias:
+                    s[p + f"self_attn.{nm}.bias"] = [rows]
+            s[p + "self_attn.o_proj.weight"] = [H, q]
+            if c.attention_bias and c.arch != "qwen2":
+                s[p + "self_attn.o_proj.bias"] = [H]
+            s[p + "post_attention_layernorm.weight"] = [H]
+            s[p + "mlp.gate_proj.weight"] = [I, H]
+            s[p + "mlp.up_proj.weight"] = [I, H]
+            s[p + "mlp.down_proj.weight"] = [H, I]
+            if c.mlp_bias:
+                s[p + "mlp.gate_proj.bias"] = [I]
+                s[p + "mlp.up_proj.bias"] = [I]
+                s[p + "mlp.down_proj.bias"] = [H]
+        s["model.norm.weight"] = [H]
+    s["lm_head.weight"] = [V, H]
+    return s
+
+
+# ---------------------------------------------------------------------------------------------
+# model
+# ---------------------------------------------------------------------------------------------
+
+class Model:
+    def __init__(self, ckpt_dir):
+        self.cfg = Config(load_config(ckpt_dir))
+        w = load_weights(ckpt_dir)
+        if self.cfg.arch == "gpt2":
+            w = _norm_gpt2_names(w)
+            emb_key = "wte.weight"
+            prefix = "transformer."
+        else:
+            w = _norm_llama_names(w)
+            emb_key = "model.embed_tokens.weight"
+            prefix = ""
+        # Tied embeddings: the single stored copy may live under either name.
+        if self.cfg.tie:
+            src = w.get(emb_key, w.get("lm_head.weight"))
+            if src is None:
+                raise ReferenceError("no embedding weight")
+            w[emb_key] = src
+            w["lm_head.weight"] = src
+        # Shape check against the config (catches reference/config mismatches early).
+        for name, shape in expected_shapes(self.cfg).items():
+            key = name[len(prefix):] if name.startswith(prefix) and prefix else name
+            if key not in w:
+                raise ReferenceError(f"checkpoint lacks {name}")
+            if list(w[key].shape) != list(shape):
+                raise ReferenceError(f"{name}: shape {list(w[key].shape)} != {shape}")
+        self.w = w
+
+    # -- forward ------------------------------------------------------------------------------
+    def forward(self, ids):
+        ids = torch.as_tensor(list(ids), dtype=torch.int64)
+        if ids.ndim != 1 or ids.numel() == 0:
+            raise ReferenceError("a sequence must be a non-empty list of token ids")
+        if int(ids.min()) < 0 or int(ids.max()) >= self.cfg.vocab_size:
+            raise ReferenceError("token id outside the vocabulary")
+        with torch.no_grad():
+            if self.cfg.arch == "gpt2":
+                pts = self._gpt2(ids)
+            else:
+                pts = self._llama(ids)
+        return OrderedDict((k, v.detach().cpu().contiguous().numpy()) for k, v in pts.items())
+
+    def _gpt2(self, ids):
+        c, w = self.cfg, self.w
+        T = ids.shape[0]
+        if T > c.n_positions:
+            raise ReferenceError("sequence longer than n_positions")
+        pts = OrderedDict()
+
+        def rec(name, inp, out):
+            pts[name + ":input"] = inp
+            pts[name] = out
+
+        def ln(x, p):
+            return F.layer_norm(x, (c.hidden,), w[p + ".weight"], w[p + ".bias"], c.eps)
+
+        def conv1d(x, p):  # HF Conv1D: x @ W[in, out] + b
+            return torch.addmm(w[p + ".bias"], x, w[p + ".weight"])
+
+        pos = torch.arange(T, dtype=torch.int64)
+        e = F.embedding(ids, w["wte.weight"])
+        rec("transformer.wte", ids, e)
+        pe = F.embedding(pos, w["wpe.weight"])
+        rec("transformer.wpe", pos, pe)
+        h = e + pe  # dropout is the identity in eval
+        nh, hd = c.heads, c.head_dim
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        act = _act(c.act)
+        for i in range(c.layers):
+            p = f"h.{i}"
+            P = "transformer." + p
+            block_in = h
+            x = ln(h, p + ".ln_1")
+            rec(P + ".ln_1", h, x)
+            qkv = conv1d(x, p + ".attn.c_attn")
+            rec(P + ".attn.c_attn", x, qkv)
+            q, k, v = qkv.split(c.hidden, dim=-1)
+            q = q.view(T, nh, hd).transpose(0, 1)
+            k = k.view(T, nh, hd).transpose(0, 1)
+            v = v.view(T, nh, hd).transpose(0, 1)
+            att = torch.matmul(q, k.transpose(-1, -2))
+            if c.scale_attn_weights:
+                att = att / torch.full([], v.size(-1) ** 0.5, dtype=att.dtype)
+            if c.scale_by_layer:
+                att = att / float(i + 1)
+            att = torch.where(causal, att, torch.tensor(torch.finfo(att.dtype).min, dtype=att.dtype))
+            att = F.softmax(att, dim=-1, dtype=torch.float32)
+            o = torch.matmul(att, v)  # [nh, T, hd]
+            merged = o.transpose(0, 1).contiguous().view(T, nh * hd)
+            a = conv1d(merged, p + ".attn.c_proj")
+            rec(P + ".attn.c_proj", merged, a)
+            rec(P + ".attn", x, a)
+            h = a + block_in
+            x2 = ln(h, p + ".ln_2")
+            rec(P + ".ln_2", h, x2)
+            f = conv1d(x2, p + ".mlp.c_fc")
+            rec(P + ".mlp.c_fc", x2, f)
+            g = act(f)
+            rec(P + ".mlp.act", f, g)
+            m = conv1d(g, p + ".mlp.c_proj")
+            rec(P + ".mlp.c_proj", g, m)
+            rec(P + ".mlp", x2, m)
+            h = h + m
+            rec(P, block_in, h)
+        hf = ln(h, "ln_f")
+        rec("transformer.ln_f", h, hf)
+        logits = F.linear(hf, w["lm_head.weight"])
+        rec("lm_head", hf, logits)
+        return pts
+
+    def _llama(self, ids):
+        c, w = self.cfg, self.w
+        T = ids.shape[0]
+        pts = OrderedDict()
+
+        def rec(name, inp, out):
+            pts[name + ":input"] = inp
+            pts[name] = out
+
+        def rms(x, p):
+            var = x.pow(2).mean(-1, keepdim=True)
+            return w[p + ".weight"] * (x * torch.rsqrt(var + c.eps))
+
+        def lin(x, p):
+            return F.linear(x, w[p + ".weight"], w.get(p + ".bias"))
+
+        nh, nkv, hd = c.heads, c.kv_heads, c.head_dim
+        groups = nh // nkv
+        scaling = hd ** -0.5
+        cos, sin = rope_cos_sin(c.rope, hd, T)
+        qi = torch.arange(T)[:, None]
+        kj = torch.arange(T)[None, :]
+        masks = []
+        for win in c.windows:
+            allowed = kj <= qi
+            if win is not None:
+                allowed = allowed & (kj > qi - int(win))
+            masks.append(allowed)
+        act = _act(c.act)
+        neg = torch.tensor(torch.finfo(torch.float32).min)
+
+        e = F.embedding(ids, w["model.embed_tokens.weight"])
+        rec("model.embed_tokens", ids, e)
+        h = e
+        for i in range(c.layers):
+            p = f"model.layers.{i}"
+            layer_in = h
+            x = rms(h, p + ".input_layernorm")
+            rec(p + ".input_layernorm", h, x)
+            q = lin(x, p + ".self_attn.q_proj")
+            rec(p + ".self_attn.q_proj", x, q)
+            k = lin(x, p + ".self_attn.k_proj")
+            rec(p + ".self_attn.k_proj", x, k)
+            v = lin(x, p + ".self_attn.v_proj")
+            rec(p + ".self_attn.v_proj", x, v)
+            qh = q.view(T, nh, hd).transpose(0, 1)
+            kh = k.view(T, nkv, hd).transpose(0, 1)
+            vh = v.view(T, nkv, hd).transpose(0, 1)
+            qh = apply_rope(qh, cos, sin)
+            kh = apply_rope(kh, cos, sin)
+            # repeat_kv: kv head j serves query heads j*groups .. (j+1)*groups-1
+            kh = kh[:, None].expand(nkv, groups, T, hd).reshape(nh, T, hd)
+            vh = vh[:, None].expand(nkv, groups, T, hd).reshape(nh, T, hd)
+            att = torch.matmul(qh, kh.transpose(1, 2)) * scaling
+            att = torch.where(masks[i], att, neg)
+            att = F.softmax(att, dim=-1, dtype=torch.float32)
+            o = torch.matmul(att, vh).transpose(0, 1).contiguous().view(T, nh * hd)
+            a = lin(o, p + ".self_attn.o_proj")
+            rec(p + ".self_attn.o_proj", o, a)
+            rec(p + ".self_attn", x, a)
+            h = layer_in + a
+            x2 = rms(h, p + ".post_attention_layernorm")
+            rec(p + ".post_attention_layernorm", h, x2)
+            g = lin(x2, p + ".mlp.gate_proj")
+            rec(p + ".mlp.gate_proj", x2, g)
+            u = lin(x2, p + ".mlp.up_proj")
+            rec(p + ".mlp.up_proj", x2, u)
+            ga = act(g)
+            rec(p + ".mlp.act_fn", g, ga)
+            d_in = ga * u
+            d = lin(d_in, p + ".mlp.down_proj")
+            rec(p + ".mlp.down_proj", d_in, d)
+            rec(p + ".mlp", x2, d)
+            h = h + d
+            rec(p, layer_in, h)
+        hn = rms(h, "model.norm")
+        rec("model.norm", h, hn)
+        logits = F.linear(hn, w["lm_head.weight"])
+        rec("lm_head", hn, logits)
+        return pts
+
+    # -- point catalogue ----------------------------------------------------------------------
+    def points(self):
+        """OrderedDict point name -> (per-token shape list, "F32" | "I64")."""
+        out = OrderedDict()
+        for k, v in self.forward([0]).items():
+            out[k] = (list(v.shape[1:]), "I64" if v.dtype == np.int64 else "F32")
+        return out
+
+
+def run(ckpt_dir, sequences):
+    """Runs each sequence alone; returns a list of OrderedDict point -> np.ndarray [T, ...]."""
+    m = Model(ckpt_dir)
+    return [m.forward(s) for s in sequences]
+
+
+def points(ckpt_dir):
+    return Model(ckpt_dir).points()
+
+
+if __name__ == "__main__":  # python3 reference.py CKPT 1,2,3[;4,5]
+    import sys
+    seqs = [[int(t) for t in s.split(",")] for s in sys.argv[2].split(";")]
+    for si, d in enumerate(run(sys.argv[1], seqs)):
+        for k, v in d.items():
+            print(si, k, list(v.shape), v.dtype, float(np.abs(v).max()) if v.size else 0.0)

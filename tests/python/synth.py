@@ -1,0 +1,88 @@
+"""Writes small random Hugging Face-layout checkpoints from Python (independent of actcap).
+
+Used by the parity tests for config variants that actcap's init-model cannot produce (e.g. an
+explicit head_dim that differs from hidden_size // num_attention_heads), and by the reference
+self-tests. Weight names, shapes and layout follow transformers exactly (GPT-2 Conv1D weights are
+[in, out], keys prefixed `transformer.`; tied models store only the embedding).
+"""
+import json
+import os
+
+import numpy as np
+
+import reference
+import st
+
+TINY = {
+    "gpt2": dict(model_type="gpt2", architectures=["GPT2LMHeadModel"], vocab_size=384, n_positions=64,
+                 n_embd=32, n_layer=2, n_head=4, n_inner=None, activation_function="gelu_new",
+                 layer_norm_epsilon=1e-5, tie_word_embeddings=True),
+    "llama": dict(model_type="llama", architectures=["LlamaForCausalLM"], vocab_size=384, hidden_size=32,
+                  intermediate_size=80, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  hidden_act="silu", max_position_embeddings=128, rms_norm_eps=1e-6, rope_theta=10000.0,
+                  tie_word_embeddings=False, attention_bias=False, mlp_bias=False),
+    "mistral": dict(model_type="mistral", architectures=["MistralForCausalLM"], vocab_size=384, hidden_size=32,
+                    intermediate_size=80, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                    hidden_act="silu", max_position_embeddings=128, rms_norm_eps=1e-6, rope_theta=10000.0,
+                    sliding_window=8, tie_word_embeddings=False),
+    "qwen2": dict(model_type="qwen2", architectures=["Qwen2ForCausalLM"], vocab_size=384, hidden_size=32,
+                  intermediate_size=80, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  hidden_act="silu", max_position_embeddings=128, rms_norm_eps=1e-6, rope_theta=10000.0,
+                  use_sliding_window=False, sliding_window=None, max_window_layers=2,
+                  tie_word_embeddings=False),
+}
+
+
+def tiny_config(arch, **overrides):
+    cfg = dict(TINY[arch])
+    cfg.update(overrides)
+    return cfg
+
+
+def random_weights(cfg, seed=0):
+    """name -> float32 array for every tensor of the (untied) HF layout, random but well-scaled.
+
+    Matrices ~ N(0, 0.02); embeddings ~ N(0, 0.5) so hidden states are O(1); biases ~ N(0, 0.1);
+    norm weights ~ 1 + N(0, 0.1) so that bugs in any of them are visible."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, shape in reference.expected_shapes(cfg).items():
+        leaf = name.rsplit(".", 2)
+        if any(s in name for s in ("ln_", "layernorm", "norm.weight")) and name.endswith(".weight"):
+            a = 1.0 + 0.1 * rng.standard_normal(shape)
+        elif name.endswith(".bias"):
+            a = 0.1 * rng.standard_normal(shape)
+        elif "wte" in name or "wpe" in name or "embed_tokens" in name:
+            a = 0.5 * rng.standard_normal(shape)
+        else:
+            a = 0.02 * rng.standard_normal(shape) * (4.0 if leaf[-2] in ("q_proj", "k_proj", "c_attn") else 1.0)
+        out[name] = a.astype(np.float32)
+    return out
+
+
+def write_checkpoint(ckpt_dir, cfg, seed=0, dtype="f32", sharded=0):
+    """Writes config.json + model.safetensors (or `sharded` shards + index). Returns the tensors
+    as written (float32 numpy, after rounding to the storage dtype)."""
+    os.makedirs(ckpt_dir, exist_ok=True)
+    c = reference.Config(cfg)
+    w = random_weights(cfg, seed)
+    if c.tie:
+        del w["lm_head.weight"]
+    dtype_names = {}
+    if dtype == "f16":
+        w = {k: v.astype(np.float16) for k, v in w.items()}
+    elif dtype == "bf16":
+        dtype_names = {k: "BF16" for k in w}
+        w = {k: st.f32_to_bf16_bits(v) for k, v in w.items()}
+    elif dtype != "f32":
+        raise ValueError(dtype)
+    cfg = dict(cfg)
+    cfg["torch_dtype"] = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}[dtype]
+    with open(os.path.join(ckpt_dir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    if sharded:
+        st.save_sharded(ckpt_dir, w, n_shards=sharded, dtype_names=dtype_names)
+    else:
+        st.save(os.path.join(ckpt_dir, "model.safetensors"), w, metadata={"format": "pt"},
+                dtype_names=dtype_names)
+    return w

@@ -1,0 +1,433 @@
+"""Parity tests: actcap's captured activations vs. the independent Python reference (reference.py).
+
+Every test creates a checkpoint (`actcap init-model`, possibly rewritten here in Python, or written
+from scratch by synth.py), runs `actcap run ... --capture '**' '**:input'`, and compares EVERY point
+the reference produces with the shard (max abs diff <= 1e-5), requiring the two name sets to be
+equal and `__rows__.seq` / `__rows__.pos` to be exact. Batched runs are compared per sequence with
+the reference run of that sequence alone.
+"""
+import json
+import os
+
+import numpy as np
+import pytest
+
+import actcap_helpers as H
+import reference
+import st
+import synth
+
+ARCHS = ["gpt2", "llama", "mistral", "qwen2"]
+LLAMA_FAMILY = ["llama", "mistral", "qwen2"]
+
+pytestmark = pytest.mark.usefixtures("actcap_bin")
+
+
+# ---------------------------------------------------------------------------------------------
+# the parity check
+# ---------------------------------------------------------------------------------------------
+
+def check_manifest(manifest, tensors, meta, n_rows):
+    assert manifest.get("format") == "actcap/1", manifest.get("format")
+    assert manifest.get("complete") is True
+    shards = manifest["shards"]
+    assert [s["file"] for s in shards] == ["shard-00000.safetensors"]
+    assert shards[0]["rows"] == n_rows
+    assert isinstance(shards[0].get("checksums"), dict)
+    assert meta.get("format") == "pt", f"shard __metadata__ = {meta}"
+    names = set(tensors) - {H.ROWS_SEQ, H.ROWS_POS}
+    assert set(manifest["points"]) == names, (
+        f"manifest points vs shard tensors: only in manifest {sorted(set(manifest['points']) - names)}, "
+        f"only in shard {sorted(names - set(manifest['points']))}")
+    for name in names:
+        t = tensors[name]
+        info = manifest["points"][name]
+        assert t.shape[0] == n_rows, f"{name}: {t.shape[0]} rows, expected {n_rows}"
+        assert info["shape"] == list(t.shape[1:]), f"{name}: manifest shape {info['shape']} vs {t.shape}"
+        want = {np.dtype("float32"): "F32", np.dtype("int64"): "I64"}.get(t.dtype)
+        assert info["dtype"] == want, f"{name}: manifest dtype {info['dtype']}, tensor {t.dtype}"
+
+
+def check_parity(model_dir, seqs, out_dir, ref_dir=None):
+    """Runs actcap on `seqs` (one batch) and compares with the reference per sequence.
+
+    ref_dir: checkpoint the reference reads (default model_dir)."""
+    manifest, tensors, meta = H.run_capture(model_dir, out_dir, seqs)
+    refs = reference.run(str(ref_dir or model_dir), seqs)
+
+    exp_seq = np.concatenate([np.full(len(s), i, dtype=np.int64) for i, s in enumerate(seqs)])
+    exp_pos = np.concatenate([np.arange(len(s), dtype=np.int64) for s in seqs])
+    for key, exp in ((H.ROWS_SEQ, exp_seq), (H.ROWS_POS, exp_pos)):
+        assert key in tensors, f"shard lacks {key}"
+        assert tensors[key].dtype == np.int64, f"{key} dtype {tensors[key].dtype}"
+        assert np.array_equal(tensors[key], exp), f"{key} = {tensors[key].tolist()}, expected {exp.tolist()}"
+
+    got_names = set(tensors) - {H.ROWS_SEQ, H.ROWS_POS}
+    ref_names = set(refs[0])
+    assert got_names == ref_names, (
+        f"point sets differ:\n  only in actcap: {sorted(got_names - ref_names)}\n"
+        f"  only in reference: {sorted(ref_names - got_names)}")
+
+    failures = []
+    for i in range(len(seqs)):
+        sel = tensors[H.ROWS_SEQ] == i
+        got_i = {k: tensors[k][sel] for k in got_names}
+        failures += H.compare_points(refs[i], got_i, label=f"seq {i}: ")
+    assert not failures, f"{len(failures)} mismatches:\n" + "\n".join(failures[:40])
+
+    check_manifest(manifest, tensors, meta, len(exp_seq))
+    return manifest, tensors, refs
+
+
+def tokens_for(model_dir, lengths, seed=0):
+    return H.random_tokens(H.load_config(model_dir)["vocab_size"], lengths, seed=seed)
+
+
+def ref_differs(dir_a, dir_b, seqs, min_diff=1e-4):
+    """True when the reference outputs of two checkpoints differ by more than min_diff at some
+    point: guards that a variant test actually exercises the feature (the sliding window, the rope
+    scaling...), so that an implementation ignoring it would fail the 1e-5 parity check."""
+    a = reference.run(str(dir_a), seqs)
+    b = reference.run(str(dir_b), seqs)
+    worst = 0.0
+    for x, y in zip(a, b):
+        for k in x:
+            if x[k].dtype == np.float32 and k in y and x[k].shape == y[k].shape:
+                worst = max(worst, float(np.max(np.abs(x[k] - y[k]))))
+    return worst > min_diff
+
+
+# ---------------------------------------------------------------------------------------------
+# init-model produces an exact HF layout
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_init_model_hf_layout(models, arch):
+    """Names and shapes exactly as HF (tied: embedding only); norms/biases perturbed."""
+    m = models(arch)
+    cfg = H.load_config(m)
+    assert cfg["model_type"] == arch
+    c = reference.Config(cfg)
+    tensors = st.load_checkpoint(str(m))
+    expected = reference.expected_shapes(cfg)
+    if c.tie:
+        del expected["lm_head.weight"]
+    got = {k: list(v.shape) for k, v in tensors.items()}
+    assert got == dict(expected), (
+        f"only in checkpoint: {sorted(set(got) - set(expected))}; missing: {sorted(set(expected) - set(got))}; "
+        f"shape differences: {[(k, got[k], expected[k]) for k in got if k in expected and got[k] != expected[k]]}")
+    assert c.layers == 4, "tiny preset has 4 layers"
+    for k, v in tensors.items():
+        if k.endswith("norm.weight") or ".ln_" in k and k.endswith(".weight") or k.endswith("layernorm.weight"):
+            assert not np.allclose(v, 1.0), f"{k} is all ones: norm weights must be perturbed"
+        if k.endswith(".bias"):
+            assert not np.allclose(v, 0.0), f"{k} is all zeros: biases must be perturbed"
+    if arch in LLAMA_FAMILY:
+        assert c.kv_heads < c.heads, "tiny llama-family presets use GQA"
+    if arch == "mistral":
+        assert cfg.get("sliding_window") == 8
+    if arch == "qwen2":
+        assert all(f"model.layers.{i}.self_attn.{p}.bias" in tensors
+                   for i in range(c.layers) for p in ("q_proj", "k_proj", "v_proj"))
+        assert not any(k.endswith("o_proj.bias") for k in tensors)
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_init_model_deterministic(actcap_bin, tmp_path, arch):
+    a = H.init_model(tmp_path / "a", arch, seed=7)
+    b = H.init_model(tmp_path / "b", arch, seed=7)
+    c = H.init_model(tmp_path / "c", arch, seed=8)
+    ta, tb, tc = (st.load_checkpoint(str(d)) for d in (a, b, c))
+    assert set(ta) == set(tb) and all(np.array_equal(ta[k], tb[k]) for k in ta), "same seed, different weights"
+    assert any(not np.array_equal(ta[k], tc[k]) for k in ta), "different seeds, same weights"
+
+
+# ---------------------------------------------------------------------------------------------
+# architectures
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_parity_single_sequence(models, tmp_path, arch):
+    m = models(arch)
+    check_parity(m, tokens_for(m, [11], seed=1), tmp_path / "out")
+
+
+def test_parity_llama_gqa(models, tmp_path):
+    m = models("llama")
+    cfg = H.load_config(m)
+    assert cfg["num_key_value_heads"] < cfg["num_attention_heads"]
+    check_parity(m, tokens_for(m, [16], seed=2), tmp_path / "out")
+
+
+def test_parity_mistral_sliding_window(models, tmp_path):
+    """20 tokens with sliding_window 8: keys older than the window must be masked."""
+    m = models("mistral")
+    cfg = H.load_config(m)
+    assert cfg["sliding_window"] is not None and cfg["sliding_window"] < 20
+    seqs = tokens_for(m, [20], seed=3)
+    # the window must matter for these tokens, or the test proves nothing
+    full = H.copy_model(m, tmp_path / "full")
+    cfg_full = dict(cfg, sliding_window=None)
+    H.save_config(full, cfg_full)
+    assert ref_differs(m, full, seqs)
+    check_parity(m, seqs, tmp_path / "out")
+
+
+def test_parity_mistral_no_window(models, tmp_path):
+    """sliding_window null -> plain causal attention."""
+    m = H.copy_model(models("mistral"), tmp_path / "m")
+    cfg = H.load_config(m)
+    cfg["sliding_window"] = None
+    H.save_config(m, cfg)
+    check_parity(m, tokens_for(m, [20], seed=3), tmp_path / "out")
+
+
+def test_parity_qwen2_biases(models, tmp_path):
+    m = models("qwen2")
+    tensors = st.load_checkpoint(str(m))
+    assert "model.layers.0.self_attn.q_proj.bias" in tensors
+    check_parity(m, tokens_for(m, [12], seed=4), tmp_path / "out")
+
+
+def test_parity_qwen2_use_sliding_window(models, tmp_path):
+    """HF Qwen2: with use_sliding_window true, layers i >= max_window_layers use the window."""
+    m = H.copy_model(models("qwen2"), tmp_path / "m")
+    cfg = H.load_config(m)
+    cfg.update(use_sliding_window=True, sliding_window=4, max_window_layers=2)
+    cfg.pop("layer_types", None)
+    H.save_config(m, cfg)
+    seqs = tokens_for(m, [14], seed=5)
+    plain = H.copy_model(models("qwen2"), tmp_path / "plain")
+    assert ref_differs(m, plain, seqs)
+    check_parity(m, seqs, tmp_path / "out")
+
+
+# ---------------------------------------------------------------------------------------------
+# tied / untied embeddings, storage dtypes
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("tie", [True, False], ids=["tied", "untied"])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_parity_tie_word_embeddings(models, tmp_path, arch, tie):
+    m = models(arch, tie=tie)
+    cfg = H.load_config(m)
+    assert reference.Config(cfg).tie == tie, "config.json does not record --tie-word-embeddings"
+    names = set(st.load_checkpoint(str(m)))
+    assert ("lm_head.weight" in names) == (not tie), "tied checkpoints store only the embedding"
+    check_parity(m, tokens_for(m, [9], seed=6), tmp_path / "out")
+
+
+@pytest.mark.parametrize("dtype,st_name", [("f16", "F16"), ("bf16", "BF16")])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_parity_half_precision_checkpoint(models, tmp_path, arch, dtype, st_name):
+    m = models(arch, dtype=dtype)
+    dts = set(st.dtypes(str(m / "model.safetensors")).values())
+    assert dts == {st_name}, f"--dtype {dtype} checkpoint holds {dts}"
+    check_parity(m, tokens_for(m, [10], seed=7), tmp_path / "out")
+
+
+# ---------------------------------------------------------------------------------------------
+# padded batch
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_parity_padded_batch(models, tmp_path, arch):
+    """3 sequences of lengths 7, 13, 2 in one run: each equals its run alone; rows exact."""
+    m = models(arch)
+    check_parity(m, tokens_for(m, [7, 13, 2], seed=8), tmp_path / "out")
+
+
+def test_lm_head_alone_bit_identical(models, tmp_path):
+    for arch in ("gpt2", "llama"):
+        m = models(arch)
+        seqs = tokens_for(m, [5, 9], seed=9)
+        _, alone, _ = H.run_capture(m, tmp_path / f"{arch}-alone", seqs, capture=["lm_head"])
+        _, full, _ = H.run_capture(m, tmp_path / f"{arch}-all", seqs)
+        assert set(alone) == {"lm_head", H.ROWS_SEQ, H.ROWS_POS}
+        assert np.array_equal(alone["lm_head"], full["lm_head"]), (
+            f"{arch}: logits differ when captured alone, max diff "
+            f"{float(np.max(np.abs(alone['lm_head'] - full['lm_head']))):.3e}")
+        assert np.array_equal(alone[H.ROWS_SEQ], full[H.ROWS_SEQ])
+        assert np.array_equal(alone[H.ROWS_POS], full[H.ROWS_POS])
+
+
+def test_capture_patterns(models, tmp_path):
+    """`*` = one segment, `**` = any number of segments; `:input` selects input points."""
+    m = models("gpt2")
+    L = reference.Config(H.load_config(m)).layers
+    seqs = tokens_for(m, [4], seed=10)
+    cases = [
+        (["transformer.h.*"], {f"transformer.h.{i}" for i in range(L)}),
+        (["**.c_proj"], {f"transformer.h.{i}.{s}.c_proj" for i in range(L) for s in ("attn", "mlp")}),
+        (["transformer.h.*.attn", "lm_head:input"], {f"transformer.h.{i}.attn" for i in range(L)} | {"lm_head:input"}),
+        (["**:input"], {k for k in reference.points(str(m)) if k.endswith(":input")}),
+        (["**"], {k for k in reference.points(str(m)) if not k.endswith(":input")}),
+    ]
+    ref = reference.run(str(m), seqs)[0]
+    for i, (pats, want) in enumerate(cases):
+        _, got, _ = H.run_capture(m, tmp_path / f"o{i}", seqs, capture=pats)
+        names = set(got) - {H.ROWS_SEQ, H.ROWS_POS}
+        assert names == want, f"--capture {pats}: extra {sorted(names - want)}, missing {sorted(want - names)}"
+        fails = H.compare_points({k: ref[k] for k in want}, got)
+        assert not fails, "\n".join(fails)
+
+
+# ---------------------------------------------------------------------------------------------
+# checkpoint variants (rewritten in Python)
+# ---------------------------------------------------------------------------------------------
+
+def test_parity_gpt2_unprefixed_with_buffers(models, tmp_path):
+    """GPT-2 keys without `transformer.` (as in openai-community/gpt2), plus the attn.bias /
+    attn.masked_bias buffers that old HF checkpoints carry (F32 [1,1,P,P] causal mask and F32
+    scalar; must be ignored)."""
+    src = models("gpt2")
+    m = tmp_path / "m"
+    m.mkdir()
+    cfg = H.load_config(src)
+    H.save_config(m, cfg)
+    w = st.load_checkpoint(str(src))
+    c = reference.Config(cfg)
+    P = c.n_positions
+    out = {}
+    for k, v in w.items():
+        out[k[len("transformer."):] if k.startswith("transformer.") else k] = v
+    for i in range(c.layers):
+        out[f"h.{i}.attn.bias"] = np.tril(np.ones((P, P), dtype=np.float32)).reshape(1, 1, P, P)
+        out[f"h.{i}.attn.masked_bias"] = np.array(-1e4, dtype=np.float32)
+    st.save(str(m / "model.safetensors"), out, metadata={"format": "pt"})
+    assert not any(k.startswith("transformer.") for k in st.load_checkpoint(str(m)))
+    check_parity(m, tokens_for(m, [8, 3], seed=11), tmp_path / "out", ref_dir=src)
+
+
+def test_parity_llama_tied_stored_as_lm_head(models, tmp_path):
+    src = models("llama", tie=True)
+    m = H.copy_model(src, tmp_path / "m")
+    w = st.load_checkpoint(str(m))
+    w["lm_head.weight"] = w.pop("model.embed_tokens.weight")
+    st.save(str(m / "model.safetensors"), w, metadata={"format": "pt"})
+    check_parity(m, tokens_for(m, [9], seed=12), tmp_path / "out", ref_dir=src)
+
+
+def test_parity_llama_rotary_inv_freq_keys(models, tmp_path):
+    src = models("llama")
+    m = H.copy_model(src, tmp_path / "m")
+    cfg = H.load_config(m)
+    c = reference.Config(cfg)
+    inv = reference.rope_inv_freq(c.rope, c.head_dim).numpy()
+    w = st.load_checkpoint(str(m))
+    for i in range(c.layers):
+        w[f"model.layers.{i}.self_attn.rotary_emb.inv_freq"] = inv.copy()
+    st.save(str(m / "model.safetensors"), w, metadata={"format": "pt"})
+    check_parity(m, tokens_for(m, [9], seed=13), tmp_path / "out", ref_dir=src)
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_parity_sharded_checkpoint(models, tmp_path, arch):
+    src = models(arch)
+    m = H.copy_model(src, tmp_path / "m")
+    w = st.load_checkpoint(str(m))
+    os.remove(m / "model.safetensors")
+    st.save_sharded(str(m), w, n_shards=2)
+    with open(m / "model.safetensors.index.json") as f:
+        idx = json.load(f)
+    assert len(set(idx["weight_map"].values())) == 2 and idx["metadata"]["total_size"] > 0
+    check_parity(m, tokens_for(m, [9, 4], seed=14), tmp_path / "out", ref_dir=src)
+
+
+def llama3_scaling(cfg, theta=500000.0):
+    """llama3 rope_scaling whose original_max_position_embeddings puts the wavelengths of this
+    model's head_dim in all three regimes of _compute_llama3_parameters (kept / smoothed / divided):
+    the band [orig/4, orig] is centred on the second wavelength."""
+    c = reference.Config(cfg)
+    rope = dict(c.rope, rope_type="default", rope_theta=theta)
+    wl = 2 * np.pi / reference.rope_inv_freq(rope, c.head_dim).double().numpy()
+    assert len(wl) >= 3, "head_dim too small for a meaningful llama3 test"
+    orig = int(round(2 * wl[1]))
+    return {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": orig}
+
+
+def _rope_variant(cfg, variant):
+    cfg = dict(cfg)
+    for k in ("rope_scaling", "rope_parameters"):
+        cfg.pop(k, None)
+    if variant == "llama3":
+        cfg["rope_theta"] = 500000.0
+        cfg["rope_scaling"] = llama3_scaling(cfg)
+    elif variant == "v5_default":
+        theta = 1000.0 if cfg.pop("rope_theta", None) != 1000.0 else 2000.0
+        cfg["rope_parameters"] = {"rope_type": "default", "rope_theta": theta}
+    elif variant == "v5_llama3":
+        scaling = llama3_scaling(cfg)
+        cfg.pop("rope_theta", None)
+        cfg["rope_parameters"] = dict(scaling, rope_theta=500000.0)
+    elif variant == "linear":
+        cfg["rope_scaling"] = {"rope_type": "linear", "factor": 4.0}
+    else:
+        raise ValueError(variant)
+    return cfg
+
+
+@pytest.mark.parametrize("variant", ["llama3", "v5_default", "v5_llama3", "linear"])
+def test_parity_llama_rope_config_variants(models, tmp_path, variant):
+    """rope_theta 500000 + llama3 rope_scaling, transformers-v5 rope_parameters, linear scaling."""
+    src = models("llama")
+    m = H.copy_model(src, tmp_path / "m")
+    cfg = _rope_variant(H.load_config(src), variant)
+    H.save_config(m, cfg)
+    c = reference.Config(cfg)
+    if "llama3" in variant:
+        inv = reference.rope_inv_freq(dict(c.rope, rope_type="default"), c.head_dim).double().numpy()
+        wl = 2 * np.pi / inv
+        o = c.rope["original_max_position_embeddings"]
+        assert (wl < o / 4).any() and (wl > o).any() and ((wl >= o / 4) & (wl <= o)).any(), wl
+    seqs = tokens_for(m, [16], seed=15)
+    if "llama3" in variant:
+        # the scaling itself (not just rope_theta) must change the output
+        plain = H.copy_model(src, tmp_path / "plain")
+        H.save_config(plain, dict(_rope_variant(H.load_config(src), "linear"),
+                                  rope_theta=500000.0, rope_scaling=None))
+        assert ref_differs(m, plain, seqs), "llama3 scaling has no effect"
+    assert ref_differs(m, src, seqs), "variant does not change the output"
+    check_parity(m, seqs, tmp_path / "out")
+
+
+@pytest.mark.parametrize("arch", LLAMA_FAMILY)
+def test_parity_explicit_head_dim(actcap_bin, tmp_path, arch):
+    """config head_dim (16) != hidden_size / num_attention_heads (8): q/k/v/o shapes follow it."""
+    cfg = synth.tiny_config(arch, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+                            head_dim=16)
+    if arch == "mistral":
+        cfg["sliding_window"] = 6
+    m = tmp_path / "m"
+    w = synth.write_checkpoint(str(m), cfg, seed=21)
+    assert w["model.layers.0.self_attn.q_proj.weight"].shape == (64, 32)
+    assert w["model.layers.0.self_attn.o_proj.weight"].shape == (32, 64)
+    check_parity(m, tokens_for(m, [11, 5], seed=16), tmp_path / "out")
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_parity_python_written_checkpoint(actcap_bin, tmp_path, arch):
+    """A checkpoint written by synth.py (not by actcap), bf16 and untied for variety."""
+    cfg = synth.tiny_config(arch, tie_word_embeddings=(arch != "gpt2"))
+    m = tmp_path / "m"
+    synth.write_checkpoint(str(m), cfg, seed=22, dtype="bf16")
+    check_parity(m, tokens_for(m, [12, 3], seed=17), tmp_path / "out")
+
+
+# ---------------------------------------------------------------------------------------------
+# points --json
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_points_json_matches_reference(models, arch):
+    m = models(arch)
+    proc = H.actcap("points", m, "--json", check=True)
+    listed = json.loads(proc.stdout)["points"]
+    got = {p["name"]: (list(p["shape"]), p["dtype"]) for p in listed}
+    assert len(got) == len(listed), "duplicate names in points --json"
+    want = {k: (shape, dt) for k, (shape, dt) in reference.points(str(m)).items()}
+    assert set(got) == set(want), (f"only in actcap: {sorted(set(got) - set(want))}; "
+                                   f"only in reference: {sorted(set(want) - set(got))}")
+    bad = {k: (got[k], want[k]) for k in want if got[k] != want[k]}
+    assert not bad, f"shape/dtype mismatches (actcap, reference): {bad}"

@@ -1,0 +1,471 @@
+"""Self-tests of the Python reference (reference.py) and the safetensors helper (st.py).
+
+These need no actcap binary. They check the reference against independent formulations
+(torch.nn.MultiheadAttention, complex-number RoPE, Meta's llama3 frequency scaling loop, float64
+norms), structural identities of the hook points (residual stream wiring, GQA head order, sliding
+window locality, causality) and checkpoint-format equivalences (prefix, tying, sharding, dtypes).
+"""
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import reference
+import st
+import synth
+
+ARCHS = ["gpt2", "llama", "mistral", "qwen2"]
+
+
+def _ckpt(tmp_path, arch, name="m", seed=0, **overrides):
+    d = tmp_path / name
+    synth.write_checkpoint(str(d), synth.tiny_config(arch, **overrides), seed=seed)
+    return d
+
+
+def _maxdiff(a, b):
+    return float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
+
+
+# ---------------------------------------------------------------------------------------------
+# st.py
+# ---------------------------------------------------------------------------------------------
+
+def test_st_roundtrip_and_header_padding(tmp_path):
+    rng = np.random.default_rng(0)
+    tensors = {
+        "a.f32": rng.standard_normal((3, 5)).astype(np.float32),
+        "b.f16": rng.standard_normal((7,)).astype(np.float16),
+        "c.i64": np.arange(6, dtype=np.int64).reshape(2, 3),
+        "d.bool": np.array([[True, False]]),
+        "e.scalar": np.array(-1e4, dtype=np.float32),
+        "f.empty": np.zeros((0, 4), dtype=np.float32),
+        "g.bf16": rng.standard_normal((4, 2)).astype(np.float32),
+    }
+    p = tmp_path / "x.safetensors"
+    st.save(str(p), tensors, metadata={"format": "pt"}, dtype_names={"g.bf16": "BF16"})
+    raw = p.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    assert n % 8 == 0
+    header = json.loads(raw[8:8 + n])
+    assert header["__metadata__"] == {"format": "pt"}
+    assert header["g.bf16"]["dtype"] == "BF16" and header["e.scalar"]["shape"] == []
+    back, meta = st.load(str(p))
+    assert meta == {"format": "pt"}
+    for k, v in tensors.items():
+        if k == "g.bf16":
+            assert back[k].dtype == np.float32
+            assert _maxdiff(back[k], v) <= 2 ** -8 * np.max(np.abs(v))
+        else:
+            assert back[k].dtype == v.dtype and back[k].shape == v.shape and np.array_equal(back[k], v)
+    assert st.dtypes(str(p))["b.f16"] == "F16"
+
+
+def test_bf16_bits():
+    bits = np.array([0x3F80, 0xC000, 0x7F80, 0x0000, 0x3E80], dtype=np.uint16)
+    assert st.bf16_bits_to_f32(bits).tolist() == [1.0, -2.0, float("inf"), 0.0, 0.25]
+    x = np.array([1.0, 1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8, 1.0 + 2 ** -7, -3.0], dtype=np.float32)
+    # ties round to even: 1 + 2^-8 -> 1.0 ; 1 + 3*2^-8 -> 1 + 2^-6
+    assert st.f32_to_bf16_bits(x).tolist() == [0x3F80, 0x3F80, 0x3F82, 0x3F81, 0xC040]
+
+
+def test_st_validation_rejects_overlap(tmp_path):
+    p = tmp_path / "bad.safetensors"
+    header = {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+              "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}
+    st.write_raw(str(p), header, b"\0" * 12)
+    with pytest.raises(st.SafetensorsError):
+        st.load(str(p))
+
+
+# ---------------------------------------------------------------------------------------------
+# point catalogue and shapes
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_point_names_and_shapes(tmp_path, arch):
+    d = _ckpt(tmp_path, arch)
+    c = reference.Config(reference.load_config(str(d)))
+    pts = reference.points(str(d))
+    H, V, I = c.hidden, c.vocab_size, c.inner
+    if arch == "gpt2":
+        per_layer = {"": [H], ".ln_1": [H], ".attn": [H], ".attn.c_attn": [3 * H], ".attn.c_proj": [H],
+                     ".ln_2": [H], ".mlp": [H], ".mlp.c_fc": [I], ".mlp.act": [I], ".mlp.c_proj": [H]}
+        inputs = {"": [H], ".ln_1": [H], ".attn": [H], ".attn.c_attn": [H], ".attn.c_proj": [H],
+                  ".ln_2": [H], ".mlp": [H], ".mlp.c_fc": [H], ".mlp.act": [I], ".mlp.c_proj": [I]}
+        want = {"transformer.wte": ([H], "F32"), "transformer.wte:input": ([], "I64"),
+                "transformer.wpe": ([H], "F32"), "transformer.wpe:input": ([], "I64"),
+                "transformer.ln_f": ([H], "F32"), "transformer.ln_f:input": ([H], "F32"),
+                "lm_head": ([V], "F32"), "lm_head:input": ([H], "F32")}
+        prefix = "transformer.h."
+    else:
+        q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
+        per_layer = {"": [H], ".input_layernorm": [H], ".self_attn": [H], ".self_attn.q_proj": [q],
+                     ".self_attn.k_proj": [kv], ".self_attn.v_proj": [kv], ".self_attn.o_proj": [H],
+                     ".post_attention_layernorm": [H], ".mlp": [H], ".mlp.gate_proj": [I],
+                     ".mlp.up_proj": [I], ".mlp.down_proj": [H], ".mlp.act_fn": [I]}
+        inputs = {"": [H], ".input_layernorm": [H], ".self_attn": [H], ".self_attn.q_proj": [H],
+                  ".self_attn.k_proj": [H], ".self_attn.v_proj": [H], ".self_attn.o_proj": [q],
+                  ".post_attention_layernorm": [H], ".mlp": [H], ".mlp.gate_proj": [H],
+                  ".mlp.up_proj": [H], ".mlp.down_proj": [I], ".mlp.act_fn": [I]}
+        want = {"model.embed_tokens": ([H], "F32"), "model.embed_tokens:input": ([], "I64"),
+                "model.norm": ([H], "F32"), "model.norm:input": ([H], "F32"),
+                "lm_head": ([V], "F32"), "lm_head:input": ([H], "F32")}
+        prefix = "model.layers."
+    for i in range(c.layers):
+        for suf, shape in per_layer.items():
+            want[f"{prefix}{i}{suf}"] = (shape, "F32")
+        for suf, shape in inputs.items():
+            want[f"{prefix}{i}{suf}:input"] = (shape, "F32")
+    assert dict(pts) == want
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_residual_wiring(tmp_path, arch):
+    """Hook inputs/outputs chain exactly as in HF's modules."""
+    d = _ckpt(tmp_path, arch)
+    c = reference.Config(reference.load_config(str(d)))
+    r = reference.run(str(d), [[5, 17, 2, 99, 3, 3, 250]])[0]
+    eq = np.array_equal
+    if arch == "gpt2":
+        assert eq(r["transformer.h.0:input"], r["transformer.wte"] + r["transformer.wpe"])
+        assert eq(r["transformer.wpe:input"], np.arange(7))
+        for i in range(c.layers):
+            p = f"transformer.h.{i}"
+            if i:
+                assert eq(r[p + ":input"], r[f"transformer.h.{i - 1}"])
+            assert eq(r[p + ".ln_1:input"], r[p + ":input"])
+            assert eq(r[p + ".attn:input"], r[p + ".ln_1"])
+            assert eq(r[p + ".attn.c_attn:input"], r[p + ".ln_1"])
+            assert eq(r[p + ".attn"], r[p + ".attn.c_proj"])
+            assert eq(r[p + ".ln_2:input"], r[p + ".attn"] + r[p + ":input"])
+            assert eq(r[p + ".mlp:input"], r[p + ".ln_2"])
+            assert eq(r[p + ".mlp.act:input"], r[p + ".mlp.c_fc"])
+            assert eq(r[p + ".mlp.c_proj:input"], r[p + ".mlp.act"])
+            assert eq(r[p + ".mlp"], r[p + ".mlp.c_proj"])
+            assert eq(r[p], r[p + ".ln_2:input"] + r[p + ".mlp"])
+        last = f"transformer.h.{c.layers - 1}"
+        assert eq(r["transformer.ln_f:input"], r[last])
+        assert eq(r["lm_head:input"], r["transformer.ln_f"])
+        w = st.load_checkpoint(str(d))
+        assert _maxdiff(r["lm_head"], r["transformer.ln_f"] @ w["transformer.wte.weight"].T) < 1e-5
+    else:
+        for i in range(c.layers):
+            p = f"model.layers.{i}"
+            prev = r[f"model.layers.{i - 1}"] if i else r["model.embed_tokens"]
+            assert eq(r[p + ":input"], prev)
+            assert eq(r[p + ".input_layernorm:input"], prev)
+            for proj in ("q_proj", "k_proj", "v_proj"):
+                assert eq(r[f"{p}.self_attn.{proj}:input"], r[p + ".input_layernorm"])
+            assert eq(r[p + ".self_attn:input"], r[p + ".input_layernorm"])
+            assert eq(r[p + ".self_attn"], r[p + ".self_attn.o_proj"])
+            assert eq(r[p + ".post_attention_layernorm:input"], prev + r[p + ".self_attn"])
+            assert eq(r[p + ".mlp:input"], r[p + ".post_attention_layernorm"])
+            assert eq(r[p + ".mlp.act_fn:input"], r[p + ".mlp.gate_proj"])
+            assert _maxdiff(r[p + ".mlp.act_fn"], torch.nn.functional.silu(
+                torch.from_numpy(r[p + ".mlp.gate_proj"])).numpy()) == 0
+            assert eq(r[p + ".mlp.down_proj:input"], r[p + ".mlp.act_fn"] * r[p + ".mlp.up_proj"])
+            assert eq(r[p + ".mlp"], r[p + ".mlp.down_proj"])
+            assert eq(r[p], r[p + ".post_attention_layernorm:input"] + r[p + ".mlp"])
+        assert eq(r["model.norm:input"], r[f"model.layers.{c.layers - 1}"])
+        assert eq(r["lm_head:input"], r["model.norm"])
+
+
+# ---------------------------------------------------------------------------------------------
+# components against independent formulations
+# ---------------------------------------------------------------------------------------------
+
+def test_gpt2_attention_matches_torch_multihead_attention(tmp_path):
+    d = _ckpt(tmp_path, "gpt2")
+    c = reference.Config(reference.load_config(str(d)))
+    w = st.load_checkpoint(str(d))
+    r = reference.run(str(d), [[1, 2, 3, 4, 5, 6, 7, 8, 9]])[0]
+    T = 9
+    for i in range(c.layers):
+        p = f"transformer.h.{i}.attn"
+        mha = torch.nn.MultiheadAttention(c.hidden, c.heads, bias=True, batch_first=True)
+        with torch.no_grad():
+            mha.in_proj_weight.copy_(torch.from_numpy(w[p + ".c_attn.weight"].T.copy()))
+            mha.in_proj_bias.copy_(torch.from_numpy(w[p + ".c_attn.bias"]))
+            mha.out_proj.weight.copy_(torch.from_numpy(w[p + ".c_proj.weight"].T.copy()))
+            mha.out_proj.bias.copy_(torch.from_numpy(w[p + ".c_proj.bias"]))
+            x = torch.from_numpy(r[p + ":input"])[None]
+            mask = torch.ones(T, T, dtype=torch.bool).triu(1)  # True = not allowed
+            y, _ = mha(x, x, x, attn_mask=mask, need_weights=False)
+        assert _maxdiff(y[0].numpy(), r[p]) < 2e-6
+
+
+def test_norms_against_float64(tmp_path):
+    for arch in ("gpt2", "llama"):
+        d = _ckpt(tmp_path, arch, name=arch)
+        c = reference.Config(reference.load_config(str(d)))
+        w = st.load_checkpoint(str(d))
+        r = reference.run(str(d), [[3, 1, 4, 1, 5, 9, 2, 6]])[0]
+        if arch == "gpt2":
+            x = r["transformer.h.1.ln_2:input"].astype(np.float64)
+            g, b = w["transformer.h.1.ln_2.weight"], w["transformer.h.1.ln_2.bias"]
+            mu = x.mean(-1, keepdims=True)
+            var = ((x - mu) ** 2).mean(-1, keepdims=True)
+            y = (x - mu) / np.sqrt(var + c.eps) * g + b
+            assert _maxdiff(y, r["transformer.h.1.ln_2"]) < 5e-6
+        else:
+            x = r["model.layers.1.post_attention_layernorm:input"].astype(np.float64)
+            g = w["model.layers.1.post_attention_layernorm.weight"]
+            y = x / np.sqrt((x ** 2).mean(-1, keepdims=True) + c.eps) * g
+            assert _maxdiff(y, r["model.layers.1.post_attention_layernorm"]) < 5e-6
+
+
+def test_gelu_new_is_tanh_gelu():
+    x = torch.linspace(-6, 6, 1001)
+    assert float((reference.ACT["gelu_new"](x) - torch.nn.functional.gelu(x, approximate="tanh")).abs().max()) < 1e-6
+
+
+def test_rope_matches_complex_formulation():
+    """HF rotate_half RoPE == complex rotation of pairs (i, i + d/2) by pos * inv_freq[i]."""
+    hd, T = 16, 12
+    rope = reference.Config._rope({"rope_theta": 500.0})
+    cos, sin = reference.rope_cos_sin(rope, hd, T)
+    x = torch.randn(3, T, hd, generator=torch.Generator().manual_seed(0))
+    got = reference.apply_rope(x, cos, sin).double().numpy()
+    inv = 1.0 / (500.0 ** (np.arange(0, hd, 2) / hd))
+    xn = x.double().numpy()
+    z = xn[..., : hd // 2] + 1j * xn[..., hd // 2:]
+    z = z * np.exp(1j * np.arange(T)[:, None] * inv[None, :])
+    want = np.concatenate([z.real, z.imag], axis=-1)
+    assert _maxdiff(got, want) < 1e-5
+
+
+def test_rope_scores_depend_on_relative_position():
+    hd = 8
+    rope = reference.Config._rope({"rope_theta": 10000.0})
+    cos, sin = reference.rope_cos_sin(rope, hd, 20)
+    g = torch.Generator().manual_seed(1)
+    q, k = torch.randn(1, 1, hd, generator=g), torch.randn(1, 1, hd, generator=g)
+    qs = reference.apply_rope(q.expand(1, 20, hd), cos, sin)[0]
+    ks = reference.apply_rope(k.expand(1, 20, hd), cos, sin)[0]
+    s = (qs @ ks.T).double().numpy()
+    for delta in range(0, 6):
+        diag = np.array([s[m + delta, m] for m in range(20 - delta)])
+        assert np.ptp(diag) < 1e-4
+
+
+def test_llama3_inv_freq_matches_meta_reference():
+    """Meta's llama-models apply_scaling loop, in float64."""
+    params = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+              "original_max_position_embeddings": 8192}
+    hd, theta = 128, 500000.0
+    rope = reference.Config._rope({"rope_theta": theta, "rope_scaling": dict(params, rope_type="llama3")})
+    got = reference.rope_inv_freq(rope, hd).double().numpy()
+    freqs = 1.0 / (theta ** (np.arange(0, hd, 2)[: hd // 2].astype(np.float64) / hd))
+    lo_wl = params["original_max_position_embeddings"] / params["low_freq_factor"]
+    hi_wl = params["original_max_position_embeddings"] / params["high_freq_factor"]
+    want = []
+    for f in freqs:
+        wl = 2 * math.pi / f
+        if wl < hi_wl:
+            want.append(f)
+        elif wl > lo_wl:
+            want.append(f / params["factor"])
+        else:
+            sm = (params["original_max_position_embeddings"] / wl - params["low_freq_factor"]) / (
+                params["high_freq_factor"] - params["low_freq_factor"])
+            want.append((1 - sm) * f / params["factor"] + sm * f)
+    want = np.array(want)
+    assert np.max(np.abs(got - want) / want) < 1e-5
+    # and all three regimes are exercised
+    wl = 2 * math.pi / freqs
+    assert (wl < hi_wl).any() and (wl > lo_wl).any() and ((wl >= hi_wl) & (wl <= lo_wl)).any()
+
+
+def test_rope_config_forms_agree():
+    v4 = reference.Config._rope({"rope_theta": 1234.0})
+    v5 = reference.Config._rope({"rope_parameters": {"rope_type": "default", "rope_theta": 1234.0}})
+    assert v4 == v5
+    lin = reference.Config._rope({"rope_theta": 1234.0, "rope_scaling": {"type": "linear", "factor": 2.0}})
+    assert torch.equal(reference.rope_inv_freq(lin, 16), reference.rope_inv_freq(v4, 16) / 2.0)
+    assert reference.Config._rope({})["rope_theta"] == 10000.0
+
+
+# ---------------------------------------------------------------------------------------------
+# masking: causality, sliding window, GQA
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_causality(tmp_path, arch):
+    d = _ckpt(tmp_path, arch)
+    a, b = reference.run(str(d), [[7, 8, 9, 10, 11, 12, 13, 14, 15, 16], [7, 8, 9, 10, 11, 12, 200, 14, 15, 16]])
+    for k in a:
+        assert np.allclose(a[k][:6], b[k][:6], rtol=0, atol=1e-6), k
+    assert not np.allclose(a["lm_head"][6:], b["lm_head"][6:], atol=1e-4)
+
+
+def test_mistral_sliding_window_locality(tmp_path):
+    """Layer 0 attention at query i sees keys j with i - W < j <= i only."""
+    W = 4
+    d = _ckpt(tmp_path, "mistral", sliding_window=W)
+    base = [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22]
+    j = 3
+    alt = list(base)
+    alt[j] = 300
+    a, b = reference.run(str(d), [base, alt])
+    diff = np.abs(a["model.layers.0.self_attn"] - b["model.layers.0.self_attn"]).max(-1)
+    for i in range(len(base)):
+        if j <= i < j + W:
+            assert diff[i] > 1e-6, i
+        else:
+            assert diff[i] == 0, i
+
+
+def test_mistral_large_window_equals_llama(tmp_path):
+    d_m = _ckpt(tmp_path, "mistral", name="m", sliding_window=64)
+    d_l = tmp_path / "l"
+    os.makedirs(d_l)
+    cfg = reference.load_config(str(d_m))
+    cfg.update(model_type="llama")
+    cfg.pop("sliding_window")
+    with open(d_l / "config.json", "w") as f:
+        json.dump(cfg, f)
+    os.link(d_m / "model.safetensors", d_l / "model.safetensors")
+    seq = list(range(1, 30))
+    a, b = reference.run(str(d_m), [seq])[0], reference.run(str(d_l), [seq])[0]
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    small = _ckpt(tmp_path, "mistral", name="s", sliding_window=8)
+    c = reference.run(str(small), [seq])[0]
+    assert not np.allclose(c["lm_head"][-1], b["lm_head"][-1], atol=1e-4)
+
+
+def test_qwen2_zero_biases_equal_llama(tmp_path):
+    d_q = _ckpt(tmp_path, "qwen2", name="q")
+    w = st.load_checkpoint(str(d_q))
+    d_l = tmp_path / "l"
+    os.makedirs(d_l)
+    cfg = reference.load_config(str(d_q))
+    cfg.update(model_type="llama")
+    with open(d_l / "config.json", "w") as f:
+        json.dump(cfg, f)
+    st.save(str(d_l / "model.safetensors"), {k: v for k, v in w.items() if not k.endswith(".bias")})
+    for k in w:
+        if k.endswith(".bias"):
+            w[k] = np.zeros_like(w[k])
+    st.save(str(d_q / "model.safetensors"), w)
+    seq = [4, 8, 15, 16, 23, 42]
+    a, b = reference.run(str(d_q), [seq])[0], reference.run(str(d_l), [seq])[0]
+    assert all(_maxdiff(a[k], b[k]) < 1e-6 for k in a)
+
+
+def test_qwen2_sliding_window_layers(tmp_path):
+    cfg = synth.tiny_config("qwen2", num_hidden_layers=4, use_sliding_window=True, sliding_window=4,
+                            max_window_layers=2)
+    assert reference.Config(cfg).windows == [None, None, 4, 4]
+    cfg["use_sliding_window"] = False
+    assert reference.Config(cfg).windows == [None] * 4
+    cfg.update(use_sliding_window=True, layer_types=["sliding_attention", "full_attention"] * 2)
+    assert reference.Config(cfg).windows == [4, None, 4, None]
+
+
+def test_gqa_equals_expanded_mha(tmp_path):
+    """repeat_kv order: query head h uses kv head h // (heads / kv_heads)."""
+    d = _ckpt(tmp_path, "llama", name="gqa")
+    cfg = reference.load_config(str(d))
+    c = reference.Config(cfg)
+    groups = c.heads // c.kv_heads
+    w = st.load_checkpoint(str(d))
+    for i in range(c.layers):
+        for p in ("k_proj", "v_proj"):
+            k = f"model.layers.{i}.self_attn.{p}.weight"
+            w[k] = np.repeat(w[k].reshape(c.kv_heads, c.head_dim, c.hidden), groups, axis=0).reshape(-1, c.hidden)
+    d2 = tmp_path / "mha"
+    os.makedirs(d2)
+    with open(d2 / "config.json", "w") as f:
+        json.dump(dict(cfg, num_key_value_heads=c.heads), f)
+    st.save(str(d2 / "model.safetensors"), w)
+    seq = [9, 8, 7, 6, 5, 4, 3, 2, 1]
+    a, b = reference.run(str(d), [seq])[0], reference.run(str(d2), [seq])[0]
+    for k in a:
+        if "k_proj" in k and not k.endswith(":input") or "v_proj" in k and not k.endswith(":input"):
+            continue
+        assert _maxdiff(a[k], b[k]) < 1e-6, k
+
+
+def test_explicit_head_dim(tmp_path):
+    d = _ckpt(tmp_path, "llama", hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+    r = reference.run(str(d), [[1, 2, 3]])[0]
+    assert r["model.layers.0.self_attn.q_proj"].shape == (3, 64)
+    assert r["model.layers.0.self_attn.k_proj"].shape == (3, 32)
+    assert r["model.layers.0.self_attn.o_proj:input"].shape == (3, 64)
+    assert r["model.layers.0.self_attn.o_proj"].shape == (3, 32)
+
+
+# ---------------------------------------------------------------------------------------------
+# checkpoint format equivalences
+# ---------------------------------------------------------------------------------------------
+
+def _same_run(d1, d2, seq=(3, 1, 4, 1, 5, 9, 2, 6, 5, 3)):
+    a, b = reference.run(str(d1), [list(seq)])[0], reference.run(str(d2), [list(seq)])[0]
+    assert set(a) == set(b)
+    for k in a:
+        assert np.array_equal(a[k], b[k]), k
+
+
+def test_gpt2_unprefixed_with_buffers_equivalent(tmp_path):
+    d = _ckpt(tmp_path, "gpt2")
+    c = reference.Config(reference.load_config(str(d)))
+    w = st.load_checkpoint(str(d))
+    d2 = tmp_path / "np"
+    os.makedirs(d2)
+    (d2 / "config.json").write_bytes((d / "config.json").read_bytes())
+    w2 = {k.replace("transformer.", "", 1): v for k, v in w.items()}
+    P = c.n_positions
+    for i in range(c.layers):
+        w2[f"h.{i}.attn.bias"] = np.tril(np.ones((P, P), bool)).reshape(1, 1, P, P)
+        w2[f"h.{i}.attn.masked_bias"] = np.array(-1e4, np.float32)
+    st.save(str(d2 / "model.safetensors"), w2)
+    _same_run(d, d2)
+
+
+def test_tied_under_lm_head_equivalent(tmp_path):
+    d = _ckpt(tmp_path, "llama", tie_word_embeddings=True)
+    w = st.load_checkpoint(str(d))
+    assert "lm_head.weight" not in w
+    d2 = tmp_path / "lm"
+    os.makedirs(d2)
+    (d2 / "config.json").write_bytes((d / "config.json").read_bytes())
+    w["lm_head.weight"] = w.pop("model.embed_tokens.weight")
+    st.save(str(d2 / "model.safetensors"), w)
+    _same_run(d, d2)
+
+
+def test_untied_uses_lm_head(tmp_path):
+    d = _ckpt(tmp_path, "llama", tie_word_embeddings=False)
+    w = st.load_checkpoint(str(d))
+    r = reference.run(str(d), [[1, 2, 3]])[0]
+    assert _maxdiff(r["lm_head"], r["model.norm"] @ w["lm_head.weight"].T) < 1e-5
+    assert _maxdiff(r["lm_head"], r["model.norm"] @ w["model.embed_tokens.weight"].T) > 1e-3
+
+
+def test_sharded_and_inv_freq_equivalent(tmp_path):
+    d = _ckpt(tmp_path, "llama")
+    w = st.load_checkpoint(str(d))
+    d2 = tmp_path / "sh"
+    os.makedirs(d2)
+    (d2 / "config.json").write_bytes((d / "config.json").read_bytes())
+    w["model.layers.0.self_attn.rotary_emb.inv_freq"] = np.ones(4, np.float32)
+    st.save_sharded(str(d2), w, n_shards=2)
+    assert not (d2 / "model.safetensors").exists()
+    _same_run(d, d2)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_half_checkpoint_equals_f32_of_rounded_weights(tmp_path, dtype):
+    cfg = synth.tiny_config("qwen2")
+    d = tmp_path / "h"
+    w = synth.write_checkpoint(str(d), cfg, seed=3, dtype=dtype)
+    d2 = tmp_path / "f"
+    os.makedirs(d2)
+    (d2 / "config.json").write_bytes((d / "config.json").read_bytes())
+    up = {k: (v.astype(np.float32) if dtype == "f16" else st.bf16_bits_to_f32(v)) for k, v in w.items()}
+    st.save(str(d2 / "model.safetensors"), up)
+    _same_run(d, d2)
