@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 PY := /usr/bin/python3
 APT_PACKAGES := build-essential cmake pkg-config libtorch-dev libopenblas0-pthread \
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev \
-  libpcre2-dev python3-torch python3-numpy python3-pytest
+  libpcre2-dev libicu-dev python3-torch python3-numpy python3-pytest
 
 .PHONY: deps build test demo bench clean format
 

@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "actcap/capture.h"
+#include "actcap/devices.h"
 #include "actcap/error.h"
 #include "actcap/export.h"
 #include "common.h"
@@ -16,6 +17,7 @@ Command add_run(CLI::App& app) {
     std::vector<std::string> capture;
     bool overwrite = false;
     DeviceOptions dev;
+    std::string dtype = "keep", positions = "all", capture_budget, bare_ref = "error";
   };
   auto o = std::make_shared<Opts>();
   sub->add_option("MODEL", o->model, "Checkpoint directory or 'demo'");
@@ -28,16 +30,27 @@ Command add_run(CLI::App& app) {
   sub->add_option("--out", o->out, "Output directory")->required();
   sub->add_flag("--overwrite", o->overwrite, "Replace actcap output already in --out");
   add_device_options(sub, o->dev);
+  sub->add_option("--dtype", o->dtype, "Stored dtype of captures: keep | f32 | f16 | bf16");
+  sub->add_option("--positions", o->positions, "Token positions: all | first | last | ranges like 0:8,-4:");
+  sub->add_option("--capture-budget", o->capture_budget, "Refuse runs whose captures exceed this (e.g. 2GiB)");
+  sub->add_option("--bare-ref", o->bare_ref, "Hooks that keep the borrowed tensor: error | warn | off");
   return {sub, [o]() {
             if (o->tokens.empty() && o->text.empty()) throw InputError("give the input with --tokens or --text");
             auto model = Model::load(o->model);
             auto seqs = o->tokens.empty() ? tokenize_text(*model, o->text) : parse_token_lists(o->tokens);
             Batch batch = Batch::from_sequences(seqs, model->config().vocab_size(), model->config().max_positions());
-            SafeCapturer capturer(*model, CaptureOptions{o->capture});
+            model->set_bare_ref_policy(parse_bare_ref_policy(o->bare_ref));
+            CaptureOptions copts;
+            copts.patterns = o->capture;
+            copts.dtype = parse_capture_dtype(o->dtype);
+            copts.positions = PositionSpec::parse(o->positions);
+            if (!o->capture_budget.empty()) copts.budget_bytes = parse_bytes(o->capture_budget);
+            SafeCapturer capturer(*model, copts);
+            capturer.check_budget(batch);
             apply_devices(*model, o->dev, batch.size(), batch.max_len(), capturer.plan());
             prepare_output_dir(o->out, o->overwrite);
             capturer.run(batch);
-            auto exported = export_run(o->out, capturer, batch, *model);
+            auto exported = export_run(o->out, capturer, *model);
             size_t width = 5;
             for (const auto& e : exported) width = std::max(width, e.name.size());
             std::cout << std::left << std::setw(width + 2) << "point" << std::setw(14) << "shape" << std::setw(7)
@@ -45,7 +58,7 @@ Command add_run(CLI::App& app) {
             for (const auto& e : exported)
               std::cout << std::left << std::setw(width + 2) << e.name << std::setw(14) << shape_string(e.shape)
                         << std::setw(7) << e.dtype << e.checksum << "\n";
-            std::cout << "wrote " << exported.size() << " tensors (" << batch.tokens() << " rows) to " << o->out
+            std::cout << "wrote " << exported.size() << " tensors (" << capturer.row_seq().size() << " rows) to " << o->out
                       << "/shard-00000.safetensors and manifest.json\n";
             return 0;
           }};

@@ -23,6 +23,10 @@ Command add_points(CLI::App& app);
 Command add_run(CLI::App& app);
 Command add_plan(CLI::App& app);
 Command add_doctor(CLI::App& app);
+Command add_verify(CLI::App& app);
+Command add_repro(CLI::App& app);
+Command add_compare(CLI::App& app);
+Command add_tokenize(CLI::App& app);
 
 // --devices, --max-memory, --device-map, --no-verify-transfers: every command that runs a model.
 struct DeviceOptions {

@@ -25,6 +25,10 @@ int main(int argc, char** argv) {
       actcap::cli::add_run(app),
       actcap::cli::add_plan(app),
       actcap::cli::add_doctor(app),
+      actcap::cli::add_verify(app),
+      actcap::cli::add_repro(app),
+      actcap::cli::add_compare(app),
+      actcap::cli::add_tokenize(app),
   };
   try {
     app.parse(argc, argv);

@@ -1,12 +1,15 @@
-// SafeCapturer: resolves hook-point patterns to a capture plan before anything runs, copies each
-// captured tensor inside the hook (never keeps the borrowed one), keeps every call, and
-// fingerprints each snapshot when it is taken.
+// SafeCapturer: the capture path PRODUCT.md §2 asks for. It resolves hook-point patterns to a plan
+// before anything runs (loud on zero matches), copies each captured tensor inside the hook on the
+// producing device (never keeps the borrowed one), moves the copy to a stable device, keeps every
+// call with its index, fingerprints each snapshot when it is taken and re-checks the fingerprint on
+// every read.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,41 +17,68 @@
 
 namespace actcap {
 
-struct CaptureOptions {
-  std::vector<std::string> patterns;      // e.g. {"transformer.h.*", "**:input"}
-  c10::Device stable_device = c10::kCPU;  // where snapshots are kept
+// Which token positions of each sequence to keep.
+//   "all" | "first" | "last" | comma-separated Python-style ranges "0:8,-4:,10" (negative counts
+//   from each sequence's end). Positions are kept once each, in increasing order.
+struct PositionSpec {
+  struct Range {
+    std::optional<int64_t> start, stop;  // half-open, Python slice semantics
+  };
+  std::vector<Range> ranges;  // empty = all
+  static PositionSpec parse(const std::string& text);  // throws InputError
+  std::vector<int64_t> select(int64_t length) const;   // positions of a sequence of `length` tokens
 };
 
-// One snapshot: the real-token rows of one call of one point.
+struct CaptureOptions {
+  std::vector<std::string> patterns;            // e.g. {"transformer.h.*", "**:input"}
+  c10::Device stable_device = c10::kCPU;        // where snapshots are kept
+  std::optional<c10::ScalarType> dtype;         // cast snapshots (nullopt = keep the point's dtype)
+  PositionSpec positions;                       // all by default
+  std::optional<uint64_t> budget_bytes;         // refuse a run whose snapshots would exceed this
+};
+
+// Parses "keep" | "f32" | "f16" | "bf16" (throws InputError).
+std::optional<c10::ScalarType> parse_capture_dtype(const std::string& text);
+
+// One snapshot: the selected rows of one call of one point.
 struct Snapshot {
   std::string point;
-  int64_t call = 0;
-  int64_t step = 0;
+  int64_t call = 0;   // per point, counting every call since the capturer was created
+  int64_t step = 0;   // the model's forward() index
   at::Tensor rows;    // [rows, ...per-token shape], on the stable device, owned
-  uint64_t xxh3 = 0;  // of `rows` at capture time
+  uint64_t xxh3 = 0;  // of `rows` when it was taken
 };
 
 class SafeCapturer {
  public:
   // Throws InputError when a pattern matches no point (listing the nearest names).
   SafeCapturer(Model& model, CaptureOptions options);
-  ~SafeCapturer();
+  ~SafeCapturer();  // removes its hooks
   SafeCapturer(const SafeCapturer&) = delete;
   SafeCapturer& operator=(const SafeCapturer&) = delete;
 
-  // Points that will be captured, in model order.
+  // Points that will be captured, in model order, with the dtype they will be stored in.
   const std::vector<PointInfo>& plan() const { return plan_; }
   int64_t bytes_per_token() const;
+  // Bytes the snapshots of `batch` will take; throws InputError when over the budget.
+  uint64_t check_budget(const Batch& batch) const;
 
-  // Runs one forward of `batch` with the hooks attached; snapshots only real (unpadded) tokens in
-  // (sequence, position) order. Returns the logits.
+  // Runs one forward of `batch` with the hooks attached, capturing the selected real (unpadded)
+  // tokens in (sequence, position) order. Throws RunError if a planned point never fired.
+  // Returns the logits.
   at::Tensor run(const Batch& batch);
 
+  // Row provenance of the last run: sequence index and position of each captured row.
+  const std::vector<int64_t>& row_seq() const { return row_seq_; }
+  const std::vector<int64_t>& row_pos() const { return row_pos_; }
+
   const std::vector<Snapshot>& snapshots() const { return snapshots_; }
-  // Re-hashes every snapshot; throws RunError naming the first whose bytes changed.
+  // Verified read: the rows of one call of `point` (call < 0: all calls concatenated in order).
+  // Throws RunError when a snapshot's bytes no longer match its fingerprint, or nothing was captured.
+  at::Tensor get(const std::string& point, int64_t call = -1) const;
+  // Re-hashes every snapshot; throws RunError naming the first that changed.
   void verify() const;
-  // All rows of one point, calls concatenated in order.
-  at::Tensor rows(const std::string& point) const;
+  void clear() { snapshots_.clear(); }
 
  private:
   Model& model_;
@@ -56,7 +86,8 @@ class SafeCapturer {
   std::vector<PointInfo> plan_;
   std::vector<HookHandle> handles_;
   std::vector<Snapshot> snapshots_;
-  at::Tensor row_index_;  // flat b*T + t of the real tokens of the current batch
+  at::Tensor row_index_;  // flat b*T + t of the selected tokens of the current batch
+  std::vector<int64_t> row_seq_, row_pos_;
 };
 
 }  // namespace actcap

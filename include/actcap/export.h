@@ -3,6 +3,7 @@
 // manifest.json written last (atomically) that lists shards, points, dtypes and checksums.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -27,8 +28,27 @@ void prepare_output_dir(const std::string& dir, bool overwrite);
 
 // Writes the snapshots of a single forward as shard-00000.safetensors, then manifest.json.
 // Verifies every snapshot's fingerprint before writing and the shard's bytes after.
-std::vector<ExportedTensor> export_run(const std::string& dir, const SafeCapturer& capturer, const Batch& batch,
-                                       const Model& model);
+std::vector<ExportedTensor> export_run(const std::string& dir, const SafeCapturer& capturer, const Model& model);
+
+// `actcap verify`: re-reads an output folder and checks every byte that carries meaning: the
+// manifest's own checksum, each shard's header (full safetensors validation), the checksums in
+// each shard's metadata against the manifest, and every tensor's bytes.
+struct VerifyIssue {
+  std::string file;
+  std::string tensor;  // empty when the problem is the file itself
+  std::string problem;
+};
+struct VerifyReport {
+  int64_t shards = 0;
+  int64_t tensors = 0;
+  uint64_t bytes = 0;
+  std::vector<VerifyIssue> issues;
+  bool ok() const { return issues.empty(); }
+};
+// Throws InputError when `dir` is not a folder; everything else is reported as an issue.
+VerifyReport verify_output(const std::string& dir);
+// Adds "manifest_checksum" (XXH3 of the manifest without that field, dumped canonically).
+std::string seal_manifest(nlohmann::json manifest);
 
 // Writes text to path atomically (temp file, fsync, rename).
 void write_file_atomic(const std::string& path, const std::string& text);

@@ -1,11 +1,82 @@
-#include "actcap/capture.h"
-
 #include <set>
+#include <sstream>
 
+#include "actcap/capture.h"
+#include "actcap/devices.h"
 #include "actcap/error.h"
 #include "actcap/hash.h"
 
 namespace actcap {
+
+PositionSpec PositionSpec::parse(const std::string& text) {
+  PositionSpec spec;
+  if (text.empty() || text == "all") return spec;
+  if (text == "first") {
+    spec.ranges.push_back({0, 1});
+    return spec;
+  }
+  if (text == "last") {
+    spec.ranges.push_back({-1, std::nullopt});
+    return spec;
+  }
+  auto parse_int = [&](const std::string& s) -> int64_t {
+    size_t used = 0;
+    int64_t v = 0;
+    try {
+      v = std::stoll(s, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (s.empty() || used != s.size())
+      throw InputError(concat("--positions: '", s, "' in '", text, "' is not an integer (all, first, last or ranges like 0:8,-4:)"));
+    return v;
+  };
+  std::stringstream items(text);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    if (item.empty()) throw InputError(concat("--positions: empty item in '", text, "'"));
+    const size_t colon = item.find(':');
+    Range r;
+    if (colon == std::string::npos) {
+      const int64_t p = parse_int(item);
+      r.start = p;
+      r.stop = p == -1 ? std::nullopt : std::optional<int64_t>(p + 1);
+    } else {
+      if (item.find(':', colon + 1) != std::string::npos)
+        throw InputError(concat("--positions: '", item, "' has more than one ':' (steps are not supported)"));
+      const std::string a = item.substr(0, colon), b = item.substr(colon + 1);
+      if (!a.empty()) r.start = parse_int(a);
+      if (!b.empty()) r.stop = parse_int(b);
+    }
+    spec.ranges.push_back(r);
+  }
+  return spec;
+}
+
+std::vector<int64_t> PositionSpec::select(int64_t length) const {
+  std::vector<int64_t> out;
+  if (ranges.empty()) {
+    for (int64_t i = 0; i < length; ++i) out.push_back(i);
+    return out;
+  }
+  std::vector<bool> keep(length, false);
+  auto clamp = [&](int64_t v) { return v < 0 ? std::max<int64_t>(0, length + v) : std::min(v, length); };
+  for (const Range& r : ranges) {
+    const int64_t a = r.start ? clamp(*r.start) : 0, b = r.stop ? clamp(*r.stop) : length;
+    for (int64_t i = a; i < b; ++i) keep[i] = true;
+  }
+  for (int64_t i = 0; i < length; ++i)
+    if (keep[i]) out.push_back(i);
+  return out;
+}
+
+std::optional<c10::ScalarType> parse_capture_dtype(const std::string& text) {
+  if (text == "keep") return std::nullopt;
+  if (text == "f32") return at::kFloat;
+  if (text == "f16") return at::kHalf;
+  if (text == "bf16") return at::kBFloat16;
+  throw InputError(concat("--dtype: '", text, "' is not one of keep, f32, f16, bf16"));
+}
 
 SafeCapturer::SafeCapturer(Model& model, CaptureOptions options) : model_(model), options_(std::move(options)) {
   if (options_.patterns.empty()) throw InputError("no --capture pattern given");
@@ -24,19 +95,26 @@ SafeCapturer::SafeCapturer(Model& model, CaptureOptions options) : model_(model)
       std::string near;
       for (const auto& n : nearest_points(pattern, names)) near += (near.empty() ? "" : ", ") + n;
       throw InputError(concat("capture pattern '", pattern, "' matches no hook point of ", model_.origin(),
-                           "; nearest: ", near, " (run `actcap points` for the full list)"));
+                              "; nearest: ", near, " (run `actcap points` for the full list)"));
     }
   }
-  for (const PointInfo& p : all)
-    if (chosen.count(p.name)) plan_.push_back(p);
+  for (PointInfo p : all)
+    if (chosen.count(p.name)) {
+      // Floating points take the requested dtype; token ids stay integers.
+      if (options_.dtype && at::isFloatingType(p.dtype)) p.dtype = *options_.dtype;
+      plan_.push_back(p);
+    }
   // One hook per point (not per pattern), so overlapping patterns never capture twice.
   for (const PointInfo& p : plan_) {
-    handles_.push_back(model_.register_forward_hook(p.name, [this](const HookContext& ctx, const at::Tensor& t) {
-      // Copy inside the hook: index_select writes fresh memory, so the borrowed tensor is not kept.
-      at::Tensor flat = t.flatten(0, 1);  // [B, T, ...] -> [B*T, ...]
-      at::Tensor rows = flat.index_select(0, row_index_.to(flat.device())).to(options_.stable_device);
-      Snapshot s{ctx.point, ctx.call_index, ctx.step, rows, tensor_xxh3(rows)};
-      snapshots_.push_back(std::move(s));
+    const c10::ScalarType dtype = p.dtype;
+    handles_.push_back(model_.register_forward_hook(p.name, [this, dtype](const HookContext& ctx, const at::Tensor& t) {
+      // Snapshot on the producing device: index_select writes fresh memory, so nothing here aliases
+      // the borrowed tensor. Then move to the stable device with a blocking copy, so the snapshot is
+      // complete before the hook returns.
+      at::Tensor rows = t.flatten(0, 1).index_select(0, row_index_.to(t.device()));
+      if (rows.scalar_type() != dtype) rows = rows.to(dtype);
+      rows = rows.to(options_.stable_device, /*non_blocking=*/false, /*copy=*/false);
+      snapshots_.push_back(Snapshot{ctx.point, ctx.call_index, ctx.step, rows, tensor_xxh3(rows)});
     }));
   }
 }
@@ -55,28 +133,64 @@ int64_t SafeCapturer::bytes_per_token() const {
   return total;
 }
 
+uint64_t SafeCapturer::check_budget(const Batch& batch) const {
+  uint64_t rows = 0;
+  for (int64_t b = 0; b < batch.size(); ++b) rows += options_.positions.select(batch.lengths[b]).size();
+  const uint64_t need = rows * static_cast<uint64_t>(bytes_per_token());
+  if (options_.budget_bytes && need > *options_.budget_bytes)
+    throw InputError(concat("capturing ", plan_.size(), " points x ", rows, " tokens (", bytes_per_token(),
+                            " bytes per token) needs ", format_bytes(need), ", over --capture-budget ",
+                            format_bytes(*options_.budget_bytes),
+                            "; capture fewer points, fewer --positions, a smaller --dtype, or raise the budget"));
+  return need;
+}
+
 at::Tensor SafeCapturer::run(const Batch& batch) {
+  check_budget(batch);
   const int64_t T = batch.ids.size(1);
   std::vector<int64_t> idx;
-  idx.reserve(batch.tokens());
+  row_seq_.clear();
+  row_pos_.clear();
   for (int64_t b = 0; b < batch.size(); ++b)
-    for (int64_t t = 0; t < batch.lengths[b]; ++t) idx.push_back(b * T + t);
+    for (int64_t t : options_.positions.select(batch.lengths[b])) {
+      idx.push_back(b * T + t);
+      row_seq_.push_back(b);
+      row_pos_.push_back(t);
+    }
   row_index_ = at::tensor(idx, at::kLong);
-  return model_.forward(batch);
+  const size_t before = snapshots_.size();
+  at::Tensor logits = model_.forward(batch);
+  // Silent misses are errors: every planned point must have fired in this forward.
+  std::set<std::string> fired;
+  for (size_t i = before; i < snapshots_.size(); ++i) fired.insert(snapshots_[i].point);
+  for (const PointInfo& p : plan_)
+    if (!fired.count(p.name)) throw RunError(concat("hook point '", p.name, "' never fired during the forward pass"));
+  return logits;
 }
+
+namespace {
+void check(const Snapshot& s) {
+  const uint64_t now = tensor_xxh3(s.rows);
+  if (now != s.xxh3)
+    throw RunError(concat("captured tensor '", s.point, "' (call ", s.call, ") changed after capture: checksum ",
+                          hex64(s.xxh3), " at capture, ", hex64(now), " now"));
+}
+}  // namespace
 
 void SafeCapturer::verify() const {
-  for (const Snapshot& s : snapshots_)
-    if (tensor_xxh3(s.rows) != s.xxh3)
-      throw RunError(concat("captured tensor '", s.point, "' (call ", s.call, ") changed after capture: checksum ",
-                         hex64(s.xxh3), " now ", hex64(tensor_xxh3(s.rows))));
+  for (const Snapshot& s : snapshots_) check(s);
 }
 
-at::Tensor SafeCapturer::rows(const std::string& point) const {
+at::Tensor SafeCapturer::get(const std::string& point, int64_t call) const {
   std::vector<at::Tensor> parts;
   for (const Snapshot& s : snapshots_)
-    if (s.point == point) parts.push_back(s.rows);
-  if (parts.empty()) throw RunError(concat("hook point '", point, "' never fired"));
+    if (s.point == point && (call < 0 || s.call == call)) {
+      check(s);
+      parts.push_back(s.rows);
+    }
+  if (parts.empty())
+    throw RunError(call < 0 ? concat("nothing captured at hook point '", point, "'")
+                            : concat("no call ", call, " captured at hook point '", point, "'"));
   return parts.size() == 1 ? parts[0] : at::cat(parts, 0);
 }
 

@@ -1,0 +1,131 @@
+#include "actcap/repro.h"
+
+#include <map>
+
+#include "actcap/capture.h"
+#include "actcap/error.h"
+#include "actcap/model.h"
+#include "actcap/planner.h"
+#include "models/weights.h"
+
+namespace actcap {
+
+namespace {
+
+std::unique_ptr<Model> repro_model() {
+  ModelConfig c;
+  c.arch = Arch::kGpt2;
+  c.model_type = "gpt2";
+  c.gpt2.vocab_size = 257;
+  c.gpt2.n_positions = 128;
+  c.gpt2.n_embd = 64;
+  c.gpt2.n_layer = 12;
+  c.gpt2.n_head = 4;
+  return Model::from_tensors(c, init_weights(weight_plan(c), 7, at::kFloat), "repro");
+}
+
+std::vector<Batch> repro_batches(const Model& m) {
+  std::vector<Batch> out;
+  for (const char* text : {"activations must be what the layer computed", "and not what a later layer wrote"}) {
+    std::vector<int64_t> ids;
+    for (const char* p = text; *p; ++p) ids.push_back(static_cast<unsigned char>(*p));
+    out.push_back(Batch::from_sequences({ids}, m.config().vocab_size(), m.config().max_positions()));
+  }
+  return out;
+}
+
+void place_on(Model& m, int n, const Batch& b) {
+  PlanRequest req;
+  req.stages = m.stage_costs(b.size(), b.max_len());
+  for (int i = 0; i < n; ++i) req.devices.push_back(n == 1 ? DeviceId::cpu() : DeviceId::virtual_cpu(i));
+  req.strategy = PlanStrategy::kBalanced;
+  req.hidden_bytes = b.size() * b.max_len() * m.config().hidden_size() * sizeof(float);
+  ExecutionOptions opts;
+  opts.stage_device = plan_devices(req).stage_device;
+  m.place(opts);
+}
+
+using Key = std::pair<std::string, int64_t>;  // point, step
+
+void compare(ReproResult& r, const std::map<Key, at::Tensor>& truth, const std::map<Key, at::Tensor>& got) {
+  r.mismatched = 0;
+  r.total = static_cast<int64_t>(truth.size());
+  for (const auto& [key, t] : truth) {
+    auto it = got.find(key);
+    if (it == got.end()) {
+      ++r.mismatched;
+      continue;
+    }
+    // SafeCapturer stores rows [tokens, hidden]; one unpadded sequence has the same bytes as [1, T, hidden].
+    const at::Tensor g = it->second.numel() == t.numel() ? it->second.reshape(t.sizes()) : it->second;
+    if (g.sizes() != t.sizes()) {
+      ++r.mismatched;
+      continue;
+    }
+    if (!at::equal(t, g)) {
+      ++r.mismatched;
+      r.max_abs_err = std::max(r.max_abs_err, (t - g).abs().max().item<double>());
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<ReproResult> run_repro(const std::vector<int>& device_counts) {
+  std::vector<ReproResult> out;
+  const std::string pattern = "transformer.h.*";
+  for (int n : device_counts) {
+    if (n < 1 || n > 64) throw InputError(concat("--devices: ", n, " is not a device count between 1 and 64"));
+    auto m = repro_model();
+    auto batches = repro_batches(*m);
+    place_on(*m, n, batches.front());
+
+    // The true outputs: copied inside the hook.
+    std::map<Key, at::Tensor> truth;
+    {
+      int64_t step = 0;
+      auto h = m->register_forward_hook(pattern, [&](const HookContext& c, const at::Tensor& t) {
+        truth[{c.point, step}] = t.clone();
+      });
+      for (const Batch& b : batches) m->forward(b), ++step;
+      h.remove();
+    }
+
+    // naive and guarded: the hook keeps the borrowed tensor, as `outputs[name] = output` does.
+    for (const char* variant : {"naive", "guarded", "clone"}) {
+      ReproResult r{variant, n};
+      const std::string v = variant;
+      m->set_bare_ref_policy(v == "guarded" ? BareRefPolicy::kError : BareRefPolicy::kOff);
+      std::map<Key, at::Tensor> got;
+      int64_t step = 0;
+      auto h = m->register_forward_hook(pattern, [&](const HookContext& c, const at::Tensor& t) {
+        got[{c.point, step}] = v == "clone" ? t.clone() : t;
+      });
+      try {
+        for (const Batch& b : batches) m->forward(b), ++step;
+        compare(r, truth, got);
+      } catch (const Error& e) {
+        r.error = e.what();
+      }
+      h.remove();
+      got.clear();
+      out.push_back(r);
+    }
+    m->set_bare_ref_policy(BareRefPolicy::kError);
+
+    ReproResult r{"safe", n};
+    try {
+      SafeCapturer cap(*m, CaptureOptions{{pattern}});
+      std::map<Key, at::Tensor> got;
+      for (const Batch& b : batches) cap.run(b);
+      for (const Snapshot& s : cap.snapshots()) got[{s.point, s.call}] = cap.get(s.point, s.call);
+      compare(r, truth, got);
+    } catch (const Error& e) {
+      r.error = e.what();
+    }
+    out.push_back(r);
+  }
+  return out;
+}
+
+}  // namespace actcap
