@@ -1,0 +1,110 @@
+#include "tokenizer/hf_tokenizer.h"
+
+#include <algorithm>
+
+#include "actcap/error.h"
+#include "tokenizer/byte_level.h"
+
+namespace actcap::tok {
+
+HfTokenizer::HfTokenizer(HfParts parts) : parts_(std::move(parts)) {
+  std::function<std::string(std::string_view)> norm;
+  if (!parts_.normalizers.empty()) norm = [this](std::string_view s) { return normalize(s); };
+  added_ = AddedVocabulary(parts_.added_tokens, norm);
+
+  int64_t max_id = -1;
+  for (const auto& [token, id] : parts_.model->vocab()) max_id = std::max<int64_t>(max_id, id);
+  for (const AddedToken& t : parts_.added_tokens) max_id = std::max(max_id, t.id);
+  vocab_size_ = max_id + 1;
+  id_to_token_.resize(static_cast<size_t>(vocab_size_));
+  has_token_.assign(static_cast<size_t>(vocab_size_), 0);
+  for (const auto& [token, id] : parts_.model->vocab()) {
+    id_to_token_[id] = token;
+    has_token_[id] = 1;
+  }
+  for (const AddedToken& t : parts_.added_tokens) {  // added tokens take precedence, as in Rust
+    id_to_token_[t.id] = t.content;
+    has_token_[t.id] = 1;
+  }
+}
+
+std::string HfTokenizer::normalize(std::string_view text) const {
+  std::string s(text);
+  for (NormalForm f : parts_.normalizers) s = tok::normalize(f, s);
+  return s;
+}
+
+void HfTokenizer::encode_text(std::string_view text, std::vector<int64_t>& ids) const {
+  const Bpe& model = *parts_.model;
+  auto to_model = [&](std::string_view piece) { model.encode(piece, ids); };
+  auto pre_tokenize = [&](std::string_view part) {
+    if (parts_.pre_tokenizer)
+      parts_.pre_tokenizer->run(part, to_model);
+    else
+      to_model(part);
+  };
+  std::vector<Segment> raw;
+  added_.split(text, false, raw);
+  std::vector<Segment> inner;
+  for (const Segment& seg : raw) {
+    if (seg.id >= 0) {
+      ids.push_back(seg.id);
+      continue;
+    }
+    std::string_view part = text.substr(seg.begin, seg.end - seg.begin);
+    std::string normalized;
+    if (!parts_.normalizers.empty()) {
+      normalized = normalize(part);
+      part = normalized;
+    }
+    inner.clear();
+    added_.split(part, true, inner);
+    for (const Segment& sub : inner) {
+      if (sub.id >= 0)
+        ids.push_back(sub.id);
+      else
+        pre_tokenize(part.substr(sub.begin, sub.end - sub.begin));
+    }
+  }
+}
+
+std::vector<int64_t> HfTokenizer::encode(const std::string& text, bool add_special) const {
+  std::vector<int64_t> ids;
+  ids.reserve(text.size() / 3 + 4);
+  encode_text(text, ids);
+  if (!add_special) return ids;
+  for (const PostStep& step : parts_.post) {
+    std::vector<int64_t> out;
+    out.reserve(ids.size() + 4);
+    for (const PostStep::Item& item : step.items) {
+      if (item.sequence)
+        out.insert(out.end(), ids.begin(), ids.end());
+      else
+        out.insert(out.end(), item.ids.begin(), item.ids.end());
+    }
+    ids = std::move(out);
+  }
+  return ids;
+}
+
+std::string HfTokenizer::decode(const std::vector<int64_t>& ids) const {
+  std::string out;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int64_t id = ids[i];
+    if (id < 0 || id >= vocab_size_ || !has_token_[id])
+      throw InputError(
+          concat("token id ", id, " is not in the vocabulary (size ", vocab_size_, ")"));
+    const std::string& token = id_to_token_[id];
+    if (parts_.decoder == DecoderKind::ByteLevel) {
+      // As the Rust ByteLevel decoder: a token with a character outside the byte alphabet (an
+      // added token such as "<|endoftext|>" usually is inside it) is taken as its UTF-8 bytes.
+      if (!byte_level_decode(out, token)) out += token;
+    } else {
+      if (i > 0) out += ' ';
+      out += token;
+    }
+  }
+  return out;
+}
+
+}  // namespace actcap::tok

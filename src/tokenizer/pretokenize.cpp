@@ -1,0 +1,183 @@
+#include "tokenizer/pretokenize.h"
+
+#include "tokenizer/utf8.h"
+
+namespace actcap::tok {
+
+std::vector<Piece> apply_behavior(const std::vector<Piece>& pieces, SplitBehavior behavior) {
+  std::vector<Piece> out;
+  out.reserve(pieces.size());
+  bool previous_match = false;
+  switch (behavior) {
+    case SplitBehavior::Isolated:
+      return pieces;
+    case SplitBehavior::Removed:
+      for (const Piece& p : pieces)
+        if (!p.match) out.push_back(p);
+      return out;
+    case SplitBehavior::MergedWithPrevious:
+      for (const Piece& p : pieces) {
+        if (p.match && !previous_match) {
+          if (!out.empty())
+            out.back().end = p.end;
+          else
+            out.push_back({p.begin, p.end, true});
+        } else {
+          out.push_back(p);
+        }
+        previous_match = p.match;
+      }
+      return out;
+    case SplitBehavior::MergedWithNext:
+      for (auto it = pieces.rbegin(); it != pieces.rend(); ++it) {
+        const Piece& p = *it;
+        if (p.match && !previous_match) {
+          if (!out.empty())
+            out.back().begin = p.begin;
+          else
+            out.push_back({p.begin, p.end, true});
+        } else {
+          out.push_back(p);
+        }
+        previous_match = p.match;
+      }
+      return {out.rbegin(), out.rend()};
+    case SplitBehavior::Contiguous:
+      for (const Piece& p : pieces) {
+        if (p.match == previous_match) {
+          if (!out.empty())
+            out.back().end = p.end;
+          else
+            out.push_back({p.begin, p.end, false});
+        } else {
+          out.push_back(p);
+        }
+        previous_match = p.match;
+      }
+      return out;
+  }
+  return out;
+}
+
+SplitPreTokenizer::SplitPreTokenizer(std::unique_ptr<Regex> regex,
+                                     std::optional<std::string> literal, SplitBehavior behavior,
+                                     bool invert)
+    : regex_(std::move(regex)),
+      literal_(std::move(literal)),
+      behavior_(behavior),
+      invert_(invert) {}
+
+std::vector<Piece> SplitPreTokenizer::find_pieces(std::string_view text) const {
+  std::vector<Piece> pieces;
+  if (text.empty()) return {{0, 0, false}};
+  size_t prev = 0;
+  auto on_match = [&](size_t b, size_t e) {
+    if (prev != b) pieces.push_back({prev, b, false});
+    pieces.push_back({b, e, true});
+    prev = e;
+  };
+  if (regex_) {
+    regex_->for_each_match(text, on_match);
+  } else if (literal_->empty()) {
+    return {{0, text.size(), false}};
+  } else {
+    for (size_t at = text.find(*literal_); at != std::string_view::npos;
+         at = text.find(*literal_, at + literal_->size()))
+      on_match(at, at + literal_->size());
+  }
+  if (prev != text.size()) pieces.push_back({prev, text.size(), false});
+  if (invert_)
+    for (Piece& p : pieces) p.match = !p.match;
+  return pieces;
+}
+
+void SplitPreTokenizer::run(std::string_view text, Sink emit) const {
+  if (regex_ && !invert_ &&
+      (behavior_ == SplitBehavior::Isolated || behavior_ == SplitBehavior::Removed)) {
+    // the common case (Llama 3, GPT-4 style patterns), streamed without building the piece list
+    const bool keep_matches = behavior_ == SplitBehavior::Isolated;
+    size_t prev = 0;
+    regex_->for_each_match(text, [&](size_t b, size_t e) {
+      if (prev < b) emit(text.substr(prev, b - prev));
+      if (keep_matches && e > b) emit(text.substr(b, e - b));
+      prev = e;
+    });
+    if (prev < text.size()) emit(text.substr(prev));
+    return;
+  }
+  for (const Piece& p : apply_behavior(find_pieces(text), behavior_))
+    if (p.end > p.begin) emit(text.substr(p.begin, p.end - p.begin));
+}
+
+void DigitsPreTokenizer::run(std::string_view text, Sink emit) const {
+  // ASCII digits are single bytes that never occur inside a multi-byte UTF-8 sequence, so the
+  // split can work on bytes.
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  size_t i = 0;
+  while (i < text.size()) {
+    size_t j = i + 1;
+    if (digit(text[i])) {
+      if (!individual_)
+        while (j < text.size() && digit(text[j])) ++j;
+    } else {
+      while (j < text.size() && !digit(text[j])) ++j;
+    }
+    emit(text.substr(i, j - i));
+    i = j;
+  }
+}
+
+const char* ByteLevelPreTokenizer::gpt2_pattern() {
+  return R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+}
+
+namespace {
+const Regex& gpt2_regex() {
+  static const Regex re(ByteLevelPreTokenizer::gpt2_pattern(), "ByteLevel pre-tokenizer");
+  return re;
+}
+}  // namespace
+
+ByteLevelPreTokenizer::ByteLevelPreTokenizer(bool add_prefix_space, bool use_regex)
+    : add_prefix_space_(add_prefix_space), use_regex_(use_regex) {
+  if (use_regex_) gpt2_regex();  // compile now, not on the first encode
+}
+
+void ByteLevelPreTokenizer::run(std::string_view text, Sink emit) const {
+  if (text.empty()) return;
+  std::string prefixed;
+  if (add_prefix_space_ && text[0] != ' ') {
+    prefixed.reserve(text.size() + 1);
+    prefixed += ' ';
+    prefixed += text;
+    text = prefixed;
+  }
+  if (!use_regex_) {
+    emit(text);
+    return;
+  }
+  size_t prev = 0;
+  gpt2_regex().for_each_match(text, [&](size_t b, size_t e) {
+    if (prev < b) emit(text.substr(prev, b - prev));
+    if (e > b) emit(text.substr(b, e - b));
+    prev = e;
+  });
+  if (prev < text.size()) emit(text.substr(prev));
+}
+
+bool SequencePreTokenizer::byte_level() const {
+  for (const auto& s : steps_)
+    if (s->byte_level()) return true;
+  return false;
+}
+
+void SequencePreTokenizer::run_from(size_t step, std::string_view text, Sink emit) const {
+  if (step == steps_.size()) {
+    emit(text);
+    return;
+  }
+  auto next = [&](std::string_view piece) { run_from(step + 1, piece, emit); };
+  steps_[step]->run(text, next);
+}
+
+}  // namespace actcap::tok

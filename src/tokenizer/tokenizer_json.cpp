@@ -1,0 +1,499 @@
+// tokenizer.json -> HfTokenizer, and Tokenizer::from_file / from_json. Every unsupported or
+// malformed part is an InputError naming the file and the field.
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "actcap/error.h"
+#include "actcap/tokenizer.h"
+#include "tokenizer/hf_tokenizer.h"
+
+namespace actcap {
+namespace tok {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr int64_t kMaxId = int64_t{1} << 24;
+
+std::string show(const json& j) {
+  std::string s = j.dump();
+  if (s.size() > 80) s = s.substr(0, 77) + "...";
+  return s;
+}
+
+// The parsed document, with model.vocab and model.merges streamed straight into the BPE's
+// containers (a DOM of Llama 3's 128k-entry vocab and 280k merges costs more than the rest of the
+// load together).
+struct Loaded {
+  json doc;
+  bool has_vocab = false;
+  Bpe::Vocab vocab;
+  bool has_merges = false;
+  Bpe::Merges merges;
+};
+
+class Sax {
+ public:
+  Sax(Loaded& out, std::string origin) : out_(out), origin_(std::move(origin)) {}
+
+  bool null() { return value(nullptr); }
+  bool boolean(bool v) { return value(v); }
+  bool number_integer(json::number_integer_t v) {
+    if (mode_ == Mode::Vocab) return vocab_id(v, json(v));
+    return value(v);
+  }
+  bool number_unsigned(json::number_unsigned_t v) {
+    if (mode_ == Mode::Vocab)
+      return vocab_id(v > static_cast<uint64_t>(kMaxId) ? kMaxId : static_cast<int64_t>(v),
+                      json(v));
+    return value(v);
+  }
+  bool number_float(json::number_float_t v, const std::string&) { return value(v); }
+  bool string(std::string& v) {
+    if (mode_ == Mode::Merges) {
+      const size_t sp = v.find(' ');
+      if (sp == std::string::npos || v.find(' ', sp + 1) != std::string::npos)
+        bad_merge(json(v), " must be two tokens separated by one space");
+      out_.merges.emplace_back(v.substr(0, sp), v.substr(sp + 1));
+      return true;
+    }
+    if (mode_ == Mode::MergePair) {
+      pair_.push_back(std::move(v));
+      return true;
+    }
+    return value(std::move(v));
+  }
+  bool binary(json::binary_t& v) { return value(json::binary(v)); }
+  bool start_object(std::size_t) {
+    if (mode_ == Mode::Dom && in_model() && key_ == "vocab") {
+      mode_ = Mode::Vocab;
+      out_.has_vocab = true;
+      return true;
+    }
+    if (mode_ != Mode::Dom) return streamed_container();
+    open(json::object());
+    return true;
+  }
+  bool key(std::string& k) {
+    key_ = std::move(k);
+    return true;
+  }
+  bool end_object() {
+    if (mode_ == Mode::Vocab) {
+      mode_ = Mode::Dom;
+      return true;
+    }
+    stack_.pop_back();
+    keys_.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t) {
+    if (mode_ == Mode::Dom && in_model() && key_ == "merges") {
+      mode_ = Mode::Merges;
+      out_.has_merges = true;
+      return true;
+    }
+    if (mode_ == Mode::Merges) {
+      mode_ = Mode::MergePair;
+      pair_.clear();
+      return true;
+    }
+    if (mode_ != Mode::Dom) return streamed_container();
+    open(json::array());
+    return true;
+  }
+  bool end_array() {
+    if (mode_ == Mode::Merges) {
+      mode_ = Mode::Dom;
+      return true;
+    }
+    if (mode_ == Mode::MergePair) {
+      if (pair_.size() != 2) bad_merge(json(pair_), " must be \"a b\" or [\"a\", \"b\"]");
+      out_.merges.emplace_back(std::move(pair_[0]), std::move(pair_[1]));
+      mode_ = Mode::Merges;
+      return true;
+    }
+    stack_.pop_back();
+    keys_.pop_back();
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) {
+    throw InputError(concat(origin_, ": not valid JSON (", e.what(), ")"));
+  }
+
+ private:
+  enum class Mode { Dom, Vocab, Merges, MergePair };
+
+  bool in_model() const { return stack_.size() == 2 && keys_[1] == "model"; }
+
+  // Places v in the current container; returns it.
+  json* place(json v) {
+    if (stack_.empty()) {
+      out_.doc = std::move(v);
+      return &out_.doc;
+    }
+    json& top = *stack_.back();
+    if (top.is_array()) {
+      top.push_back(std::move(v));
+      return &top.back();
+    }
+    json& slot = top[key_];
+    slot = std::move(v);
+    return &slot;
+  }
+  bool value(json v) {
+    if (mode_ == Mode::Vocab) vocab_id(-1, v);
+    if (mode_ == Mode::Merges || mode_ == Mode::MergePair)
+      bad_merge(v, " must be \"a b\" or [\"a\", \"b\"]");
+    place(std::move(v));
+    return true;
+  }
+  void open(json container) {
+    const std::string k = stack_.empty() || stack_.back()->is_array() ? std::string() : key_;
+    stack_.push_back(place(std::move(container)));
+    keys_.push_back(k);
+  }
+  bool streamed_container() {
+    if (mode_ == Mode::Vocab)
+      throw InputError(concat(origin_, ": model.vocab[\"", key_, "\"] must be a token id"));
+    bad_merge(json("(nested)"), " must be \"a b\" or [\"a\", \"b\"]");
+  }
+  bool vocab_id(int64_t v, const json& shown) {
+    if (v < 0 || v >= kMaxId || !shown.is_number_integer())
+      throw InputError(concat(origin_, ": model.vocab[\"", key_, "\"] must be a token id (0..",
+                              kMaxId - 1, "), not ", show(shown)));
+    out_.vocab[key_] = static_cast<int32_t>(v);
+    return true;
+  }
+  [[noreturn]] void bad_merge(const json& shown, const char* what) {
+    throw InputError(
+        concat(origin_, ": model.merges[", out_.merges.size(), "] ", show(shown), what));
+  }
+
+  Loaded& out_;
+  std::string origin_;
+  Mode mode_ = Mode::Dom;
+  std::vector<json*> stack_;
+  std::vector<std::string> keys_;  // the key each open container sits under ("" in an array)
+  std::string key_;
+  std::vector<std::string> pair_;
+};
+
+class Parser {
+ public:
+  explicit Parser(std::string origin) : origin_(std::move(origin)) {}
+
+  HfParts parse(Loaded& loaded) {
+    loaded_ = &loaded;
+    const json& root = loaded.doc;
+    if (!root.is_object()) fail("", "the top level must be a JSON object");
+    HfParts parts;
+    const json* model = find(root, "model");
+    if (model == nullptr) fail("model", "is missing");
+
+    parts.normalizers = normalizers(member(root, "normalizer"), "normalizer");
+    bool byte_level_seen = false;
+    parts.pre_tokenizer =
+        pre_tokenizer(member(root, "pre_tokenizer"), "pre_tokenizer", byte_level_seen);
+    parts.added_tokens = added_tokens(member(root, "added_tokens"));
+    parts.model = bpe(*model, parts.pre_tokenizer && parts.pre_tokenizer->byte_level());
+    parts.post = post_processor(member(root, "post_processor"), "post_processor");
+    parts.decoder = decoder(member(root, "decoder"));
+    return parts;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& field, const std::string& msg) const {
+    if (field.empty()) throw InputError(concat(origin_, ": ", msg));
+    throw InputError(concat(origin_, ": ", field, " ", msg));
+  }
+
+  static const json* find(const json& obj, const char* key) {
+    auto it = obj.find(key);
+    return it == obj.end() ? nullptr : &*it;
+  }
+  // A missing key reads as null.
+  static const json& member(const json& obj, const char* key) {
+    static const json null_json;
+    const json* j = find(obj, key);
+    return j ? *j : null_json;
+  }
+  const json& object(const json& j, const std::string& field) const {
+    if (!j.is_object()) fail(field, concat("must be an object, not ", show(j)));
+    return j;
+  }
+  std::string type(const json& j, const std::string& field) const {
+    object(j, field);
+    const json& t = member(j, "type");
+    if (!t.is_string()) fail(field + ".type", "is missing or not a string");
+    return t.get<std::string>();
+  }
+  [[noreturn]] void unsupported_type(const std::string& field, const std::string& t,
+                                     const char* supported) const {
+    fail(field + ".type", concat("\"", t, "\" is not supported; supported: ", supported));
+  }
+  bool flag(const json& obj, const char* key, const std::string& field, bool dflt) const {
+    const json& v = member(obj, key);
+    if (v.is_null()) return dflt;
+    if (!v.is_boolean()) fail(field + "." + key, concat("must be true or false, not ", show(v)));
+    return v.get<bool>();
+  }
+  std::string text(const json& j, const std::string& field) const {
+    if (!j.is_string()) fail(field, concat("must be a string, not ", show(j)));
+    return j.get<std::string>();
+  }
+  int64_t id(const json& j, const std::string& field) const {
+    if (!j.is_number_integer()) fail(field, concat("must be a token id, not ", show(j)));
+    const int64_t v = j.get<int64_t>();
+    if (v < 0 || v >= kMaxId)
+      fail(field, concat("id ", v, " is out of range (0..", kMaxId - 1, ")"));
+    return v;
+  }
+
+  // ---- normalizer ----
+  std::vector<NormalForm> normalizers(const json& j, const std::string& field) const {
+    std::vector<NormalForm> out;
+    if (j.is_null()) return out;
+    const std::string t = type(j, field);
+    if (t == "NFC") return {NormalForm::NFC};
+    if (t == "NFD") return {NormalForm::NFD};
+    if (t == "NFKC") return {NormalForm::NFKC};
+    if (t == "NFKD") return {NormalForm::NFKD};
+    if (t == "Sequence") {
+      const json& list = member(j, "normalizers");
+      if (!list.is_array()) fail(field + ".normalizers", "must be an array");
+      for (size_t i = 0; i < list.size(); ++i)
+        for (NormalForm f : normalizers(list[i], concat(field, ".normalizers[", i, "]")))
+          out.push_back(f);
+      return out;
+    }
+    unsupported_type(field, t, "NFC, NFD, NFKC, NFKD, Sequence (or null)");
+  }
+
+  // ---- pre-tokenizer ----
+  SplitBehavior behavior(const json& j, const std::string& field) const {
+    const std::string b = text(j, field);
+    if (b == "Removed") return SplitBehavior::Removed;
+    if (b == "Isolated") return SplitBehavior::Isolated;
+    if (b == "MergedWithPrevious") return SplitBehavior::MergedWithPrevious;
+    if (b == "MergedWithNext") return SplitBehavior::MergedWithNext;
+    if (b == "Contiguous") return SplitBehavior::Contiguous;
+    fail(field, concat("\"", b,
+                       "\" is not a split behavior (Removed, Isolated, MergedWithPrevious, "
+                       "MergedWithNext, Contiguous)"));
+  }
+
+  std::unique_ptr<PreTokenizer> pre_tokenizer(const json& j, const std::string& field,
+                                              bool& byte_level_seen) const {
+    if (j.is_null()) return nullptr;
+    const std::string t = type(j, field);
+    if (t == "ByteLevel") {
+      if (byte_level_seen)
+        fail(field, "is a second ByteLevel pre-tokenizer; only one is supported");
+      byte_level_seen = true;
+      return std::make_unique<ByteLevelPreTokenizer>(flag(j, "add_prefix_space", field, true),
+                                                     flag(j, "use_regex", field, true));
+    }
+    if (t == "Split") {
+      if (byte_level_seen)
+        fail(field,
+             "is a Split after ByteLevel, which is not supported (it would match the "
+             "byte-level characters)");
+      const json& pattern = member(j, "pattern");
+      const std::string pfield = field + ".pattern";
+      object(pattern, pfield);
+      std::unique_ptr<Regex> regex;
+      std::optional<std::string> literal;
+      if (const json* r = find(pattern, "Regex")) {
+        regex = std::make_unique<Regex>(text(*r, pfield + ".Regex"),
+                                        concat(origin_, ": ", pfield, ".Regex"));
+      } else if (const json* s = find(pattern, "String")) {
+        literal = text(*s, pfield + ".String");
+      } else {
+        fail(pfield, concat("must be {\"Regex\": ...} or {\"String\": ...}, not ", show(pattern)));
+      }
+      return std::make_unique<SplitPreTokenizer>(
+          std::move(regex), std::move(literal),
+          behavior(member(j, "behavior"), field + ".behavior"), flag(j, "invert", field, false));
+    }
+    if (t == "Digits")
+      return std::make_unique<DigitsPreTokenizer>(flag(j, "individual_digits", field, false));
+    if (t == "Sequence") {
+      const json& list = member(j, "pretokenizers");
+      if (!list.is_array()) fail(field + ".pretokenizers", "must be an array");
+      std::vector<std::unique_ptr<PreTokenizer>> steps;
+      for (size_t i = 0; i < list.size(); ++i) {
+        auto step =
+            pre_tokenizer(list[i], concat(field, ".pretokenizers[", i, "]"), byte_level_seen);
+        if (step) steps.push_back(std::move(step));
+      }
+      return std::make_unique<SequencePreTokenizer>(std::move(steps));
+    }
+    unsupported_type(field, t, "ByteLevel, Split, Digits, Sequence (or null)");
+  }
+
+  // ---- added tokens ----
+  std::vector<AddedToken> added_tokens(const json& j) const {
+    std::vector<AddedToken> out;
+    if (j.is_null()) return out;
+    if (!j.is_array()) fail("added_tokens", "must be an array");
+    for (size_t i = 0; i < j.size(); ++i) {
+      const std::string field = concat("added_tokens[", i, "]");
+      const json& t = object(j[i], field);
+      AddedToken a;
+      a.content = text(member(t, "content"), field + ".content");
+      a.id = id(member(t, "id"), field + ".id");
+      a.special = flag(t, "special", field, false);
+      a.single_word = flag(t, "single_word", field, false);
+      a.lstrip = flag(t, "lstrip", field, false);
+      a.rstrip = flag(t, "rstrip", field, false);
+      a.normalized = flag(t, "normalized", field, !a.special);
+      if (a.content.empty()) continue;  // ignored, as in Rust
+      out.push_back(std::move(a));
+    }
+    return out;
+  }
+
+  // ---- model ----
+  std::unique_ptr<Bpe> bpe(const json& m, bool byte_level) const {
+    const std::string t = type(m, "model");
+    if (t != "BPE") unsupported_type("model", t, "BPE");
+    const json& dropout = member(m, "dropout");
+    if (!dropout.is_null() && !(dropout.is_number() && dropout.get<double>() == 0.0))
+      fail("model.dropout", concat(show(dropout), " is not supported (only null or 0)"));
+    for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+      const json& v = member(m, key);
+      if (!v.is_null() && !(v.is_string() && v.get<std::string>().empty()))
+        fail(concat("model.", key), concat(show(v), " is not supported (only null or \"\")"));
+    }
+    BpeOptions opts;
+    const json& unk = member(m, "unk_token");
+    if (!unk.is_null()) opts.unk_token = text(unk, "model.unk_token");
+    opts.fuse_unk = flag(m, "fuse_unk", "model", false);
+    opts.byte_fallback = flag(m, "byte_fallback", "model", false);
+    opts.ignore_merges = flag(m, "ignore_merges", "model", false);
+    opts.byte_level = byte_level;
+
+    // model.vocab / model.merges were streamed by Sax when they had the right JSON type; what is
+    // left in the document is a wrong type (or nothing).
+    if (!loaded_->has_vocab) fail("model.vocab", "must be an object of token -> id");
+    if (!loaded_->has_merges && !member(m, "merges").is_null())
+      fail("model.merges", "must be an array");
+    return std::make_unique<Bpe>(std::move(loaded_->vocab), loaded_->merges, std::move(opts),
+                                 origin_ + ": model");
+  }
+
+  // ---- post-processor ----
+  std::vector<PostStep> post_processor(const json& j, const std::string& field) const {
+    std::vector<PostStep> out;
+    if (j.is_null()) return out;
+    const std::string t = type(j, field);
+    if (t == "ByteLevel") return out;  // offsets only; ids are unchanged
+    if (t == "TemplateProcessing") {
+      const json& single = member(j, "single");
+      if (!single.is_array()) fail(field + ".single", "must be an array");
+      const json& specials = member(j, "special_tokens");
+      PostStep step;
+      for (size_t i = 0; i < single.size(); ++i) {
+        const std::string ifield = concat(field, ".single[", i, "]");
+        const json& item = object(single[i], ifield);
+        if (const json* s = find(item, "Sequence")) {
+          const std::string sid =
+              text(member(object(*s, ifield + ".Sequence"), "id"), ifield + ".Sequence.id");
+          if (sid != "A")
+            fail(ifield + ".Sequence.id", concat("\"", sid,
+                                                 "\" is not supported in the single "
+                                                 "template (only \"A\")"));
+          step.items.push_back({true, {}});
+        } else if (const json* s = find(item, "SpecialToken")) {
+          const std::string name =
+              text(member(object(*s, ifield + ".SpecialToken"), "id"), ifield + ".SpecialToken.id");
+          const json* entry = specials.is_object() ? find(specials, name.c_str()) : nullptr;
+          if (entry == nullptr)
+            fail(field + ".special_tokens",
+                 concat("has no entry \"", name, "\" (used by ", ifield, ")"));
+          const json& ids = member(object(*entry, field + ".special_tokens." + name), "ids");
+          if (!ids.is_array())
+            fail(concat(field, ".special_tokens.", name, ".ids"), "must be an array of ids");
+          PostStep::Item it;
+          for (size_t k = 0; k < ids.size(); ++k)
+            it.ids.push_back(id(ids[k], concat(field, ".special_tokens.", name, ".ids[", k, "]")));
+          step.items.push_back(std::move(it));
+        } else {
+          fail(ifield,
+               concat("must be {\"Sequence\": ...} or {\"SpecialToken\": ...}, not ", show(item)));
+        }
+      }
+      out.push_back(std::move(step));
+      return out;
+    }
+    if (t == "BertProcessing" || t == "RobertaProcessing") {
+      auto special = [&](const char* key) {
+        const json& p = member(j, key);
+        if (!p.is_array() || p.size() != 2 || !p[0].is_string())
+          fail(concat(field, ".", key), concat("must be [\"token\", id], not ", show(p)));
+        return id(p[1], concat(field, ".", key, "[1]"));
+      };
+      PostStep step;
+      step.items.push_back({false, {special("cls")}});
+      step.items.push_back({true, {}});
+      step.items.push_back({false, {special("sep")}});
+      out.push_back(std::move(step));
+      return out;
+    }
+    if (t == "Sequence") {
+      const json& list = member(j, "processors");
+      if (!list.is_array()) fail(field + ".processors", "must be an array");
+      for (size_t i = 0; i < list.size(); ++i)
+        for (PostStep& s : post_processor(list[i], concat(field, ".processors[", i, "]")))
+          out.push_back(std::move(s));
+      return out;
+    }
+    unsupported_type(field, t,
+                     "ByteLevel, TemplateProcessing, BertProcessing, RobertaProcessing, Sequence "
+                     "(or null)");
+  }
+
+  // ---- decoder ----
+  DecoderKind decoder(const json& j) const {
+    if (j.is_null()) return DecoderKind::None;
+    const std::string t = type(j, "decoder");
+    if (t == "ByteLevel") return DecoderKind::ByteLevel;
+    unsupported_type("decoder", t, "ByteLevel (or null)");
+  }
+
+  std::string origin_;
+  Loaded* loaded_ = nullptr;
+};
+
+}  // namespace
+}  // namespace tok
+
+std::unique_ptr<Tokenizer> Tokenizer::from_json(const std::string& text,
+                                                const std::string& origin) {
+  tok::Loaded loaded;
+  tok::Sax sax(loaded, origin);
+  try {
+    nlohmann::json::sax_parse(text, &sax);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(concat(origin, ": not valid JSON (", e.what(), ")"));
+  }
+  return std::make_unique<tok::HfTokenizer>(tok::Parser(origin).parse(loaded));
+}
+
+std::unique_ptr<Tokenizer> Tokenizer::from_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw InputError(concat(path, ": cannot open tokenizer file"));
+  const std::streamoff size = in.tellg();
+  std::string text;
+  if (size > 0) {
+    text.resize(static_cast<size_t>(size));
+    in.seekg(0);
+    in.read(text.data(), size);
+  }
+  if (!in) throw InputError(concat(path, ": cannot read tokenizer file"));
+  return from_json(text, path);
+}
+
+}  // namespace actcap

@@ -1,0 +1,274 @@
+// The seed's test suite and one test per hazard H1-H7 (PRODUCT.md §2). Each fails without its
+// defence: a capture that kept the borrowed tensor, skipped the fingerprint or read unverified.
+#include <c10/core/InferenceMode.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "actcap/capture.h"
+#include "actcap/error.h"
+#include "actcap/export.h"
+#include "actcap/init_model.h"
+#include "actcap/model.h"
+#include "actcap/planner.h"
+#include "dispatch/transfer.h"
+#include "models/weights.h"
+
+using namespace actcap;
+
+namespace {
+
+std::unique_ptr<Model> model(const std::string& arch = "gpt2", int64_t layers = 8) {
+  ModelConfig c = preset_config(arch, "tiny");
+  if (c.arch == Arch::kGpt2) c.gpt2.n_layer = layers; else c.llama.num_hidden_layers = layers;
+  return Model::from_tensors(c, init_weights(weight_plan(c), 21, at::kFloat), arch);
+}
+
+Batch batch(const Model& m, int variant = 0) {
+  std::vector<std::vector<int64_t>> seqs = {{4, 8, 15, 16, 23, 42, 7, 1}, {3, 1, 4}};
+  if (variant) seqs = {{9, 9, 8, 2, 4, 4}, {5, 6, 7, 8, 9, 10, 11}};
+  return Batch::from_sequences(seqs, m.config().vocab_size(), m.config().max_positions());
+}
+
+void split(Model& m, int n, const Batch& b) {
+  PlanRequest req;
+  req.stages = m.stage_costs(b.size(), b.max_len());
+  for (int i = 0; i < n; ++i) req.devices.push_back(DeviceId::virtual_cpu(i));
+  req.strategy = PlanStrategy::kBalanced;
+  ExecutionOptions o;
+  o.stage_device = plan_devices(req).stage_device;
+  m.place(o);
+}
+
+// The truth: every point's real-token rows, copied inside the hook.
+std::map<std::string, at::Tensor> truth(Model& m, const Batch& b, const std::string& pattern = "**") {
+  std::map<std::string, at::Tensor> out;
+  std::vector<int64_t> idx;
+  for (int64_t s = 0; s < b.size(); ++s)
+    for (int64_t t = 0; t < b.lengths[s]; ++t) idx.push_back(s * b.ids.size(1) + t);
+  auto index = at::tensor(idx, at::kLong);
+  auto h = m.register_forward_hook(pattern, [&](const HookContext& c, const at::Tensor& t) {
+    out[c.point] = t.flatten(0, 1).index_select(0, index).clone();
+  });
+  m.forward(b);
+  h.remove();
+  return out;
+}
+
+std::string temp_dir() {
+  char tmpl[] = "/tmp/actcap-capture-XXXXXX";
+  return mkdtemp(tmpl);
+}
+
+}  // namespace
+
+// ---- the seed's suite ---------------------------------------------------------------------------
+
+TEST(SeedSuite, CopyIsolationMutatingTheSourceAfterCaptureLeavesTheCaptureUnchanged) {
+  auto m = model();
+  Batch b = batch(*m);
+  auto expected = truth(*m, b, "transformer.h.2");
+  SafeCapturer cap(*m, CaptureOptions{{"transformer.h.2"}});
+  // A later in-place writer on the very tensor that was captured (registered after the capturer).
+  auto writer = m->register_forward_hook("transformer.h.2", [](const HookContext&, const at::Tensor& t) { t.mul_(0); });
+  cap.run(b);
+  writer.remove();
+  EXPECT_TRUE(at::equal(cap.get("transformer.h.2"), expected.at("transformer.h.2")));
+}
+
+TEST(SeedSuite, ReuseDoesNotPollute) {
+  auto m = model("gpt2", 8);
+  Batch b = batch(*m);
+  auto expected = truth(*m, b, "transformer.h.*");
+  SafeCapturer cap(*m, CaptureOptions{{"transformer.h.*"}});
+  cap.run(b);
+  EXPECT_GT(m->device_stats().front().slot_reuses, 0);  // the arena did overwrite earlier outputs
+  for (const auto& [name, t] : expected) EXPECT_TRUE(at::equal(cap.get(name), t)) << name;
+}
+
+TEST(SeedSuite, NoCorruptionOverThreeOrMoreDevicesInInferenceMode) {
+  for (int n : {3, 4, 8}) {
+    auto m = model("llama", 8);
+    Batch b = batch(*m);
+    auto expected = truth(*m, b);  // single device
+    split(*m, n, b);
+    bool inference_mode = false;
+    auto probe = m->register_forward_hook("lm_head", [&](const HookContext&, const at::Tensor&) {
+      inference_mode = c10::InferenceMode::is_enabled();
+    });
+    SafeCapturer cap(*m, CaptureOptions{{"**", "**:input"}});
+    cap.run(b);
+    probe.remove();
+    EXPECT_TRUE(inference_mode);
+    EXPECT_GE(m->transfer_stats().transfers, n - 1);
+    for (const auto& [name, t] : expected) EXPECT_TRUE(at::equal(cap.get(name), t)) << n << " devices: " << name;
+  }
+}
+
+TEST(SeedSuite, CapturedEqualsTheLayersTrueOutput) {
+  auto m = model("gpt2", 4);
+  Batch b = batch(*m);
+  SafeCapturer cap(*m, CaptureOptions{{"transformer.h.*", "transformer.h.*:input", "lm_head"}});
+  at::Tensor logits = cap.run(b);
+  for (int i = 0; i + 1 < 4; ++i)  // a block's output is the next block's input
+    EXPECT_TRUE(at::equal(cap.get("transformer.h." + std::to_string(i)),
+                          cap.get("transformer.h." + std::to_string(i + 1) + ":input")));
+  auto rows = at::cat({logits[0].slice(0, 0, 8), logits[1].slice(0, 0, 3)});
+  EXPECT_TRUE(at::equal(cap.get("lm_head"), rows));
+}
+
+// ---- hazards --------------------------------------------------------------------------------
+
+TEST(Hazards, H1_SnapshotsShareNoStorageWithEngineBuffers) {
+  auto m = model();
+  Batch b = batch(*m);
+  std::vector<const void*> borrowed;
+  SafeCapturer cap(*m, CaptureOptions{{"transformer.h.*"}});
+  auto spy = m->register_forward_hook("transformer.h.*", [&](const HookContext&, const at::Tensor& t) {
+    borrowed.push_back(t.storage().data());
+  });
+  cap.run(b);
+  spy.remove();
+  for (const Snapshot& s : cap.snapshots())
+    for (const void* p : borrowed) EXPECT_NE(s.rows.storage().data(), p) << s.point;
+}
+
+TEST(Hazards, H2_LaterInPlaceWritersDoNotReachSnapshots) {
+  auto m = model("llama", 6);
+  Batch b = batch(*m);
+  auto expected = truth(*m, b, "model.layers.*.mlp.act_fn");
+  SafeCapturer cap(*m, CaptureOptions{{"model.layers.*.mlp.act_fn"}});
+  // Run a second, different batch through the same arenas after the first capture.
+  cap.run(b);
+  cap.run(batch(*m, 1));
+  for (const auto& [name, t] : expected) EXPECT_TRUE(at::equal(cap.get(name, 0), t)) << name;
+}
+
+TEST(Hazards, H3_SnapshotIsCompleteAndOnTheStableDeviceWhenTheHookReturns) {
+  auto m = model("gpt2", 4);
+  Batch b = batch(*m);
+  split(*m, 3, b);
+  SafeCapturer cap(*m, CaptureOptions{{"transformer.h.3"}});
+  bool checked = false;
+  auto after = m->register_forward_hook("transformer.h.3", [&](const HookContext&, const at::Tensor& t) {
+    // The capturer's hook ran first: its snapshot must already be final, not a pending copy.
+    ASSERT_EQ(cap.snapshots().size(), 1u);
+    const Snapshot& s = cap.snapshots().back();
+    EXPECT_TRUE(s.rows.device().is_cpu());
+    EXPECT_NO_THROW(cap.verify());
+    t.fill_(7);  // and later writes to the source do not reach it
+    checked = true;
+  });
+  cap.run(b);
+  after.remove();
+  EXPECT_TRUE(checked);
+  EXPECT_FALSE(at::equal(cap.get("transformer.h.3"), at::full_like(cap.get("transformer.h.3"), 7)));
+}
+
+TEST(Hazards, H4_DamagedTransferStopsTheCapture) {
+  auto m = model("qwen2", 6);
+  Batch b = batch(*m);
+  split(*m, 3, b);
+  SafeCapturer cap(*m, CaptureOptions{{"**"}});
+  auto& faults = process_faults();
+  faults = parse_faults("transfer:cpu:0->cpu:1:zeros");
+  EXPECT_THROW(cap.run(b), RunError);
+  faults.clear();
+}
+
+TEST(Hazards, H5_HeavyCaptureLeavesLogitsBitIdentical) {
+  for (const char* arch : {"gpt2", "llama", "mistral", "qwen2"}) {
+    auto m = model(arch, 4);
+    Batch b = batch(*m);
+    at::Tensor plain = m->forward(b).clone();
+    SafeCapturer cap(*m, CaptureOptions{{"**", "**:input"}});
+    EXPECT_TRUE(at::equal(plain, cap.run(b))) << arch;
+  }
+}
+
+TEST(Hazards, H6_SilentMissesAreErrorsAndRepeatedCallsAreAllKept) {
+  auto m = model();
+  EXPECT_THROW(SafeCapturer(*m, CaptureOptions{{"transformer.h.99"}}), InputError);
+  EXPECT_THROW(SafeCapturer(*m, CaptureOptions{{"transformer.h.*", "lm_haed"}}), InputError);
+  SafeCapturer cap(*m, CaptureOptions{{"transformer.h.1"}});
+  cap.run(batch(*m));
+  cap.run(batch(*m, 1));
+  ASSERT_EQ(cap.snapshots().size(), 2u);
+  EXPECT_EQ(cap.snapshots()[0].call, 0);
+  EXPECT_EQ(cap.snapshots()[1].call, 1);
+  EXPECT_FALSE(at::equal(cap.get("transformer.h.1", 0), cap.get("transformer.h.1", 1).slice(0, 0, 11)));
+  EXPECT_EQ(cap.get("transformer.h.1").size(0), 11 + 13);  // both calls, in order
+  EXPECT_THROW(cap.get("transformer.h.1", 2), RunError);
+}
+
+TEST(Hazards, H7_DamageAfterCaptureIsCaughtOnReadAndOnDisk) {
+  auto m = model();
+  Batch b = batch(*m);
+  SafeCapturer cap(*m, CaptureOptions{{"transformer.h.0", "lm_head"}});
+  cap.run(b);
+  // In memory: a snapshot damaged after capture fails every verified read.
+  const_cast<Snapshot&>(cap.snapshots()[0]).rows.view(at::kByte).view({-1})[5].bitwise_xor_(1);
+  EXPECT_THROW(cap.get("transformer.h.0"), RunError);
+  EXPECT_THROW(cap.verify(), RunError);
+  // On disk: a flipped byte anywhere in the shard or the manifest fails verify.
+  SafeCapturer fresh(*m, CaptureOptions{{"transformer.h.0", "lm_head"}});
+  fresh.run(b);
+  const std::string dir = temp_dir();
+  export_run(dir, fresh, *m);
+  ASSERT_TRUE(verify_output(dir).ok());
+  for (const std::string file : {"shard-00000.safetensors", "manifest.json"}) {
+    const std::string path = dir + "/" + file;
+    std::string bytes;
+    {
+      std::ifstream in(path, std::ios::binary);
+      bytes.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    for (size_t at : {size_t(3), bytes.size() / 3, bytes.size() / 2, bytes.size() - 9}) {
+      std::string damaged = bytes;
+      damaged[at] ^= 0x04;
+      std::ofstream(path, std::ios::binary | std::ios::trunc) << damaged;
+      EXPECT_FALSE(verify_output(dir).ok()) << file << " byte " << at;
+    }
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    EXPECT_TRUE(verify_output(dir).ok());
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// ---- options ----------------------------------------------------------------------------------
+
+TEST(CaptureOptions, PositionsDtypeAndBudget) {
+  EXPECT_EQ(PositionSpec::parse("all").select(3), (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(PositionSpec::parse("first").select(3), (std::vector<int64_t>{0}));
+  EXPECT_EQ(PositionSpec::parse("last").select(3), (std::vector<int64_t>{2}));
+  EXPECT_EQ(PositionSpec::parse("0:2,-2:").select(6), (std::vector<int64_t>{0, 1, 4, 5}));
+  EXPECT_EQ(PositionSpec::parse("0:2,-2:").select(3), (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(PositionSpec::parse("4").select(3), (std::vector<int64_t>{}));
+  EXPECT_THROW(PositionSpec::parse("a:b"), InputError);
+  EXPECT_THROW(PositionSpec::parse("0:1:2"), InputError);
+  EXPECT_THROW(parse_capture_dtype("f8"), InputError);
+
+  auto m = model();
+  Batch b = batch(*m);
+  auto expected = truth(*m, b, "transformer.h.1");
+  CaptureOptions o{{"transformer.h.1", "transformer.wte:input"}};
+  o.positions = PositionSpec::parse("last");
+  o.dtype = at::kBFloat16;
+  SafeCapturer cap(*m, o);
+  cap.run(b);
+  EXPECT_EQ(cap.row_seq(), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(cap.row_pos(), (std::vector<int64_t>{7, 2}));
+  at::Tensor last = cap.get("transformer.h.1");
+  EXPECT_EQ(last.scalar_type(), at::kBFloat16);
+  EXPECT_TRUE(at::equal(last, at::stack({expected.at("transformer.h.1")[7], expected.at("transformer.h.1")[10]})
+                                  .to(at::kBFloat16)));
+  EXPECT_EQ(cap.get("transformer.wte:input").scalar_type(), at::kLong);  // ids stay integers
+  CaptureOptions tight{{"**"}};
+  tight.budget_bytes = 1024;
+  SafeCapturer over(*m, tight);
+  EXPECT_THROW(over.run(b), InputError);
+}

@@ -1,0 +1,626 @@
+// Tokenizer: tokenizer.json parsing, pre-tokenizers, BPE, added tokens, post-processors, errors.
+// Fixtures are small tokenizer.json documents built inline; parity with Hugging Face on real
+// GPT-2 / Llama 3 files is tests/python/test_tokenizer_parity.py.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "actcap/error.h"
+#include "actcap/tokenizer.h"
+#include "tokenizer/added_vocab.h"
+#include "tokenizer/bpe.h"
+#include "tokenizer/byte_level.h"
+#include "tokenizer/pretokenize.h"
+#include "tokenizer/regex.h"
+#include "tokenizer/unicode.h"
+
+namespace actcap {
+namespace {
+
+using json = nlohmann::json;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using Ids = std::vector<int64_t>;
+
+// ---- fixture builder ------------------------------------------------------------------------
+
+// A byte-level BPE tokenizer.json: the 256 byte characters are ids 0..255, merges add tokens.
+struct Fixture {
+  json vocab = json::object();
+  json merges = json::array();
+  json added = json::array();
+  int64_t next = 0;
+  json pre_tokenizer = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
+  json normalizer = nullptr;
+  json post_processor = {{"type", "ByteLevel"}};
+  json decoder = {{"type", "ByteLevel"}};
+  bool ignore_merges = false;
+  json unk = nullptr;
+
+  explicit Fixture(bool bytes = true) {
+    if (bytes)
+      for (int b = 0; b < 256; ++b) add(tok::byte_alphabet().byte_to_char[b]);
+  }
+  int64_t add(const std::string& token) {
+    if (!vocab.contains(token)) vocab[token] = next++;
+    return vocab[token].get<int64_t>();
+  }
+  // Adds the merge a+b (byte-level spelling) and returns the new token's id.
+  int64_t merge(const std::string& a, const std::string& b) {
+    merges.push_back(a + " " + b);
+    return add(a + b);
+  }
+  int64_t id(const std::string& token) const { return vocab.at(token).get<int64_t>(); }
+  int64_t special(const std::string& content, int64_t id = -1, json extra = json::object()) {
+    if (id < 0) id = next++;
+    json t = {{"id", id},        {"content", content},  {"single_word", false}, {"lstrip", false},
+              {"rstrip", false}, {"normalized", false}, {"special", true}};
+    for (auto& [k, v] : extra.items()) t[k] = v;
+    added.push_back(t);
+    return id;
+  }
+  json doc() const {
+    return {{"version", "1.0"},
+            {"truncation", nullptr},
+            {"padding", nullptr},
+            {"added_tokens", added},
+            {"normalizer", normalizer},
+            {"pre_tokenizer", pre_tokenizer},
+            {"post_processor", post_processor},
+            {"decoder", decoder},
+            {"model",
+             {{"type", "BPE"},
+              {"dropout", nullptr},
+              {"unk_token", unk},
+              {"continuing_subword_prefix", nullptr},
+              {"end_of_word_suffix", nullptr},
+              {"fuse_unk", false},
+              {"byte_fallback", false},
+              {"ignore_merges", ignore_merges},
+              {"vocab", vocab},
+              {"merges", merges}}}};
+  }
+  std::unique_ptr<Tokenizer> build() const {
+    return Tokenizer::from_json(doc().dump(), "fixture.json");
+  }
+};
+
+// "hello world": h e l l o, Ġ w o r l d
+void add_hello_world(Fixture& f) {
+  f.merge("h", "e");
+  f.merge("l", "l");
+  f.merge("he", "ll");
+  f.merge("hell", "o");
+  f.merge("Ġ", "w");
+  f.merge("o", "r");
+  f.merge("Ġw", "or");
+  f.merge("Ġwor", "l");
+  f.merge("Ġworl", "d");
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no InputError)";
+}
+
+std::string load_error(const json& doc) {
+  return error_of([&] { Tokenizer::from_json(doc.dump(), "bad/tokenizer.json"); });
+}
+
+const char* kLlama3Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+std::vector<std::string> run(const tok::PreTokenizer& p, std::string_view text) {
+  std::vector<std::string> out;
+  p.run(text, [&](std::string_view piece) { out.emplace_back(piece); });
+  return out;
+}
+
+std::unique_ptr<tok::PreTokenizer> split_regex(const std::string& pattern,
+                                               tok::SplitBehavior b = tok::SplitBehavior::Isolated,
+                                               bool invert = false) {
+  return std::make_unique<tok::SplitPreTokenizer>(std::make_unique<tok::Regex>(pattern, "test"),
+                                                  std::nullopt, b, invert);
+}
+
+std::unique_ptr<tok::PreTokenizer> split_string(const std::string& s, tok::SplitBehavior b,
+                                                bool invert = false) {
+  return std::make_unique<tok::SplitPreTokenizer>(nullptr, s, b, invert);
+}
+
+// ---- byte alphabet ------------------------------------------------------------------------
+
+TEST(TokenizerBytes, AlphabetIsGpt2s) {
+  const auto& a = tok::byte_alphabet();
+  EXPECT_EQ(a.byte_to_char[' '], "Ġ");
+  EXPECT_EQ(a.byte_to_char['\n'], "Ċ");
+  EXPECT_EQ(a.byte_to_char['\t'], "ĉ");
+  EXPECT_EQ(a.byte_to_char['A'], "A");
+  EXPECT_EQ(a.byte_to_char[0xAD], "Ń");  // soft hyphen is not printable
+  std::set<std::string> distinct(a.byte_to_char.begin(), a.byte_to_char.end());
+  EXPECT_EQ(distinct.size(), 256u);
+  std::string all;
+  for (int b = 0; b < 256; ++b) all += static_cast<char>(b);
+  std::string spelled, back;
+  tok::byte_level_append(spelled, all);
+  ASSERT_TRUE(tok::byte_level_decode(back, spelled));
+  EXPECT_EQ(back, all);
+  EXPECT_FALSE(tok::byte_level_decode(back, " "));  // a raw space is not in the alphabet
+}
+
+TEST(TokenizerBytes, ByteLevelTokenizer) {
+  auto t = Tokenizer::byte_level(256);
+  EXPECT_EQ(t->vocab_size(), 257);
+  EXPECT_THAT(t->encode("hé"), ElementsAre('h', 0xC3, 0xA9));
+  EXPECT_EQ(t->encode("hé", false), t->encode("hé", true));  // no specials either way
+  EXPECT_EQ(t->decode({'h', 0xC3, 0xA9}), "hé");
+  EXPECT_EQ(t->decode({'a', 256}), "a<|endoftext|>");
+  EXPECT_THROW(t->decode({300}), InputError);
+  EXPECT_THROW(Tokenizer::byte_level(100), InputError);
+  const std::string raw("\xff\x00\xc3", 3);
+  EXPECT_EQ(t->decode(t->encode(raw)), raw);
+}
+
+// ---- regex -----------------------------------------------------------------------------------
+
+TEST(TokenizerRegex, OnigurumaEscapesAreTranslated) {
+  EXPECT_EQ(tok::onig_to_pcre2(R"(\s+(?!\S))"), R"(\p{White_Space}+(?!\P{White_Space}))");
+  EXPECT_EQ(tok::onig_to_pcre2(R"([^\s\p{L}])"), R"([^\p{White_Space}\p{L}])");
+  EXPECT_EQ(tok::onig_to_pcre2(R"(\\s)"), R"(\\s)");  // an escaped backslash, then 's'
+  EXPECT_EQ(tok::onig_to_pcre2(R"([]\s])"), R"([]\p{White_Space}])");
+  EXPECT_EQ(tok::onig_to_pcre2(R"(\h[\h])"), R"([0-9A-Fa-f][0-9A-Fa-f])");
+  EXPECT_EQ(tok::onig_to_pcre2(R"([[:alpha:]\w])"),
+            R"([[:alpha:]\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}])");
+}
+
+TEST(TokenizerRegex, WhiteSpaceIsUnicodes) {
+  tok::Regex re(R"(\s+)", "test");
+  size_t b, e;
+  ASSERT_TRUE(
+      re.find("a\xc2\x85"
+              "b",
+              0, &b, &e));  // U+0085 NEL is White_Space (Oniguruma)
+  EXPECT_EQ(b, 1u);
+  EXPECT_EQ(e, 3u);
+  EXPECT_FALSE(
+      re.find("a\xef\xbb\xbf"
+              "b",
+              0, &b, &e));  // U+FEFF is not
+}
+
+TEST(TokenizerRegex, BadPatternIsInputError) {
+  EXPECT_THAT(
+      error_of([] { tok::Regex re("(unclosed", "file.json: pre_tokenizer.pattern.Regex"); }),
+      HasSubstr("file.json: pre_tokenizer.pattern.Regex: regex does not compile"));
+}
+
+TEST(TokenizerRegex, InvalidUtf8NeverMatchesNorFails) {
+  tok::Regex re(R"(\p{L}+)", "test");
+  std::vector<std::pair<size_t, size_t>> m;
+  re.for_each_match(std::string_view("ab\xff\xfe"
+                                     "cd\xc3",
+                                     7),
+                    [&](size_t b, size_t e) { m.emplace_back(b, e); });
+  EXPECT_THAT(m, ElementsAre(std::make_pair(0u, 2u), std::make_pair(4u, 6u)));
+}
+
+TEST(TokenizerRegex, EmptyMatchesAdvanceOneCharacter) {
+  tok::Regex re("x*", "test");
+  std::vector<std::pair<size_t, size_t>> m;
+  re.for_each_match("axxé", [&](size_t b, size_t e) { m.emplace_back(b, e); });
+  // Oniguruma's find_iter: empty at 0, "xx" at 1..3, then the empty match at 3 is skipped (it
+  // touches the previous match) and the search moves past 'é' (2 bytes) to an empty match at 5.
+  EXPECT_THAT(m,
+              ElementsAre(std::make_pair(0u, 0u), std::make_pair(1u, 3u), std::make_pair(5u, 5u)));
+}
+
+// ---- pre-tokenizers --------------------------------------------------------------------------
+
+TEST(TokenizerPreTokenize, SplitBehaviors) {
+  using B = tok::SplitBehavior;
+  const std::string text = "The-final--countdown";
+  EXPECT_THAT(run(*split_string("-", B::Removed), text), ElementsAre("The", "final", "countdown"));
+  EXPECT_THAT(run(*split_string("-", B::Isolated), text),
+              ElementsAre("The", "-", "final", "-", "-", "countdown"));
+  EXPECT_THAT(run(*split_string("-", B::MergedWithPrevious), text),
+              ElementsAre("The-", "final-", "-", "countdown"));
+  EXPECT_THAT(run(*split_string("-", B::MergedWithNext), text),
+              ElementsAre("The", "-final", "-", "-countdown"));
+  EXPECT_THAT(run(*split_string("-", B::Contiguous), text),
+              ElementsAre("The", "-", "final", "--", "countdown"));
+  // the same with a regex
+  EXPECT_THAT(run(*split_regex("-", B::MergedWithNext), text),
+              ElementsAre("The", "-final", "-", "-countdown"));
+  EXPECT_THAT(run(*split_regex("-", B::Removed), text), ElementsAre("The", "final", "countdown"));
+}
+
+TEST(TokenizerPreTokenize, SplitInvert) {
+  using B = tok::SplitBehavior;
+  // invert: the matches become the gaps -- Removed then keeps only what the pattern matched
+  EXPECT_THAT(run(*split_regex(R"(\p{L}+)", B::Removed, true), "Hey, friend!"),
+              ElementsAre("Hey", "friend"));
+  // inverted, the words are the "matches": each one merges into the gap before it
+  EXPECT_THAT(run(*split_regex(" ", B::MergedWithPrevious, true), "Hey friend now"),
+              ElementsAre("Hey", " friend", " now"));
+}
+
+TEST(TokenizerPreTokenize, Digits) {
+  EXPECT_THAT(run(tok::DigitsPreTokenizer(true), "Call 123 please٣"),
+              ElementsAre("Call ", "1", "2", "3", " please٣"));  // ASCII digits only
+  EXPECT_THAT(run(tok::DigitsPreTokenizer(false), "Call 123 please 45"),
+              ElementsAre("Call ", "123", " please ", "45"));
+}
+
+TEST(TokenizerPreTokenize, ByteLevelGpt2Regex) {
+  tok::ByteLevelPreTokenizer p(false, true);
+  EXPECT_THAT(run(p, "Hello world, it's 2024!  ok\n\n"),
+              ElementsAre("Hello", " world", ",", " it", "'s", " 2024", "!", " ", " ok", "\n\n"));
+  tok::ByteLevelPreTokenizer prefix(true, true);
+  EXPECT_THAT(run(prefix, "Hi there"), ElementsAre(" Hi", " there"));
+  EXPECT_THAT(run(prefix, " Hi"), ElementsAre(" Hi"));  // already starts with a space
+  tok::ByteLevelPreTokenizer whole(false, false);
+  EXPECT_THAT(run(whole, "a b  c"), ElementsAre("a b  c"));
+}
+
+TEST(TokenizerPreTokenize, Llama3Regex) {
+  auto p = split_regex(kLlama3Pattern);
+  EXPECT_THAT(run(*p, "DON'T stop, We'Re 12345 x\r\n\n  y  "),
+              ElementsAre("DON", "'T", " stop", ",", " We", "'Re", " ", "123", "45", " x", "\r\n\n",
+                          " ", " y", "  "));
+  EXPECT_THAT(run(*p, "日本語のテキスト 👨‍👩‍👧"),
+              ElementsAre("日本語のテキスト", " 👨‍👩‍👧"));
+}
+
+TEST(TokenizerPreTokenize, SequenceFeedsEachPieceOn) {
+  std::vector<std::unique_ptr<tok::PreTokenizer>> steps;
+  steps.push_back(std::make_unique<tok::DigitsPreTokenizer>(true));
+  steps.push_back(std::make_unique<tok::ByteLevelPreTokenizer>(true, true));
+  tok::SequencePreTokenizer seq(std::move(steps));
+  EXPECT_TRUE(seq.byte_level());
+  EXPECT_THAT(run(seq, "ab12 cd"), ElementsAre(" ab", " 1", " 2", " cd"));
+}
+
+// ---- BPE -----------------------------------------------------------------------------------
+
+TEST(TokenizerBpe, MergesByRank) {
+  Fixture f;
+  add_hello_world(f);
+  auto t = f.build();
+  EXPECT_THAT(t->encode("hello world"), ElementsAre(f.id("hello"), f.id("Ġworld")));
+  EXPECT_THAT(t->encode("hell"), ElementsAre(f.id("hell")));
+  // "oh": no merge applies, one id per byte
+  EXPECT_THAT(t->encode("oh"), ElementsAre(f.id("o"), f.id("h")));
+  EXPECT_EQ(t->decode(t->encode("hello world")), "hello world");
+}
+
+TEST(TokenizerBpe, LowestRankFirstLeftmostOnTies) {
+  Fixture f;
+  f.merge("a", "a");   // rank 0
+  f.merge("b", "aa");  // rank 1
+  auto t = f.build();
+  // "aaa": the leftmost "a a" merges first -> "aa" "a"
+  EXPECT_THAT(t->encode("aaa"), ElementsAre(f.id("aa"), f.id("a")));
+  // "baa": "a a" (rank 0) before "b a" (no merge), then "b aa"
+  EXPECT_THAT(t->encode("baa"), ElementsAre(f.id("baa")));
+}
+
+TEST(TokenizerBpe, IgnoreMerges) {
+  Fixture f;
+  f.merge("h", "e");
+  const int64_t whole = f.add("hey");  // in the vocab, but no merge path leads to it
+  f.ignore_merges = false;
+  EXPECT_THAT(f.build()->encode("hey"), ElementsAre(f.id("he"), f.id("y")));
+  f.ignore_merges = true;
+  EXPECT_THAT(f.build()->encode("hey"), ElementsAre(whole));
+  EXPECT_THAT(f.build()->encode("hex"), ElementsAre(f.id("he"), f.id("x")));
+}
+
+TEST(TokenizerBpe, QueueAndScanAgree) {
+  // Random merges over a 4-letter alphabet, words long enough for both strategies.
+  std::mt19937 rng(7);
+  tok::Bpe::Vocab vocab;
+  std::vector<std::string> tokens = {"a", "b", "c", "d"};
+  for (size_t i = 0; i < tokens.size(); ++i) vocab[tokens[i]] = static_cast<int32_t>(i);
+  tok::Bpe::Merges merges;
+  for (int i = 0; i < 60; ++i) {
+    const std::string& a = tokens[rng() % tokens.size()];
+    const std::string& b = tokens[rng() % tokens.size()];
+    if (a.size() + b.size() > 8) continue;
+    merges.emplace_back(a, b);
+    if (!vocab.count(a + b)) {
+      vocab[a + b] = static_cast<int32_t>(tokens.size());
+      tokens.push_back(a + b);
+    }
+  }
+  tok::Bpe bpe(vocab, merges, {}, "test");
+  for (int trial = 0; trial < 500; ++trial) {
+    // up to 48 symbols merge() scans; merge_with_queue is what longer words use
+    std::vector<int32_t> word(1 + rng() % 48);
+    for (auto& s : word) s = static_cast<int32_t>(rng() % 4);
+    auto scan = word;
+    auto queue = word;
+    bpe.merge(scan);
+    bpe.merge_with_queue(queue);
+    ASSERT_EQ(scan, queue) << "trial " << trial;
+  }
+}
+
+TEST(TokenizerBpe, UnknownCharactersUnkFuseAndByteFallback) {
+  // no ByteLevel: the model works on characters
+  auto make = [](json unk, bool fuse, bool fallback) {
+    json vocab = {{"a", 0}, {"b", 1}, {"<unk>", 2}, {"<0xC3>", 3}, {"<0xA9>", 4}};
+    json doc = {{"added_tokens", json::array()},
+                {"normalizer", nullptr},
+                {"pre_tokenizer", nullptr},
+                {"post_processor", nullptr},
+                {"decoder", nullptr},
+                {"model",
+                 {{"type", "BPE"},
+                  {"unk_token", unk},
+                  {"fuse_unk", fuse},
+                  {"byte_fallback", fallback},
+                  {"vocab", vocab},
+                  {"merges", json::array()}}}};
+    return Tokenizer::from_json(doc.dump(), "chars.json");
+  };
+  EXPECT_THAT(make("<unk>", false, false)->encode("axxb"), ElementsAre(0, 2, 2, 1));
+  EXPECT_THAT(make("<unk>", true, false)->encode("axxb"), ElementsAre(0, 2, 1));
+  EXPECT_THAT(make(nullptr, false, false)->encode("axxb"), ElementsAre(0, 1));  // dropped
+  EXPECT_THAT(make("<unk>", false, true)->encode("aéx"), ElementsAre(0, 3, 4, 2));
+  EXPECT_THAT(make("<unk>", false, false)->decode({0, 2, 1}), "a <unk> b");
+  EXPECT_THAT(error_of([&] { make("<missing>", false, false)->encode("x"); }),
+              HasSubstr("model.unk_token \"<missing>\""));
+}
+
+TEST(TokenizerBpe, CacheGivesTheSameAnswerAndStaysBounded) {
+  Fixture f;
+  add_hello_world(f);
+  auto t = f.build();
+  const Ids first = t->encode("hello world hello world");
+  EXPECT_EQ(t->encode("hello world hello world"), first);
+  EXPECT_LE(tok::Bpe::kCacheCapacity, 1u << 20);
+}
+
+// ---- added tokens ----------------------------------------------------------------------------
+
+TEST(TokenizerAdded, SpecialTokensAreMatchedInTheRawText) {
+  Fixture f;
+  add_hello_world(f);
+  const int64_t eot = f.special("<|endoftext|>");
+  const int64_t eot2 = f.special("<|endoftext|>!");  // longest match wins
+  auto t = f.build();
+  EXPECT_THAT(t->encode("hello<|endoftext|> world"),
+              ElementsAre(f.id("hello"), eot, f.id("Ġworld")));
+  EXPECT_THAT(t->encode("<|endoftext|>!hello"), ElementsAre(eot2, f.id("hello")));
+  EXPECT_THAT(t->encode("<|endoftext|>"), ElementsAre(eot));
+  EXPECT_THAT(t->encode("<|endoftext|>", false), ElementsAre(eot));  // still recognised
+  EXPECT_EQ(t->decode({f.id("hello"), eot}), "hello<|endoftext|>");
+  EXPECT_EQ(t->vocab_size(), eot2 + 1);
+}
+
+TEST(TokenizerAdded, SingleWordLstripRstrip) {
+  // The Rust crate's own cases (added_vocabulary.rs), without its Lowercase normalizer.
+  std::vector<tok::AddedToken> tokens = {
+      {"<mask>", 0, true, false, false, false, false},
+  };
+  tok::AddedVocabulary v(tokens, nullptr);
+  std::vector<tok::Segment> s;
+  const std::string text = "<mask> My name <mask> A<mask> <mask>ony <mask>";
+  v.split(text, false, s);
+  std::vector<std::pair<std::string, int64_t>> got;
+  for (const auto& seg : s) got.emplace_back(text.substr(seg.begin, seg.end - seg.begin), seg.id);
+  EXPECT_THAT(got,
+              ElementsAre(std::make_pair("<mask>", 0), std::make_pair(" My name ", -1),
+                          std::make_pair("<mask>", 0), std::make_pair(" A<mask> <mask>ony ", -1),
+                          std::make_pair("<mask>", 0)));
+
+  s.clear();
+  const std::string marks = "<mask>, <mask>- \xe2\x97\x8c\xcc\xb0<mask>";  // U+25CC U+0330
+  v.split(marks, false, s);
+  ASSERT_EQ(s.size(), 4u);  // a combining mark is a word character: the last one is not split
+  EXPECT_EQ(marks.substr(s[3].begin), "- \xe2\x97\x8c\xcc\xb0<mask>");
+
+  tokens[0].lstrip = tokens[0].rstrip = true;
+  tok::AddedVocabulary strip(tokens, nullptr);
+  s.clear();
+  const std::string spaced = "Hi <mask> there\t<mask>\t<mask>\xe2\x80\x80";  // U+2000
+  strip.split(spaced, false, s);
+  got.clear();
+  for (const auto& seg : s) got.emplace_back(spaced.substr(seg.begin, seg.end - seg.begin), seg.id);
+  EXPECT_THAT(got, ElementsAre(std::make_pair("Hi", -1), std::make_pair(" <mask> ", 0),
+                               std::make_pair("there", -1), std::make_pair("\t<mask>\t", 0),
+                               std::make_pair("<mask>\xe2\x80\x80", 0)));
+}
+
+TEST(TokenizerAdded, NormalizedTokensMatchTheNormalizedText) {
+  Fixture f;
+  f.normalizer = {{"type", "NFC"}};
+  // "café" written with e + U+0301; as a normalized token it matches the NFC form "café"
+  const int64_t cafe = f.special("cafe\xcc\x81", -1, {{"normalized", true}, {"special", false}});
+  auto t = f.build();
+  EXPECT_THAT(t->encode("a caf\xc3\xa9"), ElementsAre(f.id("a"), f.id("Ġ"), cafe));
+  EXPECT_THAT(t->encode("a cafe\xcc\x81"), ElementsAre(f.id("a"), f.id("Ġ"), cafe));
+}
+
+// ---- normalizer, post-processor, decoder ------------------------------------------------------
+
+TEST(TokenizerNormalizer, NfcAndSequence) {
+  EXPECT_EQ(tok::normalize(tok::NormalForm::NFC, "e\xcc\x81"), "\xc3\xa9");
+  EXPECT_EQ(tok::normalize(tok::NormalForm::NFD, "\xc3\xa9"), "e\xcc\x81");
+  EXPECT_EQ(tok::normalize(tok::NormalForm::NFKC, "\xef\xac\x81"), "fi");  // U+FB01 ligature
+  Fixture f;
+  f.normalizer = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFD"}}, {{"type", "NFC"}}}}};
+  auto t = f.build();
+  EXPECT_EQ(t->encode("e\xcc\x81"), t->encode("\xc3\xa9"));
+  EXPECT_EQ(t->encode("\xc3\xa9").size(), 2u);  // the two bytes of U+00E9
+}
+
+TEST(TokenizerPostProcessor, TemplateAddsSpecialsOnlyWhenAsked) {
+  Fixture f;
+  add_hello_world(f);
+  const int64_t bos = f.special("<|begin_of_text|>");
+  const int64_t eos = f.special("<|end_of_text|>");
+  json tmpl = {{"type", "TemplateProcessing"},
+               {"single",
+                {{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}},
+                 {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+                 {{"SpecialToken", {{"id", "<|end_of_text|>"}, {"type_id", 0}}}}}},
+               {"pair", json::array()},
+               {"special_tokens",
+                {{"<|begin_of_text|>",
+                  {{"id", "<|begin_of_text|>"}, {"ids", {bos}}, {"tokens", {"<|begin_of_text|>"}}}},
+                 {"<|end_of_text|>",
+                  {{"id", "<|end_of_text|>"}, {"ids", {eos}}, {"tokens", {"<|end_of_text|>"}}}}}}};
+  f.post_processor = {{"type", "Sequence"},
+                      {"processors", {{{"type", "ByteLevel"}, {"trim_offsets", false}}, tmpl}}};
+  auto t = f.build();
+  EXPECT_THAT(t->encode("hello"), ElementsAre(bos, f.id("hello"), eos));
+  EXPECT_THAT(t->encode("hello", false), ElementsAre(f.id("hello")));
+  EXPECT_THAT(t->encode(""), ElementsAre(bos, eos));
+  EXPECT_THAT(t->encode("", false), ElementsAre());
+
+  f.post_processor = {{"type", "BertProcessing"},
+                      {"cls", {"<|begin_of_text|>", bos}},
+                      {"sep", {"<|end_of_text|>", eos}}};
+  EXPECT_THAT(f.build()->encode("hello"), ElementsAre(bos, f.id("hello"), eos));
+}
+
+TEST(TokenizerDecode, ByteLevelRoundTripAndErrors) {
+  Fixture f;
+  add_hello_world(f);
+  auto t = f.build();
+  for (const std::string s :
+       {"hello world", "  tabs\tand\nnewlines\r\n", "日本語 👨‍👩‍👧‍👦 é", ""})
+    EXPECT_EQ(t->decode(t->encode(s)), s);
+  EXPECT_THAT(error_of([&] { t->decode({100000}); }), HasSubstr("token id 100000"));
+  EXPECT_THROW(t->decode({-1}), InputError);
+}
+
+TEST(TokenizerEncode, InvalidUtf8IsCarriedThroughBytes) {
+  Fixture f;
+  f.pre_tokenizer = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "Split"},
+         {"pattern", {{"Regex", kLlama3Pattern}}},
+         {"behavior", "Isolated"},
+         {"invert", false}},
+        {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+  auto llama_like = f.build();
+  Fixture g;
+  auto gpt2_like = g.build();
+  const std::string raw = "ab\xff\xfe cd\xc3 \xe6\x97 x\xed\xa0\x80y\xc0\xaf";
+  for (auto* t : {llama_like.get(), gpt2_like.get()}) {
+    const Ids ids = t->encode(raw);
+    EXPECT_EQ(ids.size(), raw.size());  // no merges: one id per byte
+    EXPECT_EQ(t->decode(ids), raw);
+  }
+}
+
+// ---- errors ----------------------------------------------------------------------------------
+
+TEST(TokenizerErrors, UnsupportedPartsAreNamed) {
+  Fixture f;
+  json doc = f.doc();
+  doc["model"]["type"] = "WordPiece";
+  EXPECT_THAT(load_error(doc), HasSubstr("bad/tokenizer.json: model.type \"WordPiece\" is not "
+                                         "supported; supported: BPE"));
+  doc = f.doc();
+  doc["normalizer"] = {{"type", "Lowercase"}};
+  EXPECT_THAT(load_error(doc), HasSubstr("normalizer.type \"Lowercase\" is not supported"));
+  doc = f.doc();
+  doc["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {{{"type", "Whitespace"}}}}};
+  EXPECT_THAT(load_error(doc),
+              HasSubstr("pre_tokenizer.pretokenizers[0].type \"Whitespace\" is not supported"));
+  doc = f.doc();
+  doc["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "ByteLevel"}},
+        {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "Isolated"}}}}};
+  EXPECT_THAT(load_error(doc),
+              HasSubstr("pre_tokenizer.pretokenizers[1] is a Split after ByteLevel"));
+  doc = f.doc();
+  doc["post_processor"] = {{"type", "Roberta"}};
+  EXPECT_THAT(load_error(doc), HasSubstr("post_processor.type \"Roberta\" is not supported"));
+  doc = f.doc();
+  doc["decoder"] = {{"type", "WordPiece"}};
+  EXPECT_THAT(load_error(doc), HasSubstr("decoder.type \"WordPiece\" is not supported"));
+  doc = f.doc();
+  doc["model"]["dropout"] = 0.1;
+  EXPECT_THAT(load_error(doc), HasSubstr("model.dropout 0.1 is not supported"));
+  doc = f.doc();
+  doc["model"]["continuing_subword_prefix"] = "##";
+  EXPECT_THAT(load_error(doc),
+              HasSubstr("model.continuing_subword_prefix \"##\" is not supported"));
+}
+
+TEST(TokenizerErrors, MalformedPartsAreNamed) {
+  Fixture f;
+  json doc = f.doc();
+  doc["model"]["vocab"]["ab"] = 256;
+  doc["model"]["merges"] = {"a b", "zz q"};
+  EXPECT_THAT(load_error(doc), HasSubstr("model.merges[1] (\"zz\" + \"q\"): token \"zz\" is not "
+                                         "in model.vocab"));
+  doc["model"]["merges"] = {"a b c"};
+  EXPECT_THAT(load_error(doc), HasSubstr("model.merges[0]"));
+  doc["model"]["merges"] = {{"a", "b"}, 3};
+  EXPECT_THAT(load_error(doc), HasSubstr("model.merges[1] 3 must be"));
+  doc = f.doc();
+  doc["model"]["vocab"]["x"] = "seven";
+  EXPECT_THAT(load_error(doc), HasSubstr("model.vocab[\"x\"] must be a token id"));
+  doc = f.doc();
+  doc["pre_tokenizer"] = {
+      {"type", "Split"}, {"pattern", {{"Regex", "(a"}}}, {"behavior", "Isolated"}};
+  EXPECT_THAT(load_error(doc), HasSubstr("bad/tokenizer.json: pre_tokenizer.pattern.Regex: regex "
+                                         "does not compile"));
+  doc["pre_tokenizer"] = {
+      {"type", "Split"}, {"pattern", {{"Regex", "a"}}}, {"behavior", "Sideways"}};
+  EXPECT_THAT(load_error(doc),
+              HasSubstr("pre_tokenizer.behavior \"Sideways\" is not a split behavior"));
+  doc = f.doc();
+  doc["post_processor"] = {{"type", "TemplateProcessing"},
+                           {"single", {{{"SpecialToken", {{"id", "<s>"}}}}}},
+                           {"special_tokens", json::object()}};
+  EXPECT_THAT(load_error(doc), HasSubstr("post_processor.special_tokens has no entry \"<s>\""));
+  doc = f.doc();
+  doc.erase("model");
+  EXPECT_THAT(load_error(doc), HasSubstr("bad/tokenizer.json: model is missing"));
+  EXPECT_THAT(error_of([] { Tokenizer::from_json("{\"model\": ", "cut.json"); }),
+              HasSubstr("cut.json: not valid JSON"));
+  EXPECT_THAT(error_of([] { Tokenizer::from_file("/nonexistent/tokenizer.json"); }),
+              HasSubstr("/nonexistent/tokenizer.json: cannot open"));
+}
+
+TEST(TokenizerFile, FromFileReadsTheDocument) {
+  Fixture f;
+  add_hello_world(f);
+  char path[] = "/tmp/actcap-tok-XXXXXX";
+  const int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  {
+    std::ofstream out(path);
+    out << f.doc().dump();
+  }
+  auto t = Tokenizer::from_file(path);
+  std::remove(path);
+  EXPECT_THAT(t->encode("hello world"), ElementsAre(f.id("hello"), f.id("Ġworld")));
+}
+
+}  // namespace
+}  // namespace actcap
