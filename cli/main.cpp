@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
       actcap::cli::add_repro(app),
       actcap::cli::add_compare(app),
       actcap::cli::add_tokenize(app),
+      actcap::cli::add_bench(app),
   };
   try {
     app.parse(argc, argv);

@@ -35,6 +35,7 @@ struct CaptureOptions {
   std::optional<c10::ScalarType> dtype;         // cast snapshots (nullopt = keep the point's dtype)
   PositionSpec positions;                       // all by default
   std::optional<uint64_t> budget_bytes;         // refuse a run whose snapshots would exceed this
+  bool fingerprint = true;                      // XXH3 at capture, checked on read (off only to measure its cost)
 };
 
 // Parses "keep" | "f32" | "f16" | "bf16" (throws InputError).

@@ -1,0 +1,102 @@
+// actcap bench: forward throughput of MODEL for users, with optional capture and device options.
+#include <ATen/Parallel.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "actcap/capture.h"
+#include "actcap/error.h"
+#include "common.h"
+
+namespace actcap::cli {
+
+namespace {
+uint64_t peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<uint64_t>(u.ru_maxrss) * 1024;
+}
+}  // namespace
+
+Command add_bench(CLI::App& app) {
+  auto* sub = app.add_subcommand("bench", "Measure forward tokens/s (optionally with capture and a device split)");
+  struct Opts {
+    std::string model = "demo";
+    int64_t batch = 1, seq = 128, iters = 10, warmup = 2, threads = 0;
+    std::vector<std::string> capture;
+    std::string bare_ref = "error";
+    bool no_fingerprint = false, json = false;
+    DeviceOptions dev;
+  };
+  auto o = std::make_shared<Opts>();
+  sub->add_option("MODEL", o->model, "Checkpoint directory or 'demo'");
+  sub->add_option("--batch", o->batch, "Batch size")->check(CLI::PositiveNumber);
+  sub->add_option("--seq", o->seq, "Sequence length")->check(CLI::PositiveNumber);
+  sub->add_option("--iters", o->iters, "Timed iterations")->check(CLI::PositiveNumber);
+  sub->add_option("--warmup", o->warmup, "Untimed iterations first")->check(CLI::NonNegativeNumber);
+  sub->add_option("--threads", o->threads, "Intra-op threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  sub->add_option("--capture", o->capture, "Capture these hook points with SafeCapturer while timing");
+  sub->add_option("--bare-ref", o->bare_ref, "Bare-reference guard: error | warn | off");
+  sub->add_flag("--no-fingerprint", o->no_fingerprint, "Skip XXH3 of snapshots (to measure its cost)");
+  add_device_options(sub, o->dev);
+  sub->add_flag("--json", o->json, "Machine-readable output");
+  return {sub, [o]() {
+            at::set_num_threads(o->threads > 0 ? static_cast<int>(o->threads) : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+            auto model = Model::load(o->model);
+            model->set_bare_ref_policy(parse_bare_ref_policy(o->bare_ref));
+            if (o->seq > model->config().max_positions())
+              throw InputError(concat("--seq ", o->seq, " exceeds the model's context of ", model->config().max_positions()));
+            // Deterministic pseudo-random tokens (content does not change the cost of a dense forward).
+            std::vector<std::vector<int64_t>> seqs(o->batch, std::vector<int64_t>(o->seq));
+            uint64_t x = 88172645463325252ull;
+            for (auto& s : seqs)
+              for (auto& id : s) {
+                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                id = static_cast<int64_t>(x % static_cast<uint64_t>(model->config().vocab_size()));
+              }
+            Batch batch = Batch::from_sequences(seqs, model->config().vocab_size(), model->config().max_positions());
+            std::unique_ptr<SafeCapturer> cap;
+            if (!o->capture.empty()) {
+              CaptureOptions copts;
+              copts.patterns = o->capture;
+              copts.fingerprint = !o->no_fingerprint;
+              cap = std::make_unique<SafeCapturer>(*model, copts);
+            }
+            apply_devices(*model, o->dev, o->batch, o->seq, cap ? cap->plan() : std::vector<PointInfo>{});
+            std::vector<double> secs;
+            for (int64_t i = 0; i < o->warmup + o->iters; ++i) {
+              auto t0 = std::chrono::steady_clock::now();
+              if (cap) {
+                cap->run(batch);
+                cap->clear();
+              } else {
+                model->forward(batch);
+              }
+              double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+              if (i >= o->warmup) secs.push_back(s);
+            }
+            std::sort(secs.begin(), secs.end());
+            const double median = secs[secs.size() / 2];
+            const double tps = static_cast<double>(o->batch * o->seq) / median;
+            if (o->json) {
+              std::cout << nlohmann::json({{"tokens_per_s", tps}, {"median_s", median}, {"min_s", secs.front()},
+                                           {"max_s", secs.back()}, {"iters", o->iters}, {"batch", o->batch},
+                                           {"seq", o->seq}, {"threads", at::get_num_threads()},
+                                           {"captured_points", cap ? cap->plan().size() : 0},
+                                           {"peak_rss_bytes", peak_rss_bytes()}})
+                               .dump()
+                        << "\n";
+            } else {
+              std::cout << o->batch << "x" << o->seq << ": " << static_cast<int64_t>(tps) << " tokens/s (median "
+                        << median * 1000 << " ms of " << o->iters << ", " << at::get_num_threads() << " threads"
+                        << (cap ? concat(", capturing ", cap->plan().size(), " points") : std::string()) << ")\n";
+            }
+            return 0;
+          }};
+}
+
+}  // namespace actcap::cli
