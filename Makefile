@@ -29,8 +29,16 @@ test: build
 	ACTCAP=$(abspath $(BUILD))/actcap $(PY) -m pytest -q tests/python tests/integration
 
 demo: build
-	$(BUILD)/actcap run demo --text "The quick brown fox jumps over the lazy dog." \
-	  --capture 'transformer.h.*' --out $(BUILD)/demo-out --overwrite
+	$(BUILD)/actcap extract demo --input data/demo_corpus.txt --devices 3 \
+	  --capture 'transformer.h.*' --out $(BUILD)/demo-out --overwrite --shard-size 1MiB
+	$(BUILD)/actcap verify $(BUILD)/demo-out
+	@echo
+	@echo "Activations of every block of the demo model, split over 3 virtual devices, are in $(BUILD)/demo-out/"
+	@echo "(manifest.json lists the shards and their checksums). Load one with numpy alone:"
+	@echo
+	@echo "  import json, struct, numpy as np"
+	@echo "  f = open('$(BUILD)/demo-out/shard-00000.safetensors', 'rb').read(); n = struct.unpack('<Q', f[:8])[0]; h = json.loads(f[8:8 + n])"
+	@echo "  a = np.frombuffer(f[8 + n:], np.uint8)[slice(*h['transformer.h.3']['data_offsets'])].view(np.float32).reshape(h['transformer.h.3']['shape']); print(a.shape)"
 
 bench: build
 	$(PY) bench/run_bench.py --actcap $(BUILD)/actcap

@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "actcap/error.h"
+#include "actcap/extract.h"
 
 namespace actcap::cli {
 
@@ -38,13 +39,10 @@ std::vector<std::vector<int64_t>> parse_token_lists(const std::string& text) {
 }
 
 std::vector<std::vector<int64_t>> tokenize_text(const Model& model, const std::string& text) {
-  if (model.origin() != "demo")
-    throw InputError(concat("--text: no tokenizer for ", model.origin(),
-                         " (only the demo model's byte-level tokenizer is built in); pass --tokens"));
+  auto tokenizer = tokenizer_for(model.origin());
+  if (!tokenizer) throw InputError(concat("--text: ", model.origin(), " has no tokenizer.json; pass --tokens"));
   if (text.empty()) throw InputError("--text is empty");
-  std::vector<int64_t> ids;
-  for (unsigned char ch : text) ids.push_back(ch);
-  return {ids};
+  return {tokenizer->encode(text)};
 }
 
 std::string shape_string(const std::vector<int64_t>& shape) {

@@ -28,6 +28,7 @@ Command add_repro(CLI::App& app);
 Command add_compare(CLI::App& app);
 Command add_tokenize(CLI::App& app);
 Command add_bench(CLI::App& app);
+Command add_extract(CLI::App& app);
 
 // --devices, --max-memory, --device-map, --no-verify-transfers: every command that runs a model.
 struct DeviceOptions {

@@ -1,5 +1,10 @@
 // actcap command-line tool: every failure is one `actcap: error:` line and an exit code
 // (0 success, 1 run or integrity failure, 2 bad input or usage).
+#include <ATen/Parallel.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <thread>
 #include <iostream>
 
 #include "actcap/error.h"
@@ -16,6 +21,12 @@ std::string one_line(std::string s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A file-size limit must surface as EFBIG from write(), reported cleanly, not kill the process.
+  std::signal(SIGXFSZ, SIG_IGN);
+  // Use every core unless ACTCAP_THREADS says otherwise (LibTorch's default may be 1 here).
+  const char* threads = std::getenv("ACTCAP_THREADS");
+  const int n = threads ? std::atoi(threads) : static_cast<int>(std::thread::hardware_concurrency());
+  if (n > 0) at::set_num_threads(n);
   CLI::App app{"actcap: run Hugging Face transformers split across devices and capture verified activations"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "actcap 0.1.0");
@@ -30,6 +41,7 @@ int main(int argc, char** argv) {
       actcap::cli::add_compare(app),
       actcap::cli::add_tokenize(app),
       actcap::cli::add_bench(app),
+      actcap::cli::add_extract(app),
   };
   try {
     app.parse(argc, argv);

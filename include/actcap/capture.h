@@ -68,6 +68,8 @@ class SafeCapturer {
   // tokens in (sequence, position) order. Throws RunError if a planned point never fired.
   // Returns the logits.
   at::Tensor run(const Batch& batch);
+  // As run(batch), with the positions to keep given per sequence (increasing, < its length).
+  at::Tensor run(const Batch& batch, const std::vector<std::vector<int64_t>>& positions);
 
   // Row provenance of the last run: sequence index and position of each captured row.
   const std::vector<int64_t>& row_seq() const { return row_seq_; }

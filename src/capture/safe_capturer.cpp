@@ -148,12 +148,22 @@ uint64_t SafeCapturer::check_budget(const Batch& batch) const {
 
 at::Tensor SafeCapturer::run(const Batch& batch) {
   check_budget(batch);
+  std::vector<std::vector<int64_t>> positions;
+  for (int64_t b = 0; b < batch.size(); ++b) positions.push_back(options_.positions.select(batch.lengths[b]));
+  return run(batch, positions);
+}
+
+at::Tensor SafeCapturer::run(const Batch& batch, const std::vector<std::vector<int64_t>>& positions) {
+  if (static_cast<int64_t>(positions.size()) != batch.size())
+    throw InputError(concat("positions given for ", positions.size(), " sequences, batch has ", batch.size()));
   const int64_t T = batch.ids.size(1);
   std::vector<int64_t> idx;
   row_seq_.clear();
   row_pos_.clear();
   for (int64_t b = 0; b < batch.size(); ++b)
-    for (int64_t t : options_.positions.select(batch.lengths[b])) {
+    for (int64_t t : positions[b]) {
+      if (t < 0 || t >= batch.lengths[b])
+        throw InputError(concat("position ", t, " is outside sequence ", b, " of length ", batch.lengths[b]));
       idx.push_back(b * T + t);
       row_seq_.push_back(b);
       row_pos_.push_back(t);

@@ -1,0 +1,133 @@
+// actcap extract: a corpus through a (split) model into a verified, resumable activation dataset.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+#include "actcap/devices.h"
+#include "actcap/error.h"
+#include "actcap/extract.h"
+#include "common.h"
+
+namespace actcap::cli {
+
+namespace {
+
+std::string eta(double seconds) {
+  if (!(seconds >= 0) || seconds > 1e7) return "--:--";
+  const int64_t s = static_cast<int64_t>(seconds);
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%02lld:%02lld:%02lld", static_cast<long long>(s / 3600),
+                static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
+  return buf;
+}
+
+// A live bar on a terminal, a plain line every few seconds otherwise.
+class ProgressPrinter {
+ public:
+  explicit ProgressPrinter(bool quiet) : quiet_(quiet), tty_(isatty(STDERR_FILENO)) {}
+  void operator()(const ExtractProgress& p) {
+    if (quiet_) return;
+    const auto now = std::chrono::steady_clock::now();
+    const double since = std::chrono::duration<double>(now - last_).count();
+    if (since < (tty_ ? 0.2 : 5.0) && p.documents_done < p.documents_total) return;
+    last_ = now;
+    const double frac = p.documents_total ? static_cast<double>(p.documents_done) / p.documents_total : 0.0;
+    const double tps = p.seconds > 0 ? p.tokens_done / p.seconds : 0.0;
+    const double left = frac > 0 ? p.seconds * (1 - frac) / frac : -1;
+    char line[256];
+    std::snprintf(line, sizeof(line), "%lld/%lld docs  %.0f tok/s  %s written  %lld shards  ETA %s",
+                  static_cast<long long>(p.documents_done), static_cast<long long>(p.documents_total), tps,
+                  format_bytes(p.bytes_written).c_str(), static_cast<long long>(p.shards_written), eta(left).c_str());
+    if (tty_) {
+      const int width = 24, filled = static_cast<int>(frac * width);
+      std::fprintf(stderr, "\r[%s%s] %3.0f%% %s\033[K", std::string(filled, '#').c_str(),
+                   std::string(width - filled, '.').c_str(), frac * 100, line);
+    } else {
+      std::fprintf(stderr, "actcap: %s\n", line);
+    }
+  }
+  void done() {
+    if (!quiet_ && tty_) std::fprintf(stderr, "\n");
+  }
+
+ private:
+  bool quiet_, tty_;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+}  // namespace
+
+Command add_extract(CLI::App& app) {
+  auto* sub = app.add_subcommand("extract", "Capture activations of a whole corpus into verified safetensors shards");
+  struct Opts {
+    std::string model = "demo", input, out, dtype = "keep", positions = "all", shard_size = "256MiB";
+    std::string capture_budget, bare_ref = "error";
+    std::vector<std::string> capture;
+    int64_t batch_size = 8, max_length = 0, stride = 0;
+    bool resume = false, overwrite = false, skip_bad = false, quiet = false, forward_only = false;
+    DeviceOptions dev;
+  };
+  auto o = std::make_shared<Opts>();
+  sub->add_option("MODEL", o->model, "Checkpoint directory or 'demo'");
+  sub->add_option("--input", o->input, ".txt (one document per line) or .jsonl (\"text\" or \"input_ids\")")->required();
+  sub->add_option("--capture", o->capture, "Hook point patterns")->expected(1, -1);
+  sub->add_option("--out", o->out, "Output directory");
+  add_device_options(sub, o->dev);
+  sub->add_option("--batch-size", o->batch_size, "Sequences per forward");
+  sub->add_option("--max-length", o->max_length, "Tokens per sequence (default: the model's context)");
+  sub->add_option("--stride", o->stride, "Cut longer documents into windows starting every N tokens");
+  sub->add_option("--positions", o->positions, "Token positions: all | first | last | ranges like 0:8,-4:");
+  sub->add_option("--dtype", o->dtype, "Stored dtype: keep | f32 | f16 | bf16");
+  sub->add_option("--shard-size", o->shard_size, "Captured bytes per shard, e.g. 256MiB");
+  sub->add_option("--capture-budget", o->capture_budget, "Refuse batches whose captures exceed this");
+  sub->add_option("--bare-ref", o->bare_ref, "Hooks that keep the borrowed tensor: error | warn | off");
+  sub->add_flag("--resume", o->resume, "Continue an interrupted run in --out");
+  sub->add_flag("--overwrite", o->overwrite, "Replace actcap output already in --out");
+  sub->add_flag("--skip-bad-lines", o->skip_bad, "Skip invalid input lines instead of stopping");
+  sub->add_flag("--quiet", o->quiet, "No progress output");
+  sub->add_flag("--forward-only", o->forward_only, "Benchmark: run the same batches without capturing or writing");
+  return {sub, [o]() {
+            if (!o->forward_only && o->capture.empty()) throw InputError("--capture is required (e.g. --capture 'transformer.h.*')");
+            if (!o->forward_only && o->out.empty()) throw InputError("--out is required");
+            auto model = Model::load(o->model);
+            model->set_bare_ref_policy(parse_bare_ref_policy(o->bare_ref));
+            auto tokenizer = tokenizer_for(o->model);
+            ExtractOptions x;
+            x.input = o->input;
+            x.out = o->out;
+            x.capture.patterns = o->forward_only && o->capture.empty() ? std::vector<std::string>{"lm_head"} : o->capture;
+            x.capture.dtype = parse_capture_dtype(o->dtype);
+            x.capture.positions = PositionSpec::parse(o->positions);
+            if (!o->capture_budget.empty()) x.capture.budget_bytes = parse_bytes(o->capture_budget);
+            x.batch_size = o->batch_size;
+            x.max_length = o->max_length;
+            x.stride = o->stride;
+            x.shard_bytes = parse_bytes(o->shard_size);
+            if (x.shard_bytes == 0) throw InputError("--shard-size must be positive");
+            x.resume = o->resume;
+            x.overwrite = o->overwrite;
+            x.skip_bad_lines = o->skip_bad;
+            x.forward_only = o->forward_only;
+            const int64_t len = x.max_length > 0 ? x.max_length : model->config().max_positions();
+            std::vector<PointInfo> plan;
+            if (!o->forward_only) plan = SafeCapturer(*model, x.capture).plan();
+            apply_devices(*model, o->dev, x.batch_size, len, plan);
+            ProgressPrinter printer(o->quiet);
+            ExtractResult r = run_extract(*model, tokenizer.get(), x, std::ref(printer));
+            printer.done();
+            const auto& p = r.progress;
+            std::cout << (o->forward_only ? "forward-only: " : "extracted ") << p.documents_done << " documents, "
+                      << p.tokens_done << " tokens in " << p.seconds << " s (" << static_cast<int64_t>(p.tokens_done / std::max(p.seconds, 1e-9))
+                      << " tokens/s)";
+            if (!o->forward_only)
+              std::cout << "; " << p.shards_written << " shards, " << format_bytes(p.bytes_written) << " in " << o->out
+                        << (r.skipped_lines ? concat("; skipped ", r.skipped_lines, " bad lines") : std::string())
+                        << (r.resumed_from_line ? concat("; resumed at line ", r.resumed_from_line + 1) : std::string());
+            std::cout << "\n";
+            return 0;
+          }};
+}
+
+}  // namespace actcap::cli

@@ -1,0 +1,60 @@
+// `actcap extract`: push a corpus through a (split) model and write a verified activation dataset.
+//
+// The corpus is cut into shards of whole documents (about --shard-size of captured bytes each).
+// Within a shard, windows are grouped by length into batches; the shard's rows are written in
+// (document line, position) order. A background thread writes shards behind a bounded queue
+// (temp file, fsync, rename, read-back check) and updates manifest.json atomically after each
+// one, so a crash leaves only complete shards claimed and --resume continues after the last.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actcap/capture.h"
+#include "actcap/model.h"
+#include "actcap/tokenizer.h"
+
+namespace actcap {
+
+struct ExtractOptions {
+  std::string input;                    // .txt (one document per line) or .jsonl ("text" or "input_ids")
+  std::string out;
+  CaptureOptions capture;               // patterns, dtype, positions
+  int64_t batch_size = 8;
+  int64_t max_length = 0;               // 0: the model's context
+  int64_t stride = 0;                   // 0: no windowing (longer documents are an error)
+  uint64_t shard_bytes = 256ull << 20;
+  bool resume = false;
+  bool overwrite = false;
+  bool skip_bad_lines = false;
+  bool forward_only = false;            // benchmark: same batches, no capture, nothing written
+  int queue_shards = 2;                 // shards waiting for the writer before compute blocks
+};
+
+struct ExtractProgress {
+  int64_t documents_done = 0, documents_total = 0;
+  int64_t tokens_done = 0;
+  uint64_t bytes_written = 0;
+  int64_t shards_written = 0;
+  double seconds = 0.0;
+};
+
+struct ExtractResult {
+  ExtractProgress progress;
+  int64_t skipped_lines = 0;
+  int64_t resumed_from_line = 0;  // first document line computed in this run
+  std::string manifest;
+};
+
+// Throws InputError for bad input (exit 2) and RunError when the run fails (exit 1), leaving the
+// manifest consistent with the shards on disk.
+ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const ExtractOptions& options,
+                          const std::function<void(const ExtractProgress&)>& on_progress = {});
+
+// The tokenizer for a model argument: demo's byte-level one, DIR/tokenizer.json, or null.
+std::unique_ptr<Tokenizer> tokenizer_for(const std::string& model_path);
+
+}  // namespace actcap
