@@ -1,0 +1,220 @@
+"""actcap extract: layout, windows, bad input, crash + resume, disk full, verify, interop."""
+import json
+import os
+import resource
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
+import st  # noqa: E402  minimal safetensors reader written from the spec
+
+ACTCAP = os.environ.get("ACTCAP", os.path.join(os.path.dirname(__file__), "..", "..", "build", "actcap"))
+
+
+def run(*args, check=None, **kw):
+    p = subprocess.run([ACTCAP, *map(str, args)], capture_output=True, text=True, timeout=600, **kw)
+    if check is not None:
+        assert p.returncode == check, p.stderr + p.stdout
+    return p
+
+
+def one_error_line(p):
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("actcap: error: "), p.stderr
+    return lines[0]
+
+
+def shards(out):
+    m = json.load(open(out / "manifest.json"))
+    return m, [st.load(str(out / s["file"]))[0] for s in m["shards"]]
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    d = tmp_path_factory.mktemp("llama")
+    run("init-model", "--arch", "llama", "--preset", "tiny", "--seed", "2", "--out", d, check=0)
+    return d
+
+
+def write_jsonl(path, docs):
+    with open(path, "w") as f:
+        for d in docs:
+            f.write(json.dumps({"input_ids": d}) + "\n")
+
+
+def corpus(n, seed=0, lo=3, hi=40):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 512, rng.integers(lo, hi)).tolist() for _ in range(n)]
+
+
+def test_layout_rows_and_values(llama, tmp_path):
+    docs = corpus(25)
+    write_jsonl(tmp_path / "in.jsonl", docs)
+    out = tmp_path / "out"
+    run("extract", llama, "--input", tmp_path / "in.jsonl", "--capture", "model.layers.*", "lm_head", "--out", out,
+        "--batch-size", "4", "--shard-size", "40KiB", "--devices", "3", "--quiet", check=0)
+    m, data = shards(out)
+    assert m["complete"] and len(m["shards"]) > 1
+    seq = np.concatenate([d["__rows__.seq"] for d in data])
+    pos = np.concatenate([d["__rows__.pos"] for d in data])
+    expect = [(i, p) for i, d in enumerate(docs) for p in range(len(d))]  # every real token once, in order
+    assert list(zip(seq.tolist(), pos.tolist())) == expect
+    # Values: each document alone through `run` (batch composition may change the last bits).
+    for i in [0, 7, 24]:
+        alone = tmp_path / f"alone{i}"
+        run("run", llama, "--tokens", ",".join(map(str, docs[i])), "--capture", "model.layers.*", "lm_head", "--out",
+            alone, check=0)
+        ref = st.load(str(alone / "shard-00000.safetensors"))[0]
+        rows = seq == i
+        for name in ["model.layers.0", "model.layers.3", "lm_head"]:
+            got = np.concatenate([d[name] for d in data])[rows]
+            np.testing.assert_allclose(got, ref[name], atol=1e-5, rtol=1e-5)
+    assert run("verify", out).returncode == 0
+
+
+def test_txt_corpus_with_tokenizer_and_positions(tmp_path):
+    (tmp_path / "in.txt").write_text("hello world\n\nsecond document here\nthird\n")
+    out = tmp_path / "out"
+    run("extract", "demo", "--input", tmp_path / "in.txt", "--capture", "transformer.h.1", "--positions", "last",
+        "--dtype", "f16", "--out", out, "--quiet", check=0)
+    m, data = shards(out)
+    d = data[0]
+    assert d["__rows__.seq"].tolist() == [0, 2, 3]  # line indices; the blank line is no document
+    assert d["__rows__.pos"].tolist() == [10, 19, 4]
+    assert d["transformer.h.1"].dtype == np.float16
+
+
+def test_windows_export_every_position_once(llama, tmp_path):
+    docs = [list(range(1, 300)), [5, 6, 7]]
+    write_jsonl(tmp_path / "in.jsonl", docs)
+    p = run("extract", llama, "--input", tmp_path / "in.jsonl", "--capture", "model.norm", "--out", tmp_path / "a",
+            "--max-length", "64")
+    assert p.returncode == 2 and "line 1" in one_error_line(p) or ":1:" in one_error_line(p)
+    run("extract", llama, "--input", tmp_path / "in.jsonl", "--capture", "model.norm", "--out", tmp_path / "b",
+        "--max-length", "64", "--stride", "48", "--quiet", check=0)
+    _, data = shards(tmp_path / "b")
+    seq = np.concatenate([d["__rows__.seq"] for d in data])
+    pos = np.concatenate([d["__rows__.pos"] for d in data])
+    assert list(zip(seq.tolist(), pos.tolist())) == [(0, i) for i in range(299)] + [(1, i) for i in range(3)]
+
+
+@pytest.mark.parametrize("content,needle", [
+    ('{"input_ids": [1, 2]}\n{"input_ids": [1, \n', ":2:"),
+    ('{"input_ids": [1, 2]}\n{"text": 5}\n', ":2:"),
+    ('{"input_ids": [1, 99999]}\n', "99999"),
+])
+def test_bad_lines(llama, tmp_path, content, needle):
+    (tmp_path / "in.jsonl").write_text(content)
+    p = run("extract", llama, "--input", tmp_path / "in.jsonl", "--capture", "model.norm", "--out", tmp_path / "o")
+    assert p.returncode == 2 and needle in one_error_line(p)
+    assert not (tmp_path / "o" / "manifest.json").exists() or not json.load(open(tmp_path / "o" / "manifest.json"))["complete"]
+
+
+def test_skip_bad_lines(llama, tmp_path):
+    (tmp_path / "in.jsonl").write_text('{"input_ids": [1, 2]}\nnot json\n{"input_ids": [3]}\n')
+    run("extract", llama, "--input", tmp_path / "in.jsonl", "--capture", "model.norm", "--out", tmp_path / "o",
+        "--skip-bad-lines", "--quiet", check=0)
+    m, data = shards(tmp_path / "o")
+    assert m["skipped_lines"] == 1 and data[0]["__rows__.seq"].tolist() == [0, 0, 2]
+
+
+def test_empty_unreadable_and_nonempty_out(llama, tmp_path):
+    (tmp_path / "empty.jsonl").write_text("\n\n")
+    p = run("extract", llama, "--input", tmp_path / "empty.jsonl", "--capture", "model.norm", "--out", tmp_path / "o")
+    assert p.returncode == 2 and "no documents" in one_error_line(p)
+    p = run("extract", llama, "--input", tmp_path / "missing.jsonl", "--capture", "model.norm", "--out", tmp_path / "o")
+    assert p.returncode == 2 and "missing.jsonl" in one_error_line(p)
+    write_jsonl(tmp_path / "in.jsonl", corpus(3))
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("x")
+    p = run("extract", llama, "--input", tmp_path / "in.jsonl", "--capture", "model.norm", "--out", tmp_path / "full")
+    assert p.returncode == 2 and "--overwrite" in one_error_line(p)
+    p = run("extract", "demo", "--input", tmp_path / "in.jsonl", "--capture", "nothing.here", "--out", tmp_path / "n")
+    assert p.returncode == 2 and "nearest" in one_error_line(p)
+
+
+def test_kill9_then_resume_gives_identical_files(llama, tmp_path):
+    docs = corpus(400, seed=3, lo=20, hi=120)
+    write_jsonl(tmp_path / "in.jsonl", docs)
+    args = ["extract", llama, "--input", tmp_path / "in.jsonl", "--capture", "**", "--batch-size", "4",
+            "--shard-size", "256KiB", "--quiet", "--devices", "2"]
+    run(*args, "--out", tmp_path / "ref", check=0)
+    ref_manifest, _ = shards(tmp_path / "ref")
+    assert len(ref_manifest["shards"]) >= 6
+    for attempt, wait_shards in enumerate([1, 3]):
+        out = tmp_path / f"crash{attempt}"
+        proc = subprocess.Popen([ACTCAP, *map(str, args), "--out", str(out)], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            try:
+                if len(json.load(open(out / "manifest.json"))["shards"]) >= wait_shards:
+                    break
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        m = json.load(open(out / "manifest.json"))
+        assert not m["complete"]
+        for s in m["shards"]:  # everything claimed is complete and intact
+            assert (out / s["file"]).exists()
+        p = run(*args, "--out", out, "--resume", check=0)
+        assert "resumed at line" in p.stdout or len(m["shards"]) == 0
+        final, _ = shards(out)
+        assert final["complete"]
+        assert [s["file"] for s in final["shards"]] == [s["file"] for s in ref_manifest["shards"]]
+        for s in ref_manifest["shards"]:
+            assert open(out / s["file"], "rb").read() == open(tmp_path / "ref" / s["file"], "rb").read()
+        assert run("verify", out).returncode == 0
+
+
+def test_disk_full_is_a_clean_error_and_manifest_stays_consistent(llama, tmp_path):
+    write_jsonl(tmp_path / "in.jsonl", corpus(200, seed=4, lo=30, hi=60))
+    out = tmp_path / "o"
+    limit = 600 * 1024
+
+    def small_disk():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    p = run("extract", llama, "--input", tmp_path / "in.jsonl", "--capture", "**", "--shard-size", "256KiB",
+            "--out", out, "--quiet", preexec_fn=small_disk)
+    assert p.returncode == 1, p.stderr
+    line = one_error_line(p)
+    assert "File too large" in line or "No space" in line
+    m = json.load(open(out / "manifest.json"))
+    assert not m["complete"]
+    for s in m["shards"]:
+        assert os.path.getsize(out / s["file"]) == s["bytes"]
+    assert not [f for f in os.listdir(out) if ".tmp." in f]  # no half-written file left behind
+    v = json.loads(run("verify", out, "--json").stdout)
+    assert [i["problem"] for i in v["issues"]] == ["run is not marked complete"]
+
+
+def test_numpy_and_torch_readers_agree(tmp_path):
+    out = tmp_path / "o"
+    run("extract", "demo", "--input", os.path.join(os.path.dirname(__file__), "..", "..", "data", "demo_corpus.txt"),
+        "--capture", "transformer.h.*", "transformer.wte:input", "--out", out, "--quiet", check=0)
+    m = json.load(open(out / "manifest.json"))
+    for s in m["shards"]:
+        path = out / s["file"]
+        via_numpy = st.load(str(path))[0]
+        raw = open(path, "rb").read()
+        n = struct.unpack("<Q", raw[:8])[0]
+        header = json.loads(raw[8:8 + n])
+        assert header["__metadata__"]["format"] == "pt"
+        base = 8 + n
+        dt = {"F32": torch.float32, "I64": torch.int64}
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            a, b = info["data_offsets"]
+            t = torch.frombuffer(bytearray(raw[base + a:base + b]), dtype=dt[info["dtype"]]).reshape(info["shape"])
+            assert np.array_equal(t.numpy(), via_numpy[name]), name
