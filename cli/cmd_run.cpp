@@ -46,7 +46,9 @@ Command add_run(CLI::App& app) {
             copts.positions = PositionSpec::parse(o->positions);
             if (!o->capture_budget.empty()) copts.budget_bytes = parse_bytes(o->capture_budget);
             SafeCapturer capturer(*model, copts);
-            capturer.check_budget(batch);
+            const uint64_t need = capturer.check_budget(batch);
+            std::cerr << "actcap: capturing " << capturer.plan().size() << " points, " << capturer.bytes_per_token()
+                      << " bytes per token, " << format_bytes(need) << " for this batch\n";
             apply_devices(*model, o->dev, batch.size(), batch.max_len(), capturer.plan());
             prepare_output_dir(o->out, o->overwrite);
             capturer.run(batch);
