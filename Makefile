@@ -7,7 +7,7 @@ APT_PACKAGES := build-essential cmake pkg-config libtorch-dev libopenblas0-pthre
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev \
   libpcre2-dev libicu-dev python3-torch python3-numpy python3-pytest
 
-.PHONY: deps build test demo bench clean format
+.PHONY: deps build test demo bench clean format sanitize
 
 # Idempotent: apt-get runs only when a package is missing.
 deps:
@@ -42,6 +42,13 @@ demo: build
 
 bench: build
 	$(PY) bench/run_bench.py --actcap $(BUILD)/actcap
+
+# The unit suite under AddressSanitizer + UndefinedBehaviorSanitizer (the writer thread and the
+# executor are exercised by the extract tests in the same binary).
+sanitize: deps
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DACTCAP_SANITIZE=address,undefined
+	cmake --build build-asan -j $(JOBS) --target actcap_tests
+	ASAN_OPTIONS=detect_leaks=0:alloc_dealloc_mismatch=0 UBSAN_OPTIONS=print_stacktrace=1 build-asan/actcap_tests --gtest_brief=1
 
 format:
 	clang-format -i $$(git ls-files '*.cpp' '*.h')

@@ -186,10 +186,12 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
     kk = k.unsqueeze(2).expand({B, Hkv, H / Hkv, T, D}).reshape({B, H, T, D});
     vv = v.unsqueeze(2).expand({B, Hkv, H / Hkv, T, D}).reshape({B, H, T, D});
   }
-  auto scores = at::matmul(q, kk.transpose(-1, -2)).mul_(scale).add_(bias);
-  auto probs = at::softmax(scores, -1, at::kFloat);
-  auto ctx = at::matmul(probs, vv);                       // [B, H, T, D]
-  return ctx.transpose(1, 2).reshape({B, T, H * D});      // [B, T, H*D]
+  // One GEMM computes bias + scale * q k^T: no separate passes over the [T, T] scores.
+  auto scores = at::baddbmm(bias, q.reshape({B * H, T, D}), kk.reshape({B * H, T, D}).transpose(1, 2),
+                            /*beta=*/1.0, /*alpha=*/scale);
+  auto probs = at::softmax(scores, -1);
+  auto ctx = at::bmm(probs, vv.reshape({B * H, T, D}));  // [B*H, T, D]
+  return ctx.view({B, H, T, D}).transpose(1, 2).reshape({B, T, H * D});
 }
 
 }  // namespace actcap
