@@ -47,8 +47,6 @@ Command add_run(CLI::App& app) {
             if (!o->capture_budget.empty()) copts.budget_bytes = parse_bytes(o->capture_budget);
             SafeCapturer capturer(*model, copts);
             const uint64_t need = capturer.check_budget(batch);
-            std::cerr << "actcap: capturing " << capturer.plan().size() << " points, " << capturer.bytes_per_token()
-                      << " bytes per token, " << format_bytes(need) << " for this batch\n";
             apply_devices(*model, o->dev, batch.size(), batch.max_len(), capturer.plan());
             prepare_output_dir(o->out, o->overwrite);
             capturer.run(batch);
@@ -61,7 +59,8 @@ Command add_run(CLI::App& app) {
               std::cout << std::left << std::setw(width + 2) << e.name << std::setw(14) << shape_string(e.shape)
                         << std::setw(7) << e.dtype << e.checksum << "\n";
             std::cout << "wrote " << exported.size() << " tensors (" << capturer.row_seq().size() << " rows) to " << o->out
-                      << "/shard-00000.safetensors and manifest.json\n";
+                      << "/shard-00000.safetensors and manifest.json (" << capturer.plan().size() << " points, "
+                      << capturer.bytes_per_token() << " bytes per token, " << format_bytes(need) << ")\n";
             return 0;
           }};
 }

@@ -67,6 +67,10 @@ class Model {
   std::vector<PointInfo> points() const;
   std::vector<std::string> point_names() const;
 
+  // Points matching `pattern`, in model order. Throws InputError when nothing matches, listing the
+  // nearest names.
+  std::vector<PointInfo> resolve(const std::string& pattern) const;
+
   // Registers a hook on every point matching `pattern` (output points for forward hooks,
   // `:input` points for pre-hooks; a pattern ending in ":input" given to register_forward_hook
   // is routed to the pre-hook of that module). Throws InputError when nothing matches, listing

@@ -82,22 +82,8 @@ SafeCapturer::SafeCapturer(Model& model, CaptureOptions options) : model_(model)
   if (options_.patterns.empty()) throw InputError("no --capture pattern given");
   const std::vector<PointInfo> all = model_.points();
   std::set<std::string> chosen;
-  for (const std::string& pattern : options_.patterns) {
-    bool any = false;
-    for (const PointInfo& p : all)
-      if (match_point(pattern, p.name)) {
-        any = true;
-        chosen.insert(p.name);
-      }
-    if (!any) {
-      std::vector<std::string> names;
-      for (const PointInfo& p : all) names.push_back(p.name);
-      std::string near;
-      for (const auto& n : nearest_points(pattern, names)) near += (near.empty() ? "" : ", ") + n;
-      throw InputError(concat("capture pattern '", pattern, "' matches no hook point of ", model_.origin(),
-                              "; nearest: ", near, " (run `actcap points` for the full list)"));
-    }
-  }
+  for (const std::string& pattern : options_.patterns)
+    for (const PointInfo& p : model_.resolve(pattern)) chosen.insert(p.name);
   for (PointInfo p : all)
     if (chosen.count(p.name)) {
       // Floating points take the requested dtype; token ids stay integers.

@@ -1,5 +1,7 @@
 #include "actcap/config.h"
 
+#include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -53,14 +55,19 @@ class Fields {
       throw InputError(concat(origin_, ": missing required field '", *names.begin(), "'"));
     }
     if (v->is_number_integer()) return v->get<int64_t>();
-    if (v->is_number_float() && v->get<double>() == static_cast<double>(static_cast<int64_t>(v->get<double>())))
-      return static_cast<int64_t>(v->get<double>());
+    if (v->is_number_float()) {  // 768.0 is accepted; the range check comes before the cast (no UB)
+      const double d = v->get<double>();
+      if (std::isfinite(d) && d >= -9.0e18 && d <= 9.0e18 && d == std::floor(d)) return static_cast<int64_t>(d);
+    }
     throw InputError(concat(origin_, ": field '", *names.begin(), "' must be an integer, got ", v->dump()));
   }
 
+  // Sizes: positive and below 2^31, so products of a few of them (4 * n_embd, heads * head_dim,
+  // vocab * hidden) cannot overflow.
   int64_t positive(std::initializer_list<const char*> names, std::optional<int64_t> dflt) const {
     int64_t v = integer(names, dflt);
-    if (v <= 0) throw InputError(concat(origin_, ": field '", *names.begin(), "' must be positive, got ", v));
+    if (v <= 0 || v >= (int64_t{1} << 31))
+      throw InputError(concat(origin_, ": field '", *names.begin(), "' must be between 1 and 2^31-1, got ", v));
     return v;
   }
 

@@ -247,13 +247,12 @@ TensorInfo parse_entry(const std::string& name, const json& v, uint64_t data_siz
   uint64_t nbytes = itemsize;
   bool overflow = false;
   for (int64_t d : info.shape) {
-    overflow = overflow || __builtin_mul_overflow(nbytes, static_cast<uint64_t>(d), &nbytes);
+    if (d != 0) overflow = overflow || __builtin_mul_overflow(nbytes, static_cast<uint64_t>(d), &nbytes);
   }
-  // A zero dimension makes the tensor empty however large the others are.
-  if (std::find(info.shape.begin(), info.shape.end(), 0) != info.shape.end()) {
-    overflow = false;
-    nbytes = 0;
-  }
+  // A zero dimension makes the tensor empty, but the other dimensions must still multiply to a
+  // representable size (numel() and LibTorch's empty() compute the full product).
+  overflow = overflow || nbytes > static_cast<uint64_t>(INT64_MAX);
+  if (std::find(info.shape.begin(), info.shape.end(), 0) != info.shape.end()) nbytes = 0;
   const std::string layout =
       concat("shape ", shape_str(info.shape), " x ", info.dtype_name, " (", itemsize, " bytes)");
   if (overflow) throw InputError(concat(where, ": ", layout, " overflows a 64-bit byte count"));

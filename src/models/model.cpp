@@ -185,17 +185,26 @@ std::vector<std::string> Model::point_names() const {
   return out;
 }
 
-HookHandle Model::register_forward_hook(const std::string& pattern, HookFn fn) {
-  const bool input = pattern.size() > 6 && pattern.compare(pattern.size() - 6, 6, ":input") == 0;
-  std::vector<HookRegistry::Site> sites;
-  for (Module* m : impl_->modules)
-    if (match_point(pattern, input ? m->input_point().name : m->output_point().name)) sites.push_back({m, input});
-  if (sites.empty()) {
+std::vector<PointInfo> Model::resolve(const std::string& pattern) const {
+  std::vector<PointInfo> out;
+  const std::vector<PointInfo> all = points();
+  for (const PointInfo& p : all)
+    if (match_point(pattern, p.name)) out.push_back(p);
+  if (out.empty()) {
     std::string near;
     for (const auto& n : nearest_points(pattern, point_names())) near += (near.empty() ? "" : ", ") + n;
     throw InputError(concat("pattern '", pattern, "' matches no hook point of ", origin_, "; nearest: ", near,
-                         " (run `actcap points` for the full list)"));
+                            " (run `actcap points` for the full list)"));
   }
+  return out;
+}
+
+HookHandle Model::register_forward_hook(const std::string& pattern, HookFn fn) {
+  const bool input = pattern.size() > 6 && pattern.compare(pattern.size() - 6, 6, ":input") == 0;
+  resolve(pattern);  // loud on zero matches
+  std::vector<HookRegistry::Site> sites;
+  for (Module* m : impl_->modules)
+    if (match_point(pattern, input ? m->input_point().name : m->output_point().name)) sites.push_back({m, input});
   const int64_t id = hooks_->next_id++;
   for (const auto& s : sites) {
     auto& list = s.pre ? s.module->hooks().pre : s.module->hooks().post;

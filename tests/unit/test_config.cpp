@@ -117,3 +117,16 @@ TEST(Config, Errors) {
       "activation_function":"tanhx"})").find("unsupported activation_function"),
             std::string::npos);
 }
+
+// Found by fuzz_config (fuzz/regressions/fuzz_config): out-of-range numbers must be clean errors.
+TEST(Config, HugeNumbersAreInputErrorsNotUndefinedBehaviour) {
+  EXPECT_NE(error_of(R"({"model_type":"gpt2","vocab_size":10,"n_embd":1e300,"n_layer":2,"n_head":4})")
+                .find("must be an integer"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"gpt2","vocab_size":10,"n_embd":4611686018427387904,"n_layer":2,"n_head":4})")
+                .find("between 1 and 2^31-1"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"gpt2","vocab_size":10,"n_embd":64,"n_inner":9223372036854775807,
+      "n_layer":2,"n_head":4})").find("n_inner"),
+            std::string::npos);
+}

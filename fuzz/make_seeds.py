@@ -1,0 +1,411 @@
+#!/usr/bin/python3
+"""Writes the committed seed corpora under fuzz/corpus/<target>/ (small valid and near-valid
+inputs). Deterministic; re-run after changing it:  /usr/bin/python3 fuzz/make_seeds.py
+
+Safetensors files are built by hand (struct + json), configs mirror `actcap init-model --preset
+tiny` outputs, tokenizers are tiny hand-made tokenizer.json documents (not the 2 MB real ones).
+"""
+import json
+import os
+import shutil
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CORPUS = os.path.join(HERE, "corpus")
+
+
+def reset(target):
+    d = os.path.join(CORPUS, target)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    return d
+
+
+def write(d, name, data):
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogateescape")
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+# ---- safetensors ------------------------------------------------------------------------------
+
+ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "I16": 2, "I32": 4, "I64": 8, "F16": 2, "BF16": 2,
+            "F32": 4, "F64": 8, "C64": 8, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4,
+            "U64": 8}
+
+
+def numel(shape):
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def safetensors(tensors, metadata=None, pad=True, header_override=None, extra=b""):
+    """tensors: list of (name, dtype, shape). Data bytes are a deterministic pattern."""
+    header = {}
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    data = b""
+    for name, dtype, shape in tensors:
+        nbytes = numel(shape) * ITEMSIZE[dtype]
+        header[name] = {"dtype": dtype, "shape": shape,
+                        "data_offsets": [len(data), len(data) + nbytes]}
+        data += bytes((len(data) + i) * 37 % 251 for i in range(nbytes))
+    text = header_override if header_override is not None else json.dumps(header, separators=(",", ":"))
+    text = text.encode() if isinstance(text, str) else text
+    if pad:
+        text += b" " * ((8 - (8 + len(text)) % 8) % 8)
+    return struct.pack("<Q", len(text)) + text + data + extra
+
+
+def safetensors_seeds():
+    d = reset("fuzz_safetensors")
+    write(d, "empty_header.st", safetensors([]))
+    write(d, "metadata_only.st", safetensors([], {"format": "pt", "note": "x"}))
+    write(d, "f32_2x3.st", safetensors([("w", "F32", [2, 3])], {"format": "pt"}))
+    write(d, "all_dtypes.st", safetensors(
+        [(f"t_{dt.lower()}", dt, [3]) for dt in
+         ["BOOL", "U8", "I8", "I16", "I32", "I64", "F16", "BF16", "F32", "F64", "C64"]]))
+    write(d, "scalar_and_empty.st", safetensors(
+        [("scalar", "F32", []), ("empty", "F32", [0, 5]), ("empty_big", "I64", [0, 4611686018427387904]),
+         ("v", "I16", [4])]))
+    write(d, "misaligned.st", safetensors([("a", "F64", [2]), ("b", "F32", [1, 3])], pad=False))
+    write(d, "gpt2_like.st", safetensors(
+        [("transformer.wte.weight", "F32", [8, 4]), ("transformer.wpe.weight", "F32", [4, 4]),
+         ("transformer.h.0.ln_1.weight", "F32", [4]), ("transformer.h.0.ln_1.bias", "F32", [4]),
+         ("transformer.h.0.attn.c_attn.weight", "F16", [4, 12]),
+         ("transformer.h.0.attn.c_attn.bias", "BF16", [12]),
+         ("transformer.ln_f.weight", "F32", [4])], {"format": "pt"}))
+    # Near-valid: each breaks one rule.
+    ok = safetensors([("a", "F32", [2])])
+    write(d, "bad_truncated.st", ok[:-3])
+    write(d, "bad_trailing_bytes.st", ok + b"\0\0\0\0")
+    write(d, "bad_header_len.st", struct.pack("<Q", 1 << 40) + ok[8:])
+    write(d, "bad_not_object.st", safetensors([], header_override="[1,2,3]"))
+    write(d, "bad_unknown_dtype.st", safetensors([], header_override=
+          '{"a":{"dtype":"F128","shape":[1],"data_offsets":[0,16]}}', extra=b"\0" * 16))
+    write(d, "bad_f8.st", safetensors([("a", "F8_E4M3", [4])]))
+    write(d, "bad_overlap.st", safetensors([], header_override=
+          '{"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},'
+          '"b":{"dtype":"U8","shape":[4],"data_offsets":[2,6]}}', extra=b"\1" * 6))
+    write(d, "bad_hole.st", safetensors([], header_override=
+          '{"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},'
+          '"b":{"dtype":"U8","shape":[2],"data_offsets":[4,6]}}', extra=b"\1" * 6))
+    write(d, "bad_duplicate.st", safetensors([], header_override=
+          '{"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},'
+          '"a":{"dtype":"U8","shape":[2],"data_offsets":[2,4]}}', extra=b"\1" * 4))
+    write(d, "bad_overflow_shape.st", safetensors([], header_override=
+          '{"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}}'))
+    write(d, "bad_negative_dim.st", safetensors([], header_override=
+          '{"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}}', extra=b"\0" * 4))
+    write(d, "bad_metadata.st", safetensors([], header_override='{"__metadata__":{"k":1}}'))
+
+
+# ---- config.json --------------------------------------------------------------------------------
+
+GPT2 = {"activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"],
+        "attn_pdrop": 0.1, "bos_token_id": 50256, "embd_pdrop": 0.1, "eos_token_id": 50256,
+        "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "model_type": "gpt2",
+        "n_embd": 64, "n_head": 4, "n_inner": None, "n_layer": 4, "n_positions": 128,
+        "resid_pdrop": 0.1, "scale_attn_weights": True, "tie_word_embeddings": True,
+        "torch_dtype": "float32", "vocab_size": 512}
+LLAMA = {"architectures": ["LlamaForCausalLM"], "attention_bias": False, "bos_token_id": 1,
+         "eos_token_id": 2, "head_dim": 16, "hidden_act": "silu", "hidden_size": 64,
+         "initializer_range": 0.02, "intermediate_size": 160, "max_position_embeddings": 256,
+         "mlp_bias": False, "model_type": "llama", "num_attention_heads": 4,
+         "num_hidden_layers": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-06,
+         "rope_scaling": None, "rope_theta": 10000.0, "tie_word_embeddings": False,
+         "torch_dtype": "float32", "vocab_size": 512}
+MISTRAL = {"architectures": ["MistralForCausalLM"], "bos_token_id": 1, "eos_token_id": 2,
+           "head_dim": 16, "hidden_act": "silu", "hidden_size": 64, "initializer_range": 0.02,
+           "intermediate_size": 160, "max_position_embeddings": 256, "model_type": "mistral",
+           "num_attention_heads": 4, "num_hidden_layers": 4, "num_key_value_heads": 2,
+           "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 10000.0,
+           "sliding_window": 8, "tie_word_embeddings": False, "torch_dtype": "float32",
+           "vocab_size": 512}
+QWEN2 = {"architectures": ["Qwen2ForCausalLM"], "bos_token_id": 1, "eos_token_id": 2,
+         "head_dim": 16, "hidden_act": "silu", "hidden_size": 64, "initializer_range": 0.02,
+         "intermediate_size": 160, "max_position_embeddings": 256, "max_window_layers": 28,
+         "model_type": "qwen2", "num_attention_heads": 4, "num_hidden_layers": 4,
+         "num_key_value_heads": 2, "rms_norm_eps": 1e-06, "rope_scaling": None,
+         "rope_theta": 10000.0, "sliding_window": 4096, "tie_word_embeddings": False,
+         "torch_dtype": "float32", "use_sliding_window": False, "vocab_size": 512}
+
+
+def config_seeds():
+    d = reset("fuzz_config")
+    for name, c in [("gpt2", GPT2), ("llama", LLAMA), ("mistral", MISTRAL), ("qwen2", QWEN2)]:
+        write(d, f"{name}.json", json.dumps(c, indent=2, sort_keys=True) + "\n")
+
+    def variant(name, base, **changes):
+        c = dict(base)
+        for k, v in changes.items():
+            if v is KeyError:
+                c.pop(k, None)
+            else:
+                c[k] = v
+        write(d, name, json.dumps(c, separators=(",", ":")))
+
+    variant("gpt2_aliases.json", {"model_type": "gpt2", "vocab_size": 10, "hidden_size": 8,
+                                  "num_hidden_layers": 1, "num_attention_heads": 2,
+                                  "max_position_embeddings": 16, "n_inner": 32,
+                                  "activation_function": "relu", "eos_token_id": [3, 4]}, )
+    variant("gpt2_float_ints.json", GPT2, n_embd=64.0, n_layer=4.0)
+    variant("llama3_rope.json", LLAMA, rope_scaling={
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192}, eos_token_id=[128001, 128008, 128009])
+    variant("llama_linear_rope_v4.json", LLAMA, rope_scaling={"type": "linear", "factor": 2.0})
+    variant("llama_rope_parameters_v5.json", LLAMA, rope_theta=KeyError, rope_scaling=KeyError,
+            rope_parameters={"rope_type": "default", "rope_theta": 500000.0})
+    variant("llama_no_head_dim.json", LLAMA, head_dim=KeyError, num_key_value_heads=KeyError,
+            attention_bias=True, mlp_bias=True)
+    variant("mistral_null_window.json", MISTRAL, sliding_window=None)
+    variant("mistral_no_window.json", MISTRAL, sliding_window=KeyError)
+    variant("qwen2_window.json", QWEN2, use_sliding_window=True, max_window_layers=2,
+            sliding_window=16, hidden_act="gelu_pytorch_tanh")
+    # Near-valid.
+    variant("bad_missing_vocab.json", GPT2, vocab_size=KeyError)
+    variant("bad_heads.json", GPT2, n_head=5)
+    variant("bad_kv_heads.json", LLAMA, num_key_value_heads=3)
+    variant("bad_odd_head_dim.json", LLAMA, head_dim=15)
+    variant("bad_rope_type.json", LLAMA, rope_scaling={"rope_type": "yarn", "factor": 4.0})
+    variant("bad_model_type.json", GPT2, model_type="bert")
+    variant("bad_type.json", LLAMA, hidden_size="64")
+    write(d, "bad_not_object.json", "[1, 2]")
+    write(d, "bad_syntax.json", '{"model_type": "gpt2", ')
+
+
+# ---- tokenizer.json ---------------------------------------------------------------------------
+
+def bytes_to_unicode():
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+B2U = bytes_to_unicode()
+
+
+def spell(raw):
+    return "".join(B2U[b] for b in raw.encode("utf-8"))
+
+
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                  r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def added(i, content, special=True, **kw):
+    t = {"id": i, "content": content, "single_word": False, "lstrip": False, "rstrip": False,
+         "normalized": not special, "special": special}
+    t.update(kw)
+    return t
+
+
+def bpe(vocab, merges, **kw):
+    m = {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+         "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+         "ignore_merges": False, "vocab": vocab, "merges": merges}
+    m.update(kw)
+    return m
+
+
+def byte_level_vocab(full, merges_raw):
+    alphabet = [B2U[b] for b in range(256)] if full else sorted({c for a, b in merges_raw for c in spell(a + b)})
+    vocab = {c: i for i, c in enumerate(alphabet)}
+    merges = []
+    for a, b in merges_raw:
+        merges.append(spell(a) + " " + spell(b))
+        vocab.setdefault(spell(a + b), len(vocab))
+    return vocab, merges
+
+
+MERGES = [("h", "e"), (" ", "t"), (" t", "he"), ("l", "l"), ("he", "ll"), ("hell", "o"),
+          (" ", "w"), ("o", "r"), (" w", "or"), ("i", "n"), ("in", "g"), ("1", "2")]
+
+
+def tokenizer_seeds():
+    d = reset("fuzz_tokenizer_json")
+    bl = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+
+    vocab, merges = byte_level_vocab(True, MERGES)
+    gpt2 = {"version": "1.0", "truncation": None, "padding": None,
+            "added_tokens": [added(len(vocab), "<|endoftext|>")],
+            "normalizer": None, "pre_tokenizer": bl, "post_processor": bl, "decoder": bl,
+            "model": bpe(vocab, merges)}
+    write(d, "gpt2_full_bytes.json", json.dumps(gpt2, ensure_ascii=False))
+
+    vocab, merges = byte_level_vocab(False, MERGES)
+    small = dict(gpt2, model=bpe(vocab, merges), added_tokens=[added(99, "<|endoftext|>")])
+    write(d, "gpt2_small.json", json.dumps(small, ensure_ascii=False))
+
+    llama3 = {"version": "1.0",
+              "added_tokens": [added(100, "<|begin_of_text|>"), added(101, "<|end_of_text|>")],
+              "normalizer": None,
+              "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+                  {"type": "Split", "pattern": {"Regex": LLAMA3_PATTERN}, "behavior": "Isolated",
+                   "invert": False},
+                  dict(bl, use_regex=False)]},
+              "post_processor": {"type": "Sequence", "processors": [
+                  dict(bl, trim_offsets=False),
+                  {"type": "TemplateProcessing",
+                   "single": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}},
+                              {"Sequence": {"id": "A", "type_id": 0}}],
+                   "pair": [],
+                   "special_tokens": {"<|begin_of_text|>": {"id": "<|begin_of_text|>",
+                                                            "ids": [100],
+                                                            "tokens": ["<|begin_of_text|>"]}}}]},
+              "decoder": bl,
+              "model": bpe(vocab, [m.split(" ") for m in merges], ignore_merges=True)}
+    write(d, "llama3_small.json", json.dumps(llama3, ensure_ascii=False))
+
+    chars = ["<unk>", "a", "b", "e", "h", "l", "o", "w", "r", "d", " ", "1", "2", "é", "日"]
+    cvocab = {c: i for i, c in enumerate(chars)}
+    for b in (0x00, 0x41, 0xC3, 0xE6, 0xFF):
+        cvocab[f"<0x{b:02X}>"] = len(cvocab)
+    cmerges = []
+    for a, b in [("h", "e"), ("l", "l"), ("he", "ll"), ("o", "r"), ("w", "or")]:
+        cmerges.append(f"{a} {b}")
+        cvocab.setdefault(a + b, len(cvocab))
+    misc = {"version": "1.0",
+            "added_tokens": [added(50, "[CLS]"), added(51, "[SEP]"),
+                             added(52, "<mask>", lstrip=True, rstrip=True),
+                             added(53, "hello", special=False, single_word=True),
+                             added(54, "ﬁx", special=False, normalized=True)],
+            "normalizer": {"type": "Sequence", "normalizers": [{"type": "NFKC"}, {"type": "NFD"}]},
+            "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+                {"type": "Digits", "individual_digits": True},
+                {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithNext",
+                 "invert": False},
+                {"type": "Split", "pattern": {"Regex": r"\p{P}+"}, "behavior": "Contiguous",
+                 "invert": True},
+                {"type": "Split", "pattern": {"Regex": r"\s*\w+|\h"},
+                 "behavior": "MergedWithPrevious", "invert": False},
+                {"type": "Split", "pattern": {"Regex": "x"}, "behavior": "Removed", "invert": False}]},
+            "post_processor": {"type": "BertProcessing", "cls": ["[CLS]", 50], "sep": ["[SEP]", 51]},
+            "decoder": None,
+            "model": bpe(cvocab, cmerges, unk_token="<unk>", fuse_unk=True, byte_fallback=True)}
+    write(d, "misc_normalizers.json", json.dumps(misc, ensure_ascii=False))
+    roberta = dict(misc, normalizer={"type": "NFC"},
+                   post_processor={"type": "RobertaProcessing", "cls": ["<s>", 1], "sep": ["</s>", 2]},
+                   pre_tokenizer={"type": "Digits", "individual_digits": False})
+    write(d, "roberta_nfc.json", json.dumps(roberta, ensure_ascii=False))
+    # Near-valid.
+    write(d, "bad_merge_missing.json", json.dumps(dict(small, model=bpe({"a": 0}, ["a b"]))))
+    write(d, "bad_vocab_id.json", json.dumps(dict(small, model=bpe({"a": -1}, []))))
+    write(d, "bad_regex.json", json.dumps(dict(llama3, pre_tokenizer={
+        "type": "Split", "pattern": {"Regex": "(?<x"}, "behavior": "Isolated", "invert": False})))
+    write(d, "bad_split_after_byte_level.json", json.dumps(dict(llama3, pre_tokenizer={
+        "type": "Sequence", "pretokenizers": [bl, {"type": "Split", "pattern": {"String": "a"},
+                                                   "behavior": "Removed", "invert": False}]})))
+    write(d, "bad_model_type.json", json.dumps(dict(small, model={"type": "WordPiece", "vocab": {}})))
+    write(d, "bad_template.json", json.dumps(dict(llama3, post_processor={
+        "type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<x>"}}], "special_tokens": {}})))
+
+
+def encode_seeds():
+    d = reset("fuzz_tokenizer_encode")
+    corpus = os.path.join(HERE, "..", "tests", "python", "data", "tokenizer_corpus.txt")
+    lines = []
+    if os.path.exists(corpus):
+        with open(corpus, "rb") as f:
+            lines = f.read().split(b"\n")
+    for i in range(0, len(lines), 8):  # the tokenizer parity corpus, 8 lines a seed
+        write(d, f"corpus_{i // 8:02d}.txt", b"\n".join(lines[i:i + 8]))
+    samples = {
+        "hello.txt": "hello world",
+        "specials.txt": "<|endoftext|>Hello<|endoftext|> <|begin_of_text|>x<|end_of_text|>",
+        "contractions.txt": "I'm here, you're there; they'll've it's DON'T",
+        "digits.txt": "1234567890 12 123 3.14159 -42 1e10",
+        "whitespace.txt": "  a\t\tb\n\n\r\n   c   \u00a0\u2003d\u3000",
+        "unicode.txt": "café 日本語 한국어 😀 👨‍👩‍👧 e\u0301 Å ﬁ",
+        "long_word.txt": "a" * 200 + " " + "ab" * 60 + " " + "ba" * 70,
+        "merges.txt": "aaaa aaaaa aabaab bbbbab hello hellohello the he ll",
+    }
+    for name, text in samples.items():
+        write(d, name, text)
+    write(d, "invalid_utf8.bin", b"ok \xff\xfe \xc3 \xe2\x82 \xed\xa0\x80 \xf4\x90\x80\x80 \xc0\xaf end")
+    write(d, "nul_bytes.bin", b"a\x00b\x00\x00c")
+    write(d, "all_bytes.bin", bytes(range(256)))
+
+
+# ---- device maps ------------------------------------------------------------------------------
+
+GPT2_MODULES = ["transformer.wte", "transformer.wpe"] + [f"transformer.h.{i}" for i in range(4)] + \
+    ["transformer.ln_f", "lm_head"]
+LLAMA_MODULES = ["model.embed_tokens"] + [f"model.layers.{i}" for i in range(4)] + \
+    ["model.norm", "lm_head"]
+
+
+def device_map_seeds():
+    d = reset("fuzz_device_map")
+
+    def seed(name, first, doc):
+        write(d, name, first + "\n" + (doc if isinstance(doc, str) else json.dumps(doc)))
+
+    seed("all_on_cpu0.txt", "4", {"": "cpu:0"})
+    seed("gpt2_4dev.txt", "cpu:0,cpu:1,cpu:2,cpu:3",
+         {m: f"cpu:{min(i // 2, 3)}" for i, m in enumerate(GPT2_MODULES)})
+    seed("llama_2dev.txt", "2", {"model": "cpu:0", "model.layers.2": "cpu:1",
+                                 "model.layers.3": "cpu:1", "model.norm": "cpu:1",
+                                 "lm_head": "cpu:1"})
+    seed("budgets.txt", "cpu:0=400KiB,cpu:1=1MiB,cpu:2=1.5MB,cpu:3=2000000",
+         {"transformer": "cpu:1", "lm_head": "cpu:2"})
+    seed("cuda_ints.txt", "cuda:0,cuda:1", {"transformer": 0, "lm_head": 1, "model": "cuda:1"})
+    seed("plain_cpu.txt", "cpu", {"": "cpu"})
+    seed("bad_split_block.txt", "4", {"transformer.h.0.attn": "cpu:1", "": "cpu:0"})
+    seed("bad_unknown.txt", "4", {"transformer.h.9": "cpu:0", "": "cpu:0"})
+    seed("bad_left_out.txt", "4", {"transformer.h.0": "cpu:0"})
+    seed("bad_disk.txt", "4", {"": "disk"})
+    seed("bad_not_object.txt", "4", "[\"cpu:0\"]")
+    seed("bad_devices.txt", "cpu,cpu:0", {"": "cpu:5"})
+
+
+def small_parser_seeds():
+    d = reset("fuzz_small_parsers")
+    seeds = {
+        "devices.txt": ["cpu", "cpu:0", "cuda:3", " cpu:63 ", "7", "cpu:0,cpu:1,cuda:0", "64",
+                        "cpu:64", "cuda:-1", "disk", "cpu:0,,cpu:1", "cpu,cpu:1"],
+        "bytes.txt": ["300MiB", "1.5GiB", "2GB", "4096", "512KiB", "1TiB", "0.5 kb", "1.5B",
+                      "18446744073709551615", "18446744073709551616", "16EiB", "-1MiB", "1."],
+        "max_memory.txt": ["cpu:0=300MiB,cpu:1=1GiB", "cuda:0=1GB", "cpu:0=1,cpu:0=2", "cpu:0",
+                           "cpu=10 MB"],
+        "patterns.txt": ["transformer.h.*", "**:input", "transformer.h.*.mlp", "**.mlp.*",
+                         "model.layers.*.self_attn.q_proj", "*.*", "transformer.h.1*", "**",
+                         "lm_head", "model.layers.0:input", "transformr.h.0.mlp"],
+        "positions.txt": ["all", "first", "last", "0:8,-4:,10", "-1", "5", "3:1", ":", "::2",
+                          "9223372036854775806", "-9223372036854775808:", "1,,2"],
+        "faults.txt": ["transfer:cpu:0->cpu:1:bitflip", "transfer:cpu:1->cpu:2:zeros-once;"
+                       "transfer:cuda:0->cuda:1:bitflip-once", "transfer:cpu:0->cpu:1:melt",
+                       "transfer:cpu:0-cpu:1:zeros"],
+        "tokens.txt": ["1,2,3;4,5", " 7 , 8 ", "1;;2", "x", "-5", "9223372036854775806",
+                       "1,2,"],
+        "keywords.txt": ["error", "warn", "off", "keep", "f32", "f16", "bf16", "auto",
+                         "balanced", "sequential"],
+    }
+    for name, lines in seeds.items():
+        write(d, name, "\n".join(lines))
+
+
+def main():
+    safetensors_seeds()
+    config_seeds()
+    tokenizer_seeds()
+    encode_seeds()
+    device_map_seeds()
+    small_parser_seeds()
+    total = 0
+    for root, _, files in os.walk(CORPUS):
+        total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
+    print(f"wrote seeds under {CORPUS} ({total} bytes)")
+
+
+if __name__ == "__main__":
+    main()
