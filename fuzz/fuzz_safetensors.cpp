@@ -33,18 +33,6 @@ void write_memfd(const uint8_t* data, size_t size) {
   }
 }
 
-// Known bugs (ACTCAP_FUZZ_SKIP_KNOWN=1 steps around them):
-//   regressions/fuzz_safetensors/zero_dim_numel_int64_overflow.st: TensorInfo::numel() overflows
-//     int64 for accepted shapes with a zero dim after large ones;
-//   regressions/fuzz_safetensors/zero_dim_shape_overflow_numel_and_tensor.st: the same, and
-//     tensor() lets c10::Error ("Storage size calculation overflowed") escape.
-bool known_shape_bug(const actcap::TensorInfo& t) {
-  int64_t n = 1;
-  for (int64_t d : t.shape)
-    if (__builtin_mul_overflow(n, d, &n)) return true;
-  return false;
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -83,10 +71,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                static_cast<unsigned long long>(bytes),
                static_cast<unsigned long long>(t.end - t.begin));
     // Public API: numel() of an accepted tensor must be computable.
-    if (!(fuzz::skip_known() && known_shape_bug(t))) {
-      const int64_t numel = t.numel();
-      FUZZ_CHECK(numel >= 0, "'%s': numel %lld", t.name.c_str(), static_cast<long long>(numel));
-    }
+    const int64_t numel = t.numel();
+    FUZZ_CHECK(numel >= 0, "'%s': numel %lld", t.name.c_str(), static_cast<long long>(numel));
     // Touch every byte of the range (ASan catches any read outside the input).
     for (uint64_t i = t.begin; i < t.end; ++i) sum += section[i];
     pos = t.end;
@@ -106,7 +92,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const actcap::TensorInfo* info = file->find(t.name);
     FUZZ_CHECK(info != nullptr && info->begin == t.begin && info->end == t.end,
                "find('%s') differs", t.name.c_str());
-    if (fuzz::skip_known() && known_shape_bug(t)) continue;
     at::Tensor x;
     // tensor() may only fail cleanly (it should not fail at all for an accepted header).
     FUZZ_CHECK(fuzz::clean([&] { x = file->tensor(t.name); }), "tensor('%s') threw InputError",

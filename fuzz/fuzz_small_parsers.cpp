@@ -29,7 +29,9 @@ using actcap::DeviceId;
 //   regressions/fuzz_small_parsers/positions_index_plus_one_overflow.txt: PositionSpec::parse
 //     computes p + 1 for the index INT64_MAX;
 //   regressions/fuzz_small_parsers/match_point_exponential_doublestar.txt: match_point takes
-//     exponential time in the number of '**' segments.
+//     exponential time in the number of '**' segments;
+//   regressions/fuzz_small_parsers/match_point_nul_in_pattern.txt: glob() compares C strings, so
+//     a pattern segment matches whatever follows an embedded NUL.
 bool known_position_bug(const std::string& line) {
   for (const std::string& item : fuzz::split(line, ',')) {
     if (item.find(':') != std::string::npos) continue;
@@ -45,7 +47,7 @@ bool known_position_bug(const std::string& line) {
 bool known_pattern_bug(const std::string& line) {
   size_t stars = 0;
   for (const std::string& seg : fuzz::split(line, '.')) stars += seg == "**" || seg == "**:input";
-  return stars > 6;
+  return stars > 6 || line.find('\0') != std::string::npos;
 }
 
 const std::vector<std::string>& point_names() {
