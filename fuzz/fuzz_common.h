@@ -27,18 +27,6 @@
 
 namespace fuzz {
 
-// ACTCAP_FUZZ_SKIP_KNOWN=1 makes the targets step around bugs already reported (each guarded
-// spot names its reproducer in fuzz/regressions/), so that long runs explore past them. Off by
-// default: `make fuzz` / `make fuzz-smoke` fail on known bugs until they are fixed. Remove a
-// guard when its bug is fixed.
-inline bool skip_known() {
-  static const bool skip = [] {
-    const char* v = std::getenv("ACTCAP_FUZZ_SKIP_KNOWN");
-    return v != nullptr && v[0] == '1';
-  }();
-  return skip;
-}
-
 // Runs f; swallows the expected actcap::Error and reports whether f succeeded.
 template <typename F>
 bool clean(F&& f) {

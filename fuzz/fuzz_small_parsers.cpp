@@ -25,31 +25,6 @@ namespace {
 
 using actcap::DeviceId;
 
-// Known bugs (ACTCAP_FUZZ_SKIP_KNOWN=1 steps around them):
-//   regressions/fuzz_small_parsers/positions_index_plus_one_overflow.txt: PositionSpec::parse
-//     computes p + 1 for the index INT64_MAX;
-//   regressions/fuzz_small_parsers/match_point_exponential_doublestar.txt: match_point takes
-//     exponential time in the number of '**' segments;
-//   regressions/fuzz_small_parsers/match_point_nul_in_pattern.txt: glob() compares C strings, so
-//     a pattern segment matches whatever follows an embedded NUL.
-bool known_position_bug(const std::string& line) {
-  for (const std::string& item : fuzz::split(line, ',')) {
-    if (item.find(':') != std::string::npos) continue;
-    try {
-      size_t used = 0;
-      if (std::stoll(item, &used) == INT64_MAX && used == item.size()) return true;
-    } catch (const std::exception&) {
-    }
-  }
-  return false;
-}
-
-bool known_pattern_bug(const std::string& line) {
-  size_t stars = 0;
-  for (const std::string& seg : fuzz::split(line, '.')) stars += seg == "**" || seg == "**:input";
-  return stars > 6 || line.find('\0') != std::string::npos;
-}
-
 const std::vector<std::string>& point_names() {
   static const std::vector<std::string> kNames = [] {
     std::vector<std::string> v = {"transformer.wte", "transformer.wpe", "transformer.drop",
@@ -189,8 +164,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     bytes(line);
     // nearest_points (edit distance to all 244 names) would dominate the cost: first line only,
     // when short (patterns are short; the edit distance is not what is being fuzzed).
-    if (!(fuzz::skip_known() && known_pattern_bug(line))) patterns(line, i == 0 && line.size() <= 64);
-    if (!(fuzz::skip_known() && known_position_bug(line))) positions(line);
+    patterns(line, i == 0 && line.size() <= 64);
+    positions(line);
     token_lists(line);
     fuzz::clean([&] { (void)actcap::parse_faults(line); });
     fuzz::clean([&] { (void)actcap::parse_bare_ref_policy(line); });

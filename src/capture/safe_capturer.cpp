@@ -1,4 +1,5 @@
 #include <set>
+#include <limits>
 #include <sstream>
 
 #include "actcap/capture.h"
@@ -40,7 +41,8 @@ PositionSpec PositionSpec::parse(const std::string& text) {
     if (colon == std::string::npos) {
       const int64_t p = parse_int(item);
       r.start = p;
-      r.stop = p == -1 ? std::nullopt : std::optional<int64_t>(p + 1);
+      // -1 means "to the end"; so does INT64_MAX (no sequence is that long), without p + 1 overflowing.
+      r.stop = (p == -1 || p == std::numeric_limits<int64_t>::max()) ? std::nullopt : std::optional<int64_t>(p + 1);
     } else {
       if (item.find(':', colon + 1) != std::string::npos)
         throw InputError(concat("--positions: '", item, "' has more than one ':' (steps are not supported)"));

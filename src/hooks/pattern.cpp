@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "actcap/error.h"
@@ -21,32 +22,50 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
-// Glob within one segment: '*' matches any run of characters (not crossing '.').
-bool glob(const char* p, const char* s) {
-  while (*p) {
-    if (*p == '*') {
-      while (*p == '*') ++p;
-      if (!*p) return true;
-      for (; *s; ++s)
-        if (glob(p, s)) return true;
+// Glob within one segment: '*' matches any run of characters (not crossing '.'). Iterative with
+// one backtrack point (the last '*'), so linear-ish in |p| * |s| whatever the number of stars, and
+// length-aware: an embedded NUL is an ordinary character, not the end of the pattern.
+bool glob(std::string_view p, std::string_view s) {
+  size_t i = 0, j = 0, star = std::string_view::npos, mark = 0;
+  while (j < s.size()) {
+    if (i < p.size() && p[i] == '*') {
+      star = i++;
+      mark = j;
+    } else if (i < p.size() && p[i] == s[j]) {
+      ++i;
+      ++j;
+    } else if (star != std::string_view::npos) {
+      i = star + 1;
+      j = ++mark;
+    } else {
       return false;
     }
-    if (*p != *s) return false;
-    ++p;
-    ++s;
   }
-  return *s == '\0';
+  while (i < p.size() && p[i] == '*') ++i;
+  return i == p.size();
 }
 
-bool match_segments(const std::vector<std::string>& p, size_t i, const std::vector<std::string>& n, size_t j) {
-  if (i == p.size()) return j == n.size();
-  if (p[i] == "**") {
-    for (size_t k = j; k <= n.size(); ++k)
-      if (match_segments(p, i + 1, n, k)) return true;
-    return false;
+// Segment match where "**" spans any number of segments (zero included). Dynamic programming over
+// (pattern segment, name segment): O(|p| * |n|) glob calls, where naive backtracking is
+// exponential in the number of "**" (a 121-byte pattern used to hang).
+bool match_segments(const std::vector<std::string>& p, const std::vector<std::string>& n) {
+  // ok[j]: pattern segments [i, end) match name segments [j, end); computed for i from the back.
+  std::vector<char> ok(n.size() + 1, 0), next(n.size() + 1, 0);
+  next[n.size()] = 1;  // empty pattern matches only the empty rest
+  for (size_t i = p.size(); i-- > 0;) {
+    if (p[i] == "**") {
+      char any = 0;
+      for (size_t j = n.size() + 1; j-- > 0;) {
+        any = any || next[j];
+        ok[j] = any;  // "**" takes segments j..k-1 for some k >= j with next[k]
+      }
+    } else {
+      ok[n.size()] = 0;
+      for (size_t j = 0; j < n.size(); ++j) ok[j] = next[j + 1] && glob(p[i], n[j]);
+    }
+    std::swap(ok, next);
   }
-  if (j == n.size()) return false;
-  return glob(p[i].c_str(), n[j].c_str()) && match_segments(p, i + 1, n, j + 1);
+  return next[0] != 0;
 }
 
 bool strip_input(std::string& s) {
@@ -82,7 +101,7 @@ BareRefPolicy parse_bare_ref_policy(const std::string& text) {
 bool match_point(const std::string& pattern, const std::string& name) {
   std::string p = pattern, n = name;
   if (strip_input(p) != strip_input(n)) return false;
-  return match_segments(split(p, '.'), 0, split(n, '.'), 0);
+  return match_segments(split(p, '.'), split(n, '.'));
 }
 
 std::vector<std::string> nearest_points(const std::string& pattern, const std::vector<std::string>& names,

@@ -249,7 +249,7 @@ ModelConfig parse_config(const std::string& text, const std::string& origin) {
   json root;
   try {
     root = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers like 1e400
     throw InputError(concat(origin, ": not valid JSON (", e.what(), ")"));
   }
   if (!root.is_object()) throw InputError(concat(origin, ": expected a JSON object"));

@@ -16,16 +16,12 @@ HfTokenizer::HfTokenizer(HfParts parts) : parts_(std::move(parts)) {
   for (const auto& [token, id] : parts_.model->vocab()) max_id = std::max<int64_t>(max_id, id);
   for (const AddedToken& t : parts_.added_tokens) max_id = std::max(max_id, t.id);
   vocab_size_ = max_id + 1;
-  id_to_token_.resize(static_cast<size_t>(vocab_size_));
-  has_token_.assign(static_cast<size_t>(vocab_size_), 0);
-  for (const auto& [token, id] : parts_.model->vocab()) {
-    id_to_token_[id] = token;
-    has_token_[id] = 1;
-  }
-  for (const AddedToken& t : parts_.added_tokens) {  // added tokens take precedence, as in Rust
+  // Keyed by id, not a dense table: memory follows the number of entries, so one hostile id
+  // near the limit cannot make a tiny file allocate gigabytes.
+  id_to_token_.reserve(parts_.model->vocab().size() + parts_.added_tokens.size());
+  for (const auto& [token, id] : parts_.model->vocab()) id_to_token_[id] = token;
+  for (const AddedToken& t : parts_.added_tokens)  // added tokens take precedence, as in Rust
     id_to_token_[t.id] = t.content;
-    has_token_[t.id] = 1;
-  }
 }
 
 std::string HfTokenizer::normalize(std::string_view text) const {
@@ -91,10 +87,11 @@ std::string HfTokenizer::decode(const std::vector<int64_t>& ids) const {
   std::string out;
   for (size_t i = 0; i < ids.size(); ++i) {
     const int64_t id = ids[i];
-    if (id < 0 || id >= vocab_size_ || !has_token_[id])
+    const auto found = id_to_token_.find(id);
+    if (found == id_to_token_.end())
       throw InputError(
           concat("token id ", id, " is not in the vocabulary (size ", vocab_size_, ")"));
-    const std::string& token = id_to_token_[id];
+    const std::string& token = found->second;
     if (parts_.decoder == DecoderKind::ByteLevel) {
       // As the Rust ByteLevel decoder: a token with a character outside the byte alphabet (an
       // added token such as "<|endoftext|>" usually is inside it) is taken as its UTF-8 bytes.

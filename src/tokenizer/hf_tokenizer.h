@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <string_view>
 #include <vector>
 
@@ -51,8 +52,7 @@ class HfTokenizer : public Tokenizer {
 
   HfParts parts_;
   AddedVocabulary added_;
-  std::vector<std::string> id_to_token_;
-  std::vector<char> has_token_;
+  std::unordered_map<int64_t, std::string> id_to_token_;
   int64_t vocab_size_ = 0;
 };
 

@@ -250,6 +250,9 @@ TEST(CaptureOptions, PositionsDtypeAndBudget) {
   EXPECT_EQ(PositionSpec::parse("4").select(3), (std::vector<int64_t>{}));
   EXPECT_THROW(PositionSpec::parse("a:b"), InputError);
   EXPECT_THROW(PositionSpec::parse("0:1:2"), InputError);
+  // fuzz/regressions/fuzz_small_parsers/positions_index_plus_one_overflow.txt: no p + 1 overflow.
+  EXPECT_EQ(PositionSpec::parse("9223372036854775807").select(3), (std::vector<int64_t>{}));
+  EXPECT_EQ(PositionSpec::parse("-9223372036854775807").select(3), (std::vector<int64_t>{}));
   EXPECT_THROW(parse_capture_dtype("f8"), InputError);
 
   auto m = model();

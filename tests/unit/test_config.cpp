@@ -130,3 +130,10 @@ TEST(Config, HugeNumbersAreInputErrorsNotUndefinedBehaviour) {
       "n_layer":2,"n_head":4})").find("n_inner"),
             std::string::npos);
 }
+
+// fuzz/regressions/fuzz_config/json_number_overflow_escapes.json: a number beyond double range is
+// nlohmann's out_of_range, not parse_error; it must still be an InputError naming the file.
+TEST(Config, NumberBeyondDoubleRangeIsInputError) {
+  const std::string msg = error_of(R"({"model_type":"gpt2","attn_pdrop":1e400})");
+  EXPECT_NE(msg.find("not valid JSON"), std::string::npos) << msg;
+}

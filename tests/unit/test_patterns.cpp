@@ -37,3 +37,34 @@ TEST(Patterns, NearestNames) {
   ASSERT_EQ(near.size(), 2u);
   EXPECT_EQ(near[0], "transformer.h.0.mlp");
 }
+
+// fuzz/regressions/fuzz_small_parsers/match_point_exponential_doublestar.txt: many "**" used to
+// backtrack exponentially (121 bytes took > 10 s). Now a table over segments: instant.
+TEST(Patterns, ManyDoubleStarsAreFast) {
+  std::string p;
+  for (int i = 0; i < 60; ++i) p += "**.";
+  p += "x";
+  std::string name;
+  for (int i = 0; i < 40; ++i) name += "a.";
+  name += "y";
+  EXPECT_FALSE(match_point(p, name));
+  name.back() = 'x';
+  EXPECT_TRUE(match_point(p, name));
+  EXPECT_TRUE(match_point("**.**.**", "a"));
+  EXPECT_TRUE(match_point("a.**.**.b", "a.b"));
+  EXPECT_FALSE(match_point("a.**.c.**.b", "a.b"));
+  EXPECT_TRUE(match_point("a.**.c.**.b", "a.x.c.y.z.b"));
+  // Many stars within one segment: linear, not exponential.
+  EXPECT_FALSE(match_point(std::string(200, '*') + "b", std::string(300, 'a')));
+  EXPECT_TRUE(match_point("*a*b*c*", "xxaxxbxxcxx"));
+  EXPECT_FALSE(match_point("*a*b*c*", "xxaxxcxxbxx"));
+  EXPECT_TRUE(match_point("a*", "a"));
+  EXPECT_FALSE(match_point("", "a"));
+}
+
+// fuzz/regressions/fuzz_small_parsers/match_point_nul_in_pattern.txt: a NUL inside a pattern is a
+// character like any other, not the end of the pattern.
+TEST(Patterns, EmbeddedNulIsNotTheEnd) {
+  EXPECT_FALSE(match_point(std::string("lm_head\0", 8), "lm_head"));
+  EXPECT_FALSE(match_point(std::string("lm_\0*", 5), "lm_head"));
+}

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -620,6 +621,20 @@ TEST(TokenizerFile, FromFileReadsTheDocument) {
   auto t = Tokenizer::from_file(path);
   std::remove(path);
   EXPECT_THAT(t->encode("hello world"), ElementsAre(f.id("hello"), f.id("Ġworld")));
+}
+
+// fuzz_tokenizer_json observation: a 60-byte file with one id near the 2^24 limit used to make the
+// id table dense (~700 MB). The table is keyed by id now: memory follows the entries.
+TEST(TokenizerFile, HugeIdDoesNotAllocateADenseTable) {
+  rusage before{};
+  ::getrusage(RUSAGE_SELF, &before);
+  auto t = Tokenizer::from_json(R"({"model":{"type":"BPE","vocab":{"a":16777215,"b":0},"merges":[]}})", "huge.json");
+  rusage after{};
+  ::getrusage(RUSAGE_SELF, &after);
+  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 100 * 1024) << "KiB of peak RSS grown";
+  EXPECT_EQ(t->vocab_size(), 16777216);
+  EXPECT_EQ(t->decode({16777215, 0}), "a b");
+  EXPECT_THAT(error_of([&] { t->decode({5}); }), HasSubstr("token id 5 is not in the vocabulary"));
 }
 
 }  // namespace
