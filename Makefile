@@ -7,7 +7,7 @@ APT_PACKAGES := build-essential cmake pkg-config libtorch-dev libopenblas0-pthre
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev \
   libpcre2-dev libicu-dev python3-torch python3-numpy python3-pytest
 
-.PHONY: deps build test demo bench clean format sanitize
+.PHONY: deps build test demo bench clean format sanitize sanitize-address sanitize-thread ci-extra
 
 # Idempotent: apt-get runs only when a package is missing.
 deps:
@@ -43,12 +43,29 @@ demo: build
 bench: build
 	$(PY) bench/run_bench.py --actcap $(BUILD)/actcap
 
-# The unit suite under AddressSanitizer + UndefinedBehaviorSanitizer (the writer thread and the
-# executor are exercised by the extract tests in the same binary).
-sanitize: deps
-	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DACTCAP_SANITIZE=address,undefined
+# Sanitizer runs of the unit suite (it includes in-process extract runs, so the writer thread and
+# the executor are exercised): AddressSanitizer + UndefinedBehaviorSanitizer, then ThreadSanitizer.
+# LibTorch itself is not instrumented; OpenMP stays at one thread under TSan (libgomp is not
+# instrumented either, so its barriers would read as races).
+SAN_TYPE := RelWithDebInfo
+sanitize: sanitize-address sanitize-thread
+
+sanitize-address: deps
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=$(SAN_TYPE) -DACTCAP_SANITIZE=address,undefined
 	cmake --build build-asan -j $(JOBS) --target actcap_tests
-	ASAN_OPTIONS=detect_leaks=0:alloc_dealloc_mismatch=0 UBSAN_OPTIONS=print_stacktrace=1 build-asan/actcap_tests --gtest_brief=1
+	ASAN_OPTIONS=detect_leaks=0:alloc_dealloc_mismatch=0:abort_on_error=1 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 build-asan/actcap_tests --gtest_brief=1
+
+sanitize-thread: deps
+	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=$(SAN_TYPE) -DACTCAP_SANITIZE=thread
+	cmake --build build-tsan -j $(JOBS) --target actcap_tests
+	OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	  build-tsan/actcap_tests --gtest_brief=1
+
+# What CI runs after `make test`: sanitizers, fuzz regressions and a short fuzz of every target.
+ci-extra: sanitize fuzz-regress fuzz-smoke
+
+include fuzz/fuzz.mk
 
 format:
 	clang-format -i $$(git ls-files '*.cpp' '*.h')

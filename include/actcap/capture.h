@@ -63,6 +63,8 @@ class SafeCapturer {
   int64_t bytes_per_token() const;
   // Bytes the snapshots of `batch` will take; throws InputError when over the budget.
   uint64_t check_budget(const Batch& batch) const;
+  // The same for `rows` captured tokens.
+  uint64_t check_rows(uint64_t rows) const;
 
   // Runs one forward of `batch` with the hooks attached, capturing the selected real (unpadded)
   // tokens in (sequence, position) order. Throws RunError if a planned point never fired.

@@ -125,6 +125,10 @@ int64_t SafeCapturer::bytes_per_token() const {
 uint64_t SafeCapturer::check_budget(const Batch& batch) const {
   uint64_t rows = 0;
   for (int64_t b = 0; b < batch.size(); ++b) rows += options_.positions.select(batch.lengths[b]).size();
+  return check_rows(rows);
+}
+
+uint64_t SafeCapturer::check_rows(uint64_t rows) const {
   const uint64_t need = rows * static_cast<uint64_t>(bytes_per_token());
   if (options_.budget_bytes && need > *options_.budget_bytes)
     throw InputError(concat("capturing ", plan_.size(), " points x ", rows, " tokens (", bytes_per_token(),
@@ -156,6 +160,7 @@ at::Tensor SafeCapturer::run(const Batch& batch, const std::vector<std::vector<i
       row_seq_.push_back(b);
       row_pos_.push_back(t);
     }
+  check_rows(idx.size());  // before anything runs or is kept
   row_index_ = at::tensor(idx, at::kLong);
   const size_t before = snapshots_.size();
   at::Tensor logits = model_.forward(batch);

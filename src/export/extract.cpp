@@ -5,6 +5,7 @@
 #include <set>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstdio>
 #include <deque>
 #include <filesystem>
@@ -58,6 +59,18 @@ struct ShardJob {
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   int64_t rows = 0, first_line = 0, last_line = 0, documents = 0;
 };
+
+// Test-only fault injection: ACTCAP_FAULT_SHARD=N flips one bit in the last byte of shard N on
+// disk after it is written and before it is read back (the read-back check must catch it).
+void damage_if_asked(const std::string& path, int64_t index) {
+  const char* env = std::getenv("ACTCAP_FAULT_SHARD");
+  if (!env || std::to_string(index) != env) return;
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(-1, std::ios::end);
+  const char c = static_cast<char>(f.get() ^ 0x01);
+  f.seekp(-1, std::ios::end);
+  f.put(c);
+}
 
 // Writes shards on its own thread behind a bounded queue, updating the manifest after each.
 class ShardWriter {
@@ -139,10 +152,16 @@ class ShardWriter {
                       {{"actcap.format", kFormatVersion},
                        {"actcap.model", manifest_["model"]["fingerprint"].get<std::string>()},
                        {"actcap.checksums", checksums.dump()}});
+    damage_if_asked(path, job.index);
     auto file = SafetensorsFile::open(path);  // read back before claiming it
     for (const TensorInfo& info : file->tensors())
-      if (hex64(xxh3(file->data(info), info.end - info.begin)) != checksums[info.name])
-        throw RunError(concat(path, ": tensor ", info.name, " does not read back with the checksum it was written with"));
+      if (hex64(xxh3(file->data(info), info.end - info.begin)) != checksums[info.name]) {
+        file.reset();
+        std::error_code ec;
+        fs::remove(path, ec);  // never leave a damaged shard where a claimed one would be
+        throw RunError(concat(path, ": tensor ", info.name,
+                              " does not read back with the checksum it was written with (removed it; check the disk, then --resume)"));
+      }
     manifest_["shards"].push_back({{"file", name},
                                    {"rows", job.rows},
                                    {"bytes", file->file_size()},

@@ -91,8 +91,12 @@ void run_hooks(std::vector<HookEntry>& entries, const std::string& point, bool i
       fn(ctx, t);
     } catch (const Error&) {
       throw;  // already names what failed
+    } catch (const c10::Error& err) {  // a LibTorch error: its what() carries a C++ backtrace
+      throw RunError(concat("hook on point '", point, "' threw: ", err.what_without_backtrace()));
     } catch (const std::exception& err) {
       throw RunError(concat("hook on point '", point, "' threw: ", err.what()));
+    } catch (...) {
+      throw RunError(concat("hook on point '", point, "' threw an exception that is not a std::exception"));
     }
     if (st.bare_ref != BareRefPolicy::kOff &&
         (t.use_count() > impl_uses || (t.has_storage() && t.storage().use_count() > storage_uses))) {

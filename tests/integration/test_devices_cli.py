@@ -1,26 +1,12 @@
 """CLI behaviour of the device options: plan, split runs, budgets, explicit maps, faults, doctor."""
 import json
 import os
-import subprocess
+import sys
 
 import pytest
 
-ACTCAP = os.environ.get("ACTCAP", os.path.join(os.path.dirname(__file__), "..", "..", "build", "actcap"))
-
-
-def run(*args, env=None, check=None):
-    e = dict(os.environ)
-    e.update(env or {})
-    p = subprocess.run([ACTCAP, *map(str, args)], capture_output=True, text=True, timeout=300, env=e)
-    if check is not None:
-        assert p.returncode == check, p.stderr + p.stdout
-    return p
-
-
-def one_error_line(p):
-    lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("actcap: error: "), p.stderr
-    return lines[0]
+sys.path.insert(0, os.path.dirname(__file__))
+from cli import one_error_line, run  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,216 @@
+"""Fault-injection suite: one test per fault. Each fault is detected (clean exit 1 or 2, one error
+line naming what failed) or survived, and nothing already claimed is lost: the manifest only ever
+lists complete, intact shards, and --resume finishes a run byte-identical to an uninterrupted one.
+
+Faults: corrupted inter-device transfer, disk full, kill -9 at random moments, a capture budget
+exceeded mid-run, a shard corrupted on disk (after the run, and between write and read-back),
+hostile manifests naming files outside the output folder. (An exception thrown from a user hook is
+a library-level fault: tests/unit/test_faults.cpp.)
+"""
+import json
+import os
+import random
+import resource
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
+import st  # noqa: E402  minimal safetensors reader written from the spec
+sys.path.insert(0, os.path.dirname(__file__))
+from cli import ACTCAP, corpus, one_error_line, run, write_jsonl  # noqa: E402
+
+
+
+def manifest(out):
+    return json.load(open(out / "manifest.json"))
+
+
+def assert_claimed_shards_intact(out):
+    """Whatever state the run stopped in: every shard the manifest claims is whole, nothing else is."""
+    m = manifest(out)
+    for s in m["shards"]:
+        assert os.path.getsize(out / s["file"]) == s["bytes"]
+        st.load(str(out / s["file"]))
+    assert not [f for f in os.listdir(out) if ".tmp." in f]
+    v = json.loads(run("verify", out, "--json").stdout)
+    problems = [i["problem"] for i in v["issues"]]
+    assert problems in ([], ["run is not marked complete"]), problems
+    return m
+
+
+def assert_same_files(out, ref):
+    got, want = manifest(out), manifest(ref)
+    assert got["complete"] and want["complete"]
+    assert [s["file"] for s in got["shards"]] == [s["file"] for s in want["shards"]]
+    for s in want["shards"]:
+        assert open(out / s["file"], "rb").read() == open(ref / s["file"], "rb").read(), s["file"]
+    assert run("verify", out).returncode == 0
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    d = tmp_path_factory.mktemp("llama")
+    run("init-model", "--arch", "llama", "--preset", "tiny", "--seed", "2", "--out", d, check=0)
+    return d
+
+
+@pytest.fixture(scope="module")
+def job(llama, tmp_path_factory):
+    """A corpus, the extract arguments, and the reference output of an uninterrupted run."""
+    d = tmp_path_factory.mktemp("job")
+    write_jsonl(d / "in.jsonl", corpus(400, seed=3, lo=20, hi=120))
+    args = ["extract", llama, "--input", d / "in.jsonl", "--capture", "model.layers.*", "model.norm",
+            "--batch-size", "4", "--shard-size", "256KiB", "--quiet", "--devices", "2"]
+    t0 = time.time()
+    run(*args, "--out", d / "ref", check=0)
+    seconds = time.time() - t0
+    assert len(manifest(d / "ref")["shards"]) >= 6
+    return {"args": args, "ref": d / "ref", "seconds": seconds}
+
+
+# ---- corrupted inter-device transfer -----------------------------------------------------------
+
+def test_corrupted_transfer_every_time_stops_the_run_naming_the_link(job, tmp_path):
+    p = run(*job["args"], "--out", tmp_path / "o", env={"ACTCAP_FAULT": "transfer:cpu:0->cpu:1:bitflip"})
+    assert p.returncode == 1
+    line = one_error_line(p)
+    assert "cpu:0" in line and "cpu:1" in line
+    m = assert_claimed_shards_intact(tmp_path / "o")
+    assert not m["complete"] and m["shards"] == []  # the very first batch failed: nothing claimed
+
+
+def test_corrupted_transfer_once_is_retried_and_changes_nothing(job, tmp_path):
+    out = tmp_path / "o"
+    run(*job["args"], "--out", out, env={"ACTCAP_FAULT": "transfer:cpu:0->cpu:1:zeros-once"}, check=0)
+    assert_same_files(out, job["ref"])
+
+
+# ---- disk full ---------------------------------------------------------------------------------
+
+def test_disk_full_is_a_clean_error_then_resume_completes(job, tmp_path):
+    # RLIMIT_FSIZE caps each file: set it just above the first shards, so a later, larger shard is
+    # the write that finds the disk full (EFBIG, as ENOSPC would be) in the middle of the run.
+    sizes = [os.path.getsize(job["ref"] / s["file"]) for s in manifest(job["ref"])["shards"]]
+    limit = max(sizes[:2]) + 1
+    first_too_big = next(i for i, n in enumerate(sizes) if n > limit)
+    assert first_too_big >= 2 and os.path.getsize(job["ref"] / "manifest.json") < limit
+    out = tmp_path / "o"
+
+    def small_disk():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    p = run(*job["args"], "--out", out, preexec_fn=small_disk)
+    assert p.returncode == 1, p.stderr
+    line = one_error_line(p)
+    assert "File too large" in line or "No space" in line
+    assert f"shard-{first_too_big:05d}" in line
+    m = assert_claimed_shards_intact(out)
+    assert not m["complete"] and len(m["shards"]) == first_too_big  # every shard before it was kept
+    run(*job["args"], "--out", out, "--resume", check=0)  # space is back
+    assert_same_files(out, job["ref"])
+
+
+# ---- kill -9 at random moments -----------------------------------------------------------------
+
+@pytest.mark.parametrize("seed", range(4))
+def test_kill9_at_a_random_moment_then_resume_gives_identical_files(job, tmp_path, seed):
+    # A moment anywhere in the run: start-up, mid-batch, mid-write, manifest update, or the end.
+    delay = random.Random(seed).uniform(0.05, 1.1) * job["seconds"]
+    out = tmp_path / "o"
+    proc = subprocess.Popen([ACTCAP, *map(str, job["args"]), "--out", str(out)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        proc.wait(timeout=delay)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    if not (out / "manifest.json").exists():  # killed before the run wrote anything: start afresh
+        run(*job["args"], "--out", out, "--overwrite", check=0)
+    else:
+        m = assert_claimed_shards_intact(out)
+        if not m["complete"]:
+            p = run(*job["args"], "--out", out, "--resume", check=0)
+            assert "resumed at line" in p.stdout or m["shards"] == []
+    assert_same_files(out, job["ref"])
+
+
+# ---- a capture budget exceeded mid-run ---------------------------------------------------------
+
+def test_capture_budget_exceeded_mid_run_stops_cleanly_and_resume_with_more_finishes(llama, tmp_path):
+    # Short documents first (batches of 4 x 10 tokens fit the budget), a long one later (4 x 10 + 200 don't).
+    docs = corpus(60, seed=5, lo=8, hi=11) + [corpus(1, seed=6, lo=200, hi=201)[0]] + corpus(20, seed=7, lo=8, hi=11)
+    write_jsonl(tmp_path / "in.jsonl", docs)
+    args = ["extract", llama, "--input", tmp_path / "in.jsonl", "--capture", "model.layers.*", "--batch-size", "4",
+            "--shard-size", "16KiB", "--quiet"]
+    run(*args, "--out", tmp_path / "ref", check=0)
+    out = tmp_path / "o"
+    p = run(*args, "--out", out, "--capture-budget", "64KiB")
+    assert p.returncode == 2, p.stderr
+    assert "--capture-budget" in one_error_line(p)
+    m = assert_claimed_shards_intact(out)
+    assert not m["complete"] and len(m["shards"]) >= 2  # the shards before the long document were kept
+    run(*args, "--out", out, "--resume", "--capture-budget", "1MiB", check=0)
+    assert_same_files(out, tmp_path / "ref")
+
+
+# ---- a shard corrupted on disk -----------------------------------------------------------------
+
+def test_shard_corrupted_after_the_run_is_caught_by_verify_and_resume(job, tmp_path):
+    out = tmp_path / "o"
+    os.makedirs(out)
+    for name in os.listdir(job["ref"]):
+        open(out / name, "wb").write(open(job["ref"] / name, "rb").read())
+    victim = out / manifest(out)["shards"][2]["file"]
+    data = bytearray(open(victim, "rb").read())
+    data[-100] ^= 0x04
+    open(victim, "wb").write(bytes(data))
+    p = run("verify", out)
+    assert p.returncode == 1
+    assert victim.name in p.stdout + p.stderr
+    v = json.loads(run("verify", out, "--json").stdout)
+    assert [i["file"] for i in v["issues"]] == [victim.name] and v["issues"][0]["tensor"]
+    p = run(*job["args"], "--out", out, "--resume")  # resuming checks every claimed shard first
+    assert p.returncode == 1 and victim.name in one_error_line(p)
+
+
+def test_shard_damaged_between_write_and_read_back_is_never_claimed(job, tmp_path):
+    out = tmp_path / "o"
+    p = run(*job["args"], "--out", out, env={"ACTCAP_FAULT_SHARD": "1"})
+    assert p.returncode == 1
+    line = one_error_line(p)
+    assert "shard-00001.safetensors" in line and "read back" in line
+    m = assert_claimed_shards_intact(out)
+    assert [s["file"] for s in m["shards"]] == ["shard-00000.safetensors"]
+    assert not (out / "shard-00001.safetensors").exists()
+    run(*job["args"], "--out", out, "--resume", check=0)
+    assert_same_files(out, job["ref"])
+
+
+# ---- hostile manifests: names outside the output folder ----------------------------------------
+
+@pytest.mark.parametrize("name", ["../outside.safetensors", "/etc/passwd", "sub/../../outside.safetensors", "..", ""])
+def test_manifest_names_outside_the_folder_are_refused(job, tmp_path, name):
+    out = tmp_path / "out"
+    os.makedirs(out)
+    for f in os.listdir(job["ref"]):
+        open(out / f, "wb").write(open(job["ref"] / f, "rb").read())
+    outside = tmp_path / "outside.safetensors"
+    outside.write_bytes(open(job["ref"] / "shard-00000.safetensors", "rb").read())
+    before = outside.read_bytes()
+    m = manifest(out)
+    m["shards"][0]["file"] = name
+    m["complete"] = False
+    (out / "manifest.json").write_text(json.dumps(m))
+    v = run("verify", out, "--json")
+    assert v.returncode == 1
+    problems = " ".join(i["problem"] for i in json.loads(v.stdout)["issues"])
+    assert "not a plain file name" in problems or "malformed" in problems
+    p = run(*job["args"], "--out", out, "--resume")
+    assert p.returncode in (1, 2)
+    one_error_line(p)
+    assert outside.read_bytes() == before  # nothing outside the folder was touched
+    assert (tmp_path / "outside.safetensors").exists()

@@ -1,0 +1,134 @@
+// Library-level faults: exceptions thrown from user hooks on a split model, and the extract writer
+// thread failing mid-run (run in-process, so the sanitizer builds see both threads).
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+
+#include "actcap/error.h"
+#include "actcap/export.h"
+#include "actcap/extract.h"
+#include "actcap/init_model.h"
+#include "actcap/model.h"
+#include "actcap/planner.h"
+#include "models/weights.h"
+
+using namespace actcap;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::unique_ptr<Model> split_llama(int devices) {
+  ModelConfig c = preset_config("llama", "tiny");
+  auto m = Model::from_tensors(c, init_weights(weight_plan(c), 5, at::kFloat), "llama");
+  PlanRequest req;
+  req.stages = m->stage_costs(2, 8);
+  for (int i = 0; i < devices; ++i) req.devices.push_back(DeviceId::virtual_cpu(i));
+  req.strategy = PlanStrategy::kBalanced;
+  req.hidden_bytes = 2 * 8 * c.hidden_size() * 4;
+  ExecutionOptions opts;
+  opts.stage_device = plan_devices(req).stage_device;
+  m->place(opts);
+  return m;
+}
+
+Batch batch_for(const Model& m) {
+  return Batch::from_sequences({{5, 9, 2, 7, 11, 3, 8, 1}, {7, 3, 4}}, m.config().vocab_size(),
+                               m.config().max_positions());
+}
+
+std::string temp_dir() {
+  char tmpl[] = "/tmp/actcap-faults-XXXXXX";
+  return mkdtemp(tmpl);
+}
+
+struct ThrowCase {
+  const char* point;
+  std::function<void()> raise;
+  const char* expect;  // in the message
+};
+
+}  // namespace
+
+TEST(Faults, ExceptionFromAUserHookNamesThePointAndTheSplitModelStaysUsable) {
+  auto m = split_llama(3);
+  const Batch b = batch_for(*m);
+  const at::Tensor before = m->forward(b);
+  const std::vector<ThrowCase> cases = {
+      {"model.layers.0.mlp", [] { throw std::runtime_error("boom"); }, "boom"},
+      {"model.layers.1.self_attn:input", [] { throw std::out_of_range("index 9"); }, "index 9"},
+      {"model.norm", [] { TORCH_CHECK(false, "a libtorch check failed"); }, "a libtorch check failed"},
+      {"lm_head", [] { throw 42; }, "not a std::exception"},
+  };
+  for (const ThrowCase& c : cases) {
+    SCOPED_TRACE(c.point);
+    auto h = m->register_forward_hook(c.point, [&](const HookContext&, const at::Tensor&) { c.raise(); });
+    try {
+      m->forward(b);
+      FAIL() << "expected RunError";
+    } catch (const RunError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(std::string("'") + c.point + "'"), std::string::npos) << msg;
+      EXPECT_NE(msg.find(c.expect), std::string::npos) << msg;
+      EXPECT_EQ(msg.find("Exception raised from"), std::string::npos) << "no LibTorch backtrace: " << msg;
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << "one line: " << msg;
+    }
+    h.remove();
+    EXPECT_TRUE(at::equal(before, m->forward(b))) << "the model must be usable, bit-identical, after a failed forward";
+  }
+}
+
+TEST(Faults, ExtractWriterThreadDrainsAndFailsCleanly) {
+  auto m = Model::load("demo");
+  const std::string dir = temp_dir();
+  {
+    std::ofstream in(dir + "/in.txt");
+    for (int i = 0; i < 120; ++i) in << "document number " << i << " says hello to the writer thread\n";
+  }
+  ExtractOptions o;
+  o.input = dir + "/in.txt";
+  o.capture.patterns = {"transformer.h.*"};
+  o.batch_size = 4;
+  o.shard_bytes = 8 << 10;
+  o.queue_shards = 1;  // the compute thread blocks on the writer: the back-pressure path
+  auto tok = tokenizer_for("demo");
+
+  o.out = dir + "/ok";
+  ExtractResult r = run_extract(*m, tok.get(), o);
+  EXPECT_GE(r.progress.shards_written, 4);
+  EXPECT_TRUE(verify_output(o.out).ok());
+
+  // The writer fails on shard 2 (damaged before read-back): the error crosses to the caller,
+  // shards 0 and 1 stay claimed, nothing else is.
+  o.out = dir + "/bad";
+  ::setenv("ACTCAP_FAULT_SHARD", "2", 1);
+  try {
+    run_extract(*m, tok.get(), o);
+    ::unsetenv("ACTCAP_FAULT_SHARD");
+    FAIL() << "expected RunError";
+  } catch (const RunError& e) {
+    ::unsetenv("ACTCAP_FAULT_SHARD");
+    EXPECT_NE(std::string(e.what()).find("shard-00002.safetensors"), std::string::npos) << e.what();
+  }
+  std::ifstream mf(o.out + "/manifest.json");
+  const auto manifest = nlohmann::json::parse(mf);
+  ASSERT_EQ(manifest["shards"].size(), 2u);
+  EXPECT_FALSE(manifest["complete"].get<bool>());
+  EXPECT_FALSE(fs::exists(o.out + "/shard-00002.safetensors"));
+
+  // Resume without the fault: the same files as the clean run.
+  o.resume = true;
+  run_extract(*m, tok.get(), o);
+  for (const auto& e : fs::directory_iterator(dir + "/ok")) {
+    std::ifstream a(e.path(), std::ios::binary), b(o.out + "/" + e.path().filename().string(), std::ios::binary);
+    const std::string sa((std::istreambuf_iterator<char>(a)), {}), sb((std::istreambuf_iterator<char>(b)), {});
+    if (e.path().filename() != "manifest.json") {
+      EXPECT_TRUE(sa == sb) << e.path();
+    }
+  }
+  EXPECT_TRUE(verify_output(o.out).ok());
+  fs::remove_all(dir);
+}
