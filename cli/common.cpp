@@ -75,13 +75,7 @@ DevicePlan plan_for(const Model& model, const DeviceOptions& o, int64_t batch, i
     req.strategy = parse_strategy(o.device_map);
     if (req.devices.empty()) req.devices = {DeviceId::cpu()};
   } else {
-    std::ifstream in(o.device_map);
-    if (!in) throw InputError(concat("--device-map: cannot read ", o.device_map, " (expected auto, balanced, sequential or a JSON file)"));
-    try {
-      in >> req.explicit_map;
-    } catch (const nlohmann::json::exception& e) {
-      throw InputError(concat("--device-map ", o.device_map, ": not valid JSON (", e.what(), ")"));
-    }
+    req.explicit_map = load_device_map(o.device_map);
     if (!req.explicit_map.is_object())
       throw InputError(concat("--device-map ", o.device_map, ": expected an object of module name -> device"));
     req.strategy = PlanStrategy::kExplicit;

@@ -61,5 +61,7 @@ struct DevicePlan {
 // stage, or names devices not in the list.
 DevicePlan plan_devices(const PlanRequest& request);
 PlanStrategy parse_strategy(const std::string& text);  // auto | balanced | sequential (else FILE.json)
+// An accelerate-style device map file (read with a size bound); InputError naming it when unreadable.
+nlohmann::json load_device_map(const std::string& path);
 
 }  // namespace actcap

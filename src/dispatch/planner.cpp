@@ -3,11 +3,13 @@
 #include "actcap/planner.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <limits>
 #include <set>
 #include <sstream>
 
 #include "actcap/error.h"
+#include "io/text_file.h"
 
 namespace actcap {
 
@@ -519,6 +521,17 @@ DevicePlan plan_devices(const PlanRequest& request) {
   plan.usage = p.usage(request.devices, plan.stage_device);
   if (!p.all_fit(plan.usage)) p.fail(name, plan.usage);  // cannot happen; guards the invariant
   return plan;
+}
+
+nlohmann::json load_device_map(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw InputError(concat("--device-map: cannot read ", path, " (expected auto, balanced, sequential or a JSON file)"));
+  try {
+    return nlohmann::json::parse(read_text_file(path, kMaxConfigBytes, "device map"));
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(concat("--device-map ", path, ": not valid JSON (", e.what(), ")"));
+  }
 }
 
 PlanStrategy parse_strategy(const std::string& text) {

@@ -6,6 +6,7 @@
 
 #include "actcap/error.h"
 #include "actcap/hash.h"
+#include "io/text_file.h"
 
 namespace actcap {
 
@@ -67,7 +68,7 @@ bool CorpusReader::parse(const std::string& text, Document& doc) {
 
 bool CorpusReader::next(Document& doc) {
   std::string text;
-  while (std::getline(in_, text)) {
+  while (read_line_bounded(in_, text, kMaxLineBytes, path_, line_ + 2)) {
     ++line_;
     if (blank(text)) continue;
     doc.line = line_;
@@ -82,7 +83,8 @@ int64_t CorpusReader::count_documents(const std::string& path) {
   if (!in) throw InputError(concat("--input ", path, ": cannot be read"));
   int64_t n = 0;
   std::string text;
-  while (std::getline(in, text)) n += !blank(text);
+  int64_t line = 0;
+  while (read_line_bounded(in, text, kMaxLineBytes, concat("--input ", path), ++line)) n += !blank(text);
   return n;
 }
 

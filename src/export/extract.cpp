@@ -21,6 +21,7 @@
 #include "actcap/export.h"
 #include "actcap/hash.h"
 #include "actcap/safetensors.h"
+#include "io/text_file.h"
 #include "export/corpus.h"
 
 namespace actcap {
@@ -189,10 +190,11 @@ class ShardWriter {
 };
 
 json read_manifest(const std::string& dir) {
-  std::ifstream in(fs::path(dir) / kManifestName, std::ios::binary);
-  if (!in) throw InputError(concat("--resume: ", dir, " has no manifest.json to resume from"));
+  const std::string path = (fs::path(dir) / kManifestName).string();
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw InputError(concat("--resume: ", dir, " has no manifest.json to resume from"));
   try {
-    return json::parse(in);
+    return json::parse(read_text_file(path, kMaxManifestBytes, "manifest"));
   } catch (const json::exception& e) {
     throw InputError(concat("--resume: ", dir, "/manifest.json is not valid JSON (", e.what(), ")"));
   }

@@ -12,6 +12,7 @@
 #include "actcap/export.h"
 #include "actcap/hash.h"
 #include "actcap/safetensors.h"
+#include "io/text_file.h"
 
 namespace actcap {
 
@@ -139,15 +140,13 @@ VerifyReport verify_output(const std::string& dir) {
   };
   json manifest;
   {
-    std::ifstream in(manifest_path, std::ios::binary);
-    if (!in) {
+    std::error_code ec;
+    if (!fs::exists(manifest_path, ec)) {
       issue(kManifestName, "", "missing: nothing in this folder is claimed complete");
       return r;
     }
-    std::stringstream ss;
-    ss << in.rdbuf();
     try {
-      manifest = json::parse(ss.str());
+      manifest = json::parse(read_text_file(manifest_path, kMaxManifestBytes, "manifest"));
     } catch (const json::exception& e) {
       issue(kManifestName, "", concat("not valid JSON (", e.what(), ")"));
       return r;

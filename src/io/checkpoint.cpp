@@ -13,6 +13,7 @@
 
 #include "actcap/error.h"
 #include "actcap/hash.h"
+#include "io/text_file.h"
 
 namespace actcap {
 namespace {
@@ -35,11 +36,7 @@ bool path_exists(const fs::path& p) {
 // Index files are small, so they are read whole. Duplicate keys are rejected for the same reason
 // as in safetensors headers: nlohmann would silently keep only the last mapping of a tensor.
 json read_index(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(concat("cannot read ", path.string()));
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  const std::string text = buf.str();
+  const std::string text = read_text_file(path.string(), kMaxIndexBytes, "checkpoint index");
 
   std::vector<std::set<std::string>> open_objects;
   std::string duplicate;

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "actcap/error.h"
+#include "io/text_file.h"
 
 namespace actcap {
 
@@ -271,11 +272,7 @@ ModelConfig parse_config(const std::string& text, const std::string& origin) {
 }
 
 ModelConfig load_config(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(concat("cannot read ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_config(ss.str(), path);
+  return parse_config(read_text_file(path, kMaxConfigBytes, "config.json"), path);
 }
 
 std::string config_to_json(const ModelConfig& c) {

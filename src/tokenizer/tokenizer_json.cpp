@@ -6,6 +6,7 @@
 
 #include "actcap/error.h"
 #include "actcap/tokenizer.h"
+#include "io/text_file.h"
 #include "tokenizer/hf_tokenizer.h"
 
 namespace actcap {
@@ -483,17 +484,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json(const std::string& text,
 }
 
 std::unique_ptr<Tokenizer> Tokenizer::from_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) throw InputError(concat(path, ": cannot open tokenizer file"));
-  const std::streamoff size = in.tellg();
-  std::string text;
-  if (size > 0) {
-    text.resize(static_cast<size_t>(size));
-    in.seekg(0);
-    in.read(text.data(), size);
-  }
-  if (!in) throw InputError(concat(path, ": cannot read tokenizer file"));
-  return from_json(text, path);
+  return from_json(read_text_file(path, kMaxTokenizerBytes, "tokenizer file"), path);
 }
 
 }  // namespace actcap

@@ -7,6 +7,7 @@ valid `actcap init-model` tiny GPT-2. A few happy-path checks close the file.
 """
 import json
 import os
+import subprocess
 
 import pytest
 
@@ -292,3 +293,32 @@ def test_run_valid_model_clean_stderr(tiny_gpt2, tmp_path):
     assert proc.returncode == 0, proc.stderr
     for bad in H.CRASH_MARKERS:
         assert bad not in proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# hostile sizes: refused from the size alone, under an address-space cap that would make any
+# attempt to read them whole fail loudly
+# ---------------------------------------------------------------------------------------------
+
+def _cap_memory():
+    import resource
+    cap = 3 << 30  # LibTorch and its thread pools need well under this; a 64 GiB read does not fit
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+
+@pytest.mark.parametrize("victim,needle", [("config.json", "over the limit"),
+                                           ("tokenizer.json", "over the limit"),
+                                           ("model.safetensors.index.json", "over the limit")])
+def test_huge_side_files_are_refused_without_reading(model, tmp_path, victim, needle):
+    path = os.path.join(model, victim)
+    if victim != "config.json":
+        open(path, "wb").close()
+    os.truncate(path, 64 << 30)  # sparse: costs no disk
+    if victim == "model.safetensors.index.json":
+        os.remove(st_path(model))  # make the loader look for the index
+    if victim == "tokenizer.json":
+        cmd = [H.binary_path(), "tokenize", "--tokenizer", path, "--input", "-"]
+    else:
+        cmd = [H.binary_path(), "run", str(model), "--tokens", "1,2", "--capture", "lm_head", "--out", str(tmp_path / "o")]
+    p = subprocess.run(cmd, input="hi\n", capture_output=True, text=True, timeout=120, preexec_fn=_cap_memory)
+    assert_input_error(p, needle, victim)

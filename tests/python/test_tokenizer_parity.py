@@ -246,7 +246,7 @@ def test_tokenize_errors_are_one_line_exit_2(actcap_bin, tmp_path):
     for args, needle in (
             (["--tokenizer", str(bad), "--input", str(text)],
              f'{bad}: model.type "WordPiece" is not supported; supported: BPE'),
-            (["--tokenizer", str(tmp_path / "missing.json"), "--input", str(text)], "cannot open"),
+            (["--tokenizer", str(tmp_path / "missing.json"), "--input", str(text)], "cannot read tokenizer file"),
     ):
         proc = subprocess.run([actcap_bin, "tokenize", *args], capture_output=True, text=True,
                               timeout=120)

@@ -604,7 +604,7 @@ TEST(TokenizerErrors, MalformedPartsAreNamed) {
   EXPECT_THAT(error_of([] { Tokenizer::from_json("{\"model\": ", "cut.json"); }),
               HasSubstr("cut.json: not valid JSON"));
   EXPECT_THAT(error_of([] { Tokenizer::from_file("/nonexistent/tokenizer.json"); }),
-              HasSubstr("/nonexistent/tokenizer.json: cannot open"));
+              HasSubstr("/nonexistent/tokenizer.json: cannot read tokenizer file"));
 }
 
 TEST(TokenizerFile, FromFileReadsTheDocument) {

@@ -1,0 +1,51 @@
+// Bounded reads: hostile sizes are clean InputErrors, never unbounded allocations.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "actcap/error.h"
+#include "io/text_file.h"
+
+using namespace actcap;
+
+TEST(TextFile, ReadsWholeFileAndRefusesOversizedOnesBeforeReading) {
+  char path[] = "/tmp/actcap-text-XXXXXX";
+  const int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, "{\"a\": 1}\n", 9), 9);
+  EXPECT_EQ(read_text_file(path, 9, "config.json"), "{\"a\": 1}\n");
+  try {
+    read_text_file(path, 8, "config.json");
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("config.json is 9 bytes, over the limit of 8"), std::string::npos) << e.what();
+  }
+  // A sparse 1 TiB file: refused from its size alone (nothing is allocated or read).
+  ASSERT_EQ(::ftruncate(fd, int64_t{1} << 40), 0);
+  EXPECT_THROW(read_text_file(path, kMaxConfigBytes, "config.json"), InputError);
+  ::close(fd);
+  ::unlink(path);
+  EXPECT_THROW(read_text_file("/nonexistent/config.json", 100, "config.json"), InputError);
+  EXPECT_THROW(read_text_file("/tmp", 100, "config.json"), InputError);
+}
+
+TEST(TextFile, BoundedLines) {
+  std::istringstream in("ab\n\ncdef\nlast");
+  std::string line;
+  std::vector<std::string> got;
+  int64_t n = 0;
+  while (read_line_bounded(in, line, 4, "in.txt", ++n)) got.push_back(line);
+  EXPECT_EQ(got, (std::vector<std::string>{"ab", "", "cdef", "last"}));
+  std::istringstream longer("ok\nabcdefgh\n");
+  n = 0;
+  EXPECT_TRUE(read_line_bounded(longer, line, 4, "in.txt", ++n));
+  try {
+    read_line_bounded(longer, line, 4, "in.txt", ++n);
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("in.txt:2: line is longer than 4 bytes"), std::string::npos) << e.what();
+  }
+}
