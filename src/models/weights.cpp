@@ -117,7 +117,10 @@ std::map<std::string, at::Tensor> load_weights(const WeightPlan& plan,
                            " but config.json implies ", shape_str(spec.shape)));
     // Own a float32 copy only when needed; f32 aligned tensors stay zero-copy over the mapping.
     at::Tensor w = t.to(at::kFloat);
-    if (spec.transform == Transform::kTranspose) w = w.t().contiguous();
+    // A transposed view, not a copy: linear() then multiplies by the stored [in, out] matrix
+    // directly (BLAS takes either layout at the same speed), so GPT-2's Conv1D weights stay
+    // zero-copy over the mapping too and are resident once, not twice.
+    if (spec.transform == Transform::kTranspose) w = w.t();
     out.emplace(spec.name, std::move(w));
   }
   std::vector<std::string> unused;

@@ -15,7 +15,7 @@ namespace actcap {
 
 enum class Transform {
   kNone,
-  kTranspose,  // GPT-2 Conv1D stores [in, out]; we use nn.Linear's [out, in]
+  kTranspose,  // GPT-2 Conv1D stores [in, out]; we use nn.Linear's [out, in] (as a transposed view)
 };
 
 enum class Init {
