@@ -47,20 +47,17 @@ bench: build
 # the executor are exercised): AddressSanitizer + UndefinedBehaviorSanitizer, then ThreadSanitizer.
 # LibTorch itself is not instrumented; OpenMP stays at one thread under TSan (libgomp is not
 # instrumented either, so its barriers would read as races).
-SAN_TYPE := RelWithDebInfo
 sanitize: sanitize-address sanitize-thread
 
-sanitize-address: deps
-	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=$(SAN_TYPE) -DACTCAP_SANITIZE=address,undefined
-	cmake --build build-asan -j $(JOBS) --target actcap_tests
+# Built with clang in the fuzz build (fuzz/CMakeLists.txt), sharing its instrumented library.
+sanitize-address: fuzz-build
 	ASAN_OPTIONS=detect_leaks=0:alloc_dealloc_mismatch=0:abort_on_error=1 \
-	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 build-asan/actcap_tests --gtest_brief=1
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(FUZZ_BUILD)/actcap_tests --gtest_brief=1
 
 sanitize-thread: deps
-	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=$(SAN_TYPE) -DACTCAP_SANITIZE=thread
+	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1" -DACTCAP_SANITIZE=thread
 	cmake --build build-tsan -j $(JOBS) --target actcap_tests
-	OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-	  build-tsan/actcap_tests --gtest_brief=1
+	OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 build-tsan/actcap_tests --gtest_brief=1
 
 # What CI runs after `make test`: sanitizers, fuzz regressions and a short fuzz of every target.
 ci-extra: sanitize fuzz-regress fuzz-smoke

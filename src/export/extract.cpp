@@ -157,10 +157,11 @@ class ShardWriter {
     auto file = SafetensorsFile::open(path);  // read back before claiming it
     for (const TensorInfo& info : file->tensors())
       if (hex64(xxh3(file->data(info), info.end - info.begin)) != checksums[info.name]) {
+        const std::string tensor = info.name;  // `info` lives in `file`
         file.reset();
         std::error_code ec;
         fs::remove(path, ec);  // never leave a damaged shard where a claimed one would be
-        throw RunError(concat(path, ": tensor ", info.name,
+        throw RunError(concat(path, ": tensor ", tensor,
                               " does not read back with the checksum it was written with (removed it; check the disk, then --resume)"));
       }
     manifest_["shards"].push_back({{"file", name},
