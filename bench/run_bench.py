@@ -68,8 +68,13 @@ def log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
-def sh(cmd):
-    return subprocess.run(cmd, capture_output=True, text=True)
+def sh(cmd, env=None):
+    return subprocess.run(cmd, capture_output=True, text=True, env=None if env is None else dict(os.environ, **env))
+
+
+# What `actcap` sets for itself with mallopt (cli/main.cpp): the "eager, same malloc" column gives
+# eager PyTorch the same allocator behaviour through glibc's environment variables.
+SAME_MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 30), "MALLOC_TOP_PAD_": str(64 << 20)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -160,9 +165,9 @@ def machine_info(actcap):
 # measurements
 # ---------------------------------------------------------------------------------------------
 
-def run_json(cmd, what):
+def run_json(cmd, what, env=None):
     t = time.perf_counter()
-    r = sh(cmd)
+    r = sh(cmd, env)
     wall = time.perf_counter() - t
     lines = [l for l in r.stdout.splitlines() if l.startswith("{")]
     if r.returncode or not lines:
@@ -240,11 +245,14 @@ def build_report(res):
                "when each call allocates its output (as every matmul in a forward does).")
     out.append("")
     out.append("**1. Forward, f32** — tokens/s (median over repetitions), ratio = actcap / eager; "
-               "MFU = model FLOPs / time / sgemm roofline; peak RSS = ru_maxrss of the process.")
+               "MFU = model FLOPs / time / sgemm roofline; peak RSS = ru_maxrss of the process. "
+               "\"eager, same malloc\" runs the eager side with the allocator settings actcap gives itself "
+               "(`MALLOC_MMAP_MAX_=0`, high trim threshold): how much of the gap is the allocator.")
     out.append("")
     out.append("| model | shape | actcap tok/s | eager tok/s | ratio (target ≥1.0, aim 1.3) | per-repetition ratios | "
+               "eager, same malloc tok/s | ratio to it | "
                "actcap GFLOP/s (MFU) | eager GFLOP/s (MFU) | actcap peak RSS | eager peak RSS |")
-    out.append("|---|---|---:|---:|---:|---|---:|---:|---:|---:|")
+    out.append("|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")
     for row in res["forward"]:
         a, e = row["actcap_tps"], row["eager_tps"]
         ratio = a / e if a and e else None
@@ -254,7 +262,10 @@ def build_report(res):
             g = row["flops"] * tps / row["tokens"] / 1e9
             return f"{g:.1f} ({100 * g / roof:.0f}%)" if roof else f"{g:.1f}"
         out.append(f"| {row['model']} | {row['shape']} | {fmt(a)} | {fmt(e)} | "
-                   f"{fmt(ratio, '.2f')}x | {' '.join(f'{x:.2f}' for x in row['paired_ratios'])} | {gf(a)} | {gf(e)} | "
+                   f"{fmt(ratio, '.2f')}x | {' '.join(f'{x:.2f}' for x in row['paired_ratios'])} | "
+                   f"{fmt(row.get('eager_malloc_tps'))} | "
+                   f"{fmt(a / row['eager_malloc_tps'] if a and row.get('eager_malloc_tps') else None, '.2f')}x | "
+                   f"{gf(a)} | {gf(e)} | "
                    f"{fmt_bytes(row['actcap_rss'])} | {fmt_bytes(row['eager_rss'])} |")
     out.append("")
     cs = res["capture_shape"]
@@ -415,7 +426,7 @@ def run_suite(a, actcap, binary):
     ckpts = {name: ensure_model(actcap, models_dir, name, arch, preset) for name, arch, preset in models}
     first = models[0][0]
 
-    fwd_runs = {(m, s): {"actcap": [], "eager": []} for m, _, _ in models for s, _, _ in shapes}
+    fwd_runs = {(m, s): {"actcap": [], "eager": [], "eager_malloc": []} for m, _, _ in models for s, _, _ in shapes}
     cap_runs = {name: [] for name, _ in CAPTURE_CONFIGS}
     sgemm_runs = []
 
@@ -429,11 +440,13 @@ def run_suite(a, actcap, binary):
         if not a.skip_forward:
             for m, _, _ in models:
                 for shape, warm, iters in shapes:
-                    sides = ["actcap", "eager"] if rep % 2 == 0 else ["eager", "actcap"]
+                    sides = ["actcap", "eager", "eager_malloc"]
+                    sides = sides if rep % 2 == 0 else sides[::-1]
                     for side in sides:
                         cmd = (actcap_cmd(actcap, ckpts[m], shape, warm, iters, a.threads) if side == "actcap"
                                else eager_cmd(ckpts[m], shape, warm, iters, a.threads))
-                        d = run_json(cmd, f"{side} {m} {shape[0]}x{shape[1]}")
+                        d = run_json(cmd, f"{side} {m} {shape[0]}x{shape[1]}",
+                                     SAME_MALLOC_ENV if side == "eager_malloc" else None)
                         fwd_runs[(m, shape)][side].append(d)
                         if "tokens_per_s" in d:
                             log(f"  {side:6s} {m} {shape[0]}x{shape[1]}: {d['tokens_per_s']:8.1f} tok/s "
@@ -474,6 +487,7 @@ def run_suite(a, actcap, binary):
                     "warmup": warm, "iters": iters,
                     "flops": model_flops(ckpts[m], *shape),
                     "actcap_tps": med(tps_of(runs["actcap"])), "eager_tps": med(tps_of(runs["eager"])),
+                    "eager_malloc_tps": med(tps_of(runs["eager_malloc"])),
                     "actcap_rss": med([r.get("peak_rss_bytes") for r in runs["actcap"]]),
                     "eager_rss": med([r.get("peak_rss_bytes") for r in runs["eager"]]),
                     "eager_rss_after_load": med([r.get("rss_after_load_bytes") for r in runs["eager"]]),

@@ -92,6 +92,7 @@ class SafeCapturer {
   std::vector<HookHandle> handles_;
   std::vector<Snapshot> snapshots_;
   at::Tensor row_index_;  // flat b*T + t of the selected tokens of the current batch
+  bool all_rows_ = false;  // row_index_ is every token in order (no padding, all positions)
   std::vector<int64_t> row_seq_, row_pos_;
 };
 

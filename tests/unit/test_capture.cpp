@@ -275,3 +275,30 @@ TEST(CaptureOptions, PositionsDtypeAndBudget) {
   SafeCapturer over(*m, tight);
   EXPECT_THROW(over.run(b), InputError);
 }
+
+// Unpadded batch with every position: SafeCapturer's one-copy path must equal the row gather,
+// bit for bit, in the stored dtype too; a padded batch and a position subset take the gather path.
+TEST(CaptureOptions, EveryTokenFastPathEqualsTheGather) {
+  auto m = model("llama", 3);
+  const Batch full = Batch::from_sequences({{4, 8, 15, 16}, {23, 42, 7, 1}}, m->config().vocab_size(),
+                                           m->config().max_positions());
+  auto expected = truth(*m, full);
+  for (auto dtype : {std::optional<c10::ScalarType>{}, std::optional<c10::ScalarType>{at::kHalf}}) {
+    CaptureOptions o{{"**", "**:input"}};
+    o.dtype = dtype;
+    SafeCapturer cap(*m, o);
+    cap.run(full);
+    for (const PointInfo& p : cap.plan()) {
+      if (p.name.find(":input") != std::string::npos) continue;
+      at::Tensor want = expected.at(p.name);
+      if (dtype && at::isFloatingType(want.scalar_type())) want = want.to(*dtype);
+      ASSERT_TRUE(at::equal(cap.get(p.name), want)) << p.name;
+    }
+  }
+  CaptureOptions last{{"model.layers.*"}};
+  last.positions = PositionSpec::parse("1:3");
+  SafeCapturer cap(*m, last);
+  cap.run(full);
+  EXPECT_TRUE(at::equal(cap.get("model.layers.2"),
+                        expected.at("model.layers.2").index_select(0, at::tensor(std::vector<int64_t>{1, 2, 5, 6}))));
+}
