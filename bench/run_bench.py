@@ -63,6 +63,17 @@ CAPTURE_CONFIGS = [
     ("--devices 3 --no-verify-transfers", ["--devices", "3", "--no-verify-transfers"]),
 ]
 
+# The same costs measured inside one process (`actcap bench --ab`): each timed forward of the
+# configuration is paired with one of the baseline, alternating which goes first, so both arms
+# see the same machine. Separate processes differ by up to +-30% here, far more than the
+# few-percent costs the targets are about. (name, extra args, target or None)
+AB_CONFIGS = [
+    ("every block output vs none", ["--capture", "transformer.h.*", "--ab", "none"], 0.03),
+    ("every hook point vs none", ["--capture", "**", "**:input", "--ab", "none"], 0.15),
+    ("guard: every hook point, `error` vs `off`", ["--capture", "**", "**:input", "--ab", "bare-ref-off"], 0.01),
+    ("fingerprinting: every hook point, XXH3 vs none", ["--capture", "**", "**:input", "--ab", "no-fingerprint"], None),
+]
+
 
 def log(msg):
     print(msg, file=sys.stderr, flush=True)
@@ -274,15 +285,14 @@ def build_report(res):
     out.append("")
     out.append("| configuration | tok/s | points | peak RSS | cost | against | target |")
     out.append("|---|---:|---:|---:|---:|---|---|")
-    cap = {c["name"]: c for c in res["capture"]}
-    targets = {"blocks": 0.03, "all": 0.15, "all, --bare-ref off": None, "all, --no-fingerprint": None,
-               "--devices 3": 0.05, "--devices 3 --no-verify-transfers": None}
+    # Capture and guard targets are judged in 3b (same process); only the split's here.
+    targets = {"--devices 3": 0.05}
     for c in res["capture"]:
         cost, against, tgt = c.get("cost"), c.get("against", ""), ""
         name = c["name"]
         if name == "all, --bare-ref off":
             label, cost_s = "guard (`error` vs `off`)", res["derived"].get("guard")
-            tgt = "≤ 1%"
+            tgt = "see 3b"
         elif name == "all, --no-fingerprint":
             label, cost_s = "fingerprinting (default vs `--no-fingerprint`)", res["derived"].get("fingerprint")
             tgt = "—"
@@ -299,6 +309,20 @@ def build_report(res):
         out.append(f"| `{name}` | {fmt(c['tps'])} | {c.get('points', '')} | {fmt_bytes(c.get('rss'))} | "
                    f"{cost_txt} | {label} | {tgt} |")
     out.append("")
+    if res.get("ab"):
+        out.append(f"**3b. The same costs inside one process** (`actcap bench … --ab BASELINE`, {cs}, "
+                   f"{2 * res.get('capture_iters', 0)} timed pairs per process, alternating which arm goes first; "
+                   "median over the processes). These are what the targets are judged on.")
+        out.append("")
+        out.append("| cost | median | per process | median of per-forward pair ratios | target |")
+        out.append("|---|---:|---|---:|---|")
+        def pct(x, spec="+.1f"):
+            return "n/a" if x is None else f"{100 * x:{spec}}%"
+        for r in res["ab"]:
+            per = " ".join(pct(x) for x in r["per_process"])
+            target = "—" if r["target"] is None else "≤ " + pct(r["target"], ".0f")
+            out.append(f"| {r['name']} | {pct(r['cost'])} | {per} | {pct(r['paired'])} | {target} |")
+        out.append("")
     out.append("**Targets**")
     out.append("")
     for t in res["targets"]:
@@ -321,14 +345,10 @@ def evaluate_targets(res):
             t.append({"what": f"≥ 60% of the sgemm roofline, {row['model']} 4x256", "ok": g / roof >= 0.60,
                       "detail": f"{100 * g / roof:.0f}% = {g:.1f} of {roof:.1f} GFLOP/s"})
     cap = {c["name"]: c for c in res["capture"]}
-    for name, what, lim in (("blocks", "capture every block output ≤ 3% slower", 0.03),
-                            ("all", "capture every hook point ≤ 15% slower", 0.15)):
-        if cap.get(name, {}).get("cost") is not None:
-            c = cap[name]["cost"]
-            t.append({"what": what, "ok": c <= lim, "detail": f"{100 * c:+.1f}%"})
-    d = res["derived"]
-    if d.get("guard") is not None:
-        t.append({"what": "bare-reference guard ≤ 1%", "ok": d["guard"] <= 0.01, "detail": f"{100 * d['guard']:+.1f}%"})
+    for r in res.get("ab", []):
+        if r["target"] is not None and r["cost"] is not None:
+            t.append({"what": f"{r['name']} ≤ {100 * r['target']:.0f}% (same process)", "ok": r["cost"] <= r["target"],
+                      "detail": f"{100 * r['cost']:+.1f}%"})
     if cap.get("--devices 3", {}).get("cost") is not None:
         c = cap["--devices 3"]["cost"]
         t.append({"what": "3-way virtual-device split ≤ 5% slower than one device", "ok": c <= 0.05,
@@ -428,6 +448,7 @@ def run_suite(a, actcap, binary):
 
     fwd_runs = {(m, s): {"actcap": [], "eager": [], "eager_malloc": []} for m, _, _ in models for s, _, _ in shapes}
     cap_runs = {name: [] for name, _ in CAPTURE_CONFIGS}
+    ab_runs = {name: [] for name, _, _ in AB_CONFIGS}
     sgemm_runs = []
 
     for rep in range(reps):
@@ -465,6 +486,14 @@ def run_suite(a, actcap, binary):
                         f"(median {d['median_s']:.3f} s, {d['captured_points']} points, "
                         f"peak RSS {d['peak_rss_bytes'] / 2**20:,.0f} MiB)")
 
+            for name, extra, _ in (AB_CONFIGS if rep % 2 == 0 else AB_CONFIGS[::-1]):
+                d = run_json(actcap_cmd(actcap, ckpts[first], cap_shape, cap_warm, 2 * cap_iters, a.threads, extra),
+                             f"actcap --ab {name}")
+                ab_runs[name].append(d)
+                if "ab_cost" in d:
+                    log(f"  actcap {first} {cap_shape[0]}x{cap_shape[1]} [{name}]: {100 * d['ab_cost']:+.1f}% "
+                        f"(per-forward pairs {100 * d['ab_paired_cost']:+.1f}%)")
+
     machine["loadavg_end"] = os.getloadavg()
     sg_out = [x for r in sgemm_runs for x in r.get("out_gflops", [])]
     sg_alloc = [x for r in sgemm_runs for x in r.get("alloc_gflops", [])]
@@ -474,7 +503,7 @@ def run_suite(a, actcap, binary):
         "sgemm_n": sgemm_n, "sgemm_out": sg_out, "sgemm_alloc": sg_alloc,
         "roofline_gflops": med(sg_out), "sgemm_alloc_gflops": med(sg_alloc),
         "forward": [], "capture": [], "capture_model": first,
-        "capture_shape": f"{cap_shape[0]}x{cap_shape[1]}",
+        "capture_shape": f"{cap_shape[0]}x{cap_shape[1]}", "capture_iters": cap_iters,
         "long_shape": f"{shapes[-1][0][0]}x{shapes[-1][0][1]}",
         "derived": {},
     }
@@ -513,6 +542,10 @@ def run_suite(a, actcap, binary):
                 "against": f"`{against[name]}`" if name in against else "",
                 "runs": runs,
             })
+        res["ab"] = [{"name": name, "target": tgt, "cost": med([r.get("ab_cost") for r in ab_runs[name]]),
+                      "paired": med([r.get("ab_paired_cost") for r in ab_runs[name]]),
+                      "per_process": [r.get("ab_cost") for r in ab_runs[name]], "runs": ab_runs[name]}
+                     for name, _, tgt in AB_CONFIGS]
         res["derived"] = {"guard": cost("all", "all, --bare-ref off"),
                           "fingerprint": cost("all", "all, --no-fingerprint"),
                           "verify": cost("--devices 3", "--devices 3 --no-verify-transfers")}

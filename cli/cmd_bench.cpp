@@ -30,6 +30,7 @@ Command add_bench(CLI::App& app) {
     std::vector<std::string> capture;
     std::string bare_ref = "error";
     bool no_fingerprint = false, json = false;
+    std::string ab;
     DeviceOptions dev;
   };
   auto o = std::make_shared<Opts>();
@@ -42,6 +43,11 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--capture", o->capture, "Capture these hook points with SafeCapturer while timing");
   sub->add_option("--bare-ref", o->bare_ref, "Bare-reference guard: error | warn | off");
   sub->add_flag("--no-fingerprint", o->no_fingerprint, "Skip XXH3 of snapshots (to measure its cost)");
+  sub->add_option("--ab", o->ab,
+                  "Also time a baseline in the same process, alternating forward by forward: 'none' (no "
+                  "capture), 'bare-ref-off' or 'no-fingerprint' (same capture without the guard / the XXH3); "
+                  "prints the cost of the configuration against it")
+      ->check(CLI::IsMember({"none", "bare-ref-off", "no-fingerprint"}));
   add_device_options(sub, o->dev);
   sub->add_flag("--json", o->json, "Machine-readable output");
   return {sub, [o]() {
@@ -59,41 +65,81 @@ Command add_bench(CLI::App& app) {
                 id = static_cast<int64_t>(x % static_cast<uint64_t>(model->config().vocab_size()));
               }
             Batch batch = Batch::from_sequences(seqs, model->config().vocab_size(), model->config().max_positions());
+            if (!o->ab.empty() && o->capture.empty()) throw InputError("--ab needs --capture");
+            CaptureOptions copts;
+            copts.patterns = o->capture;
+            copts.fingerprint = !o->no_fingerprint;
             std::unique_ptr<SafeCapturer> cap;
-            if (!o->capture.empty()) {
-              CaptureOptions copts;
-              copts.patterns = o->capture;
-              copts.fingerprint = !o->no_fingerprint;
-              cap = std::make_unique<SafeCapturer>(*model, copts);
-            }
+            if (!o->capture.empty()) cap = std::make_unique<SafeCapturer>(*model, copts);
             apply_devices(*model, o->dev, o->batch, o->seq, cap ? cap->plan() : std::vector<PointInfo>{});
-            std::vector<double> secs;
-            for (int64_t i = 0; i < o->warmup + o->iters; ++i) {
+            const size_t points = cap ? cap->plan().size() : 0;
+            const BareRefPolicy policy = parse_bare_ref_policy(o->bare_ref);
+            // One timed forward of the configuration (A) or of the --ab baseline (B). Setting up or
+            // tearing down a capturer (hook registration) happens outside the timed region.
+            auto timed = [&](bool baseline) {
+              std::unique_ptr<SafeCapturer> other;
+              if (baseline && o->ab == "none") cap.reset();
+              if (baseline && o->ab == "no-fingerprint") {
+                cap.reset();
+                CaptureOptions c = copts;
+                c.fingerprint = false;
+                other = std::make_unique<SafeCapturer>(*model, c);
+              }
+              if (!baseline && !cap && !o->capture.empty()) cap = std::make_unique<SafeCapturer>(*model, copts);
+              model->set_bare_ref_policy(baseline && o->ab == "bare-ref-off" ? BareRefPolicy::kOff : policy);
+              SafeCapturer* c = other ? other.get() : cap.get();
               auto t0 = std::chrono::steady_clock::now();
-              if (cap) {
-                cap->run(batch);
-                cap->clear();
+              if (c) {
+                c->run(batch);
+                c->clear();
               } else {
                 model->forward(batch);
               }
-              double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-              if (i >= o->warmup) secs.push_back(s);
+              return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            };
+            std::vector<double> secs, base, paired;
+            for (int64_t i = 0; i < o->warmup + o->iters; ++i) {
+              double a = 0, b = 0;
+              if (o->ab.empty()) {
+                a = timed(false);
+              } else if (i % 2 == 0) {  // alternate which arm goes first
+                a = timed(false);
+                b = timed(true);
+              } else {
+                b = timed(true);
+                a = timed(false);
+              }
+              if (i < o->warmup) continue;
+              secs.push_back(a);
+              if (!o->ab.empty()) {
+                base.push_back(b);
+                paired.push_back(a / b - 1);
+              }
             }
+            auto median_of = [](std::vector<double> v) {
+              std::sort(v.begin(), v.end());
+              return v[v.size() / 2];
+            };
             std::sort(secs.begin(), secs.end());
             const double median = secs[secs.size() / 2];
             const double tps = static_cast<double>(o->batch * o->seq) / median;
             if (o->json) {
-              std::cout << nlohmann::json({{"tokens_per_s", tps}, {"median_s", median}, {"min_s", secs.front()},
+              nlohmann::json out({{"tokens_per_s", tps}, {"median_s", median}, {"min_s", secs.front()},
                                            {"max_s", secs.back()}, {"iters", o->iters}, {"batch", o->batch},
                                            {"seq", o->seq}, {"threads", at::get_num_threads()},
-                                           {"captured_points", cap ? cap->plan().size() : 0},
-                                           {"peak_rss_bytes", peak_rss_bytes()}})
-                               .dump()
-                        << "\n";
+                                           {"captured_points", points},
+                                           {"peak_rss_bytes", peak_rss_bytes()}});
+              if (!o->ab.empty())
+                out.update({{"ab", o->ab}, {"baseline_median_s", median_of(base)},
+                            {"ab_cost", median / median_of(base) - 1}, {"ab_paired_cost", median_of(paired)}});
+              std::cout << out.dump() << "\n";
             } else {
               std::cout << o->batch << "x" << o->seq << ": " << static_cast<int64_t>(tps) << " tokens/s (median "
                         << median * 1000 << " ms of " << o->iters << ", " << at::get_num_threads() << " threads"
-                        << (cap ? concat(", capturing ", cap->plan().size(), " points") : std::string()) << ")\n";
+                        << (points ? concat(", capturing ", points, " points") : std::string()) << ")\n";
+              if (!o->ab.empty())
+                std::cout << "against --ab " << o->ab << " in the same process: " << (median / median_of(base) - 1) * 100
+                          << "% (median of per-forward pairs " << median_of(paired) * 100 << "%)\n";
             }
             return 0;
           }};
