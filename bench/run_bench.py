@@ -83,9 +83,10 @@ def sh(cmd, env=None):
     return subprocess.run(cmd, capture_output=True, text=True, env=None if env is None else dict(os.environ, **env))
 
 
-# What `actcap` sets for itself with mallopt (cli/main.cpp): the "eager, same malloc" column gives
-# eager PyTorch the same allocator behaviour through glibc's environment variables.
-SAME_MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 30), "MALLOC_TOP_PAD_": str(64 << 20)}
+# What `actcap` sets for itself (cli/main.cpp: mallopt, and OMP_WAIT_POLICY=passive): the "eager,
+# same settings" column gives eager PyTorch the same through environment variables.
+SAME_MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 30), "MALLOC_TOP_PAD_": str(64 << 20),
+                   "OMP_WAIT_POLICY": "passive"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -257,11 +258,11 @@ def build_report(res):
     out.append("")
     out.append("**1. Forward, f32** — tokens/s (median over repetitions), ratio = actcap / eager; "
                "MFU = model FLOPs / time / sgemm roofline; peak RSS = ru_maxrss of the process. "
-               "\"eager, same malloc\" runs the eager side with the allocator settings actcap gives itself "
-               "(`MALLOC_MMAP_MAX_=0`, high trim threshold): how much of the gap is the allocator.")
+               "\"eager, same settings\" runs the eager side with the runtime settings actcap gives itself "
+               "(`MALLOC_MMAP_MAX_=0`, a high trim threshold, `OMP_WAIT_POLICY=passive`): how much of the gap they are.")
     out.append("")
     out.append("| model | shape | actcap tok/s | eager tok/s | ratio (target ≥1.0, aim 1.3) | per-repetition ratios | "
-               "eager, same malloc tok/s | ratio to it | "
+               "eager, same settings tok/s | ratio to it | "
                "actcap GFLOP/s (MFU) | eager GFLOP/s (MFU) | actcap peak RSS | eager peak RSS |")
     out.append("|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")
     for row in res["forward"]:
