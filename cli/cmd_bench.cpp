@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "actcap/capture.h"
 #include "actcap/error.h"
@@ -23,7 +23,8 @@ uint64_t peak_rss_bytes() {
 }  // namespace
 
 Command add_bench(CLI::App& app) {
-  auto* sub = app.add_subcommand("bench", "Measure forward tokens/s (optionally with capture and a device split)");
+  auto* sub = app.add_subcommand(
+      "bench", "Measure forward tokens/s (optionally with capture and a device split)");
   struct Opts {
     std::string model = "demo";
     int64_t batch = 1, seq = 128, iters = 10, warmup = 2, threads = 0;
@@ -39,24 +40,33 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--seq", o->seq, "Sequence length")->check(CLI::PositiveNumber);
   sub->add_option("--iters", o->iters, "Timed iterations")->check(CLI::PositiveNumber);
   sub->add_option("--warmup", o->warmup, "Untimed iterations first")->check(CLI::NonNegativeNumber);
-  sub->add_option("--threads", o->threads, "Intra-op threads (default: all cores)")->check(CLI::NonNegativeNumber);
-  sub->add_option("--capture", o->capture, "Capture these hook points with SafeCapturer while timing");
+  sub->add_option("--threads", o->threads, "Intra-op threads (default: all cores)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--capture", o->capture,
+                  "Capture these hook points with SafeCapturer while timing");
   sub->add_option("--bare-ref", o->bare_ref, "Bare-reference guard: error | warn | off");
-  sub->add_flag("--no-fingerprint", o->no_fingerprint, "Skip XXH3 of snapshots (to measure its cost)");
-  sub->add_option("--ab", o->ab,
-                  "Also time a baseline in the same process, alternating forward by forward: 'none' (no "
-                  "capture), 'bare-ref-off' or 'no-fingerprint' (same capture without the guard / the XXH3); "
-                  "prints the cost of the configuration against it")
+  sub->add_flag("--no-fingerprint", o->no_fingerprint,
+                "Skip XXH3 of snapshots (to measure its cost)");
+  sub->add_option(
+         "--ab", o->ab,
+         "Also time a baseline in the same process, alternating forward by forward: 'none' (no "
+         "capture), 'bare-ref-off' or 'no-fingerprint' (same capture without the guard / the "
+         "XXH3); "
+         "prints the cost of the configuration against it")
       ->check(CLI::IsMember({"none", "bare-ref-off", "no-fingerprint"}));
   add_device_options(sub, o->dev);
   sub->add_flag("--json", o->json, "Machine-readable output");
   return {sub, [o]() {
-            at::set_num_threads(o->threads > 0 ? static_cast<int>(o->threads) : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+            at::set_num_threads(o->threads > 0 ? static_cast<int>(o->threads)
+                                               : static_cast<int>(std::max(
+                                                     1u, std::thread::hardware_concurrency())));
             auto model = Model::load(o->model);
             model->set_bare_ref_policy(parse_bare_ref_policy(o->bare_ref));
             if (o->seq > model->config().max_positions())
-              throw InputError(concat("--seq ", o->seq, " exceeds the model's context of ", model->config().max_positions()));
-            // Deterministic pseudo-random tokens (content does not change the cost of a dense forward).
+              throw InputError(concat("--seq ", o->seq, " exceeds the model's context of ",
+                                      model->config().max_positions()));
+            // Deterministic pseudo-random tokens (content does not change the cost of a dense
+            // forward).
             std::vector<std::vector<int64_t>> seqs(o->batch, std::vector<int64_t>(o->seq));
             uint64_t x = 88172645463325252ull;
             for (auto& s : seqs)
@@ -64,14 +74,16 @@ Command add_bench(CLI::App& app) {
                 x ^= x << 13, x ^= x >> 7, x ^= x << 17;
                 id = static_cast<int64_t>(x % static_cast<uint64_t>(model->config().vocab_size()));
               }
-            Batch batch = Batch::from_sequences(seqs, model->config().vocab_size(), model->config().max_positions());
+            Batch batch = Batch::from_sequences(seqs, model->config().vocab_size(),
+                                                model->config().max_positions());
             if (!o->ab.empty() && o->capture.empty()) throw InputError("--ab needs --capture");
             CaptureOptions copts;
             copts.patterns = o->capture;
             copts.fingerprint = !o->no_fingerprint;
             std::unique_ptr<SafeCapturer> cap;
             if (!o->capture.empty()) cap = std::make_unique<SafeCapturer>(*model, copts);
-            apply_devices(*model, o->dev, o->batch, o->seq, cap ? cap->plan() : std::vector<PointInfo>{});
+            apply_devices(*model, o->dev, o->batch, o->seq,
+                          cap ? cap->plan() : std::vector<PointInfo>{});
             const size_t points = cap ? cap->plan().size() : 0;
             const BareRefPolicy policy = parse_bare_ref_policy(o->bare_ref);
             // One timed forward of the configuration (A) or of the --ab baseline (B). Setting up or
@@ -85,8 +97,10 @@ Command add_bench(CLI::App& app) {
                 c.fingerprint = false;
                 other = std::make_unique<SafeCapturer>(*model, c);
               }
-              if (!baseline && !cap && !o->capture.empty()) cap = std::make_unique<SafeCapturer>(*model, copts);
-              model->set_bare_ref_policy(baseline && o->ab == "bare-ref-off" ? BareRefPolicy::kOff : policy);
+              if (!baseline && !cap && !o->capture.empty())
+                cap = std::make_unique<SafeCapturer>(*model, copts);
+              model->set_bare_ref_policy(baseline && o->ab == "bare-ref-off" ? BareRefPolicy::kOff
+                                                                             : policy);
               SafeCapturer* c = other ? other.get() : cap.get();
               auto t0 = std::chrono::steady_clock::now();
               if (c) {
@@ -124,21 +138,31 @@ Command add_bench(CLI::App& app) {
             const double median = secs[secs.size() / 2];
             const double tps = static_cast<double>(o->batch * o->seq) / median;
             if (o->json) {
-              nlohmann::json out({{"tokens_per_s", tps}, {"median_s", median}, {"min_s", secs.front()},
-                                           {"max_s", secs.back()}, {"iters", o->iters}, {"batch", o->batch},
-                                           {"seq", o->seq}, {"threads", at::get_num_threads()},
-                                           {"captured_points", points},
-                                           {"peak_rss_bytes", peak_rss_bytes()}});
+              nlohmann::json out({{"tokens_per_s", tps},
+                                  {"median_s", median},
+                                  {"min_s", secs.front()},
+                                  {"max_s", secs.back()},
+                                  {"iters", o->iters},
+                                  {"batch", o->batch},
+                                  {"seq", o->seq},
+                                  {"threads", at::get_num_threads()},
+                                  {"captured_points", points},
+                                  {"peak_rss_bytes", peak_rss_bytes()}});
               if (!o->ab.empty())
-                out.update({{"ab", o->ab}, {"baseline_median_s", median_of(base)},
-                            {"ab_cost", median / median_of(base) - 1}, {"ab_paired_cost", median_of(paired)}});
+                out.update({{"ab", o->ab},
+                            {"baseline_median_s", median_of(base)},
+                            {"ab_cost", median / median_of(base) - 1},
+                            {"ab_paired_cost", median_of(paired)}});
               std::cout << out.dump() << "\n";
             } else {
-              std::cout << o->batch << "x" << o->seq << ": " << static_cast<int64_t>(tps) << " tokens/s (median "
-                        << median * 1000 << " ms of " << o->iters << ", " << at::get_num_threads() << " threads"
-                        << (points ? concat(", capturing ", points, " points") : std::string()) << ")\n";
+              std::cout << o->batch << "x" << o->seq << ": " << static_cast<int64_t>(tps)
+                        << " tokens/s (median " << median * 1000 << " ms of " << o->iters << ", "
+                        << at::get_num_threads() << " threads"
+                        << (points ? concat(", capturing ", points, " points") : std::string())
+                        << ")\n";
               if (!o->ab.empty())
-                std::cout << "against --ab " << o->ab << " in the same process: " << (median / median_of(base) - 1) * 100
+                std::cout << "against --ab " << o->ab
+                          << " in the same process: " << (median / median_of(base) - 1) * 100
                           << "% (median of per-forward pairs " << median_of(paired) * 100 << "%)\n";
             }
             return 0;

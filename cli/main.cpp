@@ -10,9 +10,9 @@
 
 #include <csignal>
 #include <cstdlib>
+#include <iostream>
 #include <string>
 #include <thread>
-#include <iostream>
 
 #include "actcap/error.h"
 #include "common.h"
@@ -49,9 +49,12 @@ static void tune_allocator() {
 // that run forwards set it and execute themselves again, once (about 0.6 s of extra start-up here,
 // so the quick commands skip it). Setting OMP_WAIT_POLICY yourself (e.g. active) keeps yours.
 static void prefer_passive_openmp(int argc, char** argv) {
-  if (argc < 2 || std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("ACTCAP_NO_REEXEC") != nullptr) return;
+  if (argc < 2 || std::getenv("OMP_WAIT_POLICY") != nullptr ||
+      std::getenv("ACTCAP_NO_REEXEC") != nullptr)
+    return;
   const std::string command = argv[1];
-  if (command != "run" && command != "extract" && command != "bench" && command != "compare" && command != "repro")
+  if (command != "run" && command != "extract" && command != "bench" && command != "compare" &&
+      command != "repro")
     return;
   if (::setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
   ::execv("/proc/self/exe", argv);  // returns only on failure: then run with libgomp's defaults
@@ -64,22 +67,20 @@ int main(int argc, char** argv) {
   std::signal(SIGXFSZ, SIG_IGN);
   // Use every core unless ACTCAP_THREADS says otherwise (LibTorch's default may be 1 here).
   const char* threads = std::getenv("ACTCAP_THREADS");
-  const int n = threads ? std::atoi(threads) : static_cast<int>(std::thread::hardware_concurrency());
+  const int n =
+      threads ? std::atoi(threads) : static_cast<int>(std::thread::hardware_concurrency());
   if (n > 0) at::set_num_threads(n);
-  CLI::App app{"actcap: run Hugging Face transformers split across devices and capture verified activations"};
+  CLI::App app{
+      "actcap: run Hugging Face transformers split across devices and capture verified "
+      "activations"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "actcap 0.1.0");
   std::vector<actcap::cli::Command> commands = {
-      actcap::cli::add_init_model(app),
-      actcap::cli::add_points(app),
-      actcap::cli::add_run(app),
-      actcap::cli::add_plan(app),
-      actcap::cli::add_doctor(app),
-      actcap::cli::add_verify(app),
-      actcap::cli::add_repro(app),
-      actcap::cli::add_compare(app),
-      actcap::cli::add_tokenize(app),
-      actcap::cli::add_bench(app),
+      actcap::cli::add_init_model(app), actcap::cli::add_points(app),
+      actcap::cli::add_run(app),        actcap::cli::add_plan(app),
+      actcap::cli::add_doctor(app),     actcap::cli::add_verify(app),
+      actcap::cli::add_repro(app),      actcap::cli::add_compare(app),
+      actcap::cli::add_tokenize(app),   actcap::cli::add_bench(app),
       actcap::cli::add_extract(app),
   };
   try {

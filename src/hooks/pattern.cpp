@@ -70,7 +70,8 @@ bool match_segments(const std::vector<std::string>& p, const std::vector<std::st
 
 bool strip_input(std::string& s) {
   static const std::string kSuffix = ":input";
-  if (s.size() >= kSuffix.size() && s.compare(s.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0) {
+  if (s.size() >= kSuffix.size() &&
+      s.compare(s.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0) {
     s.resize(s.size() - kSuffix.size());
     return true;
   }
@@ -83,7 +84,8 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   for (size_t i = 1; i <= a.size(); ++i) {
     cur[0] = i;
     for (size_t j = 1; j <= b.size(); ++j)
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      cur[j] =
+          std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
     std::swap(prev, cur);
   }
   return prev[b.size()];
@@ -104,8 +106,8 @@ bool match_point(const std::string& pattern, const std::string& name) {
   return match_segments(split(p, '.'), split(n, '.'));
 }
 
-std::vector<std::string> nearest_points(const std::string& pattern, const std::vector<std::string>& names,
-                                        size_t n) {
+std::vector<std::string> nearest_points(const std::string& pattern,
+                                        const std::vector<std::string>& names, size_t n) {
   std::vector<std::pair<size_t, std::string>> scored;
   for (const auto& name : names) scored.emplace_back(edit_distance(pattern, name), name);
   std::stable_sort(scored.begin(), scored.end(),

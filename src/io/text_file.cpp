@@ -21,8 +21,8 @@ std::string read_text_file(const std::string& path, uint64_t limit, const char* 
   return text;
 }
 
-bool read_line_bounded(std::istream& in, std::string& line, uint64_t limit, const std::string& origin,
-                       int64_t line_number) {
+bool read_line_bounded(std::istream& in, std::string& line, uint64_t limit,
+                       const std::string& origin, int64_t line_number) {
   line.clear();
   std::streambuf* sb = in.rdbuf();
   bool any = false;

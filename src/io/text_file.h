@@ -20,7 +20,7 @@ std::string read_text_file(const std::string& path, uint64_t limit, const char* 
 
 // std::getline with a bound: false at end of input; InputError naming `origin` and the line
 // number when a line is longer than `limit` bytes (the rest of that line is not buffered).
-bool read_line_bounded(std::istream& in, std::string& line, uint64_t limit, const std::string& origin,
-                       int64_t line_number);
+bool read_line_bounded(std::istream& in, std::string& line, uint64_t limit,
+                       const std::string& origin, int64_t line_number);
 
 }  // namespace actcap

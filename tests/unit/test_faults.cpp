@@ -60,12 +60,14 @@ TEST(Faults, ExceptionFromAUserHookNamesThePointAndTheSplitModelStaysUsable) {
   const std::vector<ThrowCase> cases = {
       {"model.layers.0.mlp", [] { throw std::runtime_error("boom"); }, "boom"},
       {"model.layers.1.self_attn:input", [] { throw std::out_of_range("index 9"); }, "index 9"},
-      {"model.norm", [] { TORCH_CHECK(false, "a libtorch check failed"); }, "a libtorch check failed"},
+      {"model.norm", [] { TORCH_CHECK(false, "a libtorch check failed"); },
+       "a libtorch check failed"},
       {"lm_head", [] { throw 42; }, "not a std::exception"},
   };
   for (const ThrowCase& c : cases) {
     SCOPED_TRACE(c.point);
-    auto h = m->register_forward_hook(c.point, [&](const HookContext&, const at::Tensor&) { c.raise(); });
+    auto h = m->register_forward_hook(c.point,
+                                      [&](const HookContext&, const at::Tensor&) { c.raise(); });
     try {
       m->forward(b);
       FAIL() << "expected RunError";
@@ -73,11 +75,13 @@ TEST(Faults, ExceptionFromAUserHookNamesThePointAndTheSplitModelStaysUsable) {
       const std::string msg = e.what();
       EXPECT_NE(msg.find(std::string("'") + c.point + "'"), std::string::npos) << msg;
       EXPECT_NE(msg.find(c.expect), std::string::npos) << msg;
-      EXPECT_EQ(msg.find("Exception raised from"), std::string::npos) << "no LibTorch backtrace: " << msg;
+      EXPECT_EQ(msg.find("Exception raised from"), std::string::npos)
+          << "no LibTorch backtrace: " << msg;
       EXPECT_EQ(msg.find('\n'), std::string::npos) << "one line: " << msg;
     }
     h.remove();
-    EXPECT_TRUE(at::equal(before, m->forward(b))) << "the model must be usable, bit-identical, after a failed forward";
+    EXPECT_TRUE(at::equal(before, m->forward(b)))
+        << "the model must be usable, bit-identical, after a failed forward";
   }
 }
 
@@ -86,7 +90,8 @@ TEST(Faults, ExtractWriterThreadDrainsAndFailsCleanly) {
   const std::string dir = temp_dir();
   {
     std::ofstream in(dir + "/in.txt");
-    for (int i = 0; i < 120; ++i) in << "document number " << i << " says hello to the writer thread\n";
+    for (int i = 0; i < 120; ++i)
+      in << "document number " << i << " says hello to the writer thread\n";
   }
   ExtractOptions o;
   o.input = dir + "/in.txt";
@@ -123,8 +128,10 @@ TEST(Faults, ExtractWriterThreadDrainsAndFailsCleanly) {
   o.resume = true;
   run_extract(*m, tok.get(), o);
   for (const auto& e : fs::directory_iterator(dir + "/ok")) {
-    std::ifstream a(e.path(), std::ios::binary), b(o.out + "/" + e.path().filename().string(), std::ios::binary);
-    const std::string sa((std::istreambuf_iterator<char>(a)), {}), sb((std::istreambuf_iterator<char>(b)), {});
+    std::ifstream a(e.path(), std::ios::binary),
+        b(o.out + "/" + e.path().filename().string(), std::ios::binary);
+    const std::string sa((std::istreambuf_iterator<char>(a)), {}),
+        sb((std::istreambuf_iterator<char>(b)), {});
     if (e.path().filename() != "manifest.json") {
       EXPECT_TRUE(sa == sb) << e.path();
     }

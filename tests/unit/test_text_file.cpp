@@ -21,7 +21,9 @@ TEST(TextFile, ReadsWholeFileAndRefusesOversizedOnesBeforeReading) {
     read_text_file(path, 8, "config.json");
     FAIL() << "expected InputError";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("config.json is 9 bytes, over the limit of 8"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("config.json is 9 bytes, over the limit of 8"),
+              std::string::npos)
+        << e.what();
   }
   // A sparse 1 TiB file: refused from its size alone (nothing is allocated or read).
   ASSERT_EQ(::ftruncate(fd, int64_t{1} << 40), 0);
@@ -46,6 +48,8 @@ TEST(TextFile, BoundedLines) {
     read_line_bounded(longer, line, 4, "in.txt", ++n);
     FAIL() << "expected InputError";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("in.txt:2: line is longer than 4 bytes"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("in.txt:2: line is longer than 4 bytes"),
+              std::string::npos)
+        << e.what();
   }
 }
