@@ -22,6 +22,10 @@ struct ExportedTensor {
   std::string checksum;  // XXH3-64, 16 hex digits
 };
 
+// actcap's own files in an output folder: the manifest, shards, and the temp files an interrupted
+// write leaves behind (`<name>.tmp.<pid>`; a process killed with SIGKILL cannot remove them).
+bool is_output_file(const std::string& name);
+
 // Makes `dir` ready for a new output: creates it, refuses (InputError) a non-empty folder unless
 // `overwrite`, in which case only actcap's own files (manifest first, then shards) are removed.
 void prepare_output_dir(const std::string& dir, bool overwrite);

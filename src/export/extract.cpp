@@ -265,7 +265,7 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
       }
       for (const auto& e : fs::directory_iterator(o.out)) {
         const std::string n = e.path().filename().string();
-        if (n != kManifestName && !claimed.count(n) && (n.rfind("shard-", 0) == 0 || n.find(".tmp.") != std::string::npos))
+        if (n != kManifestName && !claimed.count(n) && is_output_file(n))
           fs::remove(e.path());
       }
       manifest["complete"] = false;

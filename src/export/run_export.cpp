@@ -19,11 +19,11 @@ namespace actcap {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-namespace {
-bool is_own_file(const std::string& name) {
-  return name == kManifestName || (name.rfind("shard-", 0) == 0 && name.find(".safetensors") != std::string::npos);
+bool is_output_file(const std::string& name) {
+  const std::string manifest_tmp = concat(kManifestName, ".tmp.");
+  return name == kManifestName || name.rfind(manifest_tmp, 0) == 0 ||
+         (name.rfind("shard-", 0) == 0 && name.find(".safetensors") != std::string::npos);
 }
-}  // namespace
 
 void prepare_output_dir(const std::string& dir, bool overwrite) {
   std::error_code ec;
@@ -34,7 +34,7 @@ void prepare_output_dir(const std::string& dir, bool overwrite) {
     // Manifest first: from this moment nothing in the folder claims to be complete.
     fs::remove(fs::path(dir) / kManifestName, ec);
     for (const auto& entry : fs::directory_iterator(dir, ec))
-      if (entry.is_regular_file() && is_own_file(entry.path().filename().string())) fs::remove(entry.path(), ec);
+      if (entry.is_regular_file() && is_output_file(entry.path().filename().string())) fs::remove(entry.path(), ec);
   }
   fs::create_directories(dir, ec);
   if (ec) throw InputError(concat("cannot create --out ", dir, ": ", ec.message()));

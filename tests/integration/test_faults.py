@@ -29,13 +29,16 @@ def manifest(out):
     return json.load(open(out / "manifest.json"))
 
 
-def assert_claimed_shards_intact(out):
-    """Whatever state the run stopped in: every shard the manifest claims is whole, nothing else is."""
+def assert_claimed_shards_intact(out, killed=False):
+    """Whatever state the run stopped in: every shard the manifest claims is whole, nothing else is.
+    A run that stopped by itself removed its temp files; one killed with SIGKILL may have left one
+    (`<file>.tmp.<pid>`: never claimed, removed by --resume and --overwrite)."""
     m = manifest(out)
     for s in m["shards"]:
         assert os.path.getsize(out / s["file"]) == s["bytes"]
         st.load(str(out / s["file"]))
-    assert not [f for f in os.listdir(out) if ".tmp." in f]
+    if not killed:
+        assert not [f for f in os.listdir(out) if ".tmp." in f]
     v = json.loads(run("verify", out, "--json").stdout)
     problems = [i["problem"] for i in v["issues"]]
     assert problems in ([], ["run is not marked complete"]), problems
@@ -48,6 +51,7 @@ def assert_same_files(out, ref):
     assert [s["file"] for s in got["shards"]] == [s["file"] for s in want["shards"]]
     for s in want["shards"]:
         assert open(out / s["file"], "rb").read() == open(ref / s["file"], "rb").read(), s["file"]
+    assert sorted(os.listdir(out)) == sorted(os.listdir(ref))  # no leftover temp or unclaimed files
     assert run("verify", out).returncode == 0
 
 
@@ -128,13 +132,22 @@ def test_kill9_at_a_random_moment_then_resume_gives_identical_files(job, tmp_pat
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+    # Unless the run finished, leave what a kill in the middle of a write leaves (the real kill may
+    # have left one too): a temp manifest and a half-written temp shard. Neither may survive recovery.
+    out.mkdir(exist_ok=True)
+    if not (out / "manifest.json").exists() or not manifest(out)["complete"]:
+        (out / "manifest.json.tmp.999999").write_text('{"complete": tru')
+        (out / "shard-00002.safetensors.tmp.999999").write_bytes(b"\x10\x00")
+    (out / "notes.tmp.txt").write_text("the user's own file")  # not ours: kept
     if not (out / "manifest.json").exists():  # killed before the run wrote anything: start afresh
         run(*job["args"], "--out", out, "--overwrite", check=0)
     else:
-        m = assert_claimed_shards_intact(out)
+        m = assert_claimed_shards_intact(out, killed=True)
         if not m["complete"]:
             p = run(*job["args"], "--out", out, "--resume", check=0)
             assert "resumed at line" in p.stdout or m["shards"] == []
+    assert (out / "notes.tmp.txt").read_text() == "the user's own file"
+    (out / "notes.tmp.txt").unlink()
     assert_same_files(out, job["ref"])
 
 

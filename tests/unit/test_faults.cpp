@@ -139,3 +139,24 @@ TEST(Faults, ExtractWriterThreadDrainsAndFailsCleanly) {
   EXPECT_TRUE(verify_output(o.out).ok());
   fs::remove_all(dir);
 }
+
+// A process killed with SIGKILL in the middle of a write leaves `<file>.tmp.<pid>` behind: those
+// are actcap's to remove (--resume, --overwrite); files that merely look alike are the user's.
+TEST(Faults, TempFilesOfAKilledWriteAreOursToRemoveAndNothingElseIs) {
+  EXPECT_TRUE(is_output_file("manifest.json"));
+  EXPECT_TRUE(is_output_file("manifest.json.tmp.31813"));
+  EXPECT_TRUE(is_output_file("shard-00002.safetensors"));
+  EXPECT_TRUE(is_output_file("shard-00002.safetensors.tmp.31813"));
+  EXPECT_FALSE(is_output_file("notes.tmp.txt"));
+  EXPECT_FALSE(is_output_file("manifest.json.bak"));
+  EXPECT_FALSE(is_output_file("shard-notes.txt"));
+
+  const std::string dir = temp_dir();
+  for (const char* n : {"manifest.json", "manifest.json.tmp.1", "shard-00000.safetensors.tmp.1", "notes.tmp.txt"})
+    std::ofstream(dir + "/" + n) << "x";
+  prepare_output_dir(dir, /*overwrite=*/true);
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir)) left.push_back(e.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{"notes.tmp.txt"});
+  fs::remove_all(dir);
+}
