@@ -54,7 +54,4 @@ VerifyReport verify_output(const std::string& dir);
 // Adds "manifest_checksum" (XXH3 of the manifest without that field, dumped canonically).
 std::string seal_manifest(nlohmann::json manifest);
 
-// Writes text to path atomically (temp file, fsync, rename).
-void write_file_atomic(const std::string& path, const std::string& text);
-
 }  // namespace actcap

@@ -21,6 +21,7 @@
 #include "actcap/export.h"
 #include "actcap/hash.h"
 #include "actcap/safetensors.h"
+#include "io/atomic_file.h"
 #include "io/text_file.h"
 #include "export/corpus.h"
 

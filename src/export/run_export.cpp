@@ -1,8 +1,3 @@
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -12,6 +7,7 @@
 #include "actcap/export.h"
 #include "actcap/hash.h"
 #include "actcap/safetensors.h"
+#include "io/atomic_file.h"
 #include "io/text_file.h"
 
 namespace actcap {
@@ -38,29 +34,6 @@ void prepare_output_dir(const std::string& dir, bool overwrite) {
   }
   fs::create_directories(dir, ec);
   if (ec) throw InputError(concat("cannot create --out ", dir, ": ", ec.message()));
-}
-
-void write_file_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = concat(path, ".tmp.", ::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw RunError(concat("cannot write ", path, ": ", std::strerror(errno)));
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw RunError(concat("cannot write ", path, ": ", std::strerror(err)));
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0 || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    throw RunError(concat("cannot write ", path, ": ", std::strerror(err)));
-  }
 }
 
 std::vector<ExportedTensor> export_run(const std::string& dir, const SafeCapturer& capturer, const Model& model) {

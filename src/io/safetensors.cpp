@@ -18,6 +18,7 @@
 #include <tuple>
 
 #include "actcap/error.h"
+#include "io/atomic_file.h"
 
 // The file format is little-endian and tensors are handed out as views of the raw bytes.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "actcap assumes a little-endian host");
@@ -269,42 +270,6 @@ TensorInfo parse_entry(const std::string& name, const json& v, uint64_t data_siz
 
 std::string errno_str(int e) { return std::strerror(e); }
 
-// Writes everything, resuming after partial writes (as happen when RLIMIT_FSIZE is reached) so
-// that the error reported is the one that stopped us (EFBIG, ENOSPC), not a short count.
-void write_all(int fd, const void* buf, size_t n, const std::string& path) {
-  const char* p = static_cast<const char*>(buf);
-  while (n > 0) {
-    const size_t chunk = std::min<size_t>(n, size_t{1} << 30);
-    const ssize_t w = ::write(fd, p, chunk);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      throw RunError(concat("writing ", path, " failed: ", errno_str(errno)));
-    }
-    if (w == 0) throw RunError(concat("writing ", path, " failed: write returned 0"));
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-}
-
-// Makes the rename itself durable.
-void fsync_parent_dir(const std::string& path) {
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  if (dir.empty()) dir = ".";
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) {
-    throw RunError(concat("wrote ", path, " but cannot open its directory ", dir,
-                          " to sync it: ", errno_str(errno)));
-  }
-  const int rc = ::fsync(fd);
-  const int e = errno;
-  ::close(fd);
-  // Some filesystems cannot sync directories at all; there is nothing more we can do there.
-  if (rc != 0 && e != EINVAL && e != EROFS) {
-    throw RunError(
-        concat("wrote ", path, " but syncing its directory ", dir, " failed: ", errno_str(e)));
-  }
-}
-
 at::Tensor cpu_contiguous(const at::Tensor& t) {
   at::Tensor c = t.device().is_cpu() ? t : t.cpu();
   // Lazy conjugate/negative views keep the unmodified bytes in memory; materialise them.
@@ -523,15 +488,7 @@ void write_safetensors(const std::string& path,
     throw InputError(concat("cannot write ", path, ": ", e.what()));
   }
 
-  // Same directory as the target so that rename() is atomic; the pid keeps concurrent writers
-  // from clobbering each other's temporary files.
-  const std::string tmp = concat(path, ".tmp.", ::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    throw RunError(
-        concat("cannot write ", path, ": creating ", tmp, " failed: ", errno_str(errno)));
-  }
-  try {
+  write_file_atomic(path, [&](int fd) {
     const uint64_t n = header.size();
     char len[8];
     std::memcpy(len, &n, 8);
@@ -543,20 +500,7 @@ void write_safetensors(const std::string& path,
       const size_t nbytes = static_cast<size_t>(c.numel()) * c.element_size();
       if (nbytes > 0) write_all(fd, c.data_ptr(), nbytes, path);
     }
-    if (::fsync(fd) != 0) throw RunError(concat("syncing ", path, " failed: ", errno_str(errno)));
-    const int rc = ::close(fd);
-    fd = -1;
-    // close() can report deferred write errors (NFS, quota), so it is checked too.
-    if (rc != 0) throw RunError(concat("closing ", path, " failed: ", errno_str(errno)));
-    if (::rename(tmp.c_str(), path.c_str()) != 0) {
-      throw RunError(concat("renaming ", tmp, " to ", path, " failed: ", errno_str(errno)));
-    }
-  } catch (...) {
-    if (fd >= 0) ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  fsync_parent_dir(path);
+  });
 }
 
 }  // namespace actcap

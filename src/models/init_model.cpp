@@ -3,7 +3,7 @@
 #include <filesystem>
 
 #include "actcap/error.h"
-#include "actcap/export.h"
+#include "io/atomic_file.h"
 #include "actcap/safetensors.h"
 #include "models/weights.h"
 

@@ -3,10 +3,12 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "actcap/error.h"
+#include "io/atomic_file.h"
 #include "io/text_file.h"
 
 using namespace actcap;
@@ -52,4 +54,27 @@ TEST(TextFile, BoundedLines) {
               std::string::npos)
         << e.what();
   }
+}
+
+TEST(AtomicFile, ReplacesWholeAndLeavesNoTempFileEvenWhenItFails) {
+  char dir[] = "/tmp/actcap-atomic-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/manifest.json";
+  write_file_atomic(path, "first");
+  write_file_atomic(path, "second, longer");
+  EXPECT_EQ(read_text_file(path, 100, "test file"), "second, longer");
+  EXPECT_EQ(temp_name_for(path), path + ".tmp." + std::to_string(::getpid()));
+  EXPECT_FALSE(std::filesystem::exists(temp_name_for(path)));
+  // The target is a folder: rename fails, the error names the file, the temp file is gone.
+  std::filesystem::create_directory(std::string(dir) + "/sub");
+  try {
+    write_file_atomic(std::string(dir) + "/sub", "x");
+    FAIL() << "expected RunError";
+  } catch (const RunError& e) {
+    EXPECT_NE(std::string(e.what()).find("/sub"), std::string::npos) << e.what();
+  }
+  size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) files += e.is_regular_file();
+  EXPECT_EQ(files, 1u);  // manifest.json only
+  std::filesystem::remove_all(dir);
 }

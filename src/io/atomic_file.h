@@ -1,0 +1,32 @@
+// Crash-safe writes: a file appears under its name whole or not at all, and stays after a power
+// loss once the call returns. Write to `<path>.tmp.<pid>` in the same folder, fsync it, rename it
+// over `path`, fsync the folder. A process killed mid-write leaves only the temp file behind
+// (is_output_file() in actcap/export.h lets --resume and --overwrite remove it).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+
+namespace actcap {
+
+// `<path>.tmp.<pid>`: the name a write to `path` goes to first.
+std::string temp_name_for(const std::string& path);
+
+// Writes all `n` bytes, resuming after partial writes (as happen when RLIMIT_FSIZE is reached) so
+// that the error reported is the one that stopped us (EFBIG, ENOSPC), not a short count.
+// RunError naming `path` on failure.
+void write_all(int fd, const void* buf, size_t n, const std::string& path);
+
+// fsync of the folder holding `path`, making a rename into it durable. RunError on failure
+// (filesystems that cannot sync folders at all, EINVAL/EROFS, are accepted).
+void fsync_parent_dir(const std::string& path);
+
+// The whole sequence: `write_body(fd)` writes the contents (with write_all), then fsync, close (its
+// deferred errors checked too), rename, fsync of the folder. RunError naming `path`; on any
+// failure, including one thrown by `write_body`, the temp file is removed and `path` untouched.
+void write_file_atomic(const std::string& path, const std::function<void(int fd)>& write_body);
+// The same for a small text file (manifests, config.json).
+void write_file_atomic(const std::string& path, const std::string& text);
+
+}  // namespace actcap
