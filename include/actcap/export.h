@@ -1,6 +1,8 @@
 // Output folder layout (docs/format.md): safetensors shards with one tensor per captured point
 // named exactly as the point, [rows, ...features], plus int64 `__rows__.seq` / `__rows__.pos`, and a
-// manifest.json written last (atomically) that lists shards, points, dtypes and checksums.
+// manifest.json written atomically that lists shards, points, dtypes and checksums. While an
+// extract runs, each finished shard is claimed by one line appended to manifest.journal; the
+// manifest takes them all in when the run completes (or is resumed).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -13,6 +15,7 @@
 namespace actcap {
 
 constexpr const char* kManifestName = "manifest.json";
+constexpr const char* kJournalName = "manifest.journal";
 constexpr const char* kFormatVersion = "actcap/1";
 
 struct ExportedTensor {
@@ -22,7 +25,7 @@ struct ExportedTensor {
   std::string checksum;  // XXH3-64, 16 hex digits
 };
 
-// actcap's own files in an output folder: the manifest, shards, and the temp files an interrupted
+// actcap's own files in an output folder: the manifest and its journal, shards, and the temp files an interrupted
 // write leaves behind (`<name>.tmp.<pid>`; a process killed with SIGKILL cannot remove them).
 bool is_output_file(const std::string& name);
 

@@ -23,6 +23,7 @@
 #include "actcap/safetensors.h"
 #include "io/atomic_file.h"
 #include "io/text_file.h"
+#include "export/journal.h"
 #include "export/corpus.h"
 
 namespace actcap {
@@ -74,11 +75,12 @@ void damage_if_asked(const std::string& path, int64_t index) {
   f.put(c);
 }
 
-// Writes shards on its own thread behind a bounded queue, updating the manifest after each.
+// Writes shards on its own thread behind a bounded queue, claiming each in the journal once it
+// reads back intact; the manifest takes them all in when the run completes.
 class ShardWriter {
  public:
   ShardWriter(std::string dir, json manifest, size_t capacity)
-      : dir_(std::move(dir)), manifest_(std::move(manifest)), capacity_(capacity), thread_([this] { loop(); }) {}
+      : dir_(std::move(dir)), manifest_(std::move(manifest)), capacity_(capacity), journal_(dir_), thread_([this] { loop(); }) {}
   ~ShardWriter() {
     try {
       finish();
@@ -115,6 +117,7 @@ class ShardWriter {
     for (const auto& [k, v] : extra.items()) manifest_[k] = v;
     manifest_["complete"] = true;
     write_file_atomic((fs::path(dir_) / kManifestName).string(), seal_manifest(manifest_));
+    journal_.remove();
   }
 
   uint64_t bytes_written() const { return bytes_.load(); }
@@ -165,15 +168,16 @@ class ShardWriter {
         throw RunError(concat(path, ": tensor ", tensor,
                               " does not read back with the checksum it was written with (removed it; check the disk, then --resume)"));
       }
-    manifest_["shards"].push_back({{"file", name},
-                                   {"rows", job.rows},
-                                   {"bytes", file->file_size()},
-                                   {"first_line", job.first_line},
-                                   {"last_line", job.last_line},
-                                   {"documents", job.documents},
-                                   {"checksums", checksums}});
+    const json entry = {{"file", name},
+                        {"rows", job.rows},
+                        {"bytes", file->file_size()},
+                        {"first_line", job.first_line},
+                        {"last_line", job.last_line},
+                        {"documents", job.documents},
+                        {"checksums", checksums}};
+    journal_.append(entry);  // claimed from here on
+    manifest_["shards"].push_back(entry);
     manifest_["rows"] = manifest_.value("rows", 0) + job.rows;
-    write_file_atomic((fs::path(dir_) / kManifestName).string(), seal_manifest(manifest_));
     bytes_ += file->file_size();
     ++shards_;
   }
@@ -188,6 +192,7 @@ class ShardWriter {
   std::exception_ptr error_;
   std::atomic<uint64_t> bytes_{0};
   std::atomic<int64_t> shards_{0};
+  JournalWriter journal_;
   std::thread thread_;
 };
 
@@ -253,23 +258,32 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
       }
       if (manifest["model"].value("fingerprint", "") != model.fingerprint())
         throw InputError(concat("--resume: ", o.out, " was written from other weights; use --overwrite to start again"));
+      if (!manifest.value("complete", false))
+        for (const std::string& problem : merge_journal(o.out, manifest["shards"]))
+          throw RunError(concat("--resume: ", o.out, "/", kJournalName, ": ", problem));
       // Keep exactly the shards the manifest claims, after checking them; drop anything else.
       VerifyReport check = verify_output(o.out);
       for (const VerifyIssue& i : check.issues)
         if (i.problem.find("not marked complete") == std::string::npos)
           throw RunError(concat("--resume: ", o.out, "/", i.file, (i.tensor.empty() ? "" : " " + i.tensor), ": ", i.problem));
       std::set<std::string> claimed;
+      int64_t rows = 0;
       for (const json& s : manifest["shards"]) {
         claimed.insert(s["file"].get<std::string>());
         resume_after = s["last_line"].get<int64_t>();
+        rows += s["rows"].get<int64_t>();
         ++next_shard;
       }
+      // The manifest takes in the journal's entries first; only then is the journal dropped,
+      // with anything else of ours that is not claimed.
+      manifest["complete"] = false;
+      manifest["rows"] = rows;
+      write_file_atomic((fs::path(o.out) / kManifestName).string(), seal_manifest(manifest));
       for (const auto& e : fs::directory_iterator(o.out)) {
         const std::string n = e.path().filename().string();
         if (n != kManifestName && !claimed.count(n) && is_output_file(n))
           fs::remove(e.path());
       }
-      manifest["complete"] = false;
       result.resumed_from_line = resume_after + 1;
     } else {
       prepare_output_dir(o.out, o.overwrite);

@@ -9,6 +9,7 @@
 #include "actcap/safetensors.h"
 #include "io/atomic_file.h"
 #include "io/text_file.h"
+#include "export/journal.h"
 
 namespace actcap {
 
@@ -17,7 +18,7 @@ using nlohmann::json;
 
 bool is_output_file(const std::string& name) {
   const std::string manifest_tmp = concat(kManifestName, ".tmp.");
-  return name == kManifestName || name.rfind(manifest_tmp, 0) == 0 ||
+  return name == kManifestName || name == kJournalName || name.rfind(manifest_tmp, 0) == 0 ||
          (name.rfind("shard-", 0) == 0 && name.find(".safetensors") != std::string::npos);
 }
 
@@ -141,6 +142,8 @@ VerifyReport verify_output(const std::string& dir) {
     issue(kManifestName, "", "has no shard list");
     return r;
   }
+  if (manifest.value("complete", false) != true)  // an unfinished extract claims shards in its journal
+    for (const std::string& problem : merge_journal(dir, manifest["shards"])) issue(kJournalName, "", problem);
   for (const json& shard : manifest["shards"]) {
     if (!shard.is_object() || !shard.contains("file") || !shard["file"].is_string() || !shard.contains("checksums") ||
         !shard["checksums"].is_object()) {

@@ -26,7 +26,14 @@ from cli import ACTCAP, corpus, one_error_line, run, write_jsonl  # noqa: E402
 
 
 def manifest(out):
-    return json.load(open(out / "manifest.json"))
+    """manifest.json, with the shards an unfinished run claims in manifest.journal (whole lines)."""
+    m = json.load(open(out / "manifest.json"))
+    journal = out / "manifest.journal"
+    if not m["complete"] and journal.exists():
+        for line in journal.read_text().split("\n")[:-1]:  # after the last newline: an unfinished append
+            if json.loads(line)["shard"]["file"] not in [s["file"] for s in m["shards"]]:
+                m["shards"].append(json.loads(line)["shard"])
+    return m
 
 
 def assert_claimed_shards_intact(out, killed=False):
@@ -42,6 +49,7 @@ def assert_claimed_shards_intact(out, killed=False):
     v = json.loads(run("verify", out, "--json").stdout)
     problems = [i["problem"] for i in v["issues"]]
     assert problems in ([], ["run is not marked complete"]), problems
+    assert v["shards"] == len(m["shards"])  # verify counts what the journal claims too
     return m
 
 
@@ -226,3 +234,24 @@ def test_manifest_names_outside_the_folder_are_refused(job, tmp_path, name):
     assert p.returncode in (1, 2)
     one_error_line(p)
     assert outside.read_bytes() == before  # nothing outside the folder was touched
+
+
+@pytest.mark.parametrize("name", ["../outside.safetensors", "/etc/passwd"])
+def test_journal_names_outside_the_folder_are_refused(job, tmp_path, name):
+    out = tmp_path / "out"
+    p = run(*job["args"], "--out", out, env={"ACTCAP_FAULT_SHARD": "2"})  # stops with shards 0, 1 claimed
+    assert p.returncode == 1 and len(manifest(out)["shards"]) == 2
+    outside = tmp_path / "outside.safetensors"
+    outside.write_bytes(b"not yours")
+    lines = (out / "manifest.journal").read_text().split("\n")
+    entry = json.loads(lines[1])
+    entry["shard"]["file"] = name  # its checksum no longer matches: a damaged (or forged) line
+    lines[1] = json.dumps(entry)
+    (out / "manifest.journal").write_text("\n".join(lines))
+    v = run("verify", out, "--json")
+    assert v.returncode == 1
+    assert any(i["file"] == "manifest.journal" and "line 2 is damaged" in i["problem"]
+               for i in json.loads(v.stdout)["issues"])
+    p = run(*job["args"], "--out", out, "--resume")
+    assert p.returncode == 1 and "manifest.journal" in one_error_line(p)
+    assert outside.read_bytes() == b"not yours"

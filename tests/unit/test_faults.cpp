@@ -14,6 +14,7 @@
 #include "actcap/init_model.h"
 #include "actcap/model.h"
 #include "actcap/planner.h"
+#include "export/journal.h"
 #include "models/weights.h"
 
 using namespace actcap;
@@ -119,14 +120,18 @@ TEST(Faults, ExtractWriterThreadDrainsAndFailsCleanly) {
     EXPECT_NE(std::string(e.what()).find("shard-00002.safetensors"), std::string::npos) << e.what();
   }
   std::ifstream mf(o.out + "/manifest.json");
-  const auto manifest = nlohmann::json::parse(mf);
-  ASSERT_EQ(manifest["shards"].size(), 2u);
+  auto manifest = nlohmann::json::parse(mf);
   EXPECT_FALSE(manifest["complete"].get<bool>());
+  EXPECT_TRUE(manifest["shards"].empty());  // an unfinished run claims its shards in the journal
+  EXPECT_TRUE(merge_journal(o.out, manifest["shards"]).empty());
+  ASSERT_EQ(manifest["shards"].size(), 2u);
+  EXPECT_EQ(manifest["shards"][1]["file"], "shard-00001.safetensors");
   EXPECT_FALSE(fs::exists(o.out + "/shard-00002.safetensors"));
 
   // Resume without the fault: the same files as the clean run.
   o.resume = true;
   run_extract(*m, tok.get(), o);
+  EXPECT_FALSE(fs::exists(o.out + "/manifest.journal"));  // taken into the manifest, then removed
   for (const auto& e : fs::directory_iterator(dir + "/ok")) {
     std::ifstream a(e.path(), std::ios::binary),
         b(o.out + "/" + e.path().filename().string(), std::ios::binary);
@@ -158,5 +163,52 @@ TEST(Faults, TempFilesOfAKilledWriteAreOursToRemoveAndNothingElseIs) {
   std::vector<std::string> left;
   for (const auto& e : fs::directory_iterator(dir)) left.push_back(e.path().filename().string());
   EXPECT_EQ(left, std::vector<std::string>{"notes.tmp.txt"});
+  fs::remove_all(dir);
+}
+
+// The journal claims shards one appended line each: a torn last line (a kill mid-append) is not
+// claimed and not an error; a damaged whole line is an error and nothing after it is trusted;
+// entries already in the manifest (a resume killed after consolidating) are not claimed twice.
+TEST(Faults, JournalClaimsWholeLinesOnly) {
+  const std::string dir = temp_dir();
+  const nlohmann::json a = {{"file", "shard-00000.safetensors"}, {"rows", 3}},
+                       b = {{"file", "shard-00001.safetensors"}, {"rows", 4}};
+  nlohmann::json shards = nlohmann::json::array();
+  EXPECT_TRUE(merge_journal(dir, shards).empty());  // no journal: nothing claimed, no problem
+  EXPECT_TRUE(shards.empty());
+  {
+    JournalWriter j(dir);
+    j.append(a);
+    j.append(b);
+  }
+  const std::string path = dir + "/manifest.journal";
+  std::string text;
+  {
+    std::ifstream in(path);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  EXPECT_TRUE(merge_journal(dir, shards).empty());
+  EXPECT_EQ(shards, nlohmann::json::array({a, b}));
+
+  shards = nlohmann::json::array({a});  // already consolidated: not claimed twice
+  EXPECT_TRUE(merge_journal(dir, shards).empty());
+  EXPECT_EQ(shards, nlohmann::json::array({a, b}));
+
+  std::ofstream(path, std::ios::trunc) << text << R"({"shard": {"file": "shard-00002.saf)";  // torn
+  shards = nlohmann::json::array();
+  EXPECT_TRUE(merge_journal(dir, shards).empty());
+  EXPECT_EQ(shards.size(), 2u);
+
+  std::string damaged = text;
+  damaged[damaged.find("\"rows\":3") + 7] = '9';  // line 1 now says 9 rows
+  std::ofstream(path, std::ios::trunc) << damaged;
+  shards = nlohmann::json::array();
+  const auto problems = merge_journal(dir, shards);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("line 1 is damaged"), std::string::npos) << problems[0];
+  EXPECT_TRUE(shards.empty());
+
+  JournalWriter(dir).remove();
+  EXPECT_FALSE(fs::exists(path));
   fs::remove_all(dir);
 }

@@ -1,0 +1,39 @@
+// manifest.journal: the shards an unfinished extract has claimed, one line each, appended and
+// synced as each shard is read back. Rewriting the whole manifest after every shard would write
+// O(shards^2) bytes over a long run; the journal writes each entry once. The manifest takes the
+// entries in when the run completes or is resumed, and the journal is removed.
+//
+// A line is {"shard": <the manifest's shard entry>, "xxh3": <XXH3 of the entry, dumped>}. A last
+// line without its newline is an append a kill interrupted: not claimed, not an error. A damaged
+// whole line is: nothing after it is trusted.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace actcap {
+
+// Appends the journal's entries to `shards` (skipping entries already there, as a resume that was
+// killed between rewriting the manifest and removing the journal leaves). Returns the problems
+// found, one line each; an absent journal has none.
+std::vector<std::string> merge_journal(const std::string& dir, nlohmann::json& shards);
+
+class JournalWriter {
+ public:
+  explicit JournalWriter(std::string dir);
+  ~JournalWriter();
+  JournalWriter(const JournalWriter&) = delete;
+  JournalWriter& operator=(const JournalWriter&) = delete;
+
+  // Appends one entry and syncs it: from then on the shard is claimed. RunError on failure.
+  void append(const nlohmann::json& shard);
+  // Closes and deletes the journal (its entries are in the manifest now) and syncs the folder.
+  void remove();
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+}  // namespace actcap
