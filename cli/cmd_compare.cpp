@@ -11,7 +11,8 @@
 namespace actcap::cli {
 
 Command add_compare(CLI::App& app) {
-  auto* sub = app.add_subcommand("compare", "Prove a split run equals a single-device run, tensor by tensor");
+  auto* sub = app.add_subcommand("compare",
+                                 "Prove a split run equals a single-device run, tensor by tensor");
   struct Opts {
     std::string model = "demo", tokens, text;
     std::vector<std::string> capture = {"**"};
@@ -26,11 +27,14 @@ Command add_compare(CLI::App& app) {
   add_device_options(sub, o->dev);
   sub->add_flag("--json", o->json, "Machine-readable output");
   return {sub, [o]() {
-            if (o->tokens.empty() && o->text.empty()) throw InputError("give the input with --tokens or --text");
+            if (o->tokens.empty() && o->text.empty())
+              throw InputError("give the input with --tokens or --text");
             if (o->dev.devices.empty() && o->dev.device_map == "auto") o->dev.devices = "3";
             auto model = Model::load(o->model);
-            auto seqs = o->tokens.empty() ? tokenize_text(*model, o->text) : parse_token_lists(o->tokens);
-            Batch batch = Batch::from_sequences(seqs, model->config().vocab_size(), model->config().max_positions());
+            auto seqs =
+                o->tokens.empty() ? tokenize_text(*model, o->text) : parse_token_lists(o->tokens);
+            Batch batch = Batch::from_sequences(seqs, model->config().vocab_size(),
+                                                model->config().max_positions());
             auto capture_run = [&](std::map<std::string, at::Tensor>& out) {
               SafeCapturer cap(*model, CaptureOptions{o->capture});
               out["logits"] = cap.run(batch).to(at::kCPU);
@@ -54,25 +58,33 @@ Command add_compare(CLI::App& app) {
               const double diff = a.is_floating_point() ? (a - b).abs().max().item<double>()
                                                         : static_cast<double>(!equal);
               bad += !equal;
-              rows.push_back({{"point", name}, {"equal", equal}, {"max_abs_diff", diff},
-                              {"reference_xxh3", hex64(tensor_xxh3(a))}, {"split_xxh3", hex64(tensor_xxh3(b))}});
+              rows.push_back({{"point", name},
+                              {"equal", equal},
+                              {"max_abs_diff", diff},
+                              {"reference_xxh3", hex64(tensor_xxh3(a))},
+                              {"split_xxh3", hex64(tensor_xxh3(b))}});
             }
             if (o->json) {
-              std::cout << nlohmann::json({{"equal", bad == 0}, {"mismatched", bad}, {"device_map", dp.device_map()},
+              std::cout << nlohmann::json({{"equal", bad == 0},
+                                           {"mismatched", bad},
+                                           {"device_map", dp.device_map()},
                                            {"points", rows}})
                                .dump(2)
                         << "\n";
             } else {
               size_t w = 6;
               for (const auto& n : order) w = std::max(w, n.size());
-              std::cout << std::left << std::setw(w + 2) << "point" << std::setw(7) << "equal" << std::setw(14)
-                        << "max_abs_diff" << "xxh3 (reference / split)\n";
+              std::cout << std::left << std::setw(w + 2) << "point" << std::setw(7) << "equal"
+                        << std::setw(14) << "max_abs_diff"
+                        << "xxh3 (reference / split)\n";
               for (const auto& r : rows)
-                std::cout << std::left << std::setw(w + 2) << r["point"].get<std::string>() << std::setw(7)
-                          << (r["equal"].get<bool>() ? "yes" : "NO") << std::setw(14) << r["max_abs_diff"].get<double>()
-                          << r["reference_xxh3"].get<std::string>() << " / " << r["split_xxh3"].get<std::string>()
-                          << "\n";
-              std::cout << (bad == 0 ? "split run is bit-identical to the single-device run: " : "MISMATCH: ")
+                std::cout << std::left << std::setw(w + 2) << r["point"].get<std::string>()
+                          << std::setw(7) << (r["equal"].get<bool>() ? "yes" : "NO")
+                          << std::setw(14) << r["max_abs_diff"].get<double>()
+                          << r["reference_xxh3"].get<std::string>() << " / "
+                          << r["split_xxh3"].get<std::string>() << "\n";
+              std::cout << (bad == 0 ? "split run is bit-identical to the single-device run: "
+                                     : "MISMATCH: ")
                         << rows.size() - bad << "/" << rows.size() << " tensors equal\n";
             }
             return bad == 0 ? 0 : 1;

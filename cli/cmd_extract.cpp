@@ -33,13 +33,16 @@ class ProgressPrinter {
     const double since = std::chrono::duration<double>(now - last_).count();
     if (since < (tty_ ? 0.2 : 5.0) && p.documents_done < p.documents_total) return;
     last_ = now;
-    const double frac = p.documents_total ? static_cast<double>(p.documents_done) / p.documents_total : 0.0;
+    const double frac =
+        p.documents_total ? static_cast<double>(p.documents_done) / p.documents_total : 0.0;
     const double tps = p.seconds > 0 ? p.tokens_done / p.seconds : 0.0;
     const double left = frac > 0 ? p.seconds * (1 - frac) / frac : -1;
     char line[256];
     std::snprintf(line, sizeof(line), "%lld/%lld docs  %.0f tok/s  %s written  %lld shards  ETA %s",
-                  static_cast<long long>(p.documents_done), static_cast<long long>(p.documents_total), tps,
-                  format_bytes(p.bytes_written).c_str(), static_cast<long long>(p.shards_written), eta(left).c_str());
+                  static_cast<long long>(p.documents_done),
+                  static_cast<long long>(p.documents_total), tps,
+                  format_bytes(p.bytes_written).c_str(), static_cast<long long>(p.shards_written),
+                  eta(left).c_str());
     if (tty_) {
       const int width = 24, filled = static_cast<int>(frac * width);
       std::fprintf(stderr, "\r[%s%s] %3.0f%% %s\033[K", std::string(filled, '#').c_str(),
@@ -60,9 +63,11 @@ class ProgressPrinter {
 }  // namespace
 
 Command add_extract(CLI::App& app) {
-  auto* sub = app.add_subcommand("extract", "Capture activations of a whole corpus into verified safetensors shards");
+  auto* sub = app.add_subcommand(
+      "extract", "Capture activations of a whole corpus into verified safetensors shards");
   struct Opts {
-    std::string model = "demo", input, out, dtype = "keep", positions = "all", shard_size = "256MiB";
+    std::string model = "demo", input, out, dtype = "keep", positions = "all",
+                shard_size = "256MiB";
     std::string capture_budget, bare_ref = "error";
     std::vector<std::string> capture;
     int64_t batch_size = 8, max_length = 0, stride = 0;
@@ -71,25 +76,34 @@ Command add_extract(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   sub->add_option("MODEL", o->model, "Checkpoint directory or 'demo'");
-  sub->add_option("--input", o->input, ".txt (one document per line) or .jsonl (\"text\" or \"input_ids\")")->required();
+  sub->add_option("--input", o->input,
+                  ".txt (one document per line) or .jsonl (\"text\" or \"input_ids\")")
+      ->required();
   sub->add_option("--capture", o->capture, "Hook point patterns")->expected(1, -1);
   sub->add_option("--out", o->out, "Output directory");
   add_device_options(sub, o->dev);
   sub->add_option("--batch-size", o->batch_size, "Sequences per forward");
-  sub->add_option("--max-length", o->max_length, "Tokens per sequence (default: the model's context)");
-  sub->add_option("--stride", o->stride, "Cut longer documents into windows starting every N tokens");
-  sub->add_option("--positions", o->positions, "Token positions: all | first | last | ranges like 0:8,-4:");
+  sub->add_option("--max-length", o->max_length,
+                  "Tokens per sequence (default: the model's context)");
+  sub->add_option("--stride", o->stride,
+                  "Cut longer documents into windows starting every N tokens");
+  sub->add_option("--positions", o->positions,
+                  "Token positions: all | first | last | ranges like 0:8,-4:");
   sub->add_option("--dtype", o->dtype, "Stored dtype: keep | f32 | f16 | bf16");
   sub->add_option("--shard-size", o->shard_size, "Captured bytes per shard, e.g. 256MiB");
-  sub->add_option("--capture-budget", o->capture_budget, "Refuse batches whose captures exceed this");
-  sub->add_option("--bare-ref", o->bare_ref, "Hooks that keep the borrowed tensor: error | warn | off");
+  sub->add_option("--capture-budget", o->capture_budget,
+                  "Refuse batches whose captures exceed this");
+  sub->add_option("--bare-ref", o->bare_ref,
+                  "Hooks that keep the borrowed tensor: error | warn | off");
   sub->add_flag("--resume", o->resume, "Continue an interrupted run in --out");
   sub->add_flag("--overwrite", o->overwrite, "Replace actcap output already in --out");
   sub->add_flag("--skip-bad-lines", o->skip_bad, "Skip invalid input lines instead of stopping");
   sub->add_flag("--quiet", o->quiet, "No progress output");
-  sub->add_flag("--forward-only", o->forward_only, "Benchmark: run the same batches without capturing or writing");
+  sub->add_flag("--forward-only", o->forward_only,
+                "Benchmark: run the same batches without capturing or writing");
   return {sub, [o]() {
-            if (!o->forward_only && o->capture.empty()) throw InputError("--capture is required (e.g. --capture 'transformer.h.*')");
+            if (!o->forward_only && o->capture.empty())
+              throw InputError("--capture is required (e.g. --capture 'transformer.h.*')");
             if (!o->forward_only && o->out.empty()) throw InputError("--out is required");
             auto model = Model::load(o->model);
             model->set_bare_ref_policy(parse_bare_ref_policy(o->bare_ref));
@@ -97,7 +111,9 @@ Command add_extract(CLI::App& app) {
             ExtractOptions x;
             x.input = o->input;
             x.out = o->out;
-            x.capture.patterns = o->forward_only && o->capture.empty() ? std::vector<std::string>{"lm_head"} : o->capture;
+            x.capture.patterns = o->forward_only && o->capture.empty()
+                                     ? std::vector<std::string>{"lm_head"}
+                                     : o->capture;
             x.capture.dtype = parse_capture_dtype(o->dtype);
             x.capture.positions = PositionSpec::parse(o->positions);
             if (!o->capture_budget.empty()) x.capture.budget_bytes = parse_bytes(o->capture_budget);
@@ -118,13 +134,18 @@ Command add_extract(CLI::App& app) {
             ExtractResult r = run_extract(*model, tokenizer.get(), x, std::ref(printer));
             printer.done();
             const auto& p = r.progress;
-            std::cout << (o->forward_only ? "forward-only: " : "extracted ") << p.documents_done << " documents, "
-                      << p.tokens_done << " tokens in " << p.seconds << " s (" << static_cast<int64_t>(p.tokens_done / std::max(p.seconds, 1e-9))
+            std::cout << (o->forward_only ? "forward-only: " : "extracted ") << p.documents_done
+                      << " documents, " << p.tokens_done << " tokens in " << p.seconds << " s ("
+                      << static_cast<int64_t>(p.tokens_done / std::max(p.seconds, 1e-9))
                       << " tokens/s)";
             if (!o->forward_only)
-              std::cout << "; " << p.shards_written << " shards, " << format_bytes(p.bytes_written) << " in " << o->out
-                        << (r.skipped_lines ? concat("; skipped ", r.skipped_lines, " bad lines") : std::string())
-                        << (r.resumed_from_line ? concat("; resumed at line ", r.resumed_from_line + 1) : std::string());
+              std::cout << "; " << p.shards_written << " shards, " << format_bytes(p.bytes_written)
+                        << " in " << o->out
+                        << (r.skipped_lines ? concat("; skipped ", r.skipped_lines, " bad lines")
+                                            : std::string())
+                        << (r.resumed_from_line
+                                ? concat("; resumed at line ", r.resumed_from_line + 1)
+                                : std::string());
             std::cout << "\n";
             return 0;
           }};

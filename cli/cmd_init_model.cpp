@@ -7,17 +7,23 @@
 namespace actcap::cli {
 
 Command add_init_model(CLI::App& app) {
-  auto* sub = app.add_subcommand("init-model", "Write a deterministic random-init HF checkpoint (config.json + model.safetensors)");
+  auto* sub = app.add_subcommand(
+      "init-model",
+      "Write a deterministic random-init HF checkpoint (config.json + model.safetensors)");
   struct Opts {
     InitModelOptions init;
     std::string tie, out;
   };
   auto o = std::make_shared<Opts>();
-  sub->add_option("--arch", o->init.arch, "Architecture")->required()->check(CLI::IsMember({"gpt2", "llama", "mistral", "qwen2"}));
-  sub->add_option("--preset", o->init.preset, "Size: tiny (tests), small, gpt2-small (GPT-2 124M's shape)")
+  sub->add_option("--arch", o->init.arch, "Architecture")
+      ->required()
+      ->check(CLI::IsMember({"gpt2", "llama", "mistral", "qwen2"}));
+  sub->add_option("--preset", o->init.preset,
+                  "Size: tiny (tests), small, gpt2-small (GPT-2 124M's shape)")
       ->check(CLI::IsMember({"tiny", "small", "gpt2-small"}));
   sub->add_option("--seed", o->init.seed, "Random seed")->required();
-  sub->add_option("--dtype", o->init.dtype, "Stored dtype")->check(CLI::IsMember({"f32", "f16", "bf16"}));
+  sub->add_option("--dtype", o->init.dtype, "Stored dtype")
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}));
   sub->add_option("--tie-word-embeddings", o->tie, "Override the family's default tying")
       ->check(CLI::IsMember({"true", "false"}));
   sub->add_option("--out", o->out, "Output directory")->required();
@@ -25,8 +31,9 @@ Command add_init_model(CLI::App& app) {
             if (!o->tie.empty()) o->init.tie_word_embeddings = o->tie == "true";
             InitModelResult r = init_model(o->out, o->init);
             std::cout << "wrote " << o->out << ": " << o->init.arch << " " << o->init.preset << ", "
-                      << r.config.num_layers() << " layers, " << r.parameters << " parameters, " << o->init.dtype
-                      << ", seed " << o->init.seed << (r.config.tie_word_embeddings() ? ", tied" : ", untied")
+                      << r.config.num_layers() << " layers, " << r.parameters << " parameters, "
+                      << o->init.dtype << ", seed " << o->init.seed
+                      << (r.config.tie_word_embeddings() ? ", tied" : ", untied")
                       << " embeddings\n";
             return 0;
           }};

@@ -27,7 +27,8 @@ Command add_plan(CLI::App& app) {
             auto model = Model::load(o->model);
             const int64_t seq = o->seq > 0 ? o->seq : model->config().max_positions();
             std::vector<PointInfo> capture;
-            if (!o->capture.empty()) capture = SafeCapturer(*model, CaptureOptions{o->capture}).plan();
+            if (!o->capture.empty())
+              capture = SafeCapturer(*model, CaptureOptions{o->capture}).plan();
             DevicePlan plan = plan_for(*model, o->dev, o->batch, seq, capture);
             if (o->json) {
               auto j = plan.to_json();
@@ -38,7 +39,8 @@ Command add_plan(CLI::App& app) {
             }
             auto mods = model->stage_modules();
             for (size_t i = 0; i < mods.size(); ++i)
-              for (const std::string& m : mods[i]) std::cout << m << " -> " << plan.stage_device[i].str() << "\n";
+              for (const std::string& m : mods[i])
+                std::cout << m << " -> " << plan.stage_device[i].str() << "\n";
             std::cout << "\nfor batch " << o->batch << " x seq " << seq << ":\n" << plan.table();
             return 0;
           }};

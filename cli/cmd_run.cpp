@@ -21,24 +21,32 @@ Command add_run(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   sub->add_option("MODEL", o->model, "Checkpoint directory or 'demo'");
-  auto* tok = sub->add_option("--tokens", o->tokens, "Token ids: \"1,2,3;4,5\" (sequences separated by ';')");
+  auto* tok = sub->add_option("--tokens", o->tokens,
+                              "Token ids: \"1,2,3;4,5\" (sequences separated by ';')");
   auto* txt = sub->add_option("--text", o->text, "Text (demo: byte-level tokenizer)");
   tok->excludes(txt);
-  sub->add_option("--capture", o->capture, "Hook point patterns (* one segment, ** any depth, NAME:input)")
+  sub->add_option("--capture", o->capture,
+                  "Hook point patterns (* one segment, ** any depth, NAME:input)")
       ->required()
       ->expected(1, -1);
   sub->add_option("--out", o->out, "Output directory")->required();
   sub->add_flag("--overwrite", o->overwrite, "Replace actcap output already in --out");
   add_device_options(sub, o->dev);
   sub->add_option("--dtype", o->dtype, "Stored dtype of captures: keep | f32 | f16 | bf16");
-  sub->add_option("--positions", o->positions, "Token positions: all | first | last | ranges like 0:8,-4:");
-  sub->add_option("--capture-budget", o->capture_budget, "Refuse runs whose captures exceed this (e.g. 2GiB)");
-  sub->add_option("--bare-ref", o->bare_ref, "Hooks that keep the borrowed tensor: error | warn | off");
+  sub->add_option("--positions", o->positions,
+                  "Token positions: all | first | last | ranges like 0:8,-4:");
+  sub->add_option("--capture-budget", o->capture_budget,
+                  "Refuse runs whose captures exceed this (e.g. 2GiB)");
+  sub->add_option("--bare-ref", o->bare_ref,
+                  "Hooks that keep the borrowed tensor: error | warn | off");
   return {sub, [o]() {
-            if (o->tokens.empty() && o->text.empty()) throw InputError("give the input with --tokens or --text");
+            if (o->tokens.empty() && o->text.empty())
+              throw InputError("give the input with --tokens or --text");
             auto model = Model::load(o->model);
-            auto seqs = o->tokens.empty() ? tokenize_text(*model, o->text) : parse_token_lists(o->tokens);
-            Batch batch = Batch::from_sequences(seqs, model->config().vocab_size(), model->config().max_positions());
+            auto seqs =
+                o->tokens.empty() ? tokenize_text(*model, o->text) : parse_token_lists(o->tokens);
+            Batch batch = Batch::from_sequences(seqs, model->config().vocab_size(),
+                                                model->config().max_positions());
             model->set_bare_ref_policy(parse_bare_ref_policy(o->bare_ref));
             CaptureOptions copts;
             copts.patterns = o->capture;
@@ -53,14 +61,16 @@ Command add_run(CLI::App& app) {
             auto exported = export_run(o->out, capturer, *model);
             size_t width = 5;
             for (const auto& e : exported) width = std::max(width, e.name.size());
-            std::cout << std::left << std::setw(width + 2) << "point" << std::setw(14) << "shape" << std::setw(7)
-                      << "dtype" << "xxh3\n";
+            std::cout << std::left << std::setw(width + 2) << "point" << std::setw(14) << "shape"
+                      << std::setw(7) << "dtype"
+                      << "xxh3\n";
             for (const auto& e : exported)
-              std::cout << std::left << std::setw(width + 2) << e.name << std::setw(14) << shape_string(e.shape)
-                        << std::setw(7) << e.dtype << e.checksum << "\n";
-            std::cout << "wrote " << exported.size() << " tensors (" << capturer.row_seq().size() << " rows) to " << o->out
-                      << "/shard-00000.safetensors and manifest.json (" << capturer.plan().size() << " points, "
-                      << capturer.bytes_per_token() << " bytes per token, " << format_bytes(need) << ")\n";
+              std::cout << std::left << std::setw(width + 2) << e.name << std::setw(14)
+                        << shape_string(e.shape) << std::setw(7) << e.dtype << e.checksum << "\n";
+            std::cout << "wrote " << exported.size() << " tensors (" << capturer.row_seq().size()
+                      << " rows) to " << o->out << "/shard-00000.safetensors and manifest.json ("
+                      << capturer.plan().size() << " points, " << capturer.bytes_per_token()
+                      << " bytes per token, " << format_bytes(need) << ")\n";
             return 0;
           }};
 }

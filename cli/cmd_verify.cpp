@@ -10,7 +10,8 @@
 namespace actcap::cli {
 
 Command add_verify(CLI::App& app) {
-  auto* sub = app.add_subcommand("verify", "Re-hash every tensor of an output folder against its checksums");
+  auto* sub = app.add_subcommand("verify",
+                                 "Re-hash every tensor of an output folder against its checksums");
   struct Opts {
     std::string dir;
     bool json = false;
@@ -22,16 +23,22 @@ Command add_verify(CLI::App& app) {
             VerifyReport r = verify_output(o->dir);
             if (o->json) {
               nlohmann::json issues = nlohmann::json::array();
-              for (const auto& i : r.issues) issues.push_back({{"file", i.file}, {"tensor", i.tensor}, {"problem", i.problem}});
-              std::cout << nlohmann::json({{"ok", r.ok()}, {"shards", r.shards}, {"tensors", r.tensors},
-                                           {"bytes", r.bytes}, {"issues", issues}})
+              for (const auto& i : r.issues)
+                issues.push_back({{"file", i.file}, {"tensor", i.tensor}, {"problem", i.problem}});
+              std::cout << nlohmann::json({{"ok", r.ok()},
+                                           {"shards", r.shards},
+                                           {"tensors", r.tensors},
+                                           {"bytes", r.bytes},
+                                           {"issues", issues}})
                                .dump(2)
                         << "\n";
             } else {
               for (const auto& i : r.issues)
-                std::cout << "BAD  " << i.file << (i.tensor.empty() ? "" : " :: " + i.tensor) << ": " << i.problem << "\n";
-              std::cout << (r.ok() ? "OK   " : "FAILED ") << r.tensors << " tensors in " << r.shards << " shards ("
-                        << format_bytes(r.bytes) << ")" << (r.ok() ? " intact" : concat(", ", r.issues.size(), " problems"))
+                std::cout << "BAD  " << i.file << (i.tensor.empty() ? "" : " :: " + i.tensor)
+                          << ": " << i.problem << "\n";
+              std::cout << (r.ok() ? "OK   " : "FAILED ") << r.tensors << " tensors in " << r.shards
+                        << " shards (" << format_bytes(r.bytes) << ")"
+                        << (r.ok() ? " intact" : concat(", ", r.issues.size(), " problems"))
                         << "\n";
             }
             return r.ok() ? 0 : 1;

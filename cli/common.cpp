@@ -27,7 +27,8 @@ std::vector<std::vector<int64_t>> parse_token_lists(const std::string& text) {
         used = 0;
       }
       if (trimmed.empty() || used != trimmed.size())
-        throw InputError(concat("--tokens: '", trimmed, "' in sequence ", si, " is not an integer token id"));
+        throw InputError(
+            concat("--tokens: '", trimmed, "' in sequence ", si, " is not an integer token id"));
       ids.push_back(v);
     }
     if (ids.empty()) throw InputError(concat("--tokens: sequence ", si, " is empty"));
@@ -40,7 +41,8 @@ std::vector<std::vector<int64_t>> parse_token_lists(const std::string& text) {
 
 std::vector<std::vector<int64_t>> tokenize_text(const Model& model, const std::string& text) {
   auto tokenizer = tokenizer_for(model.origin());
-  if (!tokenizer) throw InputError(concat("--text: ", model.origin(), " has no tokenizer.json; pass --tokens"));
+  if (!tokenizer)
+    throw InputError(concat("--text: ", model.origin(), " has no tokenizer.json; pass --tokens"));
   if (text.empty()) throw InputError("--text is empty");
   return {tokenizer->encode(text)};
 }
@@ -59,10 +61,13 @@ std::string shape_string(const std::vector<int64_t>& shape) {
 namespace actcap::cli {
 
 void add_device_options(CLI::App* sub, DeviceOptions& o) {
-  sub->add_option("--devices", o.devices, "Devices: cpu:0,cpu:1,cuda:0 or a count N (= cpu:0..cpu:N-1)");
+  sub->add_option("--devices", o.devices,
+                  "Devices: cpu:0,cpu:1,cuda:0 or a count N (= cpu:0..cpu:N-1)");
   sub->add_option("--max-memory", o.max_memory, "Per-device budgets: cpu:0=300MiB,cpu:1=1GiB");
-  sub->add_option("--device-map", o.device_map, "auto | balanced | sequential | FILE.json (accelerate format)");
-  sub->add_flag("--no-verify-transfers", o.no_verify_transfers, "Skip checksumming inter-device copies");
+  sub->add_option("--device-map", o.device_map,
+                  "auto | balanced | sequential | FILE.json (accelerate format)");
+  sub->add_flag("--no-verify-transfers", o.no_verify_transfers,
+                "Skip checksumming inter-device copies");
 }
 
 DevicePlan plan_for(const Model& model, const DeviceOptions& o, int64_t batch, int64_t seq,
@@ -77,13 +82,16 @@ DevicePlan plan_for(const Model& model, const DeviceOptions& o, int64_t batch, i
   } else {
     req.explicit_map = load_device_map(o.device_map);
     if (!req.explicit_map.is_object())
-      throw InputError(concat("--device-map ", o.device_map, ": expected an object of module name -> device"));
+      throw InputError(
+          concat("--device-map ", o.device_map, ": expected an object of module name -> device"));
     req.strategy = PlanStrategy::kExplicit;
   }
   for (const auto& [dev, bytes] : req.budgets)
-    if (!req.devices.empty() && std::find(req.devices.begin(), req.devices.end(), dev) == req.devices.end())
+    if (!req.devices.empty() &&
+        std::find(req.devices.begin(), req.devices.end(), dev) == req.devices.end())
       throw InputError(concat("--max-memory names ", dev.str(), ", which is not in --devices"));
-  req.hidden_bytes = static_cast<uint64_t>(batch * seq * model.config().hidden_size()) * sizeof(float);
+  req.hidden_bytes =
+      static_cast<uint64_t>(batch * seq * model.config().hidden_size()) * sizeof(float);
   // Capture staging: each captured point costs its bytes per token on the device of its stage.
   for (const PointInfo& p : capture) {
     int64_t per_token = static_cast<int64_t>(c10::elementSize(p.dtype));
@@ -91,7 +99,8 @@ DevicePlan plan_for(const Model& model, const DeviceOptions& o, int64_t batch, i
     const std::string module = p.name.substr(0, p.name.find(':'));
     for (StageCost& s : req.stages)
       for (const std::string& m : s.modules)
-        if (module == m || module.rfind(m + ".", 0) == 0) s.capture_bytes += per_token * batch * seq;
+        if (module == m || module.rfind(m + ".", 0) == 0)
+          s.capture_bytes += per_token * batch * seq;
   }
   return plan_devices(req);
 }

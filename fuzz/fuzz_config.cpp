@@ -34,20 +34,19 @@ void check_same(const actcap::ModelConfig& a, const actcap::ModelConfig& b,
                    x.num_key_value_heads == y.num_key_value_heads && x.head_dim == y.head_dim &&
                    x.hidden_act == y.hidden_act && same_double(x.rms_norm_eps, y.rms_norm_eps),
                "llama fields differ after the round trip\n%s", j);
-    FUZZ_CHECK(x.rope.rope_type == y.rope.rope_type &&
-                   same_double(x.rope.rope_theta, y.rope.rope_theta) &&
-                   same_double(x.rope.factor, y.rope.factor) &&
-                   same_double(x.rope.low_freq_factor, y.rope.low_freq_factor) &&
-                   same_double(x.rope.high_freq_factor, y.rope.high_freq_factor) &&
-                   x.rope.original_max_position_embeddings ==
-                       y.rope.original_max_position_embeddings,
-               "rope differs after the round trip\n%s", j);
+    FUZZ_CHECK(
+        x.rope.rope_type == y.rope.rope_type && same_double(x.rope.rope_theta, y.rope.rope_theta) &&
+            same_double(x.rope.factor, y.rope.factor) &&
+            same_double(x.rope.low_freq_factor, y.rope.low_freq_factor) &&
+            same_double(x.rope.high_freq_factor, y.rope.high_freq_factor) &&
+            x.rope.original_max_position_embeddings == y.rope.original_max_position_embeddings,
+        "rope differs after the round trip\n%s", j);
     FUZZ_CHECK(x.attention_bias == y.attention_bias && x.qkv_bias == y.qkv_bias &&
                    x.o_bias == y.o_bias && x.mlp_bias == y.mlp_bias &&
                    x.sliding_window == y.sliding_window &&
                    x.use_sliding_window == y.use_sliding_window &&
-                   x.max_window_layers == y.max_window_layers &&
-                   x.bos_token_id == y.bos_token_id && x.eos_token_id == y.eos_token_id,
+                   x.max_window_layers == y.max_window_layers && x.bos_token_id == y.bos_token_id &&
+                   x.eos_token_id == y.eos_token_id,
                "llama flags/window/token ids differ after the round trip\n%s", j);
     for (int64_t layer : {int64_t{0}, int64_t{1}, x.num_hidden_layers - 1})
       FUZZ_CHECK(x.window_for_layer(layer) == y.window_for_layer(layer),
@@ -63,9 +62,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!fuzz::clean([&] { c = actcap::parse_config(text, "config.json"); })) return 0;
 
   // The sizes the model builder derives from an accepted config.
-  FUZZ_CHECK(c.vocab_size() > 0 && c.hidden_size() > 0 && c.num_layers() > 0 &&
-                 c.max_positions() > 0,
-             "accepted a non-positive size");
+  FUZZ_CHECK(
+      c.vocab_size() > 0 && c.hidden_size() > 0 && c.num_layers() > 0 && c.max_positions() > 0,
+      "accepted a non-positive size");
   if (c.arch == actcap::Arch::kGpt2) {
     FUZZ_CHECK(c.gpt2.inner() > 0 && c.gpt2.head_dim() > 0, "gpt2 inner %lld head_dim %lld",
                static_cast<long long>(c.gpt2.inner()), static_cast<long long>(c.gpt2.head_dim()));

@@ -9,9 +9,8 @@
 // Invariants of a successful plan: one device per stage, every stage on a planned device, usage
 // in listed order, every budget respected, device_map() maps every module of every stage,
 // table()/to_json() render.
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -64,9 +63,9 @@ void check_plan(const PlanRequest& req, const actcap::DevicePlan& plan) {
                  static_cast<unsigned long long>(u.total()),
                  static_cast<unsigned long long>(*u.budget));
     auto it = req.budgets.find(u.device);
-    FUZZ_CHECK((it != req.budgets.end()) == u.budget.has_value() &&
-                   (!u.budget || *u.budget == it->second),
-               "%s: budget not carried into the usage", u.device.str().c_str());
+    FUZZ_CHECK(
+        (it != req.budgets.end()) == u.budget.has_value() && (!u.budget || *u.budget == it->second),
+        "%s: budget not carried into the usage", u.device.str().c_str());
     for (size_t s : u.stages) {
       FUZZ_CHECK(s < n && plan.stage_device[s] == u.device, "stage %zu listed under %s", s,
                  u.device.str().c_str());
@@ -81,8 +80,8 @@ void check_plan(const PlanRequest& req, const actcap::DevicePlan& plan) {
     };
     for (size_t s = 1; s < n; ++s)
       FUZZ_CHECK(rank(plan.stage_device[s - 1]) <= rank(plan.stage_device[s]),
-                 "contiguous plan goes back from %s to %s",
-                 plan.stage_device[s - 1].str().c_str(), plan.stage_device[s].str().c_str());
+                 "contiguous plan goes back from %s to %s", plan.stage_device[s - 1].str().c_str(),
+                 plan.stage_device[s].str().c_str());
   }
   const nlohmann::json map = plan.device_map();
   for (size_t s = 0; s < n; ++s)
@@ -125,8 +124,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                "parse_device_list does not round-trip '%s' -> '%s'", fuzz::escape(first).c_str(),
                joined.c_str());
   }
-  if (!have_devices) devices = {DeviceId::virtual_cpu(0), DeviceId::virtual_cpu(1),
-                                DeviceId::virtual_cpu(2), DeviceId::virtual_cpu(3)};
+  if (!have_devices)
+    devices = {DeviceId::virtual_cpu(0), DeviceId::virtual_cpu(1), DeviceId::virtual_cpu(2),
+               DeviceId::virtual_cpu(3)};
   if (have_budgets) {
     // Budgets for unlisted devices are rejected by the CLI before planning; do the same.
     for (auto it = budgets.begin(); it != budgets.end();)
@@ -140,7 +140,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     req.devices = devices;
     req.budgets = budgets;
     req.hidden_bytes = 16 * 64 * 4;
-    for (PlanStrategy s : {PlanStrategy::kAuto, PlanStrategy::kBalanced, PlanStrategy::kSequential}) {
+    for (PlanStrategy s :
+         {PlanStrategy::kAuto, PlanStrategy::kBalanced, PlanStrategy::kSequential}) {
       req.strategy = s;
       plan(req);
     }

@@ -27,19 +27,19 @@ using actcap::DeviceId;
 
 const std::vector<std::string>& point_names() {
   static const std::vector<std::string> kNames = [] {
-    std::vector<std::string> v = {"transformer.wte", "transformer.wpe", "transformer.drop",
-                                  "transformer.ln_f", "lm_head", "model.embed_tokens",
-                                  "model.norm", "model.rotary_emb"};
+    std::vector<std::string> v = {"transformer.wte",  "transformer.wpe", "transformer.drop",
+                                  "transformer.ln_f", "lm_head",         "model.embed_tokens",
+                                  "model.norm",       "model.rotary_emb"};
     for (int i = 0; i < 2; ++i) {
       const std::string h = "transformer.h." + std::to_string(i);
       for (const char* s : {"", ".ln_1", ".attn", ".attn.c_attn", ".attn.c_proj", ".ln_2", ".mlp",
                             ".mlp.c_fc", ".mlp.act", ".mlp.c_proj"})
         v.push_back(h + s);
       const std::string l = "model.layers." + std::to_string(i);
-      for (const char* s : {"", ".input_layernorm", ".self_attn", ".self_attn.q_proj",
-                            ".self_attn.k_proj", ".self_attn.v_proj", ".self_attn.o_proj",
-                            ".post_attention_layernorm", ".mlp", ".mlp.gate_proj", ".mlp.up_proj",
-                            ".mlp.down_proj", ".mlp.act_fn"})
+      for (const char* s :
+           {"", ".input_layernorm", ".self_attn", ".self_attn.q_proj", ".self_attn.k_proj",
+            ".self_attn.v_proj", ".self_attn.o_proj", ".post_attention_layernorm", ".mlp",
+            ".mlp.gate_proj", ".mlp.up_proj", ".mlp.down_proj", ".mlp.act_fn"})
         v.push_back(l + s);
     }
     const size_t n = v.size();
@@ -107,16 +107,16 @@ void patterns(const std::string& line, bool nearest) {
   }
   // Patterns are also matched against names that contain the line (names are not fuzzed
   // otherwise): the pattern must match itself when it has no '*'.
-  if (literal) FUZZ_CHECK(actcap::match_point(line, line), "'%s' does not match itself",
-                          fuzz::escape(line).c_str());
+  if (literal)
+    FUZZ_CHECK(actcap::match_point(line, line), "'%s' does not match itself",
+               fuzz::escape(line).c_str());
   if (!nearest) return;
   // A subset of the names: the edit distance is quadratic and instrumented comparisons are slow.
   static const std::vector<std::string> some(names.begin(), names.begin() + 24);
   const auto near = actcap::nearest_points(line, some, 5);
   FUZZ_CHECK(near.size() == 5, "nearest_points gave %zu", near.size());
   for (const auto& n : near)
-    FUZZ_CHECK(std::find(some.begin(), some.end(), n) != some.end(), "unknown name %s",
-               n.c_str());
+    FUZZ_CHECK(std::find(some.begin(), some.end(), n) != some.end(), "unknown name %s", n.c_str());
 }
 
 void positions(const std::string& line) {

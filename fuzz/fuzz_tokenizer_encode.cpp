@@ -10,9 +10,8 @@
 //   * gpt2's ByteLevel post-processor adds nothing; llama3's adds exactly <|begin_of_text|> first;
 //   * encode is deterministic (the second call is served by the BPE cache);
 //   * Bpe::merge (quadratic scan) == Bpe::merge_with_queue on the same symbols.
-#include <nlohmann/json.hpp>
-
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -37,12 +36,12 @@ std::string spell(const std::string& raw) {
 // Raw-byte merges (spelled through the byte alphabet for byte-level vocabularies). Chosen to
 // overlap (a a / aa a / a aa / aa aa) so that merge order and ties matter.
 const std::vector<std::pair<std::string, std::string>> kMerges = {
-    {"h", "e"},   {" ", "t"},     {" t", "he"},  {"i", "n"},  {"e", "r"},   {"a", "n"},
-    {" ", "a"},   {"o", "n"},     {"r", "e"},    {" ", "s"},  {"in", "g"},  {"a", "a"},
-    {"aa", "a"},  {"a", "aa"},    {"aa", "aa"},  {"aaa", "aa"}, {"\xc3", "\xa9"}, {" ", "\xe6"},
-    {"1", "2"},   {"12", "3"},    {"'", "s"},    {"\n", "\n"}, {" ", " "},  {"  ", "  "},
-    {"l", "l"},   {"he", "ll"},   {"hell", "o"}, {" w", "or"}, {" ", "w"},  {"o", "r"},
-    {"b", "b"},   {"bb", "b"},    {"b", "bb"},   {"ab", "ba"}, {"a", "b"},  {"b", "a"},
+    {"h", "e"},  {" ", "t"},   {" t", "he"},  {"i", "n"},    {"e", "r"},       {"a", "n"},
+    {" ", "a"},  {"o", "n"},   {"r", "e"},    {" ", "s"},    {"in", "g"},      {"a", "a"},
+    {"aa", "a"}, {"a", "aa"},  {"aa", "aa"},  {"aaa", "aa"}, {"\xc3", "\xa9"}, {" ", "\xe6"},
+    {"1", "2"},  {"12", "3"},  {"'", "s"},    {"\n", "\n"},  {" ", " "},       {"  ", "  "},
+    {"l", "l"},  {"he", "ll"}, {"hell", "o"}, {" w", "or"},  {" ", "w"},       {"o", "r"},
+    {"b", "b"},  {"bb", "b"},  {"b", "bb"},   {"ab", "ba"},  {"a", "b"},       {"b", "a"},
 };
 
 json byte_level_vocab_and_merges(json& merges) {
@@ -59,19 +58,24 @@ json byte_level_vocab_and_merges(json& merges) {
 }
 
 json added(int64_t id, const std::string& content, bool special, json extra = json::object()) {
-  json t = {{"id", id},         {"content", content},  {"single_word", false},
-            {"lstrip", false},  {"rstrip", false},     {"normalized", !special},
-            {"special", special}};
+  json t = {{"id", id},        {"content", content},     {"single_word", false}, {"lstrip", false},
+            {"rstrip", false}, {"normalized", !special}, {"special", special}};
   for (auto& [k, v] : extra.items()) t[k] = v;
   return t;
 }
 
 json bpe_model(json vocab, json merges, bool ignore_merges, json unk = nullptr,
                bool fuse_unk = false, bool byte_fallback = false) {
-  return {{"type", "BPE"},          {"dropout", nullptr},          {"unk_token", unk},
-          {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
-          {"fuse_unk", fuse_unk},   {"byte_fallback", byte_fallback},
-          {"ignore_merges", ignore_merges},       {"vocab", vocab},  {"merges", merges}};
+  return {{"type", "BPE"},
+          {"dropout", nullptr},
+          {"unk_token", unk},
+          {"continuing_subword_prefix", nullptr},
+          {"end_of_word_suffix", nullptr},
+          {"fuse_unk", fuse_unk},
+          {"byte_fallback", byte_fallback},
+          {"ignore_merges", ignore_merges},
+          {"vocab", vocab},
+          {"merges", merges}};
 }
 
 constexpr int64_t kEndOfText = 1000, kBeginOfText = 1001, kEndOfTextL3 = 1002;
@@ -79,53 +83,70 @@ constexpr int64_t kEndOfText = 1000, kBeginOfText = 1001, kEndOfTextL3 = 1002;
 std::unique_ptr<actcap::Tokenizer> build_gpt2() {
   json merges;
   json vocab = byte_level_vocab_and_merges(merges);
-  json doc = {
-      {"version", "1.0"},
-      {"added_tokens", {added(kEndOfText, "<|endoftext|>", true)}},
-      {"normalizer", nullptr},
-      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
-                         {"use_regex", true}}},
-      {"post_processor", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false},
-                          {"use_regex", true}}},
-      {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true},
-                   {"use_regex", true}}},
-      {"model", bpe_model(vocab, merges, false)}};
+  json doc = {{"version", "1.0"},
+              {"added_tokens", {added(kEndOfText, "<|endoftext|>", true)}},
+              {"normalizer", nullptr},
+              {"pre_tokenizer",
+               {{"type", "ByteLevel"},
+                {"add_prefix_space", false},
+                {"trim_offsets", true},
+                {"use_regex", true}}},
+              {"post_processor",
+               {{"type", "ByteLevel"},
+                {"add_prefix_space", true},
+                {"trim_offsets", false},
+                {"use_regex", true}}},
+              {"decoder",
+               {{"type", "ByteLevel"},
+                {"add_prefix_space", true},
+                {"trim_offsets", true},
+                {"use_regex", true}}},
+              {"model", bpe_model(vocab, merges, false)}};
   return actcap::Tokenizer::from_json(doc.dump(), "gpt2-like tokenizer.json");
 }
 
 std::unique_ptr<actcap::Tokenizer> build_llama3() {
   json merges;
   json vocab = byte_level_vocab_and_merges(merges);
-  json doc = {
-      {"version", "1.0"},
-      {"added_tokens",
-       {added(kBeginOfText, "<|begin_of_text|>", true), added(kEndOfTextL3, "<|end_of_text|>", true)}},
-      {"normalizer", nullptr},
-      {"pre_tokenizer",
-       {{"type", "Sequence"},
-        {"pretokenizers",
-         {{{"type", "Split"},
-           {"pattern", {{"Regex", kLlama3Pattern}}},
-           {"behavior", "Isolated"},
-           {"invert", false}},
-          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
-           {"use_regex", false}}}}}},
-      {"post_processor",
-       {{"type", "Sequence"},
-        {"processors",
-         {{{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false},
-           {"use_regex", true}},
-          {{"type", "TemplateProcessing"},
-           {"single",
-            {{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}},
-             {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
-           {"pair", json::array()},
-           {"special_tokens",
-            {{"<|begin_of_text|>",
-              {{"id", "<|begin_of_text|>"}, {"ids", {kBeginOfText}}, {"tokens", {"<|begin_of_text|>"}}}}}}}}}}},
-      {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true},
-                   {"use_regex", true}}},
-      {"model", bpe_model(vocab, merges, true)}};
+  json doc = {{"version", "1.0"},
+              {"added_tokens",
+               {added(kBeginOfText, "<|begin_of_text|>", true),
+                added(kEndOfTextL3, "<|end_of_text|>", true)}},
+              {"normalizer", nullptr},
+              {"pre_tokenizer",
+               {{"type", "Sequence"},
+                {"pretokenizers",
+                 {{{"type", "Split"},
+                   {"pattern", {{"Regex", kLlama3Pattern}}},
+                   {"behavior", "Isolated"},
+                   {"invert", false}},
+                  {{"type", "ByteLevel"},
+                   {"add_prefix_space", false},
+                   {"trim_offsets", true},
+                   {"use_regex", false}}}}}},
+              {"post_processor",
+               {{"type", "Sequence"},
+                {"processors",
+                 {{{"type", "ByteLevel"},
+                   {"add_prefix_space", true},
+                   {"trim_offsets", false},
+                   {"use_regex", true}},
+                  {{"type", "TemplateProcessing"},
+                   {"single",
+                    {{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}},
+                     {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+                   {"pair", json::array()},
+                   {"special_tokens",
+                    {{"<|begin_of_text|>",
+                      {{"id", "<|begin_of_text|>"},
+                       {"ids", {kBeginOfText}},
+                       {"tokens", {"<|begin_of_text|>"}}}}}}}}}}},
+              {"decoder",
+               {{"type", "ByteLevel"},
+                {"add_prefix_space", true},
+                {"trim_offsets", true},
+                {"use_regex", true}}},
+              {"model", bpe_model(vocab, merges, true)}};
   return actcap::Tokenizer::from_json(doc.dump(), "llama3-like tokenizer.json");
 }
 
@@ -138,8 +159,9 @@ std::unique_ptr<actcap::Tokenizer> build_misc() {
     std::snprintf(name, sizeof name, "<0x%02X>", b);
     vocab[name] = next++;
   }
-  for (const char* ch : {"a", "b", "e", "h", "i", "l", "n", "o", "r", "s", "t", "w", " ", "1", "2",
-                         "3", "\xc3\xa9", "\xe6\x97\xa5", "fi", "."})
+  for (const char* ch : {"a",  "b", "e", "h", "i", "l", "n", "o",        "r",
+                         "s",  "t", "w", " ", "1", "2", "3", "\xc3\xa9", "\xe6\x97\xa5",
+                         "fi", "."})
     vocab[ch] = next++;
   json merges = json::array();
   for (const auto& [a, b] : kMerges) {
@@ -147,28 +169,34 @@ std::unique_ptr<actcap::Tokenizer> build_misc() {
     merges.push_back(json::array({a, b}));  // the [a, b] form of merges
     if (!vocab.contains(a + b)) vocab[a + b] = next++;
   }
-  json doc = {
-      {"version", "1.0"},
-      {"added_tokens",
-       {added(500, "[CLS]", true), added(501, "[SEP]", true),
-        added(502, "<mask>", true, {{"lstrip", true}, {"rstrip", true}}),
-        added(503, "hello", false, {{"single_word", true}}),
-        added(504, "\xef\xac\x81x", false, {{"normalized", true}}),  // ﬁx, NFKC -> fix
-        added(505, "ab", false, {{"normalized", false}, {"rstrip", true}})}},
-      {"normalizer", {{"type", "Sequence"}, {"normalizers", {{{"type", "NFKC"}}}}}},
-      {"pre_tokenizer",
-       {{"type", "Sequence"},
-        {"pretokenizers",
-         {{{"type", "Digits"}, {"individual_digits", true}},
-          {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "MergedWithNext"},
-           {"invert", false}},
-          {{"type", "Split"}, {"pattern", {{"Regex", "\\p{P}+"}}}, {"behavior", "Contiguous"},
-           {"invert", true}},
-          {{"type", "Split"}, {"pattern", {{"Regex", "\\s*\\w+"}}}, {"behavior", "MergedWithPrevious"},
-           {"invert", false}}}}}},
-      {"post_processor", {{"type", "BertProcessing"}, {"cls", {"[CLS]", 500}}, {"sep", {"[SEP]", 501}}}},
-      {"decoder", nullptr},
-      {"model", bpe_model(vocab, merges, false, "<unk>", true, true)}};
+  json doc = {{"version", "1.0"},
+              {"added_tokens",
+               {added(500, "[CLS]", true), added(501, "[SEP]", true),
+                added(502, "<mask>", true, {{"lstrip", true}, {"rstrip", true}}),
+                added(503, "hello", false, {{"single_word", true}}),
+                added(504, "\xef\xac\x81x", false, {{"normalized", true}}),  // ﬁx, NFKC -> fix
+                added(505, "ab", false, {{"normalized", false}, {"rstrip", true}})}},
+              {"normalizer", {{"type", "Sequence"}, {"normalizers", {{{"type", "NFKC"}}}}}},
+              {"pre_tokenizer",
+               {{"type", "Sequence"},
+                {"pretokenizers",
+                 {{{"type", "Digits"}, {"individual_digits", true}},
+                  {{"type", "Split"},
+                   {"pattern", {{"String", " "}}},
+                   {"behavior", "MergedWithNext"},
+                   {"invert", false}},
+                  {{"type", "Split"},
+                   {"pattern", {{"Regex", "\\p{P}+"}}},
+                   {"behavior", "Contiguous"},
+                   {"invert", true}},
+                  {{"type", "Split"},
+                   {"pattern", {{"Regex", "\\s*\\w+"}}},
+                   {"behavior", "MergedWithPrevious"},
+                   {"invert", false}}}}}},
+              {"post_processor",
+               {{"type", "BertProcessing"}, {"cls", {"[CLS]", 500}}, {"sep", {"[SEP]", 501}}}},
+              {"decoder", nullptr},
+              {"model", bpe_model(vocab, merges, false, "<unk>", true, true)}};
   return actcap::Tokenizer::from_json(doc.dump(), "misc tokenizer.json");
 }
 

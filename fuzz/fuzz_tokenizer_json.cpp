@@ -18,11 +18,12 @@ const std::vector<std::string>& samples() {
       " hello  world\n\n\tthe end ",
       "I'm 12345 years old; it's 3.14!",
       "caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e \xf0\x9f\x98\x80 \xe2\x80\xaf",
-      "A\xcc\x8a\xe2\x84\xab \xef\xac\x81",                // combining ring, Angstrom, fi ligature
+      "A\xcc\x8a\xe2\x84\xab \xef\xac\x81",  // combining ring, Angstrom, fi ligature
       "bad \xff\xfe utf8 \xc3 \xe2\x82 \xed\xa0\x80 \xf4\x90\x80\x80 \xc0\xaf",  // invalid UTF-8
       "<|endoftext|>x<|endoftext|><s></s><unk>[CLS] [SEP]",
       std::string("nul\0byte", 8),
-      "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",  // long word (queue merge)
+      "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",  // long word (queue
+                                                                                 // merge)
   };
   return kSamples;
 }

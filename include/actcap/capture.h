@@ -24,18 +24,18 @@ struct PositionSpec {
   struct Range {
     std::optional<int64_t> start, stop;  // half-open, Python slice semantics
   };
-  std::vector<Range> ranges;  // empty = all
+  std::vector<Range> ranges;                           // empty = all
   static PositionSpec parse(const std::string& text);  // throws InputError
   std::vector<int64_t> select(int64_t length) const;   // positions of a sequence of `length` tokens
 };
 
 struct CaptureOptions {
-  std::vector<std::string> patterns;            // e.g. {"transformer.h.*", "**:input"}
-  c10::Device stable_device = c10::kCPU;        // where snapshots are kept
-  std::optional<c10::ScalarType> dtype;         // cast snapshots (nullopt = keep the point's dtype)
-  PositionSpec positions;                       // all by default
-  std::optional<uint64_t> budget_bytes;         // refuse a run whose snapshots would exceed this
-  bool fingerprint = true;                      // XXH3 at capture, checked on read (off only to measure its cost)
+  std::vector<std::string> patterns;      // e.g. {"transformer.h.*", "**:input"}
+  c10::Device stable_device = c10::kCPU;  // where snapshots are kept
+  std::optional<c10::ScalarType> dtype;   // cast snapshots (nullopt = keep the point's dtype)
+  PositionSpec positions;                 // all by default
+  std::optional<uint64_t> budget_bytes;   // refuse a run whose snapshots would exceed this
+  bool fingerprint = true;  // XXH3 at capture, checked on read (off only to measure its cost)
 };
 
 // Parses "keep" | "f32" | "f16" | "bf16" (throws InputError).
@@ -79,7 +79,8 @@ class SafeCapturer {
 
   const std::vector<Snapshot>& snapshots() const { return snapshots_; }
   // Verified read: the rows of one call of `point` (call < 0: all calls concatenated in order).
-  // Throws RunError when a snapshot's bytes no longer match its fingerprint, or nothing was captured.
+  // Throws RunError when a snapshot's bytes no longer match its fingerprint, or nothing was
+  // captured.
   at::Tensor get(const std::string& point, int64_t call = -1) const;
   // Re-hashes every snapshot; throws RunError naming the first that changed.
   void verify() const;
@@ -91,7 +92,7 @@ class SafeCapturer {
   std::vector<PointInfo> plan_;
   std::vector<HookHandle> handles_;
   std::vector<Snapshot> snapshots_;
-  at::Tensor row_index_;  // flat b*T + t of the selected tokens of the current batch
+  at::Tensor row_index_;   // flat b*T + t of the selected tokens of the current batch
   bool all_rows_ = false;  // row_index_ is every token in order (no padding, all positions)
   std::vector<int64_t> row_seq_, row_pos_;
 };

@@ -3,9 +3,8 @@
 // configuration_qwen2.py). Defaults are written once, in config.cpp.
 #pragma once
 
-#include <nlohmann/json_fwd.hpp>
-
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,10 +20,10 @@ std::vector<std::string> supported_model_types();
 
 struct Gpt2Config {
   int64_t vocab_size = 50257;
-  int64_t n_positions = 1024;  // alias max_position_embeddings
-  int64_t n_embd = 768;        // alias hidden_size
-  int64_t n_layer = 12;        // alias num_hidden_layers
-  int64_t n_head = 12;         // alias num_attention_heads
+  int64_t n_positions = 1024;      // alias max_position_embeddings
+  int64_t n_embd = 768;            // alias hidden_size
+  int64_t n_layer = 12;            // alias num_hidden_layers
+  int64_t n_head = 12;             // alias num_attention_heads
   std::optional<int64_t> n_inner;  // None -> 4 * n_embd
   std::string activation_function = "gelu_new";
   double layer_norm_epsilon = 1e-5;
@@ -39,7 +38,8 @@ struct Gpt2Config {
   int64_t head_dim() const { return n_embd / n_head; }
 };
 
-// RoPE parameters, from top-level rope_theta/rope_scaling (transformers v4) or rope_parameters (v5).
+// RoPE parameters, from top-level rope_theta/rope_scaling (transformers v4) or rope_parameters
+// (v5).
 struct RopeConfig {
   std::string rope_type = "default";  // default | linear | llama3
   double rope_theta = 10000.0;

@@ -20,11 +20,13 @@ struct DeviceId {
   static DeviceId cpu() { return {}; }
   static DeviceId virtual_cpu(int i) { return {Kind::kVirtualCpu, i}; }
   static DeviceId cuda(int i) { return {Kind::kCuda, i}; }
-  std::string str() const;          // "cpu", "cpu:3", "cuda:1"
-  c10::Device c10() const;          // physical device (virtual CPUs are the host CPU)
+  std::string str() const;  // "cpu", "cpu:3", "cuda:1"
+  c10::Device c10() const;  // physical device (virtual CPUs are the host CPU)
   bool operator==(const DeviceId& o) const { return kind == o.kind && index == o.index; }
   bool operator!=(const DeviceId& o) const { return !(*this == o); }
-  bool operator<(const DeviceId& o) const { return kind != o.kind ? kind < o.kind : index < o.index; }
+  bool operator<(const DeviceId& o) const {
+    return kind != o.kind ? kind < o.kind : index < o.index;
+  }
 };
 
 // Strict parsers; each throws InputError naming the offending text and what is accepted.

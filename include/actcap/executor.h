@@ -13,17 +13,17 @@
 namespace actcap {
 
 struct ExecutionOptions {
-  std::vector<DeviceId> stage_device;       // one per stage; empty = everything on `cpu`
-  std::map<DeviceId, uint64_t> budgets;     // enforced on weights + arena; absent = unlimited
-  bool verify_transfers = true;             // checksum both sides of every inter-device copy
+  std::vector<DeviceId> stage_device;    // one per stage; empty = everything on `cpu`
+  std::map<DeviceId, uint64_t> budgets;  // enforced on weights + arena; absent = unlimited
+  bool verify_transfers = true;          // checksum both sides of every inter-device copy
 };
 
 struct DeviceStats {
   DeviceId device;
   uint64_t weight_bytes = 0;
-  uint64_t arena_bytes = 0;       // current arena reservation
-  uint64_t peak_bytes = 0;        // weights + largest arena reservation seen
-  int64_t slot_reuses = 0;        // times an arena slot was handed out again (memory reused)
+  uint64_t arena_bytes = 0;  // current arena reservation
+  uint64_t peak_bytes = 0;   // weights + largest arena reservation seen
+  int64_t slot_reuses = 0;   // times an arena slot was handed out again (memory reused)
   int64_t transfers_in = 0;
   uint64_t bytes_in = 0;
 };
@@ -31,7 +31,7 @@ struct DeviceStats {
 struct TransferStats {
   int64_t transfers = 0;
   int64_t verified = 0;
-  int64_t retried = 0;            // mismatches repaired by the host-staged retry
+  int64_t retried = 0;  // mismatches repaired by the host-staged retry
   uint64_t bytes = 0;
 };
 

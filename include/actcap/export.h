@@ -1,6 +1,6 @@
 // Output folder layout (docs/format.md): safetensors shards with one tensor per captured point
-// named exactly as the point, [rows, ...features], plus int64 `__rows__.seq` / `__rows__.pos`, and a
-// manifest.json written atomically that lists shards, points, dtypes and checksums. While an
+// named exactly as the point, [rows, ...features], plus int64 `__rows__.seq` / `__rows__.pos`, and
+// a manifest.json written atomically that lists shards, points, dtypes and checksums. While an
 // extract runs, each finished shard is claimed by one line appended to manifest.journal; the
 // manifest takes them all in when the run completes (or is resumed).
 #pragma once
@@ -25,8 +25,9 @@ struct ExportedTensor {
   std::string checksum;  // XXH3-64, 16 hex digits
 };
 
-// actcap's own files in an output folder: the manifest and its journal, shards, and the temp files an interrupted
-// write leaves behind (`<name>.tmp.<pid>`; a process killed with SIGKILL cannot remove them).
+// actcap's own files in an output folder: the manifest and its journal, shards, and the temp files
+// an interrupted write leaves behind (`<name>.tmp.<pid>`; a process killed with SIGKILL cannot
+// remove them).
 bool is_output_file(const std::string& name);
 
 // Makes `dir` ready for a new output: creates it, refuses (InputError) a non-empty folder unless
@@ -35,7 +36,8 @@ void prepare_output_dir(const std::string& dir, bool overwrite);
 
 // Writes the snapshots of a single forward as shard-00000.safetensors, then manifest.json.
 // Verifies every snapshot's fingerprint before writing and the shard's bytes after.
-std::vector<ExportedTensor> export_run(const std::string& dir, const SafeCapturer& capturer, const Model& model);
+std::vector<ExportedTensor> export_run(const std::string& dir, const SafeCapturer& capturer,
+                                       const Model& model);
 
 // `actcap verify`: re-reads an output folder and checks every byte that carries meaning: the
 // manifest's own checksum, each shard's header (full safetensors validation), the checksums in

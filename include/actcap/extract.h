@@ -20,18 +20,18 @@
 namespace actcap {
 
 struct ExtractOptions {
-  std::string input;                    // .txt (one document per line) or .jsonl ("text" or "input_ids")
+  std::string input;  // .txt (one document per line) or .jsonl ("text" or "input_ids")
   std::string out;
-  CaptureOptions capture;               // patterns, dtype, positions
+  CaptureOptions capture;  // patterns, dtype, positions
   int64_t batch_size = 8;
-  int64_t max_length = 0;               // 0: the model's context
-  int64_t stride = 0;                   // 0: no windowing (longer documents are an error)
+  int64_t max_length = 0;  // 0: the model's context
+  int64_t stride = 0;      // 0: no windowing (longer documents are an error)
   uint64_t shard_bytes = 256ull << 20;
   bool resume = false;
   bool overwrite = false;
   bool skip_bad_lines = false;
-  bool forward_only = false;            // benchmark: same batches, no capture, nothing written
-  int queue_shards = 2;                 // shards waiting for the writer before compute blocks
+  bool forward_only = false;  // benchmark: same batches, no capture, nothing written
+  int queue_shards = 2;       // shards waiting for the writer before compute blocks
 };
 
 struct ExtractProgress {

@@ -18,8 +18,8 @@ struct HookContext {
   const std::string& point;  // full point name, e.g. "transformer.h.3.mlp" or "...:input"
   bool is_input;             // true for `NAME:input` points (pre-hooks)
   c10::Device device;        // device the tensor lives on
-  int64_t call_index;        // 0, 1, 2, ... per hook and point, counting every call since registration
-  int64_t step;              // index of the forward() call on the model
+  int64_t call_index;  // 0, 1, 2, ... per hook and point, counting every call since registration
+  int64_t step;        // index of the forward() call on the model
 };
 
 // A hook observes a tensor it does NOT own.
@@ -45,7 +45,7 @@ struct PointInfo {
 // a `:input` suffix must be present on both or neither; `*` inside a segment is a glob).
 bool match_point(const std::string& pattern, const std::string& name);
 // The names closest to `pattern` by edit distance, at most `n`, for error messages.
-std::vector<std::string> nearest_points(const std::string& pattern, const std::vector<std::string>& names,
-                                        size_t n = 5);
+std::vector<std::string> nearest_points(const std::string& pattern,
+                                        const std::vector<std::string>& names, size_t n = 5);
 
 }  // namespace actcap

@@ -14,7 +14,7 @@ struct InitModelOptions {
   std::string arch = "gpt2";    // gpt2 | llama | mistral | qwen2
   std::string preset = "tiny";  // tiny | small | gpt2-small
   uint64_t seed = 0;
-  std::string dtype = "f32";    // f32 | f16 | bf16
+  std::string dtype = "f32";                // f32 | f16 | bf16
   std::optional<bool> tie_word_embeddings;  // default: the preset's (HF default per family)
 };
 

@@ -12,8 +12,8 @@
 
 #include "actcap/config.h"
 #include "actcap/executor.h"
-#include "actcap/planner.h"
 #include "actcap/hooks.h"
+#include "actcap/planner.h"
 
 namespace actcap {
 
@@ -92,7 +92,8 @@ class Model {
   DeviceId stage_device(size_t stage) const;
   // What the planner needs to know per stage for a batch x seq run.
   std::vector<StageCost> stage_costs(int64_t batch, int64_t seq) const;
-  // HF module names each stage covers (GPT-2's embedding stage: transformer.wte and transformer.wpe).
+  // HF module names each stage covers (GPT-2's embedding stage: transformer.wte and
+  // transformer.wpe).
   std::vector<std::vector<std::string>> stage_modules() const;
   std::vector<DeviceStats> device_stats() const;
   const TransferStats& transfer_stats() const;

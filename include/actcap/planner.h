@@ -16,52 +16,57 @@ namespace actcap {
 
 // What the planner knows about one stage.
 struct StageCost {
-  std::vector<std::string> modules;  // HF module names the stage covers, e.g. {"transformer.wte", "transformer.wpe"}
-  uint64_t weight_bytes = 0;         // parameters owned by this stage
-  uint64_t shared_weight_bytes = 0;  // tied parameters (lm_head <-> embeddings) also counted here when split
-  std::string shared_with;           // module name holding the tied weight ("" when none)
-  uint64_t workspace_bytes = 0;      // peak temporary activations while the stage runs
-  uint64_t capture_bytes = 0;        // capture staging for hook points inside the stage
+  std::vector<std::string>
+      modules;  // HF module names the stage covers, e.g. {"transformer.wte", "transformer.wpe"}
+  uint64_t weight_bytes = 0;  // parameters owned by this stage
+  uint64_t shared_weight_bytes =
+      0;                    // tied parameters (lm_head <-> embeddings) also counted here when split
+  std::string shared_with;  // module name holding the tied weight ("" when none)
+  uint64_t workspace_bytes = 0;  // peak temporary activations while the stage runs
+  uint64_t capture_bytes = 0;    // capture staging for hook points inside the stage
 };
 
 enum class PlanStrategy { kAuto, kBalanced, kSequential, kExplicit };
 
 struct PlanRequest {
-  std::vector<StageCost> stages;               // in execution order
-  std::vector<DeviceId> devices;               // listed order = fill order
-  std::map<DeviceId, uint64_t> budgets;        // absent = unlimited
+  std::vector<StageCost> stages;         // in execution order
+  std::vector<DeviceId> devices;         // listed order = fill order
+  std::map<DeviceId, uint64_t> budgets;  // absent = unlimited
   PlanStrategy strategy = PlanStrategy::kAuto;
-  nlohmann::json explicit_map;                 // accelerate format, for kExplicit
-  uint64_t hidden_bytes = 0;                   // one hidden state [B, T, H] in f32: arena slot size
+  nlohmann::json explicit_map;  // accelerate format, for kExplicit
+  uint64_t hidden_bytes = 0;    // one hidden state [B, T, H] in f32: arena slot size
 };
 
 struct DeviceUsage {
   DeviceId device;
   uint64_t weights = 0;
-  uint64_t workspace = 0;  // arena (2 ping-pong slots + transfer-in slot) + largest stage temporaries
-  uint64_t reserve = 0;    // capture staging
+  uint64_t workspace =
+      0;                 // arena (2 ping-pong slots + transfer-in slot) + largest stage temporaries
+  uint64_t reserve = 0;  // capture staging
   uint64_t total() const { return weights + workspace + reserve; }
   std::optional<uint64_t> budget;
   std::vector<size_t> stages;  // indices into PlanRequest::stages
 };
 
 struct DevicePlan {
-  std::vector<DeviceId> stage_device;  // one per stage
-  std::vector<DeviceUsage> usage;      // one per listed device, in listed order
+  std::vector<DeviceId> stage_device;                   // one per stage
+  std::vector<DeviceUsage> usage;                       // one per listed device, in listed order
   std::vector<std::vector<std::string>> stage_modules;  // HF module names per stage (device_map())
   // accelerate's format: module name -> device string, every module of every stage.
   nlohmann::json device_map() const;
   // Per-device table: device, stages, weights, workspace, reserve, total, budget.
   std::string table() const;
-  nlohmann::json to_json() const;      // {"device_map": {...}, "devices": [{...}]}
+  nlohmann::json to_json() const;  // {"device_map": {...}, "devices": [{...}]}
 };
 
 // Throws InputError (exit 2) when the model does not fit (message carries the per-device table of
 // what is needed), when an explicit map names unknown modules, leaves modules out, splits a
 // stage, or names devices not in the list.
 DevicePlan plan_devices(const PlanRequest& request);
-PlanStrategy parse_strategy(const std::string& text);  // auto | balanced | sequential (else FILE.json)
-// An accelerate-style device map file (read with a size bound); InputError naming it when unreadable.
+PlanStrategy parse_strategy(
+    const std::string& text);  // auto | balanced | sequential (else FILE.json)
+// An accelerate-style device map file (read with a size bound); InputError naming it when
+// unreadable.
 nlohmann::json load_device_map(const std::string& path);
 
 }  // namespace actcap

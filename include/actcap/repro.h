@@ -11,12 +11,12 @@
 namespace actcap {
 
 struct ReproResult {
-  std::string name;           // naive | guarded | clone | safe
+  std::string name;  // naive | guarded | clone | safe
   int devices = 1;
-  int64_t mismatched = -1;    // captures differing from the true output; -1 when the run stopped
-  int64_t total = 0;          // captures compared
+  int64_t mismatched = -1;  // captures differing from the true output; -1 when the run stopped
+  int64_t total = 0;        // captures compared
   double max_abs_err = 0.0;
-  std::string error;          // the run's error, empty when it completed
+  std::string error;  // the run's error, empty when it completed
 };
 
 std::vector<ReproResult> run_repro(const std::vector<int>& device_counts);

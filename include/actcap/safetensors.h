@@ -20,18 +20,18 @@ constexpr uint64_t kMaxSafetensorsHeader = 100'000'000;
 
 struct TensorInfo {
   std::string name;
-  std::string dtype_name;   // as written in the file: "F32", "BF16", ...
-  c10::ScalarType dtype;    // LibTorch dtype
+  std::string dtype_name;  // as written in the file: "F32", "BF16", ...
+  c10::ScalarType dtype;   // LibTorch dtype
   std::vector<int64_t> shape;
-  uint64_t begin = 0;       // offsets relative to the start of the data section
-  uint64_t end = 0;         // one past the last byte
+  uint64_t begin = 0;  // offsets relative to the start of the data section
+  uint64_t end = 0;    // one past the last byte
   int64_t numel() const;
 };
 
 struct SafetensorsHeader {
-  std::vector<TensorInfo> tensors;            // sorted by begin offset
-  std::map<std::string, std::string> metadata; // __metadata__ (string to string only)
-  uint64_t data_offset = 0;                    // 8 + N: where the data section starts
+  std::vector<TensorInfo> tensors;              // sorted by begin offset
+  std::map<std::string, std::string> metadata;  // __metadata__ (string to string only)
+  uint64_t data_offset = 0;                     // 8 + N: where the data section starts
 };
 
 // Parses and validates a complete safetensors file image held in memory. `origin` names the file
@@ -66,7 +66,9 @@ class SafetensorsFile : public std::enable_shared_from_this<SafetensorsFile> {
   // do not write into it), an owned copy otherwise. Throws InputError when the name is absent.
   at::Tensor tensor(const std::string& name) const;
   // Raw bytes of a tensor inside the mapping.
-  const uint8_t* data(const TensorInfo& info) const { return base_ + header_.data_offset + info.begin; }
+  const uint8_t* data(const TensorInfo& info) const {
+    return base_ + header_.data_offset + info.begin;
+  }
   uint64_t file_size() const { return size_; }
   const uint8_t* file_bytes() const { return base_; }
 

@@ -26,10 +26,12 @@ std::unique_ptr<Model> repro_model() {
 
 std::vector<Batch> repro_batches(const Model& m) {
   std::vector<Batch> out;
-  for (const char* text : {"activations must be what the layer computed", "and not what a later layer wrote"}) {
+  for (const char* text :
+       {"activations must be what the layer computed", "and not what a later layer wrote"}) {
     std::vector<int64_t> ids;
     for (const char* p = text; *p; ++p) ids.push_back(static_cast<unsigned char>(*p));
-    out.push_back(Batch::from_sequences({ids}, m.config().vocab_size(), m.config().max_positions()));
+    out.push_back(
+        Batch::from_sequences({ids}, m.config().vocab_size(), m.config().max_positions()));
   }
   return out;
 }
@@ -37,7 +39,8 @@ std::vector<Batch> repro_batches(const Model& m) {
 void place_on(Model& m, int n, const Batch& b) {
   PlanRequest req;
   req.stages = m.stage_costs(b.size(), b.max_len());
-  for (int i = 0; i < n; ++i) req.devices.push_back(n == 1 ? DeviceId::cpu() : DeviceId::virtual_cpu(i));
+  for (int i = 0; i < n; ++i)
+    req.devices.push_back(n == 1 ? DeviceId::cpu() : DeviceId::virtual_cpu(i));
   req.strategy = PlanStrategy::kBalanced;
   req.hidden_bytes = b.size() * b.max_len() * m.config().hidden_size() * sizeof(float);
   ExecutionOptions opts;
@@ -47,7 +50,8 @@ void place_on(Model& m, int n, const Batch& b) {
 
 using Key = std::pair<std::string, int64_t>;  // point, step
 
-void compare(ReproResult& r, const std::map<Key, at::Tensor>& truth, const std::map<Key, at::Tensor>& got) {
+void compare(ReproResult& r, const std::map<Key, at::Tensor>& truth,
+             const std::map<Key, at::Tensor>& got) {
   r.mismatched = 0;
   r.total = static_cast<int64_t>(truth.size());
   for (const auto& [key, t] : truth) {
@@ -56,8 +60,10 @@ void compare(ReproResult& r, const std::map<Key, at::Tensor>& truth, const std::
       ++r.mismatched;
       continue;
     }
-    // SafeCapturer stores rows [tokens, hidden]; one unpadded sequence has the same bytes as [1, T, hidden].
-    const at::Tensor g = it->second.numel() == t.numel() ? it->second.reshape(t.sizes()) : it->second;
+    // SafeCapturer stores rows [tokens, hidden]; one unpadded sequence has the same bytes as [1, T,
+    // hidden].
+    const at::Tensor g =
+        it->second.numel() == t.numel() ? it->second.reshape(t.sizes()) : it->second;
     if (g.sizes() != t.sizes()) {
       ++r.mismatched;
       continue;
@@ -75,7 +81,8 @@ std::vector<ReproResult> run_repro(const std::vector<int>& device_counts) {
   std::vector<ReproResult> out;
   const std::string pattern = "transformer.h.*";
   for (int n : device_counts) {
-    if (n < 1 || n > 64) throw InputError(concat("--devices: ", n, " is not a device count between 1 and 64"));
+    if (n < 1 || n > 64)
+      throw InputError(concat("--devices: ", n, " is not a device count between 1 and 64"));
     auto m = repro_model();
     auto batches = repro_batches(*m);
     place_on(*m, n, batches.front());

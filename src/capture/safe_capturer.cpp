@@ -1,5 +1,5 @@
-#include <set>
 #include <limits>
+#include <set>
 #include <sstream>
 
 #include "actcap/capture.h"
@@ -29,7 +29,8 @@ PositionSpec PositionSpec::parse(const std::string& text) {
       used = 0;
     }
     if (s.empty() || used != s.size())
-      throw InputError(concat("--positions: '", s, "' in '", text, "' is not an integer (all, first, last or ranges like 0:8,-4:)"));
+      throw InputError(concat("--positions: '", s, "' in '", text,
+                              "' is not an integer (all, first, last or ranges like 0:8,-4:)"));
     return v;
   };
   std::stringstream items(text);
@@ -41,11 +42,15 @@ PositionSpec PositionSpec::parse(const std::string& text) {
     if (colon == std::string::npos) {
       const int64_t p = parse_int(item);
       r.start = p;
-      // -1 means "to the end"; so does INT64_MAX (no sequence is that long), without p + 1 overflowing.
-      r.stop = (p == -1 || p == std::numeric_limits<int64_t>::max()) ? std::nullopt : std::optional<int64_t>(p + 1);
+      // -1 means "to the end"; so does INT64_MAX (no sequence is that long), without p + 1
+      // overflowing.
+      r.stop = (p == -1 || p == std::numeric_limits<int64_t>::max())
+                   ? std::nullopt
+                   : std::optional<int64_t>(p + 1);
     } else {
       if (item.find(':', colon + 1) != std::string::npos)
-        throw InputError(concat("--positions: '", item, "' has more than one ':' (steps are not supported)"));
+        throw InputError(
+            concat("--positions: '", item, "' has more than one ':' (steps are not supported)"));
       const std::string a = item.substr(0, colon), b = item.substr(colon + 1);
       if (!a.empty()) r.start = parse_int(a);
       if (!b.empty()) r.stop = parse_int(b);
@@ -62,7 +67,9 @@ std::vector<int64_t> PositionSpec::select(int64_t length) const {
     return out;
   }
   std::vector<bool> keep(length, false);
-  auto clamp = [&](int64_t v) { return v < 0 ? std::max<int64_t>(0, length + v) : std::min(v, length); };
+  auto clamp = [&](int64_t v) {
+    return v < 0 ? std::max<int64_t>(0, length + v) : std::min(v, length);
+  };
   for (const Range& r : ranges) {
     const int64_t a = r.start ? clamp(*r.start) : 0, b = r.stop ? clamp(*r.stop) : length;
     for (int64_t i = a; i < b; ++i) keep[i] = true;
@@ -80,7 +87,8 @@ std::optional<c10::ScalarType> parse_capture_dtype(const std::string& text) {
   throw InputError(concat("--dtype: '", text, "' is not one of keep, f32, f16, bf16"));
 }
 
-SafeCapturer::SafeCapturer(Model& model, CaptureOptions options) : model_(model), options_(std::move(options)) {
+SafeCapturer::SafeCapturer(Model& model, CaptureOptions options)
+    : model_(model), options_(std::move(options)) {
   if (options_.patterns.empty()) throw InputError("no --capture pattern given");
   const std::vector<PointInfo> all = model_.points();
   std::set<std::string> chosen;
@@ -95,21 +103,22 @@ SafeCapturer::SafeCapturer(Model& model, CaptureOptions options) : model_(model)
   // One hook per point (not per pattern), so overlapping patterns never capture twice.
   for (const PointInfo& p : plan_) {
     const c10::ScalarType dtype = p.dtype;
-    handles_.push_back(model_.register_forward_hook(p.name, [this, dtype](const HookContext& ctx, const at::Tensor& t) {
-      // Snapshot on the producing device: index_select writes fresh memory, so nothing here aliases
-      // the borrowed tensor. Then move to the stable device with a blocking copy, so the snapshot is
-      // complete before the hook returns.
-      // Every token selected (no padding, all positions): one contiguous copy, converting on the
-      // way, which is 2-4x faster than index_select's row gather on CPU. clone()/copy=true always
-      // write fresh memory, never a view of `t`.
-      const at::Tensor flat = t.flatten(0, 1);
-      at::Tensor rows = all_rows_ ? flat.to(dtype, /*non_blocking=*/false, /*copy=*/true)
-                                  : flat.index_select(0, row_index_.to(t.device()));
-      if (rows.scalar_type() != dtype) rows = rows.to(dtype);
-      rows = rows.to(options_.stable_device, /*non_blocking=*/false, /*copy=*/false);
-      snapshots_.push_back(
-          Snapshot{ctx.point, ctx.call_index, ctx.step, rows, options_.fingerprint ? tensor_xxh3(rows) : 0});
-    }));
+    handles_.push_back(model_.register_forward_hook(
+        p.name, [this, dtype](const HookContext& ctx, const at::Tensor& t) {
+          // Snapshot on the producing device: index_select writes fresh memory, so nothing here
+          // aliases the borrowed tensor. Then move to the stable device with a blocking copy, so
+          // the snapshot is complete before the hook returns. Every token selected (no padding, all
+          // positions): one contiguous copy, converting on the way, which is 2-4x faster than
+          // index_select's row gather on CPU. clone()/copy=true always write fresh memory, never a
+          // view of `t`.
+          const at::Tensor flat = t.flatten(0, 1);
+          at::Tensor rows = all_rows_ ? flat.to(dtype, /*non_blocking=*/false, /*copy=*/true)
+                                      : flat.index_select(0, row_index_.to(t.device()));
+          if (rows.scalar_type() != dtype) rows = rows.to(dtype);
+          rows = rows.to(options_.stable_device, /*non_blocking=*/false, /*copy=*/false);
+          snapshots_.push_back(Snapshot{ctx.point, ctx.call_index, ctx.step, rows,
+                                        options_.fingerprint ? tensor_xxh3(rows) : 0});
+        }));
   }
 }
 
@@ -129,30 +138,35 @@ int64_t SafeCapturer::bytes_per_token() const {
 
 uint64_t SafeCapturer::check_budget(const Batch& batch) const {
   uint64_t rows = 0;
-  for (int64_t b = 0; b < batch.size(); ++b) rows += options_.positions.select(batch.lengths[b]).size();
+  for (int64_t b = 0; b < batch.size(); ++b)
+    rows += options_.positions.select(batch.lengths[b]).size();
   return check_rows(rows);
 }
 
 uint64_t SafeCapturer::check_rows(uint64_t rows) const {
   const uint64_t need = rows * static_cast<uint64_t>(bytes_per_token());
   if (options_.budget_bytes && need > *options_.budget_bytes)
-    throw InputError(concat("capturing ", plan_.size(), " points x ", rows, " tokens (", bytes_per_token(),
-                            " bytes per token) needs ", format_bytes(need), ", over --capture-budget ",
-                            format_bytes(*options_.budget_bytes),
-                            "; capture fewer points, fewer --positions, a smaller --dtype, or raise the budget"));
+    throw InputError(concat(
+        "capturing ", plan_.size(), " points x ", rows, " tokens (", bytes_per_token(),
+        " bytes per token) needs ", format_bytes(need), ", over --capture-budget ",
+        format_bytes(*options_.budget_bytes),
+        "; capture fewer points, fewer --positions, a smaller --dtype, or raise the budget"));
   return need;
 }
 
 at::Tensor SafeCapturer::run(const Batch& batch) {
   check_budget(batch);
   std::vector<std::vector<int64_t>> positions;
-  for (int64_t b = 0; b < batch.size(); ++b) positions.push_back(options_.positions.select(batch.lengths[b]));
+  for (int64_t b = 0; b < batch.size(); ++b)
+    positions.push_back(options_.positions.select(batch.lengths[b]));
   return run(batch, positions);
 }
 
-at::Tensor SafeCapturer::run(const Batch& batch, const std::vector<std::vector<int64_t>>& positions) {
+at::Tensor SafeCapturer::run(const Batch& batch,
+                             const std::vector<std::vector<int64_t>>& positions) {
   if (static_cast<int64_t>(positions.size()) != batch.size())
-    throw InputError(concat("positions given for ", positions.size(), " sequences, batch has ", batch.size()));
+    throw InputError(
+        concat("positions given for ", positions.size(), " sequences, batch has ", batch.size()));
   const int64_t T = batch.ids.size(1);
   std::vector<int64_t> idx;
   row_seq_.clear();
@@ -160,7 +174,8 @@ at::Tensor SafeCapturer::run(const Batch& batch, const std::vector<std::vector<i
   for (int64_t b = 0; b < batch.size(); ++b)
     for (int64_t t : positions[b]) {
       if (t < 0 || t >= batch.lengths[b])
-        throw InputError(concat("position ", t, " is outside sequence ", b, " of length ", batch.lengths[b]));
+        throw InputError(
+            concat("position ", t, " is outside sequence ", b, " of length ", batch.lengths[b]));
       idx.push_back(b * T + t);
       row_seq_.push_back(b);
       row_pos_.push_back(t);
@@ -168,14 +183,16 @@ at::Tensor SafeCapturer::run(const Batch& batch, const std::vector<std::vector<i
   check_rows(idx.size());  // before anything runs or is kept
   row_index_ = at::tensor(idx, at::kLong);
   all_rows_ = static_cast<int64_t>(idx.size()) == batch.size() * T;
-  for (size_t i = 0; all_rows_ && i < idx.size(); ++i) all_rows_ = idx[i] == static_cast<int64_t>(i);
+  for (size_t i = 0; all_rows_ && i < idx.size(); ++i)
+    all_rows_ = idx[i] == static_cast<int64_t>(i);
   const size_t before = snapshots_.size();
   at::Tensor logits = model_.forward(batch);
   // Silent misses are errors: every planned point must have fired in this forward.
   std::set<std::string> fired;
   for (size_t i = before; i < snapshots_.size(); ++i) fired.insert(snapshots_[i].point);
   for (const PointInfo& p : plan_)
-    if (!fired.count(p.name)) throw RunError(concat("hook point '", p.name, "' never fired during the forward pass"));
+    if (!fired.count(p.name))
+      throw RunError(concat("hook point '", p.name, "' never fired during the forward pass"));
   return logits;
 }
 
@@ -184,8 +201,9 @@ void check(const Snapshot& s, bool fingerprinted) {
   if (!fingerprinted) return;
   const uint64_t now = tensor_xxh3(s.rows);
   if (now != s.xxh3)
-    throw RunError(concat("captured tensor '", s.point, "' (call ", s.call, ") changed after capture: checksum ",
-                          hex64(s.xxh3), " at capture, ", hex64(now), " now"));
+    throw RunError(concat("captured tensor '", s.point, "' (call ", s.call,
+                          ") changed after capture: checksum ", hex64(s.xxh3), " at capture, ",
+                          hex64(now), " now"));
 }
 }  // namespace
 

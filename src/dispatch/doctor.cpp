@@ -10,21 +10,25 @@ bool LinkProbe::ok() const {
   return true;
 }
 
-std::vector<LinkProbe> probe_links(const std::vector<DeviceId>& devices, const std::vector<uint64_t>& sizes) {
+std::vector<LinkProbe> probe_links(const std::vector<DeviceId>& devices,
+                                   const std::vector<uint64_t>& sizes) {
   std::vector<LinkProbe> out;
   for (const DeviceId& a : devices)
     for (const DeviceId& b : devices) {
       if (a == b) continue;
       LinkProbe probe{a, b, {}};
       for (uint64_t bytes : sizes) {
-        // A pattern whose every byte position is distinct, so zeros, stale data or shifted data all show.
+        // A pattern whose every byte position is distinct, so zeros, stale data or shifted data all
+        // show.
         const int64_t n = static_cast<int64_t>(bytes / sizeof(int32_t));
-        auto pattern = (at::arange(n, at::kInt) * 40503 + static_cast<int64_t>(bytes % 977)).to(a.c10());
+        auto pattern =
+            (at::arange(n, at::kInt) * 40503 + static_cast<int64_t>(bytes % 977)).to(a.c10());
         at::Tensor dst = at::empty_like(pattern, pattern.options().device(b.c10()));
         TransferStats stats;
         LinkResult r{bytes, true, false, ""};
         try {
-          transfer(TransferRequest{&pattern, dst, a, b, "doctor probe", true}, process_faults(), stats);
+          transfer(TransferRequest{&pattern, dst, a, b, "doctor probe", true}, process_faults(),
+                   stats);
           r.retried = stats.retried > 0;
           // Independent check of the content, not only of the fingerprints.
           if (!at::equal(dst.to(at::kCPU), pattern.to(at::kCPU))) {

@@ -526,7 +526,8 @@ DevicePlan plan_devices(const PlanRequest& request) {
 nlohmann::json load_device_map(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))
-    throw InputError(concat("--device-map: cannot read ", path, " (expected auto, balanced, sequential or a JSON file)"));
+    throw InputError(concat("--device-map: cannot read ", path,
+                            " (expected auto, balanced, sequential or a JSON file)"));
   try {
     return nlohmann::json::parse(read_text_file(path, kMaxConfigBytes, "device map"));
   } catch (const nlohmann::json::exception& e) {

@@ -25,14 +25,17 @@ std::vector<TransferFault> parse_faults(const std::string& text) {
   size_t start = 0;
   while (start <= text.size()) {
     size_t end = text.find(';', start);
-    std::string item = text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    std::string item =
+        text.substr(start, end == std::string::npos ? std::string::npos : end - start);
     start = end == std::string::npos ? text.size() + 1 : end + 1;
     if (item.empty()) continue;
     const std::string prefix = "transfer:";
     const size_t arrow = item.find("->");
     const size_t kind_at = item.rfind(':');
-    if (item.rfind(prefix, 0) != 0 || arrow == std::string::npos || kind_at == std::string::npos || kind_at < arrow)
-      throw InputError(concat("ACTCAP_FAULT: '", item, "' is not transfer:SRC->DST:bitflip|zeros[-once]"));
+    if (item.rfind(prefix, 0) != 0 || arrow == std::string::npos || kind_at == std::string::npos ||
+        kind_at < arrow)
+      throw InputError(
+          concat("ACTCAP_FAULT: '", item, "' is not transfer:SRC->DST:bitflip|zeros[-once]"));
     TransferFault f;
     f.src = parse_device(item.substr(prefix.size(), arrow - prefix.size()));
     f.dst = parse_device(item.substr(arrow + 2, kind_at - arrow - 2));
@@ -41,9 +44,13 @@ std::vector<TransferFault> parse_faults(const std::string& text) {
       f.once = true;
       kind.resize(kind.size() - 5);
     }
-    if (kind == "bitflip") f.kind = TransferFault::Kind::kBitflip;
-    else if (kind == "zeros") f.kind = TransferFault::Kind::kZeros;
-    else throw InputError(concat("ACTCAP_FAULT: unknown fault '", kind, "' (bitflip, zeros, bitflip-once, zeros-once)"));
+    if (kind == "bitflip")
+      f.kind = TransferFault::Kind::kBitflip;
+    else if (kind == "zeros")
+      f.kind = TransferFault::Kind::kZeros;
+    else
+      throw InputError(concat("ACTCAP_FAULT: unknown fault '", kind,
+                              "' (bitflip, zeros, bitflip-once, zeros-once)"));
     out.push_back(f);
   }
   return out;
@@ -60,7 +67,8 @@ std::vector<TransferFault>& process_faults() {
 namespace {
 
 // Simulates a broken link: damages the bytes that arrived.
-void inject(at::Tensor& dst, const DeviceId& from, const DeviceId& to, std::vector<TransferFault>& faults) {
+void inject(at::Tensor& dst, const DeviceId& from, const DeviceId& to,
+            std::vector<TransferFault>& faults) {
   for (TransferFault& f : faults) {
     if (f.src != from || f.dst != to || (f.once && f.fired > 0)) continue;
     ++f.fired;
@@ -77,7 +85,8 @@ void inject(at::Tensor& dst, const DeviceId& from, const DeviceId& to, std::vect
 
 }  // namespace
 
-void transfer(const TransferRequest& req, std::vector<TransferFault>& faults, TransferStats& stats) {
+void transfer(const TransferRequest& req, std::vector<TransferFault>& faults,
+              TransferStats& stats) {
   at::Tensor dst = req.dst;
   dst.copy_(*req.src);
   inject(dst, req.from, req.to, faults);
@@ -97,10 +106,11 @@ void transfer(const TransferRequest& req, std::vector<TransferFault>& faults, Tr
     ++stats.retried;
     return;
   }
-  throw RunError(concat("transfer of the hidden state into ", req.into, " from ", req.from.str(), " to ",
-                        req.to.str(), " arrived corrupted (checksum ", hex64(got), ", expected ", hex64(want),
-                        ") even after a retry through host memory; check the link with `actcap doctor --devices ",
-                        req.from.str(), ",", req.to.str(), "`"));
+  throw RunError(concat(
+      "transfer of the hidden state into ", req.into, " from ", req.from.str(), " to ",
+      req.to.str(), " arrived corrupted (checksum ", hex64(got), ", expected ", hex64(want),
+      ") even after a retry through host memory; check the link with `actcap doctor --devices ",
+      req.from.str(), ",", req.to.str(), "`"));
 }
 
 }  // namespace actcap

@@ -16,9 +16,9 @@ uint64_t device_fingerprint(const at::Tensor& t);
 
 struct TransferRequest {
   const at::Tensor* src;
-  at::Tensor dst;        // preallocated destination (arena slot) on the target device
+  at::Tensor dst;  // preallocated destination (arena slot) on the target device
   DeviceId from, to;
-  std::string into;      // the stage that will read it, for error messages
+  std::string into;  // the stage that will read it, for error messages
   bool verify = true;
 };
 

@@ -12,19 +12,26 @@ namespace actcap {
 
 namespace {
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 bool blank(const std::string& s) { return s.find_first_not_of(" \t\r") == std::string::npos; }
 }  // namespace
 
 CorpusReader::CorpusReader(const std::string& path, const Tokenizer* tokenizer, int64_t vocab_size,
                            bool skip_bad_lines)
-    : path_(path), in_(path, std::ios::binary), tokenizer_(tokenizer), vocab_size_(vocab_size),
-      skip_bad_(skip_bad_lines), jsonl_(ends_with(path, ".jsonl")) {
+    : path_(path),
+      in_(path, std::ios::binary),
+      tokenizer_(tokenizer),
+      vocab_size_(vocab_size),
+      skip_bad_(skip_bad_lines),
+      jsonl_(ends_with(path, ".jsonl")) {
   if (!in_) throw InputError(concat("--input ", path, ": cannot be read"));
   if (!jsonl_ && !tokenizer_)
-    throw InputError(concat("--input ", path, ": a .txt corpus needs a tokenizer and the model has no tokenizer.json; "
-                            "give a .jsonl file with \"input_ids\""));
+    throw InputError(
+        concat("--input ", path,
+               ": a .txt corpus needs a tokenizer and the model has no tokenizer.json; "
+               "give a .jsonl file with \"input_ids\""));
 }
 
 bool CorpusReader::parse(const std::string& text, Document& doc) {
@@ -45,12 +52,16 @@ bool CorpusReader::parse(const std::string& text, Document& doc) {
         const auto& ids = j["input_ids"];
         if (!ids.is_array()) problem = "has \"input_ids\" that is not an array";
         for (size_t i = 0; problem.empty() && i < ids.size(); ++i) {
-          if (!ids[i].is_number_integer()) problem = concat("has a non-integer input_ids[", i, "]");
-          else doc.ids.push_back(ids[i].get<int64_t>());
+          if (!ids[i].is_number_integer())
+            problem = concat("has a non-integer input_ids[", i, "]");
+          else
+            doc.ids.push_back(ids[i].get<int64_t>());
         }
       } else if (j.contains("text") && j["text"].is_string()) {
-        if (!tokenizer_) problem = "has \"text\" but the model has no tokenizer.json (give \"input_ids\")";
-        else doc.ids = tokenizer_->encode(j["text"].get<std::string>());
+        if (!tokenizer_)
+          problem = "has \"text\" but the model has no tokenizer.json (give \"input_ids\")";
+        else
+          doc.ids = tokenizer_->encode(j["text"].get<std::string>());
       } else {
         problem = "has neither a \"text\" string nor \"input_ids\"";
       }
@@ -58,10 +69,12 @@ bool CorpusReader::parse(const std::string& text, Document& doc) {
   }
   for (size_t i = 0; problem.empty() && i < doc.ids.size(); ++i)
     if (doc.ids[i] < 0 || doc.ids[i] >= vocab_size_)
-      problem = concat("has token id ", doc.ids[i], " outside the model's vocabulary [0, ", vocab_size_, ")");
+      problem = concat("has token id ", doc.ids[i], " outside the model's vocabulary [0, ",
+                       vocab_size_, ")");
   if (problem.empty()) return true;
   if (!skip_bad_)
-    throw InputError(concat(path_, ":", line_ + 1, ": line ", problem, " (pass --skip-bad-lines to skip such lines)"));
+    throw InputError(concat(path_, ":", line_ + 1, ": line ", problem,
+                            " (pass --skip-bad-lines to skip such lines)"));
   ++skipped_;
   return false;
 }
@@ -84,7 +97,8 @@ int64_t CorpusReader::count_documents(const std::string& path) {
   int64_t n = 0;
   std::string text;
   int64_t line = 0;
-  while (read_line_bounded(in, text, kMaxLineBytes, concat("--input ", path), ++line)) n += !blank(text);
+  while (read_line_bounded(in, text, kMaxLineBytes, concat("--input ", path), ++line))
+    n += !blank(text);
   return n;
 }
 

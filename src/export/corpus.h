@@ -19,7 +19,8 @@ struct Document {
 class CorpusReader {
  public:
   // Throws InputError for an unreadable file or a .txt corpus without a tokenizer.
-  CorpusReader(const std::string& path, const Tokenizer* tokenizer, int64_t vocab_size, bool skip_bad_lines);
+  CorpusReader(const std::string& path, const Tokenizer* tokenizer, int64_t vocab_size,
+               bool skip_bad_lines);
   // Next non-blank document; false at the end. Throws InputError naming the line for a bad line
   // (invalid JSON, missing field, ids outside the vocabulary) unless skipping bad lines.
   bool next(Document& doc);

@@ -2,17 +2,17 @@
 
 #include <algorithm>
 #include <atomic>
-#include <set>
 #include <chrono>
 #include <condition_variable>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -21,10 +21,10 @@
 #include "actcap/export.h"
 #include "actcap/hash.h"
 #include "actcap/safetensors.h"
+#include "export/corpus.h"
+#include "export/journal.h"
 #include "io/atomic_file.h"
 #include "io/text_file.h"
-#include "export/journal.h"
-#include "export/corpus.h"
 
 namespace actcap {
 
@@ -80,7 +80,11 @@ void damage_if_asked(const std::string& path, int64_t index) {
 class ShardWriter {
  public:
   ShardWriter(std::string dir, json manifest, size_t capacity)
-      : dir_(std::move(dir)), manifest_(std::move(manifest)), capacity_(capacity), journal_(dir_), thread_([this] { loop(); }) {}
+      : dir_(std::move(dir)),
+        manifest_(std::move(manifest)),
+        capacity_(capacity),
+        journal_(dir_),
+        thread_([this] { loop(); }) {}
   ~ShardWriter() {
     try {
       finish();
@@ -166,7 +170,8 @@ class ShardWriter {
         std::error_code ec;
         fs::remove(path, ec);  // never leave a damaged shard where a claimed one would be
         throw RunError(concat(path, ": tensor ", tensor,
-                              " does not read back with the checksum it was written with (removed it; check the disk, then --resume)"));
+                              " does not read back with the checksum it was written with (removed "
+                              "it; check the disk, then --resume)"));
       }
     const json entry = {{"file", name},
                         {"rows", job.rows},
@@ -199,11 +204,13 @@ class ShardWriter {
 json read_manifest(const std::string& dir) {
   const std::string path = (fs::path(dir) / kManifestName).string();
   std::error_code ec;
-  if (!fs::exists(path, ec)) throw InputError(concat("--resume: ", dir, " has no manifest.json to resume from"));
+  if (!fs::exists(path, ec))
+    throw InputError(concat("--resume: ", dir, " has no manifest.json to resume from"));
   try {
     return json::parse(read_text_file(path, kMaxManifestBytes, "manifest"));
   } catch (const json::exception& e) {
-    throw InputError(concat("--resume: ", dir, "/manifest.json is not valid JSON (", e.what(), ")"));
+    throw InputError(
+        concat("--resume: ", dir, "/manifest.json is not valid JSON (", e.what(), ")"));
   }
 }
 
@@ -214,9 +221,11 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t context = model.config().max_positions();
   const int64_t max_len = o.max_length > 0 ? o.max_length : context;
-  if (max_len > context) throw InputError(concat("--max-length ", max_len, " exceeds the model's context of ", context));
+  if (max_len > context)
+    throw InputError(concat("--max-length ", max_len, " exceeds the model's context of ", context));
   if (o.stride < 0 || o.stride > max_len)
-    throw InputError(concat("--stride ", o.stride, " must be between 1 and --max-length (", max_len, ")"));
+    throw InputError(
+        concat("--stride ", o.stride, " must be between 1 and --max-length (", max_len, ")"));
   if (o.batch_size <= 0) throw InputError("--batch-size must be positive");
   if (o.resume && o.overwrite) throw InputError("--resume and --overwrite exclude each other");
 
@@ -231,17 +240,15 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
   // What a resumed run must agree on to produce the same files.
   json points = json::object();
   if (cap)
-    for (const PointInfo& p : cap->plan()) points[p.name] = {{"dtype", safetensors_dtype_name(p.dtype)}, {"shape", p.shape}};
+    for (const PointInfo& p : cap->plan())
+      points[p.name] = {{"dtype", safetensors_dtype_name(p.dtype)}, {"shape", p.shape}};
   json device_map = json::object();
   const auto modules = model.stage_modules();
   for (size_t i = 0; i < modules.size(); ++i)
     for (const std::string& m : modules[i]) device_map[m] = model.stage_device(i).str();
-  json settings = {{"capture", o.capture.patterns},
-                   {"batch_size", o.batch_size},
-                   {"max_length", max_len},
-                   {"stride", o.stride},
-                   {"shard_bytes", o.shard_bytes},
-                   {"skip_bad_lines", o.skip_bad_lines}};
+  json settings = {{"capture", o.capture.patterns}, {"batch_size", o.batch_size},
+                   {"max_length", max_len},         {"stride", o.stride},
+                   {"shard_bytes", o.shard_bytes},  {"skip_bad_lines", o.skip_bad_lines}};
   json input = {{"path", o.input}, {"xxh3", CorpusReader::fingerprint(o.input)}};
 
   ExtractResult result;
@@ -251,13 +258,17 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
     if (o.resume) {
       manifest = read_manifest(o.out);
       for (const char* key : {"settings", "points", "input"}) {
-        const json& want = std::string(key) == "settings" ? settings : std::string(key) == "points" ? points : input;
+        const json& want = std::string(key) == "settings" ? settings
+                           : std::string(key) == "points" ? points
+                                                          : input;
         if (manifest.value(key, json()) != want)
-          throw InputError(concat("--resume: ", key, " differ from the run in ", o.out, " (", manifest.value(key, json()).dump(),
-                                  " there, ", want.dump(), " now); use --overwrite to start again"));
+          throw InputError(concat("--resume: ", key, " differ from the run in ", o.out, " (",
+                                  manifest.value(key, json()).dump(), " there, ", want.dump(),
+                                  " now); use --overwrite to start again"));
       }
       if (manifest["model"].value("fingerprint", "") != model.fingerprint())
-        throw InputError(concat("--resume: ", o.out, " was written from other weights; use --overwrite to start again"));
+        throw InputError(concat("--resume: ", o.out,
+                                " was written from other weights; use --overwrite to start again"));
       if (!manifest.value("complete", false))
         for (const std::string& problem : merge_journal(o.out, manifest["shards"]))
           throw RunError(concat("--resume: ", o.out, "/", kJournalName, ": ", problem));
@@ -265,7 +276,8 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
       VerifyReport check = verify_output(o.out);
       for (const VerifyIssue& i : check.issues)
         if (i.problem.find("not marked complete") == std::string::npos)
-          throw RunError(concat("--resume: ", o.out, "/", i.file, (i.tensor.empty() ? "" : " " + i.tensor), ": ", i.problem));
+          throw RunError(concat("--resume: ", o.out, "/", i.file,
+                                (i.tensor.empty() ? "" : " " + i.tensor), ": ", i.problem));
       std::set<std::string> claimed;
       int64_t rows = 0;
       for (const json& s : manifest["shards"]) {
@@ -281,15 +293,17 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
       write_file_atomic((fs::path(o.out) / kManifestName).string(), seal_manifest(manifest));
       for (const auto& e : fs::directory_iterator(o.out)) {
         const std::string n = e.path().filename().string();
-        if (n != kManifestName && !claimed.count(n) && is_output_file(n))
-          fs::remove(e.path());
+        if (n != kManifestName && !claimed.count(n) && is_output_file(n)) fs::remove(e.path());
       }
       result.resumed_from_line = resume_after + 1;
     } else {
       prepare_output_dir(o.out, o.overwrite);
       manifest = {{"format", kFormatVersion},
                   {"complete", false},
-                  {"model", {{"path", model.origin()}, {"model_type", model.config().model_type}, {"fingerprint", model.fingerprint()}}},
+                  {"model",
+                   {{"path", model.origin()},
+                    {"model_type", model.config().model_type},
+                    {"fingerprint", model.fingerprint()}}},
                   {"device_map", device_map},
                   {"points", points},
                   {"settings", settings},
@@ -300,7 +314,8 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
     }
   }
   std::unique_ptr<ShardWriter> writer;
-  if (!o.forward_only) writer = std::make_unique<ShardWriter>(o.out, manifest, static_cast<size_t>(o.queue_shards));
+  if (!o.forward_only)
+    writer = std::make_unique<ShardWriter>(o.out, manifest, static_cast<size_t>(o.queue_shards));
 
   ExtractProgress progress;
   progress.documents_total = total_docs;
@@ -326,13 +341,17 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
       }
       const int64_t len = static_cast<int64_t>(doc.ids.size());
       if (len > max_len && o.stride == 0)
-        throw InputError(concat(o.input, ":", doc.line + 1, ": document has ", len, " tokens, over --max-length ", max_len,
-                                "; pass --stride N to cut long documents into overlapping windows"));
+        throw InputError(concat(
+            o.input, ":", doc.line + 1, ": document has ", len, " tokens, over --max-length ",
+            max_len, "; pass --stride N to cut long documents into overlapping windows"));
       const std::vector<int64_t> keep = o.capture.positions.select(len);
       int64_t covered = 0;
       for (int64_t start = 0;; start += o.stride) {
         const int64_t end = std::min(len, start + max_len);
-        Window w{doc.line, start, std::vector<int64_t>(doc.ids.begin() + start, doc.ids.begin() + end), {}};
+        Window w{doc.line,
+                 start,
+                 std::vector<int64_t>(doc.ids.begin() + start, doc.ids.begin() + end),
+                 {}};
         for (int64_t p : keep)
           if (p >= covered && p < end) w.positions.push_back(p - start);
         covered = end;
@@ -349,8 +368,9 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
     // Batches grouped by length (longest first), so padding stays small.
     std::vector<size_t> order(windows.size());
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t a, size_t b) { return windows[a].ids.size() > windows[b].ids.size(); });
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return windows[a].ids.size() > windows[b].ids.size();
+    });
     std::map<std::string, std::vector<at::Tensor>> parts;
     std::vector<int64_t> row_line, row_pos;
     for (size_t begin = 0; begin < order.size(); begin += o.batch_size) {
@@ -370,7 +390,8 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
           row_line.push_back(w.doc_line);
           row_pos.push_back(w.start + cap->row_pos()[r]);
         }
-        for (const PointInfo& p : cap->plan()) parts[p.name].push_back(cap->get(p.name));  // verified read
+        for (const PointInfo& p : cap->plan())
+          parts[p.name].push_back(cap->get(p.name));  // verified read
         cap->clear();
       }
       progress.tokens_done += batch.tokens();
@@ -387,9 +408,12 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
       const at::Tensor index = at::tensor(perm, at::kLong);
       ShardJob job;
       job.index = next_shard++;
-      for (const PointInfo& p : cap->plan()) job.tensors.emplace_back(p.name, at::cat(parts[p.name], 0).index_select(0, index));
-      job.tensors.emplace_back("__rows__.seq", at::tensor(row_line, at::kLong).index_select(0, index));
-      job.tensors.emplace_back("__rows__.pos", at::tensor(row_pos, at::kLong).index_select(0, index));
+      for (const PointInfo& p : cap->plan())
+        job.tensors.emplace_back(p.name, at::cat(parts[p.name], 0).index_select(0, index));
+      job.tensors.emplace_back("__rows__.seq",
+                               at::tensor(row_line, at::kLong).index_select(0, index));
+      job.tensors.emplace_back("__rows__.pos",
+                               at::tensor(row_pos, at::kLong).index_select(0, index));
       job.rows = static_cast<int64_t>(perm.size());
       job.first_line = first_line;
       job.last_line = last_line;
@@ -403,7 +427,8 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
     writer->finish();
     progress.bytes_written = writer->bytes_written();
     progress.shards_written = writer->shards_written();
-    writer->complete({{"documents", progress.documents_done}, {"skipped_lines", result.skipped_lines}});
+    writer->complete(
+        {{"documents", progress.documents_done}, {"skipped_lines", result.skipped_lines}});
     result.manifest = (fs::path(o.out) / kManifestName).string();
   }
   report();

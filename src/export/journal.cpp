@@ -38,7 +38,8 @@ std::vector<std::string> merge_journal(const std::string& dir, json& shards) {
   }
   std::set<std::string> known;
   for (const json& s : shards)
-    if (s.is_object() && s.contains("file") && s["file"].is_string()) known.insert(s["file"].get<std::string>());
+    if (s.is_object() && s.contains("file") && s["file"].is_string())
+      known.insert(s["file"].get<std::string>());
   size_t begin = 0;
   for (int64_t line_no = 1;; ++line_no) {
     const size_t end = text.find('\n', begin);
@@ -52,13 +53,16 @@ std::vector<std::string> merge_journal(const std::string& dir, json& shards) {
     }
     if (!e.is_object() || !e.contains("shard") || !e["shard"].is_object() || !e.contains("xxh3") ||
         e["xxh3"] != entry_checksum(e["shard"]))
-      return {concat("line ", line_no, " is damaged (it does not match its own checksum); nothing after it is claimed")};
+      return {
+          concat("line ", line_no,
+                 " is damaged (it does not match its own checksum); nothing after it is claimed")};
     const json& shard = e["shard"];
     const std::string file = shard.value("file", "");
     if (known.count(file)) {
       bool same = false;
       for (const json& s : shards) same = same || s == shard;
-      if (!same) return {concat("line ", line_no, " claims ", file, " differently from ", kManifestName)};
+      if (!same)
+        return {concat("line ", line_no, " claims ", file, " differently from ", kManifestName)};
       continue;
     }
     known.insert(file);
@@ -81,7 +85,8 @@ void JournalWriter::append(const json& shard) {
   }
   const std::string line = json{{"shard", shard}, {"xxh3", entry_checksum(shard)}}.dump() + "\n";
   write_all(fd_, line.data(), line.size(), path_);
-  if (::fdatasync(fd_) != 0) throw RunError(concat("syncing ", path_, " failed: ", std::strerror(errno)));
+  if (::fdatasync(fd_) != 0)
+    throw RunError(concat("syncing ", path_, " failed: ", std::strerror(errno)));
 }
 
 void JournalWriter::remove() {

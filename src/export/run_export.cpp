@@ -1,15 +1,15 @@
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "actcap/error.h"
 #include "actcap/export.h"
 #include "actcap/hash.h"
 #include "actcap/safetensors.h"
+#include "export/journal.h"
 #include "io/atomic_file.h"
 #include "io/text_file.h"
-#include "export/journal.h"
 
 namespace actcap {
 
@@ -27,28 +27,34 @@ void prepare_output_dir(const std::string& dir, bool overwrite) {
   if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
     throw InputError(concat("--out ", dir, " exists and is not a directory"));
   if (fs::exists(dir, ec) && !fs::is_empty(dir, ec)) {
-    if (!overwrite) throw InputError(concat("--out ", dir, " is not empty; pass --overwrite to replace its contents"));
+    if (!overwrite)
+      throw InputError(
+          concat("--out ", dir, " is not empty; pass --overwrite to replace its contents"));
     // Manifest first: from this moment nothing in the folder claims to be complete.
     fs::remove(fs::path(dir) / kManifestName, ec);
     for (const auto& entry : fs::directory_iterator(dir, ec))
-      if (entry.is_regular_file() && is_output_file(entry.path().filename().string())) fs::remove(entry.path(), ec);
+      if (entry.is_regular_file() && is_output_file(entry.path().filename().string()))
+        fs::remove(entry.path(), ec);
   }
   fs::create_directories(dir, ec);
   if (ec) throw InputError(concat("cannot create --out ", dir, ": ", ec.message()));
 }
 
-std::vector<ExportedTensor> export_run(const std::string& dir, const SafeCapturer& capturer, const Model& model) {
+std::vector<ExportedTensor> export_run(const std::string& dir, const SafeCapturer& capturer,
+                                       const Model& model) {
   capturer.verify();  // nothing changed between capture and export
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   const int64_t rows = static_cast<int64_t>(capturer.row_seq().size());
-  for (const PointInfo& p : capturer.plan()) tensors.emplace_back(p.name, capturer.get(p.name).contiguous());
+  for (const PointInfo& p : capturer.plan())
+    tensors.emplace_back(p.name, capturer.get(p.name).contiguous());
   tensors.emplace_back("__rows__.seq", at::tensor(capturer.row_seq(), at::kLong));
   tensors.emplace_back("__rows__.pos", at::tensor(capturer.row_pos(), at::kLong));
 
   std::vector<ExportedTensor> out;
   json checksums = json::object();
   for (const auto& [name, t] : tensors) {
-    ExportedTensor e{name, t.sizes().vec(), safetensors_dtype_name(t.scalar_type()), hex64(tensor_xxh3(t))};
+    ExportedTensor e{name, t.sizes().vec(), safetensors_dtype_name(t.scalar_type()),
+                     hex64(tensor_xxh3(t))};
     checksums[name] = e.checksum;
     out.push_back(std::move(e));
   }
@@ -64,7 +70,8 @@ std::vector<ExportedTensor> export_run(const std::string& dir, const SafeCapture
   for (const ExportedTensor& e : out) {
     const TensorInfo* info = file->find(e.name);
     if (!info || hex64(xxh3(file->data(*info), info->end - info->begin)) != e.checksum)
-      throw RunError(concat(shard_path, ": tensor ", e.name, " does not read back with checksum ", e.checksum));
+      throw RunError(concat(shard_path, ": tensor ", e.name, " does not read back with checksum ",
+                            e.checksum));
   }
 
   json points = json::object();
@@ -77,11 +84,16 @@ std::vector<ExportedTensor> export_run(const std::string& dir, const SafeCapture
   json manifest = {
       {"format", kFormatVersion},
       {"complete", true},
-      {"model", {{"path", model.origin()}, {"model_type", model.config().model_type}, {"fingerprint", model.fingerprint()}}},
+      {"model",
+       {{"path", model.origin()},
+        {"model_type", model.config().model_type},
+        {"fingerprint", model.fingerprint()}}},
       {"device_map", device_map},
       {"points", points},
       {"rows", rows},
-      {"shards", json::array({{{"file", shard_name}, {"rows", rows}, {"bytes", file->file_size()},
+      {"shards", json::array({{{"file", shard_name},
+                               {"rows", rows},
+                               {"bytes", file->file_size()},
                                {"checksums", checksums}}})},
   };
   write_file_atomic((fs::path(dir) / kManifestName).string(), seal_manifest(manifest));
@@ -98,8 +110,8 @@ std::string seal_manifest(json manifest) {
 namespace {
 
 bool plain_file_name(const std::string& name) {
-  return !name.empty() && name.find('/') == std::string::npos && name.find('\\') == std::string::npos &&
-         name != "." && name != "..";
+  return !name.empty() && name.find('/') == std::string::npos &&
+         name.find('\\') == std::string::npos && name != "." && name != "..";
 }
 
 }  // namespace
@@ -126,7 +138,8 @@ VerifyReport verify_output(const std::string& dir) {
       return r;
     }
   }
-  if (!manifest.is_object() || !manifest.contains("manifest_checksum") || !manifest["manifest_checksum"].is_string()) {
+  if (!manifest.is_object() || !manifest.contains("manifest_checksum") ||
+      !manifest["manifest_checksum"].is_string()) {
     issue(kManifestName, "", "has no manifest_checksum");
     return r;
   }
@@ -134,25 +147,31 @@ VerifyReport verify_output(const std::string& dir) {
     json body = manifest;
     body.erase("manifest_checksum");
     const std::string canonical = body.dump();
-    if (hex64(xxh3(canonical.data(), canonical.size())) != manifest["manifest_checksum"].get<std::string>())
-      issue(kManifestName, "", "contents do not match manifest_checksum (the manifest was altered)");
+    if (hex64(xxh3(canonical.data(), canonical.size())) !=
+        manifest["manifest_checksum"].get<std::string>())
+      issue(kManifestName, "",
+            "contents do not match manifest_checksum (the manifest was altered)");
   }
-  if (manifest.value("complete", false) != true) issue(kManifestName, "", "run is not marked complete");
+  if (manifest.value("complete", false) != true)
+    issue(kManifestName, "", "run is not marked complete");
   if (!manifest.contains("shards") || !manifest["shards"].is_array()) {
     issue(kManifestName, "", "has no shard list");
     return r;
   }
-  if (manifest.value("complete", false) != true)  // an unfinished extract claims shards in its journal
-    for (const std::string& problem : merge_journal(dir, manifest["shards"])) issue(kJournalName, "", problem);
+  if (manifest.value("complete", false) !=
+      true)  // an unfinished extract claims shards in its journal
+    for (const std::string& problem : merge_journal(dir, manifest["shards"]))
+      issue(kJournalName, "", problem);
   for (const json& shard : manifest["shards"]) {
-    if (!shard.is_object() || !shard.contains("file") || !shard["file"].is_string() || !shard.contains("checksums") ||
-        !shard["checksums"].is_object()) {
+    if (!shard.is_object() || !shard.contains("file") || !shard["file"].is_string() ||
+        !shard.contains("checksums") || !shard["checksums"].is_object()) {
       issue(kManifestName, "", "malformed shard entry");
       continue;
     }
     const std::string file = shard["file"].get<std::string>();
     if (!plain_file_name(file)) {
-      issue(kManifestName, "", concat("shard name '", file, "' is not a plain file name inside the folder"));
+      issue(kManifestName, "",
+            concat("shard name '", file, "' is not a plain file name inside the folder"));
       continue;
     }
     ++r.shards;
@@ -165,7 +184,8 @@ VerifyReport verify_output(const std::string& dir) {
     }
     r.bytes += st->file_size();
     if (shard.contains("bytes") && shard["bytes"] != st->file_size())
-      issue(file, "", concat("is ", st->file_size(), " bytes, manifest says ", shard["bytes"].dump()));
+      issue(file, "",
+            concat("is ", st->file_size(), " bytes, manifest says ", shard["bytes"].dump()));
     json meta_sums;
     auto meta = st->metadata().find("actcap.checksums");
     try {
@@ -181,7 +201,8 @@ VerifyReport verify_output(const std::string& dir) {
         issue(file, info.name, "is in the shard but not in the manifest");
         continue;
       }
-      const std::string want = sums[info.name].is_string() ? sums[info.name].get<std::string>() : "";
+      const std::string want =
+          sums[info.name].is_string() ? sums[info.name].get<std::string>() : "";
       const std::string got = hex64(xxh3(st->data(info), info.end - info.begin));
       if (got != want) issue(file, info.name, concat("checksum ", got, ", manifest says ", want));
       if (meta_sums.is_object() && (!meta_sums.contains(info.name) || meta_sums[info.name] != want))

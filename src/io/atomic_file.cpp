@@ -38,14 +38,16 @@ void fsync_parent_dir(const std::string& path) {
   if (dir.empty()) dir = ".";
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) {
-    throw RunError(concat("wrote ", path, " but cannot open its directory ", dir, " to sync it: ", errno_str(errno)));
+    throw RunError(concat("wrote ", path, " but cannot open its directory ", dir,
+                          " to sync it: ", errno_str(errno)));
   }
   const int rc = ::fsync(fd);
   const int e = errno;
   ::close(fd);
   // Some filesystems cannot sync directories at all; there is nothing more we can do there.
   if (rc != 0 && e != EINVAL && e != EROFS) {
-    throw RunError(concat("wrote ", path, " but syncing its directory ", dir, " failed: ", errno_str(e)));
+    throw RunError(
+        concat("wrote ", path, " but syncing its directory ", dir, " failed: ", errno_str(e)));
   }
 }
 
@@ -54,7 +56,9 @@ void write_file_atomic(const std::string& path, const std::function<void(int fd)
   // clobbering each other's temp files.
   const std::string tmp = temp_name_for(path);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw RunError(concat("cannot write ", path, ": creating ", tmp, " failed: ", errno_str(errno)));
+  if (fd < 0)
+    throw RunError(
+        concat("cannot write ", path, ": creating ", tmp, " failed: ", errno_str(errno)));
   try {
     write_body(fd);
     if (::fsync(fd) != 0) throw RunError(concat("syncing ", path, " failed: ", errno_str(errno)));

@@ -15,10 +15,14 @@ using nlohmann::json;
 
 const char* arch_name(Arch a) {
   switch (a) {
-    case Arch::kGpt2: return "gpt2";
-    case Arch::kLlama: return "llama";
-    case Arch::kMistral: return "mistral";
-    case Arch::kQwen2: return "qwen2";
+    case Arch::kGpt2:
+      return "gpt2";
+    case Arch::kLlama:
+      return "llama";
+    case Arch::kMistral:
+      return "mistral";
+    case Arch::kQwen2:
+      return "qwen2";
   }
   return "?";
 }
@@ -31,7 +35,7 @@ Arch parse_arch(const std::string& model_type, const std::string& origin) {
   if (model_type == "mistral") return Arch::kMistral;
   if (model_type == "qwen2") return Arch::kQwen2;
   throw InputError(concat(origin, ": unsupported model_type '", model_type,
-                       "'; supported: gpt2, llama, mistral, qwen2"));
+                          "'; supported: gpt2, llama, mistral, qwen2"));
 }
 
 namespace {
@@ -58,9 +62,11 @@ class Fields {
     if (v->is_number_integer()) return v->get<int64_t>();
     if (v->is_number_float()) {  // 768.0 is accepted; the range check comes before the cast (no UB)
       const double d = v->get<double>();
-      if (std::isfinite(d) && d >= -9.0e18 && d <= 9.0e18 && d == std::floor(d)) return static_cast<int64_t>(d);
+      if (std::isfinite(d) && d >= -9.0e18 && d <= 9.0e18 && d == std::floor(d))
+        return static_cast<int64_t>(d);
     }
-    throw InputError(concat(origin_, ": field '", *names.begin(), "' must be an integer, got ", v->dump()));
+    throw InputError(
+        concat(origin_, ": field '", *names.begin(), "' must be an integer, got ", v->dump()));
   }
 
   // Sizes: positive and below 2^31, so products of a few of them (4 * n_embd, heads * head_dim,
@@ -68,28 +74,35 @@ class Fields {
   int64_t positive(std::initializer_list<const char*> names, std::optional<int64_t> dflt) const {
     int64_t v = integer(names, dflt);
     if (v <= 0 || v >= (int64_t{1} << 31))
-      throw InputError(concat(origin_, ": field '", *names.begin(), "' must be between 1 and 2^31-1, got ", v));
+      throw InputError(
+          concat(origin_, ": field '", *names.begin(), "' must be between 1 and 2^31-1, got ", v));
     return v;
   }
 
   double number(std::initializer_list<const char*> names, double dflt) const {
     const json* v = find(names);
     if (!v) return dflt;
-    if (!v->is_number()) throw InputError(concat(origin_, ": field '", *names.begin(), "' must be a number, got ", v->dump()));
+    if (!v->is_number())
+      throw InputError(
+          concat(origin_, ": field '", *names.begin(), "' must be a number, got ", v->dump()));
     return v->get<double>();
   }
 
   bool boolean(std::initializer_list<const char*> names, bool dflt) const {
     const json* v = find(names);
     if (!v) return dflt;
-    if (!v->is_boolean()) throw InputError(concat(origin_, ": field '", *names.begin(), "' must be true or false, got ", v->dump()));
+    if (!v->is_boolean())
+      throw InputError(
+          concat(origin_, ": field '", *names.begin(), "' must be true or false, got ", v->dump()));
     return v->get<bool>();
   }
 
   std::string string(std::initializer_list<const char*> names, const std::string& dflt) const {
     const json* v = find(names);
     if (!v) return dflt;
-    if (!v->is_string()) throw InputError(concat(origin_, ": field '", *names.begin(), "' must be a string, got ", v->dump()));
+    if (!v->is_string())
+      throw InputError(
+          concat(origin_, ": field '", *names.begin(), "' must be a string, got ", v->dump()));
     return v->get<std::string>();
   }
 
@@ -99,7 +112,8 @@ class Fields {
     if (!v) return dflt;
     if (v->is_array() && !v->empty() && (*v)[0].is_number_integer()) return (*v)[0].get<int64_t>();
     if (v->is_number_integer()) return v->get<int64_t>();
-    throw InputError(concat(origin_, ": field '", name, "' must be an integer or a list of integers"));
+    throw InputError(
+        concat(origin_, ": field '", name, "' must be an integer or a list of integers"));
   }
 
   const std::string& origin() const { return origin_; }
@@ -110,11 +124,13 @@ class Fields {
 };
 
 void check_activation(const std::string& act, const std::string& field, const std::string& origin) {
-  static const char* kSupported[] = {"gelu_new", "gelu", "gelu_pytorch_tanh", "gelu_fast", "relu", "silu", "swish"};
+  static const char* kSupported[] = {"gelu_new", "gelu", "gelu_pytorch_tanh", "gelu_fast", "relu",
+                                     "silu",     "swish"};
   for (const char* s : kSupported)
     if (act == s) return;
-  throw InputError(concat(origin, ": unsupported ", field, " '", act,
-                       "'; supported: gelu_new, gelu, gelu_pytorch_tanh, gelu_fast, relu, silu, swish"));
+  throw InputError(
+      concat(origin, ": unsupported ", field, " '", act,
+             "'; supported: gelu_new, gelu, gelu_pytorch_tanh, gelu_fast, relu, silu, swish"));
 }
 
 Gpt2Config parse_gpt2(const Fields& f) {
@@ -135,7 +151,8 @@ Gpt2Config parse_gpt2(const Fields& f) {
   c.bos_token_id = f.token_id("bos_token_id", c.bos_token_id);
   c.eos_token_id = f.token_id("eos_token_id", c.eos_token_id);
   if (c.n_embd % c.n_head != 0)
-    throw InputError(concat(f.origin(), ": n_head=", c.n_head, " does not divide n_embd=", c.n_embd));
+    throw InputError(
+        concat(f.origin(), ": n_head=", c.n_head, " does not divide n_embd=", c.n_embd));
   return c;
 }
 
@@ -148,24 +165,31 @@ RopeConfig parse_rope(const json& root, const Fields& f) {
   for (const char* key : {"rope_scaling", "rope_parameters"}) {
     auto it = root.find(key);
     if (it == root.end() || it->is_null()) continue;
-    if (!it->is_object()) throw InputError(concat(f.origin(), ": field '", key, "' must be an object"));
+    if (!it->is_object())
+      throw InputError(concat(f.origin(), ": field '", key, "' must be an object"));
     scaling = &*it;
   }
   if (!scaling) return r;
-  Fields s(*scaling, f.origin() + " (" + (root.count("rope_parameters") ? "rope_parameters" : "rope_scaling") + ")");
+  Fields s(*scaling, f.origin() + " (" +
+                         (root.count("rope_parameters") ? "rope_parameters" : "rope_scaling") +
+                         ")");
   r.rope_type = s.string({"rope_type", "type"}, "default");
   r.rope_theta = s.number({"rope_theta"}, r.rope_theta);
   if (r.rope_type == "default") return r;
   if (r.rope_type != "linear" && r.rope_type != "llama3")
-    throw InputError(concat(f.origin(), ": unsupported rope_type '", r.rope_type, "'; supported: default, linear, llama3"));
+    throw InputError(concat(f.origin(), ": unsupported rope_type '", r.rope_type,
+                            "'; supported: default, linear, llama3"));
   r.factor = s.number({"factor"}, 0.0);
-  if (!(r.factor >= 1.0)) throw InputError(concat(f.origin(), ": rope ", r.rope_type, " needs 'factor' >= 1"));
+  if (!(r.factor >= 1.0))
+    throw InputError(concat(f.origin(), ": rope ", r.rope_type, " needs 'factor' >= 1"));
   if (r.rope_type == "llama3") {
     r.low_freq_factor = s.number({"low_freq_factor"}, r.low_freq_factor);
     r.high_freq_factor = s.number({"high_freq_factor"}, r.high_freq_factor);
-    r.original_max_position_embeddings = s.positive({"original_max_position_embeddings"}, std::nullopt);
+    r.original_max_position_embeddings =
+        s.positive({"original_max_position_embeddings"}, std::nullopt);
     if (!(r.high_freq_factor > r.low_freq_factor))
-      throw InputError(concat(f.origin(), ": rope llama3 needs high_freq_factor > low_freq_factor"));
+      throw InputError(
+          concat(f.origin(), ": rope llama3 needs high_freq_factor > low_freq_factor"));
   }
   return r;
 }
@@ -192,16 +216,17 @@ LlamaConfig parse_llama(Arch arch, const json& root, const Fields& f) {
   c.num_key_value_heads = f.positive({"num_key_value_heads"}, c.num_attention_heads);
   if (c.num_attention_heads % c.num_key_value_heads != 0)
     throw InputError(concat(f.origin(), ": num_key_value_heads=", c.num_key_value_heads,
-                         " does not divide num_attention_heads=", c.num_attention_heads));
+                            " does not divide num_attention_heads=", c.num_attention_heads));
   if (f.find({"head_dim"})) {
     c.head_dim = f.positive({"head_dim"}, std::nullopt);
   } else {
     if (c.hidden_size % c.num_attention_heads != 0)
       throw InputError(concat(f.origin(), ": num_attention_heads=", c.num_attention_heads,
-                           " does not divide hidden_size=", c.hidden_size));
+                              " does not divide hidden_size=", c.hidden_size));
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
-  if (c.head_dim % 2 != 0) throw InputError(concat(f.origin(), ": head_dim=", c.head_dim, " must be even for RoPE"));
+  if (c.head_dim % 2 != 0)
+    throw InputError(concat(f.origin(), ": head_dim=", c.head_dim, " must be even for RoPE"));
   c.hidden_act = f.string({"hidden_act"}, c.hidden_act);
   check_activation(c.hidden_act, "hidden_act", f.origin());
   c.max_position_embeddings = f.positive({"max_position_embeddings"}, c.max_position_embeddings);
@@ -214,11 +239,13 @@ LlamaConfig parse_llama(Arch arch, const json& root, const Fields& f) {
   c.o_bias = arch == Arch::kQwen2 ? false : c.attention_bias;
   if (arch == Arch::kMistral) {
     const json* w = f.find({"sliding_window"});
-    c.sliding_window = w ? std::optional<int64_t>(f.positive({"sliding_window"}, std::nullopt)) : std::nullopt;
+    c.sliding_window =
+        w ? std::optional<int64_t>(f.positive({"sliding_window"}, std::nullopt)) : std::nullopt;
     if (!root.count("sliding_window")) c.sliding_window = 4096;
   } else if (arch == Arch::kQwen2) {
     c.use_sliding_window = f.boolean({"use_sliding_window"}, false);
-    c.sliding_window = f.find({"sliding_window"}) ? f.positive({"sliding_window"}, std::nullopt) : 4096;
+    c.sliding_window =
+        f.find({"sliding_window"}) ? f.positive({"sliding_window"}, std::nullopt) : 4096;
     c.max_window_layers = f.integer({"max_window_layers"}, 28);
   } else {
     c.sliding_window = std::nullopt;
@@ -232,13 +259,20 @@ LlamaConfig parse_llama(Arch arch, const json& root, const Fields& f) {
 
 std::optional<int64_t> LlamaConfig::window_for_layer(int64_t layer) const {
   if (arch == Arch::kMistral) return sliding_window;
-  if (arch == Arch::kQwen2 && use_sliding_window && layer >= max_window_layers) return sliding_window;
+  if (arch == Arch::kQwen2 && use_sliding_window && layer >= max_window_layers)
+    return sliding_window;
   return std::nullopt;
 }
 
-int64_t ModelConfig::vocab_size() const { return arch == Arch::kGpt2 ? gpt2.vocab_size : llama.vocab_size; }
-int64_t ModelConfig::hidden_size() const { return arch == Arch::kGpt2 ? gpt2.n_embd : llama.hidden_size; }
-int64_t ModelConfig::num_layers() const { return arch == Arch::kGpt2 ? gpt2.n_layer : llama.num_hidden_layers; }
+int64_t ModelConfig::vocab_size() const {
+  return arch == Arch::kGpt2 ? gpt2.vocab_size : llama.vocab_size;
+}
+int64_t ModelConfig::hidden_size() const {
+  return arch == Arch::kGpt2 ? gpt2.n_embd : llama.hidden_size;
+}
+int64_t ModelConfig::num_layers() const {
+  return arch == Arch::kGpt2 ? gpt2.n_layer : llama.num_hidden_layers;
+}
 int64_t ModelConfig::max_positions() const {
   return arch == Arch::kGpt2 ? gpt2.n_positions : llama.max_position_embeddings;
 }
@@ -256,7 +290,9 @@ ModelConfig parse_config(const std::string& text, const std::string& origin) {
   if (!root.is_object()) throw InputError(concat(origin, ": expected a JSON object"));
   Fields f(root, origin);
   const json* mt = f.find({"model_type"});
-  if (!mt) throw InputError(concat(origin, ": missing required field 'model_type' (supported: gpt2, llama, mistral, qwen2)"));
+  if (!mt)
+    throw InputError(concat(
+        origin, ": missing required field 'model_type' (supported: gpt2, llama, mistral, qwen2)"));
   if (!mt->is_string()) throw InputError(concat(origin, ": field 'model_type' must be a string"));
   ModelConfig c;
   c.model_type = mt->get<std::string>();
@@ -264,7 +300,8 @@ ModelConfig parse_config(const std::string& text, const std::string& origin) {
   if (c.arch == Arch::kGpt2) {
     c.gpt2 = parse_gpt2(f);
     if (c.gpt2.scale_attn_by_inverse_layer_idx || c.gpt2.reorder_and_upcast_attn)
-      throw InputError(concat(origin, ": scale_attn_by_inverse_layer_idx / reorder_and_upcast_attn are not supported"));
+      throw InputError(concat(
+          origin, ": scale_attn_by_inverse_layer_idx / reorder_and_upcast_attn are not supported"));
   } else {
     c.llama = parse_llama(c.arch, root, f);
   }

@@ -248,7 +248,8 @@ TensorInfo parse_entry(const std::string& name, const json& v, uint64_t data_siz
   uint64_t nbytes = itemsize;
   bool overflow = false;
   for (int64_t d : info.shape) {
-    if (d != 0) overflow = overflow || __builtin_mul_overflow(nbytes, static_cast<uint64_t>(d), &nbytes);
+    if (d != 0)
+      overflow = overflow || __builtin_mul_overflow(nbytes, static_cast<uint64_t>(d), &nbytes);
   }
   // A zero dimension makes the tensor empty, but the other dimensions must still multiply to a
   // representable size (numel() and LibTorch's empty() compute the full product).

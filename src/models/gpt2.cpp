@@ -7,11 +7,14 @@ namespace actcap {
 
 namespace {
 
-at::Tensor get(const std::map<std::string, at::Tensor>& w, const std::string& name) { return w.at(name); }
+at::Tensor get(const std::map<std::string, at::Tensor>& w, const std::string& name) {
+  return w.at(name);
+}
 
 std::unique_ptr<Linear> linear(const std::map<std::string, at::Tensor>& w, const std::string& name,
                                bool bias = true) {
-  return std::make_unique<Linear>(name, get(w, name + ".weight"), bias ? get(w, name + ".bias") : at::Tensor());
+  return std::make_unique<Linear>(name, get(w, name + ".weight"),
+                                  bias ? get(w, name + ".bias") : at::Tensor());
 }
 
 // wte(ids) + wpe(positions); HF has no module for the sum (transformer.drop is identity in eval).
@@ -38,7 +41,8 @@ class Gpt2Embeddings : public Module {
 
 class Gpt2Attention : public Module {
  public:
-  Gpt2Attention(const Gpt2Config& c, const std::map<std::string, at::Tensor>& w, const std::string& name)
+  Gpt2Attention(const Gpt2Config& c, const std::map<std::string, at::Tensor>& w,
+                const std::string& name)
       : Module(name, hidden_point(name + ":input", c.n_embd), hidden_point(name, c.n_embd)),
         n_head_(c.n_head),
         scale_(c.scale_attn_weights ? 1.0 / std::sqrt(static_cast<double>(c.head_dim())) : 1.0) {
@@ -83,7 +87,8 @@ class Gpt2Mlp : public Module {
 
 class Gpt2Block : public Module {
  public:
-  Gpt2Block(const Gpt2Config& c, const std::map<std::string, at::Tensor>& w, const std::string& name)
+  Gpt2Block(const Gpt2Config& c, const std::map<std::string, at::Tensor>& w,
+            const std::string& name)
       : Module(name, hidden_point(name + ":input", c.n_embd), hidden_point(name, c.n_embd)) {
     ln_1_ = add(std::make_unique<LayerNorm>(name + ".ln_1", get(w, name + ".ln_1.weight"),
                                             get(w, name + ".ln_1.bias"), c.layer_norm_epsilon));
@@ -115,8 +120,9 @@ BuiltModel build_gpt2(const Gpt2Config& c, const std::map<std::string, at::Tenso
   m.stages.push_back(std::move(emb));
   for (int64_t i = 0; i < c.n_layer; ++i)
     m.stages.push_back(std::make_unique<Gpt2Block>(c, w, concat("transformer.h.", i)));
-  m.stages.push_back(std::make_unique<LayerNorm>("transformer.ln_f", get(w, "transformer.ln_f.weight"),
-                                                 get(w, "transformer.ln_f.bias"), c.layer_norm_epsilon));
+  m.stages.push_back(
+      std::make_unique<LayerNorm>("transformer.ln_f", get(w, "transformer.ln_f.weight"),
+                                  get(w, "transformer.ln_f.bias"), c.layer_norm_epsilon));
   at::Tensor head = c.tie_word_embeddings ? wte : get(w, "lm_head.weight");
   m.stages.push_back(std::make_unique<Linear>("lm_head", head, at::Tensor()));
   m.prepare = [](ForwardState&) {};

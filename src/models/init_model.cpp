@@ -3,8 +3,8 @@
 #include <filesystem>
 
 #include "actcap/error.h"
-#include "io/atomic_file.h"
 #include "actcap/safetensors.h"
+#include "io/atomic_file.h"
 #include "models/weights.h"
 
 namespace actcap {
@@ -38,7 +38,8 @@ ModelConfig preset_config(const std::string& arch, const std::string& preset) {
   }
   l.head_dim = l.hidden_size / l.num_attention_heads;
   l.qkv_bias = c.arch == Arch::kQwen2;
-  if (c.arch == Arch::kMistral) l.sliding_window = preset == "tiny" ? 8 : 256;  // small windows get exercised
+  if (c.arch == Arch::kMistral)
+    l.sliding_window = preset == "tiny" ? 8 : 256;  // small windows get exercised
   if (c.arch == Arch::kQwen2) l.sliding_window = 4096;
   if (c.arch == Arch::kLlama) l.sliding_window = std::nullopt;
   return c;
@@ -47,15 +48,21 @@ ModelConfig preset_config(const std::string& arch, const std::string& preset) {
 InitModelResult init_model(const std::string& dir, const InitModelOptions& o) {
   ModelConfig c = preset_config(o.arch, o.preset);
   if (o.tie_word_embeddings) {
-    if (c.arch == Arch::kGpt2) c.gpt2.tie_word_embeddings = *o.tie_word_embeddings;
-    else c.llama.tie_word_embeddings = *o.tie_word_embeddings;
+    if (c.arch == Arch::kGpt2)
+      c.gpt2.tie_word_embeddings = *o.tie_word_embeddings;
+    else
+      c.llama.tie_word_embeddings = *o.tie_word_embeddings;
   }
   at::ScalarType dtype;
   std::string torch_dtype;
-  if (o.dtype == "f32") dtype = at::kFloat, torch_dtype = "float32";
-  else if (o.dtype == "f16") dtype = at::kHalf, torch_dtype = "float16";
-  else if (o.dtype == "bf16") dtype = at::kBFloat16, torch_dtype = "bfloat16";
-  else throw InputError(concat("unknown --dtype '", o.dtype, "'; supported: f32, f16, bf16"));
+  if (o.dtype == "f32")
+    dtype = at::kFloat, torch_dtype = "float32";
+  else if (o.dtype == "f16")
+    dtype = at::kHalf, torch_dtype = "float16";
+  else if (o.dtype == "bf16")
+    dtype = at::kBFloat16, torch_dtype = "bfloat16";
+  else
+    throw InputError(concat("unknown --dtype '", o.dtype, "'; supported: f32, f16, bf16"));
 
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -66,7 +73,8 @@ InitModelResult init_model(const std::string& dir, const InitModelOptions& o) {
   std::string json = config_to_json(c);
   const std::string f32 = "\"torch_dtype\": \"float32\"";
   auto pos = json.find(f32);
-  if (pos != std::string::npos) json.replace(pos, f32.size(), "\"torch_dtype\": \"" + torch_dtype + "\"");
+  if (pos != std::string::npos)
+    json.replace(pos, f32.size(), "\"torch_dtype\": \"" + torch_dtype + "\"");
   write_file_atomic(dir + "/config.json", json);
   InitModelResult r{c, 0};
   for (const auto& [n, t] : tensors) r.parameters += t.numel();

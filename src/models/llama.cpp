@@ -14,7 +14,8 @@ at::Tensor maybe(const std::map<std::string, at::Tensor>& w, const std::string& 
   return it == w.end() ? at::Tensor() : it->second;
 }
 
-std::unique_ptr<Linear> linear(const std::map<std::string, at::Tensor>& w, const std::string& name) {
+std::unique_ptr<Linear> linear(const std::map<std::string, at::Tensor>& w,
+                               const std::string& name) {
   return std::make_unique<Linear>(name, w.at(name + ".weight"), maybe(w, name + ".bias"));
 }
 
@@ -49,9 +50,10 @@ at::Tensor rope_inv_freq(const LlamaConfig& c) {
 
 class LlamaAttention : public Module {
  public:
-  LlamaAttention(const LlamaConfig& c, const std::map<std::string, at::Tensor>& w, const std::string& name,
-                 int64_t layer)
-      : Module(name, hidden_point(name + ":input", c.hidden_size), hidden_point(name, c.hidden_size)),
+  LlamaAttention(const LlamaConfig& c, const std::map<std::string, at::Tensor>& w,
+                 const std::string& name, int64_t layer)
+      : Module(name, hidden_point(name + ":input", c.hidden_size),
+               hidden_point(name, c.hidden_size)),
         n_head_(c.num_attention_heads),
         n_kv_(c.num_key_value_heads),
         head_dim_(c.head_dim),
@@ -82,8 +84,10 @@ class LlamaAttention : public Module {
 
 class LlamaMlp : public Module {
  public:
-  LlamaMlp(const LlamaConfig& c, const std::map<std::string, at::Tensor>& w, const std::string& name)
-      : Module(name, hidden_point(name + ":input", c.hidden_size), hidden_point(name, c.hidden_size)) {
+  LlamaMlp(const LlamaConfig& c, const std::map<std::string, at::Tensor>& w,
+           const std::string& name)
+      : Module(name, hidden_point(name + ":input", c.hidden_size),
+               hidden_point(name, c.hidden_size)) {
     gate_ = add(linear(w, name + ".gate_proj"));
     act_ = add(std::make_unique<Activation>(name + ".act_fn", c.hidden_act, c.intermediate_size));
     up_ = add(linear(w, name + ".up_proj"));
@@ -92,7 +96,8 @@ class LlamaMlp : public Module {
 
  protected:
   at::Tensor forward(const at::Tensor& x, ForwardState& st) override {
-    auto a = act_->call(gate_->call(x, st), st);  // HF evaluates act_fn(gate_proj(x)) before up_proj(x)
+    auto a =
+        act_->call(gate_->call(x, st), st);  // HF evaluates act_fn(gate_proj(x)) before up_proj(x)
     return down_->call(a * up_->call(x, st), st);
   }
 
@@ -103,14 +108,16 @@ class LlamaMlp : public Module {
 
 class LlamaLayer : public Module {
  public:
-  LlamaLayer(const LlamaConfig& c, const std::map<std::string, at::Tensor>& w, const std::string& name,
-             int64_t layer)
-      : Module(name, hidden_point(name + ":input", c.hidden_size), hidden_point(name, c.hidden_size)) {
-    in_norm_ = add(std::make_unique<RMSNorm>(name + ".input_layernorm", w.at(name + ".input_layernorm.weight"),
-                                             c.rms_norm_eps));
+  LlamaLayer(const LlamaConfig& c, const std::map<std::string, at::Tensor>& w,
+             const std::string& name, int64_t layer)
+      : Module(name, hidden_point(name + ":input", c.hidden_size),
+               hidden_point(name, c.hidden_size)) {
+    in_norm_ = add(std::make_unique<RMSNorm>(
+        name + ".input_layernorm", w.at(name + ".input_layernorm.weight"), c.rms_norm_eps));
     attn_ = add(std::make_unique<LlamaAttention>(c, w, name + ".self_attn", layer));
     post_norm_ = add(std::make_unique<RMSNorm>(name + ".post_attention_layernorm",
-                                               w.at(name + ".post_attention_layernorm.weight"), c.rms_norm_eps));
+                                               w.at(name + ".post_attention_layernorm.weight"),
+                                               c.rms_norm_eps));
     mlp_ = add(std::make_unique<LlamaMlp>(c, w, name + ".mlp"));
   }
 
@@ -136,12 +143,14 @@ BuiltModel build_llama(const LlamaConfig& c, const std::map<std::string, at::Ten
   m.stages.push_back(std::move(embed));
   for (int64_t i = 0; i < c.num_hidden_layers; ++i)
     m.stages.push_back(std::make_unique<LlamaLayer>(c, w, concat("model.layers.", i), i));
-  m.stages.push_back(std::make_unique<RMSNorm>("model.norm", w.at("model.norm.weight"), c.rms_norm_eps));
+  m.stages.push_back(
+      std::make_unique<RMSNorm>("model.norm", w.at("model.norm.weight"), c.rms_norm_eps));
   at::Tensor head = c.tie_word_embeddings ? embed_w : w.at("lm_head.weight");
   m.stages.push_back(std::make_unique<Linear>("lm_head", head, at::Tensor()));
   at::Tensor inv_freq = rope_inv_freq(c);
   m.prepare = [inv_freq](ForwardState& st) {
-    auto freqs = st.positions.to(at::kFloat).unsqueeze(1) * inv_freq.to(st.positions.device()).unsqueeze(0);
+    auto freqs =
+        st.positions.to(at::kFloat).unsqueeze(1) * inv_freq.to(st.positions.device()).unsqueeze(0);
     auto emb = at::cat({freqs, freqs}, -1);  // [T, D]
     st.rope_cos = emb.cos();
     st.rope_sin = emb.sin();

@@ -3,8 +3,8 @@
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
-#include <set>
 #include <limits>
+#include <set>
 
 #include "actcap/checkpoint.h"
 #include "actcap/error.h"
@@ -38,16 +38,17 @@ Batch Batch::from_sequences(const std::vector<std::vector<int64_t>>& seqs, int64
   for (size_t i = 0; i < seqs.size(); ++i) {
     if (seqs[i].empty()) throw InputError(concat("sequence ", i, " is empty"));
     if (static_cast<int64_t>(seqs[i].size()) > max_positions)
-      throw InputError(concat("sequence ", i, " has ", seqs[i].size(), " tokens but the model's context is ",
-                           max_positions, " positions"));
+      throw InputError(concat("sequence ", i, " has ", seqs[i].size(),
+                              " tokens but the model's context is ", max_positions, " positions"));
     for (size_t j = 0; j < seqs[i].size(); ++j)
       if (seqs[i][j] < 0 || seqs[i][j] >= vocab_size)
         throw InputError(concat("token id ", seqs[i][j], " (sequence ", i, ", position ", j,
-                             ") is outside the vocabulary [0, ", vocab_size, ")"));
+                                ") is outside the vocabulary [0, ", vocab_size, ")"));
     T = std::max<int64_t>(T, seqs[i].size());
     b.lengths.push_back(seqs[i].size());
   }
-  b.ids = at::zeros({static_cast<int64_t>(seqs.size()), T}, at::kLong);  // pad id 0: never attended by real tokens
+  b.ids = at::zeros({static_cast<int64_t>(seqs.size()), T},
+                    at::kLong);  // pad id 0: never attended by real tokens
   auto acc = b.ids.accessor<int64_t, 2>();
   for (size_t i = 0; i < seqs.size(); ++i)
     for (size_t j = 0; j < seqs[i].size(); ++j) acc[i][j] = seqs[i][j];
@@ -70,8 +71,9 @@ class HookRegistry {
     if (it == sites.end()) return;
     for (const Site& s : it->second) {
       auto& list = s.pre ? s.module->hooks().pre : s.module->hooks().post;
-      list.erase(std::remove_if(list.begin(), list.end(), [id](const HookEntry& e) { return e.id == id; }),
-                 list.end());
+      list.erase(
+          std::remove_if(list.begin(), list.end(), [id](const HookEntry& e) { return e.id == id; }),
+          list.end());
       s.module->drop_hooks_if_empty();
     }
     sites.erase(it);
@@ -94,7 +96,7 @@ struct Model::Impl {
   BuiltModel built;
   std::vector<Module*> modules;  // every named module, pre-order
   ExecutionOptions exec;
-  std::vector<DeviceId> stage_device;       // resolved placement, one per stage
+  std::vector<DeviceId> stage_device;  // resolved placement, one per stage
   std::map<DeviceId, Arena> arenas;
   std::map<DeviceId, uint64_t> weight_bytes;
   std::map<DeviceId, uint64_t> peak_bytes;
@@ -157,7 +159,8 @@ std::unique_ptr<Model> Model::from_tensors(const ModelConfig& config,
   m->fingerprint_ = fingerprint_tensors(tensors);
   auto weights = load_weights(weight_plan(config), tensors, origin);
   m->impl_ = std::make_unique<Impl>();
-  m->impl_->built = config.arch == Arch::kGpt2 ? build_gpt2(config.gpt2, weights) : build_llama(config.llama, weights);
+  m->impl_->built = config.arch == Arch::kGpt2 ? build_gpt2(config.gpt2, weights)
+                                               : build_llama(config.llama, weights);
   std::vector<Module*> all;
   for (auto& s : m->impl_->built.stages) {
     m->stages_.push_back(s.get());
@@ -192,9 +195,10 @@ std::vector<PointInfo> Model::resolve(const std::string& pattern) const {
     if (match_point(pattern, p.name)) out.push_back(p);
   if (out.empty()) {
     std::string near;
-    for (const auto& n : nearest_points(pattern, point_names())) near += (near.empty() ? "" : ", ") + n;
-    throw InputError(concat("pattern '", pattern, "' matches no hook point of ", origin_, "; nearest: ", near,
-                            " (run `actcap points` for the full list)"));
+    for (const auto& n : nearest_points(pattern, point_names()))
+      near += (near.empty() ? "" : ", ") + n;
+    throw InputError(concat("pattern '", pattern, "' matches no hook point of ", origin_,
+                            "; nearest: ", near, " (run `actcap points` for the full list)"));
   }
   return out;
 }
@@ -204,7 +208,8 @@ HookHandle Model::register_forward_hook(const std::string& pattern, HookFn fn) {
   resolve(pattern);  // loud on zero matches
   std::vector<HookRegistry::Site> sites;
   for (Module* m : impl_->modules)
-    if (match_point(pattern, input ? m->input_point().name : m->output_point().name)) sites.push_back({m, input});
+    if (match_point(pattern, input ? m->input_point().name : m->output_point().name))
+      sites.push_back({m, input});
   const int64_t id = hooks_->next_id++;
   for (const auto& s : sites) {
     auto& list = s.pre ? s.module->hooks().pre : s.module->hooks().post;
@@ -230,19 +235,22 @@ void Model::place(const ExecutionOptions& options) {
   std::vector<DeviceId> devs = options.stage_device;
   if (devs.empty()) devs.assign(stages_.size(), DeviceId::cpu());
   if (devs.size() != stages_.size())
-    throw InputError(concat("placement has ", devs.size(), " devices for ", stages_.size(), " stages"));
+    throw InputError(
+        concat("placement has ", devs.size(), " devices for ", stages_.size(), " stages"));
   std::map<DeviceId, uint64_t> weights;
   for (size_t i = 0; i < stages_.size(); ++i) {
     stages_[i]->to_device(devs[i].c10());
     weights[devs[i]] += stages_[i]->parameter_bytes();
   }
   if (config_.tie_word_embeddings() && devs.front() == devs.back())
-    weights[devs.back()] -= stages_.back()->parameter_bytes();  // lm_head shares the embedding matrix
+    weights[devs.back()] -=
+        stages_.back()->parameter_bytes();  // lm_head shares the embedding matrix
   for (const auto& [d, bytes] : weights) {
     auto b = options.budgets.find(d);
     if (b != options.budgets.end() && bytes > b->second)
-      throw RunError(concat("weights placed on ", d.str(), " take ", format_bytes(bytes), ", over its budget of ",
-                            format_bytes(b->second), "; raise --max-memory for ", d.str(), " or use more devices"));
+      throw RunError(concat("weights placed on ", d.str(), " take ", format_bytes(bytes),
+                            ", over its budget of ", format_bytes(b->second),
+                            "; raise --max-memory for ", d.str(), " or use more devices"));
   }
   im.exec = options;
   im.stage_device = devs;
@@ -292,7 +300,8 @@ std::vector<StageCost> Model::stage_costs(int64_t batch, int64_t seq) const {
     c.weight_bytes = stages_[i]->parameter_bytes();
     if (impl_->is_block(i)) {
       // scores + probabilities [B, heads, T, T], q/k/v and context, MLP intermediates, residuals
-      c.workspace_bytes = f * (2 * batch * heads * seq * seq + 4 * BT * H + 3 * BT * inner + 2 * BT * H);
+      c.workspace_bytes =
+          f * (2 * batch * heads * seq * seq + 4 * BT * H + 3 * BT * inner + 2 * BT * H);
     } else if (i + 1 == stages_.size()) {
       c.workspace_bytes = f * BT * V;  // logits
       if (config_.tie_word_embeddings()) {
@@ -331,7 +340,8 @@ at::Tensor Model::forward(const Batch& batch) {
   Impl& im = *impl_;
   const int64_t B = batch.ids.size(0), T = batch.ids.size(1), H = config_.hidden_size();
   if (T > config_.max_positions())
-    throw InputError(concat("batch has ", T, " positions but ", origin_, " supports at most ", config_.max_positions()));
+    throw InputError(concat("batch has ", T, " positions but ", origin_, " supports at most ",
+                            config_.max_positions()));
   const int64_t step = steps_++;
 
   // Per-forward tables, built once per physical device.
@@ -346,9 +356,9 @@ at::Tensor Model::forward(const Batch& batch) {
     st.step = step;
     st.bare_ref = bare_ref_;
     st.positions = at::arange(T, at::TensorOptions().dtype(at::kLong).device(dev));
-    st.causal_bias =
-        at::full({T, T}, -std::numeric_limits<float>::infinity(), at::TensorOptions().dtype(at::kFloat).device(dev))
-            .triu_(1);
+    st.causal_bias = at::full({T, T}, -std::numeric_limits<float>::infinity(),
+                              at::TensorOptions().dtype(at::kFloat).device(dev))
+                         .triu_(1);
     im.built.prepare(st);
     return states.emplace(dev.str(), std::move(st)).first->second;
   };
@@ -360,8 +370,9 @@ at::Tensor Model::forward(const Batch& batch) {
     const DeviceId& d = im.stage_device[i];
     if (d != cur) {
       at::Tensor dst = im.arena(d).slot(Arena::kTransferIn, h.sizes());
-      transfer(TransferRequest{&h, dst, cur, d, stages_[i]->name().empty() ? "stage " + std::to_string(i)
-                                                                              : stages_[i]->name(),
+      transfer(TransferRequest{&h, dst, cur, d,
+                               stages_[i]->name().empty() ? "stage " + std::to_string(i)
+                                                          : stages_[i]->name(),
                                im.exec.verify_transfers},
                process_faults(), im.transfers);
       ++im.transfers_in[d];
@@ -377,9 +388,10 @@ at::Tensor Model::forward(const Batch& batch) {
       im.peak_bytes[d] = std::max(im.peak_bytes[d], used);
       auto budget = im.exec.budgets.find(d);
       if (budget != im.exec.budgets.end() && used > budget->second)
-        throw RunError(concat(d.str(), " ran out of its memory budget at ", stages_[i]->name(), ": weights ",
-                              format_bytes(im.weight_bytes[d]), " + activation arena ", format_bytes(arena.bytes()),
-                              " > ", format_bytes(budget->second),
+        throw RunError(concat(d.str(), " ran out of its memory budget at ", stages_[i]->name(),
+                              ": weights ", format_bytes(im.weight_bytes[d]),
+                              " + activation arena ", format_bytes(arena.bytes()), " > ",
+                              format_bytes(budget->second),
                               "; raise --max-memory for it or run smaller batches"));
     }
     h = stages_[i]->call(h, st);

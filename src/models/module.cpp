@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <iostream>
-#include <set>
 #include <limits>
+#include <set>
 
 #include "actcap/error.h"
 
@@ -68,20 +68,23 @@ void Module::drop_hooks_if_empty() {
 namespace {
 
 [[noreturn]] void bare_ref_error(const std::string& point) {
-  throw RunError(concat("hook on point '", point,
-                        "' kept a reference to the borrowed tensor (the tensor itself, a view or a detach()); "
-                        "actcap reuses that memory for later layers, so the kept value would silently change. "
-                        "Copy inside the hook with t.clone() (or use SafeCapturer); --bare-ref=warn|off to override"));
+  throw RunError(
+      concat("hook on point '", point,
+             "' kept a reference to the borrowed tensor (the tensor itself, a view or a detach()); "
+             "actcap reuses that memory for later layers, so the kept value would silently change. "
+             "Copy inside the hook with t.clone() (or use SafeCapturer); --bare-ref=warn|off to "
+             "override"));
 }
 
-void run_hooks(std::vector<HookEntry>& entries, const std::string& point, bool is_input, const at::Tensor& t,
-               const ForwardState& st) {
+void run_hooks(std::vector<HookEntry>& entries, const std::string& point, bool is_input,
+               const at::Tensor& t, const ForwardState& st) {
   // Iterate over a snapshot: a hook may remove itself or others while running.
   std::vector<std::pair<int64_t, HookFn>> snapshot;
   snapshot.reserve(entries.size());
   for (const auto& e : entries) snapshot.emplace_back(e.id, e.fn);
   for (auto& [id, fn] : snapshot) {
-    auto live = std::find_if(entries.begin(), entries.end(), [id = id](const HookEntry& e) { return e.id == id; });
+    auto live = std::find_if(entries.begin(), entries.end(),
+                             [id = id](const HookEntry& e) { return e.id == id; });
     if (live == entries.end()) continue;
     HookContext ctx{point, is_input, t.device(), live->calls++, st.step};
     // Bare-reference guard: a hook that keeps the tensor or a view raises these use counts.
@@ -90,21 +93,24 @@ void run_hooks(std::vector<HookEntry>& entries, const std::string& point, bool i
     try {
       fn(ctx, t);
     } catch (const Error&) {
-      throw;  // already names what failed
+      throw;                           // already names what failed
     } catch (const c10::Error& err) {  // a LibTorch error: its what() carries a C++ backtrace
       throw RunError(concat("hook on point '", point, "' threw: ", err.what_without_backtrace()));
     } catch (const std::exception& err) {
       throw RunError(concat("hook on point '", point, "' threw: ", err.what()));
     } catch (...) {
-      throw RunError(concat("hook on point '", point, "' threw an exception that is not a std::exception"));
+      throw RunError(
+          concat("hook on point '", point, "' threw an exception that is not a std::exception"));
     }
     if (st.bare_ref != BareRefPolicy::kOff &&
-        (t.use_count() > impl_uses || (t.has_storage() && t.storage().use_count() > storage_uses))) {
+        (t.use_count() > impl_uses ||
+         (t.has_storage() && t.storage().use_count() > storage_uses))) {
       if (st.bare_ref == BareRefPolicy::kError) bare_ref_error(point);
       static thread_local std::set<std::string> warned;
       if (warned.insert(point).second)
         std::cerr << "actcap: warning: hook on point '" << point
-                  << "' kept a reference to the borrowed tensor; its value will change when the memory is reused\n";
+                  << "' kept a reference to the borrowed tensor; its value will change when the "
+                     "memory is reused\n";
     }
   }
 }
@@ -119,23 +125,32 @@ at::Tensor Module::call_hooked(const at::Tensor& x, ForwardState& st) {
   return y;
 }
 
-PointInfo hidden_point(const std::string& name, int64_t width) { return {name, {width}, at::kFloat}; }
+PointInfo hidden_point(const std::string& name, int64_t width) {
+  return {name, {width}, at::kFloat};
+}
 PointInfo ids_point(const std::string& name) { return {name, {}, at::kLong}; }
 
 Linear::Linear(const std::string& name, at::Tensor weight, at::Tensor bias)
-    : Module(name, hidden_point(name + ":input", weight.size(1)), hidden_point(name, weight.size(0))),
+    : Module(name, hidden_point(name + ":input", weight.size(1)),
+             hidden_point(name, weight.size(0))),
       weight_(std::move(weight)),
       bias_(std::move(bias)) {}
 
-at::Tensor Linear::forward(const at::Tensor& x, ForwardState&) { return at::linear(x, weight_, bias_); }
+at::Tensor Linear::forward(const at::Tensor& x, ForwardState&) {
+  return at::linear(x, weight_, bias_);
+}
 
 Embedding::Embedding(const std::string& name, at::Tensor weight)
-    : Module(name, ids_point(name + ":input"), hidden_point(name, weight.size(1))), weight_(std::move(weight)) {}
+    : Module(name, ids_point(name + ":input"), hidden_point(name, weight.size(1))),
+      weight_(std::move(weight)) {}
 
-at::Tensor Embedding::forward(const at::Tensor& ids, ForwardState&) { return at::embedding(weight_, ids); }
+at::Tensor Embedding::forward(const at::Tensor& ids, ForwardState&) {
+  return at::embedding(weight_, ids);
+}
 
 LayerNorm::LayerNorm(const std::string& name, at::Tensor weight, at::Tensor bias, double eps)
-    : Module(name, hidden_point(name + ":input", weight.size(0)), hidden_point(name, weight.size(0))),
+    : Module(name, hidden_point(name + ":input", weight.size(0)),
+             hidden_point(name, weight.size(0))),
       weight_(std::move(weight)),
       bias_(std::move(bias)),
       eps_(eps) {}
@@ -145,7 +160,8 @@ at::Tensor LayerNorm::forward(const at::Tensor& x, ForwardState&) {
 }
 
 RMSNorm::RMSNorm(const std::string& name, at::Tensor weight, double eps)
-    : Module(name, hidden_point(name + ":input", weight.size(0)), hidden_point(name, weight.size(0))),
+    : Module(name, hidden_point(name + ":input", weight.size(0)),
+             hidden_point(name, weight.size(0))),
       weight_(std::move(weight)),
       eps_(eps) {}
 
@@ -173,10 +189,14 @@ Activation::Activation(const std::string& name, const std::string& kind, int64_t
 
 at::Tensor Activation::forward(const at::Tensor& x, ForwardState&) {
   switch (kind_) {
-    case Kind::kGeluTanh: return at::gelu(x, "tanh");
-    case Kind::kGelu: return at::gelu(x);
-    case Kind::kRelu: return at::relu(x);
-    case Kind::kSilu: return at::silu(x);
+    case Kind::kGeluTanh:
+      return at::gelu(x, "tanh");
+    case Kind::kGelu:
+      return at::gelu(x);
+    case Kind::kRelu:
+      return at::relu(x);
+    case Kind::kSilu:
+      return at::silu(x);
   }
   return x;
 }
@@ -191,8 +211,9 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
     vv = v.unsqueeze(2).expand({B, Hkv, H / Hkv, T, D}).reshape({B, H, T, D});
   }
   // One GEMM computes bias + scale * q k^T: no separate passes over the [T, T] scores.
-  auto scores = at::baddbmm(bias, q.reshape({B * H, T, D}), kk.reshape({B * H, T, D}).transpose(1, 2),
-                            /*beta=*/1.0, /*alpha=*/scale);
+  auto scores =
+      at::baddbmm(bias, q.reshape({B * H, T, D}), kk.reshape({B * H, T, D}).transpose(1, 2),
+                  /*beta=*/1.0, /*alpha=*/scale);
   auto probs = at::softmax(scores, -1);
   auto ctx = at::bmm(probs, vv.reshape({B * H, T, D}));  // [B*H, T, D]
   return ctx.view({B, H, T, D}).transpose(1, 2).reshape({B, T, H * D});

@@ -74,7 +74,7 @@ class Module {
   virtual void to_device(c10::Device device);
   // Bytes of the parameters this module and its descendants hold (tied weights counted where held).
   virtual uint64_t parameter_bytes() const;
-  ModuleHooks& hooks();           // creates the lists on first use
+  ModuleHooks& hooks();  // creates the lists on first use
   void drop_hooks_if_empty();
 
  protected:

@@ -48,7 +48,8 @@ WeightPlan gpt2_weight_plan(const Gpt2Config& c) {
   }
   add("transformer.ln_f.weight", {H}, Transform::kNone, Init::kGain);
   add("transformer.ln_f.bias", {H}, Transform::kNone, Init::kBias);
-  if (!c.tie_word_embeddings) add("lm_head.weight", {c.vocab_size, H}, Transform::kNone, Init::kMatrix);
+  if (!c.tie_word_embeddings)
+    add("lm_head.weight", {c.vocab_size, H}, Transform::kNone, Init::kMatrix);
   plan.ignored_suffixes = {".attn.bias", ".attn.masked_bias"};
   return plan;
 }
@@ -103,7 +104,8 @@ std::map<std::string, at::Tensor> load_weights(const WeightPlan& plan,
       if (!found && tensors.count(alias)) found = &alias;
     if (!found) {
       std::string also;
-      for (const std::string& a : spec.aliases) also += (also.empty() ? " (also looked for " : ", ") + a;
+      for (const std::string& a : spec.aliases)
+        also += (also.empty() ? " (also looked for " : ", ") + a;
       if (!also.empty()) also += ")";
       throw InputError(concat(origin, ": missing tensor ", spec.name, also));
     }
@@ -111,10 +113,10 @@ std::map<std::string, at::Tensor> load_weights(const WeightPlan& plan,
     const at::Tensor& t = tensors.at(*found);
     if (!at::isFloatingType(t.scalar_type()))
       throw InputError(concat(origin, ": tensor ", *found, " has dtype ", t.scalar_type(),
-                           "; weights must be floating point (F32, F16, BF16, F64)"));
+                              "; weights must be floating point (F32, F16, BF16, F64)"));
     if (t.sizes() != at::IntArrayRef(spec.shape))
       throw InputError(concat(origin, ": tensor ", *found, " has shape ", shape_str(t.sizes()),
-                           " but config.json implies ", shape_str(spec.shape)));
+                              " but config.json implies ", shape_str(spec.shape)));
     // Own a float32 copy only when needed; f32 aligned tensors stay zero-copy over the mapping.
     at::Tensor w = t.to(at::kFloat);
     // A transposed view, not a copy: linear() then multiplies by the stored [in, out] matrix
@@ -128,14 +130,16 @@ std::map<std::string, at::Tensor> load_weights(const WeightPlan& plan,
     if (used.count(name)) continue;
     bool ignored = false;
     for (const std::string& suf : plan.ignored_suffixes)
-      ignored |= name.size() >= suf.size() && name.compare(name.size() - suf.size(), suf.size(), suf) == 0;
+      ignored |=
+          name.size() >= suf.size() && name.compare(name.size() - suf.size(), suf.size(), suf) == 0;
     if (!ignored) unused.push_back(name);
   }
   if (!unused.empty()) {
     std::string list;
     for (size_t i = 0; i < unused.size() && i < 5; ++i) list += (i ? ", " : "") + unused[i];
     if (unused.size() > 5) list += concat(", ... (", unused.size(), " in all)");
-    std::cerr << "actcap: warning: " << origin << ": ignoring tensors the model does not use: " << list << "\n";
+    std::cerr << "actcap: warning: " << origin
+              << ": ignoring tensors the model does not use: " << list << "\n";
   }
   return out;
 }
@@ -151,7 +155,9 @@ struct SplitMix64 {
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
   }
-  double uniform() { return (static_cast<double>(next() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+  double uniform() {
+    return (static_cast<double>(next() >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+  }
 };
 
 uint64_t name_seed(uint64_t seed, const std::string& name) {
@@ -162,7 +168,8 @@ uint64_t name_seed(uint64_t seed, const std::string& name) {
 
 }  // namespace
 
-std::map<std::string, at::Tensor> init_weights(const WeightPlan& plan, uint64_t seed, at::ScalarType dtype) {
+std::map<std::string, at::Tensor> init_weights(const WeightPlan& plan, uint64_t seed,
+                                               at::ScalarType dtype) {
   std::map<std::string, at::Tensor> out;
   constexpr double kStd = 0.02;
   for (const WeightSpec& spec : plan.specs) {

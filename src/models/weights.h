@@ -25,8 +25,8 @@ enum class Init {
 };
 
 struct WeightSpec {
-  std::string name;                  // canonical HF name (the engine looks it up by this)
-  std::vector<int64_t> shape;        // shape as stored in the checkpoint
+  std::string name;            // canonical HF name (the engine looks it up by this)
+  std::vector<int64_t> shape;  // shape as stored in the checkpoint
   Transform transform = Transform::kNone;
   Init init = Init::kMatrix;
   std::vector<std::string> aliases;  // other names the same tensor may be stored under

@@ -24,7 +24,10 @@ namespace {
 
 std::unique_ptr<Model> model(const std::string& arch = "gpt2", int64_t layers = 8) {
   ModelConfig c = preset_config(arch, "tiny");
-  if (c.arch == Arch::kGpt2) c.gpt2.n_layer = layers; else c.llama.num_hidden_layers = layers;
+  if (c.arch == Arch::kGpt2)
+    c.gpt2.n_layer = layers;
+  else
+    c.llama.num_hidden_layers = layers;
   return Model::from_tensors(c, init_weights(weight_plan(c), 21, at::kFloat), arch);
 }
 
@@ -45,7 +48,8 @@ void split(Model& m, int n, const Batch& b) {
 }
 
 // The truth: every point's real-token rows, copied inside the hook.
-std::map<std::string, at::Tensor> truth(Model& m, const Batch& b, const std::string& pattern = "**") {
+std::map<std::string, at::Tensor> truth(Model& m, const Batch& b,
+                                        const std::string& pattern = "**") {
   std::map<std::string, at::Tensor> out;
   std::vector<int64_t> idx;
   for (int64_t s = 0; s < b.size(); ++s)
@@ -74,7 +78,8 @@ TEST(SeedSuite, CopyIsolationMutatingTheSourceAfterCaptureLeavesTheCaptureUnchan
   auto expected = truth(*m, b, "transformer.h.2");
   SafeCapturer cap(*m, CaptureOptions{{"transformer.h.2"}});
   // A later in-place writer on the very tensor that was captured (registered after the capturer).
-  auto writer = m->register_forward_hook("transformer.h.2", [](const HookContext&, const at::Tensor& t) { t.mul_(0); });
+  auto writer = m->register_forward_hook(
+      "transformer.h.2", [](const HookContext&, const at::Tensor& t) { t.mul_(0); });
   cap.run(b);
   writer.remove();
   EXPECT_TRUE(at::equal(cap.get("transformer.h.2"), expected.at("transformer.h.2")));
@@ -105,7 +110,8 @@ TEST(SeedSuite, NoCorruptionOverThreeOrMoreDevicesInInferenceMode) {
     probe.remove();
     EXPECT_TRUE(inference_mode);
     EXPECT_GE(m->transfer_stats().transfers, n - 1);
-    for (const auto& [name, t] : expected) EXPECT_TRUE(at::equal(cap.get(name), t)) << n << " devices: " << name;
+    for (const auto& [name, t] : expected)
+      EXPECT_TRUE(at::equal(cap.get(name), t)) << n << " devices: " << name;
   }
 }
 
@@ -128,9 +134,9 @@ TEST(Hazards, H1_SnapshotsShareNoStorageWithEngineBuffers) {
   Batch b = batch(*m);
   std::vector<const void*> borrowed;
   SafeCapturer cap(*m, CaptureOptions{{"transformer.h.*"}});
-  auto spy = m->register_forward_hook("transformer.h.*", [&](const HookContext&, const at::Tensor& t) {
-    borrowed.push_back(t.storage().data());
-  });
+  auto spy = m->register_forward_hook(
+      "transformer.h.*",
+      [&](const HookContext&, const at::Tensor& t) { borrowed.push_back(t.storage().data()); });
   cap.run(b);
   spy.remove();
   for (const Snapshot& s : cap.snapshots())
@@ -154,15 +160,16 @@ TEST(Hazards, H3_SnapshotIsCompleteAndOnTheStableDeviceWhenTheHookReturns) {
   split(*m, 3, b);
   SafeCapturer cap(*m, CaptureOptions{{"transformer.h.3"}});
   bool checked = false;
-  auto after = m->register_forward_hook("transformer.h.3", [&](const HookContext&, const at::Tensor& t) {
-    // The capturer's hook ran first: its snapshot must already be final, not a pending copy.
-    ASSERT_EQ(cap.snapshots().size(), 1u);
-    const Snapshot& s = cap.snapshots().back();
-    EXPECT_TRUE(s.rows.device().is_cpu());
-    EXPECT_NO_THROW(cap.verify());
-    t.fill_(7);  // and later writes to the source do not reach it
-    checked = true;
-  });
+  auto after =
+      m->register_forward_hook("transformer.h.3", [&](const HookContext&, const at::Tensor& t) {
+        // The capturer's hook ran first: its snapshot must already be final, not a pending copy.
+        ASSERT_EQ(cap.snapshots().size(), 1u);
+        const Snapshot& s = cap.snapshots().back();
+        EXPECT_TRUE(s.rows.device().is_cpu());
+        EXPECT_NO_THROW(cap.verify());
+        t.fill_(7);  // and later writes to the source do not reach it
+        checked = true;
+      });
   cap.run(b);
   after.remove();
   EXPECT_TRUE(checked);
@@ -200,7 +207,8 @@ TEST(Hazards, H6_SilentMissesAreErrorsAndRepeatedCallsAreAllKept) {
   ASSERT_EQ(cap.snapshots().size(), 2u);
   EXPECT_EQ(cap.snapshots()[0].call, 0);
   EXPECT_EQ(cap.snapshots()[1].call, 1);
-  EXPECT_FALSE(at::equal(cap.get("transformer.h.1", 0), cap.get("transformer.h.1", 1).slice(0, 0, 11)));
+  EXPECT_FALSE(
+      at::equal(cap.get("transformer.h.1", 0), cap.get("transformer.h.1", 1).slice(0, 0, 11)));
   EXPECT_EQ(cap.get("transformer.h.1").size(0), 11 + 13);  // both calls, in order
   EXPECT_THROW(cap.get("transformer.h.1", 2), RunError);
 }
@@ -267,8 +275,9 @@ TEST(CaptureOptions, PositionsDtypeAndBudget) {
   EXPECT_EQ(cap.row_pos(), (std::vector<int64_t>{7, 2}));
   at::Tensor last = cap.get("transformer.h.1");
   EXPECT_EQ(last.scalar_type(), at::kBFloat16);
-  EXPECT_TRUE(at::equal(last, at::stack({expected.at("transformer.h.1")[7], expected.at("transformer.h.1")[10]})
-                                  .to(at::kBFloat16)));
+  EXPECT_TRUE(at::equal(
+      last, at::stack({expected.at("transformer.h.1")[7], expected.at("transformer.h.1")[10]})
+                .to(at::kBFloat16)));
   EXPECT_EQ(cap.get("transformer.wte:input").scalar_type(), at::kLong);  // ids stay integers
   CaptureOptions tight{{"**"}};
   tight.budget_bytes = 1024;
@@ -280,8 +289,8 @@ TEST(CaptureOptions, PositionsDtypeAndBudget) {
 // bit for bit, in the stored dtype too; a padded batch and a position subset take the gather path.
 TEST(CaptureOptions, EveryTokenFastPathEqualsTheGather) {
   auto m = model("llama", 3);
-  const Batch full = Batch::from_sequences({{4, 8, 15, 16}, {23, 42, 7, 1}}, m->config().vocab_size(),
-                                           m->config().max_positions());
+  const Batch full = Batch::from_sequences({{4, 8, 15, 16}, {23, 42, 7, 1}},
+                                           m->config().vocab_size(), m->config().max_positions());
   auto expected = truth(*m, full);
   for (auto dtype : {std::optional<c10::ScalarType>{}, std::optional<c10::ScalarType>{at::kHalf}}) {
     CaptureOptions o{{"**", "**:input"}};
@@ -299,6 +308,7 @@ TEST(CaptureOptions, EveryTokenFastPathEqualsTheGather) {
   last.positions = PositionSpec::parse("1:3");
   SafeCapturer cap(*m, last);
   cap.run(full);
-  EXPECT_TRUE(at::equal(cap.get("model.layers.2"),
-                        expected.at("model.layers.2").index_select(0, at::tensor(std::vector<int64_t>{1, 2, 5, 6}))));
+  EXPECT_TRUE(at::equal(
+      cap.get("model.layers.2"),
+      expected.at("model.layers.2").index_select(0, at::tensor(std::vector<int64_t>{1, 2, 5, 6}))));
 }

@@ -17,8 +17,10 @@ std::string error_of(const std::string& json) {
 }  // namespace
 
 TEST(Config, Gpt2DefaultsAndAliases) {
-  auto c = parse_config(R"({"model_type":"gpt2","vocab_size":100,"hidden_size":64,"num_hidden_layers":2,
-                            "num_attention_heads":4})", "cfg");
+  auto c =
+      parse_config(R"({"model_type":"gpt2","vocab_size":100,"hidden_size":64,"num_hidden_layers":2,
+                            "num_attention_heads":4})",
+                   "cfg");
   EXPECT_EQ(c.arch, Arch::kGpt2);
   EXPECT_EQ(c.gpt2.n_embd, 64);
   EXPECT_EQ(c.gpt2.inner(), 256);
@@ -29,8 +31,10 @@ TEST(Config, Gpt2DefaultsAndAliases) {
 }
 
 TEST(Config, LlamaDefaults) {
-  auto c = parse_config(R"({"model_type":"llama","vocab_size":100,"hidden_size":64,"intermediate_size":128,
-                            "num_hidden_layers":2,"num_attention_heads":4})", "cfg");
+  auto c = parse_config(
+      R"({"model_type":"llama","vocab_size":100,"hidden_size":64,"intermediate_size":128,
+                            "num_hidden_layers":2,"num_attention_heads":4})",
+      "cfg");
   EXPECT_EQ(c.llama.num_key_value_heads, 4);
   EXPECT_EQ(c.llama.head_dim, 16);
   EXPECT_DOUBLE_EQ(c.llama.rms_norm_eps, 1e-6);
@@ -41,18 +45,22 @@ TEST(Config, LlamaDefaults) {
 }
 
 TEST(Config, ExplicitHeadDimAndGqa) {
-  auto c = parse_config(R"({"model_type":"llama","vocab_size":100,"hidden_size":64,"intermediate_size":128,
-      "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":32})", "cfg");
+  auto c = parse_config(
+      R"({"model_type":"llama","vocab_size":100,"hidden_size":64,"intermediate_size":128,
+      "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":32})",
+      "cfg");
   EXPECT_EQ(c.llama.head_dim, 32);
   EXPECT_EQ(c.llama.num_key_value_heads, 2);
 }
 
 TEST(Config, Llama3RopeScalingV4AndV5) {
-  const char* v4 = R"({"model_type":"llama","vocab_size":100,"hidden_size":64,"intermediate_size":128,
+  const char* v4 =
+      R"({"model_type":"llama","vocab_size":100,"hidden_size":64,"intermediate_size":128,
       "num_hidden_layers":2,"num_attention_heads":4,"rope_theta":500000.0,
       "rope_scaling":{"rope_type":"llama3","factor":32.0,"low_freq_factor":1.0,"high_freq_factor":4.0,
                       "original_max_position_embeddings":8192}})";
-  const char* v5 = R"({"model_type":"llama","vocab_size":100,"hidden_size":64,"intermediate_size":128,
+  const char* v5 =
+      R"({"model_type":"llama","vocab_size":100,"hidden_size":64,"intermediate_size":128,
       "num_hidden_layers":2,"num_attention_heads":4,
       "rope_parameters":{"rope_type":"llama3","rope_theta":500000.0,"factor":32.0,"low_freq_factor":1.0,
                          "high_freq_factor":4.0,"original_max_position_embeddings":8192}})";
@@ -64,21 +72,29 @@ TEST(Config, Llama3RopeScalingV4AndV5) {
     EXPECT_EQ(c.llama.rope.original_max_position_embeddings, 8192);
   }
   // v4 "type" spelling
-  auto c = parse_config(R"({"model_type":"llama","vocab_size":100,"hidden_size":64,"intermediate_size":128,
-      "num_hidden_layers":2,"num_attention_heads":4,"rope_scaling":{"type":"linear","factor":2.0}})", "cfg");
+  auto c = parse_config(
+      R"({"model_type":"llama","vocab_size":100,"hidden_size":64,"intermediate_size":128,
+      "num_hidden_layers":2,"num_attention_heads":4,"rope_scaling":{"type":"linear","factor":2.0}})",
+      "cfg");
   EXPECT_EQ(c.llama.rope.rope_type, "linear");
 }
 
 TEST(Config, MistralAndQwen2Windows) {
-  auto m = parse_config(R"({"model_type":"mistral","vocab_size":100,"hidden_size":64,"intermediate_size":128,
-      "num_hidden_layers":2,"num_attention_heads":4})", "cfg");
+  auto m = parse_config(
+      R"({"model_type":"mistral","vocab_size":100,"hidden_size":64,"intermediate_size":128,
+      "num_hidden_layers":2,"num_attention_heads":4})",
+      "cfg");
   EXPECT_EQ(m.llama.window_for_layer(1).value(), 4096);
-  auto m2 = parse_config(R"({"model_type":"mistral","vocab_size":100,"hidden_size":64,"intermediate_size":128,
-      "num_hidden_layers":2,"num_attention_heads":4,"sliding_window":null})", "cfg");
+  auto m2 = parse_config(
+      R"({"model_type":"mistral","vocab_size":100,"hidden_size":64,"intermediate_size":128,
+      "num_hidden_layers":2,"num_attention_heads":4,"sliding_window":null})",
+      "cfg");
   EXPECT_FALSE(m2.llama.window_for_layer(1).has_value());
-  auto q = parse_config(R"({"model_type":"qwen2","vocab_size":100,"hidden_size":64,"intermediate_size":128,
+  auto q = parse_config(
+      R"({"model_type":"qwen2","vocab_size":100,"hidden_size":64,"intermediate_size":128,
       "num_hidden_layers":4,"num_attention_heads":4,"use_sliding_window":true,"sliding_window":16,
-      "max_window_layers":2})", "cfg");
+      "max_window_layers":2})",
+      "cfg");
   EXPECT_TRUE(q.llama.qkv_bias);
   EXPECT_FALSE(q.llama.o_bias);
   EXPECT_FALSE(q.llama.window_for_layer(1).has_value());
@@ -86,8 +102,10 @@ TEST(Config, MistralAndQwen2Windows) {
 }
 
 TEST(Config, RoundTripThroughJson) {
-  auto c = parse_config(R"({"model_type":"qwen2","vocab_size":100,"hidden_size":64,"intermediate_size":128,
-      "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2})", "cfg");
+  auto c = parse_config(
+      R"({"model_type":"qwen2","vocab_size":100,"hidden_size":64,"intermediate_size":128,
+      "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2})",
+      "cfg");
   auto back = parse_config(config_to_json(c), "cfg2");
   EXPECT_EQ(back.llama.num_key_value_heads, 2);
   EXPECT_EQ(back.llama.head_dim, 16);
@@ -95,40 +113,51 @@ TEST(Config, RoundTripThroughJson) {
 }
 
 TEST(Config, Errors) {
-  EXPECT_NE(error_of(R"({"model_type":"bert"})").find("gpt2, llama, mistral, qwen2"), std::string::npos);
-  EXPECT_NE(error_of(R"({"vocab_size":3})").find("model_type"), std::string::npos);
-  EXPECT_NE(error_of(R"({"model_type":"gpt2","n_embd":64,"n_layer":2,"n_head":4})").find("'vocab_size'"),
+  EXPECT_NE(error_of(R"({"model_type":"bert"})").find("gpt2, llama, mistral, qwen2"),
             std::string::npos);
+  EXPECT_NE(error_of(R"({"vocab_size":3})").find("model_type"), std::string::npos);
+  EXPECT_NE(
+      error_of(R"({"model_type":"gpt2","n_embd":64,"n_layer":2,"n_head":4})").find("'vocab_size'"),
+      std::string::npos);
   EXPECT_NE(error_of(R"({"model_type":"gpt2","vocab_size":10,"n_embd":64,"n_layer":2,"n_head":5})")
                 .find("does not divide"),
             std::string::npos);
-  EXPECT_NE(error_of(R"({"model_type":"llama","vocab_size":10,"hidden_size":64,"intermediate_size":8,
-      "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":3})").find("num_key_value_heads"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of(R"({"model_type":"llama","vocab_size":10,"hidden_size":64,"intermediate_size":8,
+      "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":3})")
+          .find("num_key_value_heads"),
+      std::string::npos);
   EXPECT_NE(error_of(R"({"model_type":"gpt2","vocab_size":"x","n_embd":64,"n_layer":2,"n_head":4})")
                 .find("must be an integer"),
             std::string::npos);
-  EXPECT_NE(error_of(R"({"model_type":"llama","vocab_size":10,"hidden_size":64,"intermediate_size":8,
+  EXPECT_NE(
+      error_of(R"({"model_type":"llama","vocab_size":10,"hidden_size":64,"intermediate_size":8,
       "num_hidden_layers":2,"num_attention_heads":4,"rope_scaling":{"rope_type":"yarn","factor":2}})")
-                .find("unsupported rope_type 'yarn'"),
-            std::string::npos);
+          .find("unsupported rope_type 'yarn'"),
+      std::string::npos);
   EXPECT_NE(error_of("{not json").find("not valid JSON"), std::string::npos);
   EXPECT_NE(error_of(R"({"model_type":"gpt2","vocab_size":10,"n_embd":64,"n_layer":2,"n_head":4,
-      "activation_function":"tanhx"})").find("unsupported activation_function"),
+      "activation_function":"tanhx"})")
+                .find("unsupported activation_function"),
             std::string::npos);
 }
 
 // Found by fuzz_config (fuzz/regressions/fuzz_config): out-of-range numbers must be clean errors.
 TEST(Config, HugeNumbersAreInputErrorsNotUndefinedBehaviour) {
-  EXPECT_NE(error_of(R"({"model_type":"gpt2","vocab_size":10,"n_embd":1e300,"n_layer":2,"n_head":4})")
-                .find("must be an integer"),
-            std::string::npos);
-  EXPECT_NE(error_of(R"({"model_type":"gpt2","vocab_size":10,"n_embd":4611686018427387904,"n_layer":2,"n_head":4})")
-                .find("between 1 and 2^31-1"),
-            std::string::npos);
-  EXPECT_NE(error_of(R"({"model_type":"gpt2","vocab_size":10,"n_embd":64,"n_inner":9223372036854775807,
-      "n_layer":2,"n_head":4})").find("n_inner"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of(R"({"model_type":"gpt2","vocab_size":10,"n_embd":1e300,"n_layer":2,"n_head":4})")
+          .find("must be an integer"),
+      std::string::npos);
+  EXPECT_NE(
+      error_of(
+          R"({"model_type":"gpt2","vocab_size":10,"n_embd":4611686018427387904,"n_layer":2,"n_head":4})")
+          .find("between 1 and 2^31-1"),
+      std::string::npos);
+  EXPECT_NE(
+      error_of(R"({"model_type":"gpt2","vocab_size":10,"n_embd":64,"n_inner":9223372036854775807,
+      "n_layer":2,"n_head":4})")
+          .find("n_inner"),
+      std::string::npos);
 }
 
 // fuzz/regressions/fuzz_config/json_number_overflow_escapes.json: a number beyond double range is

@@ -28,7 +28,9 @@ Batch padded(const Model& m) {
 // Every point's value (cloned inside the hook) plus logits.
 std::map<std::string, at::Tensor> capture_all(Model& m, const Batch& b) {
   std::map<std::string, at::Tensor> out;
-  auto keep = [&](const HookContext& ctx, const at::Tensor& t) { out[ctx.point] = t.to(at::kCPU).clone(); };
+  auto keep = [&](const HookContext& ctx, const at::Tensor& t) {
+    out[ctx.point] = t.to(at::kCPU).clone();
+  };
   auto h1 = m.register_forward_hook("**", keep);
   auto h2 = m.register_forward_hook("**:input", keep);
   out["logits"] = m.forward(b).to(at::kCPU);
@@ -37,7 +39,8 @@ std::map<std::string, at::Tensor> capture_all(Model& m, const Batch& b) {
   return out;
 }
 
-void place(Model& m, PlanStrategy strategy, int n, const Batch& b, nlohmann::json explicit_map = {}) {
+void place(Model& m, PlanStrategy strategy, int n, const Batch& b,
+           nlohmann::json explicit_map = {}) {
   PlanRequest req;
   req.stages = m.stage_costs(b.size(), b.max_len());
   for (int i = 0; i < n; ++i) req.devices.push_back(DeviceId::virtual_cpu(i));
@@ -81,8 +84,10 @@ std::vector<SplitCase> split_cases() {
   std::vector<SplitCase> out;
   for (const char* arch : {"gpt2", "llama", "qwen2"})
     for (int n : {1, 2, 3, 4, 8})
-      for (PlanStrategy s : {PlanStrategy::kAuto, PlanStrategy::kBalanced, PlanStrategy::kSequential}) {
-        if (s == PlanStrategy::kSequential && n > 1) continue;  // unlimited budgets: sequential uses one device
+      for (PlanStrategy s :
+           {PlanStrategy::kAuto, PlanStrategy::kBalanced, PlanStrategy::kSequential}) {
+        if (s == PlanStrategy::kSequential && n > 1)
+          continue;  // unlimited budgets: sequential uses one device
         out.push_back({arch, n, s});
       }
   return out;
@@ -90,7 +95,8 @@ std::vector<SplitCase> split_cases() {
 
 std::string split_case_name(const ::testing::TestParamInfo<SplitCase>& i) {
   static const char* names[] = {"auto", "balanced", "sequential", "explicit"};
-  return i.param.arch + "_" + std::to_string(i.param.devices) + "_" + names[static_cast<int>(i.param.strategy)];
+  return i.param.arch + "_" + std::to_string(i.param.devices) + "_" +
+         names[static_cast<int>(i.param.strategy)];
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, SplitRun, ::testing::ValuesIn(split_cases()), split_case_name);
@@ -101,14 +107,17 @@ TEST(Executor, ScrambledExplicitMapIsBitIdentical) {
     Batch b = padded(*m);
     auto reference = capture_all(*m, b);
     nlohmann::json map;
-    const std::vector<std::string> devs = {"cpu:2", "cpu:0", "cpu:3", "cpu:1", "cpu:0", "cpu:2", "cpu:1", "cpu:3"};
+    const std::vector<std::string> devs = {"cpu:2", "cpu:0", "cpu:3", "cpu:1",
+                                           "cpu:0", "cpu:2", "cpu:1", "cpu:3"};
     auto mods = m->stage_modules();
     for (size_t i = 0; i < mods.size(); ++i)
       for (const auto& name : mods[i]) map[name] = devs[i % devs.size()];
     place(*m, PlanStrategy::kExplicit, 4, b, map);
     auto split = capture_all(*m, b);
-    for (const auto& [name, t] : reference) EXPECT_TRUE(at::equal(t, split.at(name))) << arch << " " << name;
-    EXPECT_EQ(m->transfer_stats().transfers, static_cast<int64_t>(mods.size()) - 1);  // every boundary moves
+    for (const auto& [name, t] : reference)
+      EXPECT_TRUE(at::equal(t, split.at(name))) << arch << " " << name;
+    EXPECT_EQ(m->transfer_stats().transfers,
+              static_cast<int64_t>(mods.size()) - 1);  // every boundary moves
   }
 }
 
@@ -119,19 +128,22 @@ TEST(Executor, ArenaReuseOverwritesAnEarlierLayersOutput) {
   at::Tensor kept, layer2_copy;
   const void* p0 = nullptr;
   const void* p2 = nullptr;
-  auto h0 = m->register_forward_hook("transformer.h.0", [&](const HookContext&, const at::Tensor& t) {
-    kept = t;  // the bare reference the guard exists to forbid
-    p0 = t.data_ptr();
-  });
-  auto h2 = m->register_forward_hook("transformer.h.2", [&](const HookContext&, const at::Tensor& t) {
-    p2 = t.data_ptr();
-    layer2_copy = t.clone();
-  });
+  auto h0 =
+      m->register_forward_hook("transformer.h.0", [&](const HookContext&, const at::Tensor& t) {
+        kept = t;  // the bare reference the guard exists to forbid
+        p0 = t.data_ptr();
+      });
+  auto h2 =
+      m->register_forward_hook("transformer.h.2", [&](const HookContext&, const at::Tensor& t) {
+        p2 = t.data_ptr();
+        layer2_copy = t.clone();
+      });
   m->forward(b);
   h0.remove();
   h2.remove();
-  EXPECT_EQ(p0, p2);                          // layer 2 wrote into the memory layer 0's output used
-  EXPECT_TRUE(at::equal(kept, layer2_copy));  // so the kept "layer 0" tensor now holds layer 2's values
+  EXPECT_EQ(p0, p2);  // layer 2 wrote into the memory layer 0's output used
+  EXPECT_TRUE(
+      at::equal(kept, layer2_copy));  // so the kept "layer 0" tensor now holds layer 2's values
   auto stats = m->device_stats();
   ASSERT_EQ(stats.size(), 1u);
   EXPECT_GT(stats[0].slot_reuses, 0);
@@ -198,7 +210,8 @@ TEST(Executor, BudgetExceededMidRunIsAnError) {
   opts.budgets[DeviceId::virtual_cpu(0)] = m->stage_costs(1, 1)[1].weight_bytes * 4 + 1000000;
   m->place(opts);
   EXPECT_NO_THROW(m->forward(small));
-  Batch big = Batch::from_sequences(std::vector<std::vector<int64_t>>(64, std::vector<int64_t>(128, 1)), 512, 128);
+  Batch big = Batch::from_sequences(
+      std::vector<std::vector<int64_t>>(64, std::vector<int64_t>(128, 1)), 512, 128);
   EXPECT_THROW(m->forward(big), RunError);
 }
 
@@ -215,8 +228,11 @@ TEST(Executor, FaultSpecParsing) {
 TEST(Executor, DoctorReportsBrokenPairOnly) {
   auto& faults = process_faults();
   faults = parse_faults("transfer:cpu:2->cpu:0:bitflip");
-  auto probes = probe_links({DeviceId::virtual_cpu(0), DeviceId::virtual_cpu(1), DeviceId::virtual_cpu(2)}, {4096});
+  auto probes = probe_links(
+      {DeviceId::virtual_cpu(0), DeviceId::virtual_cpu(1), DeviceId::virtual_cpu(2)}, {4096});
   faults.clear();
   ASSERT_EQ(probes.size(), 6u);
-  for (const auto& p : probes) EXPECT_EQ(p.ok(), !(p.src.str() == "cpu:2" && p.dst.str() == "cpu:0")) << p.src.str() << "->" << p.dst.str();
+  for (const auto& p : probes)
+    EXPECT_EQ(p.ok(), !(p.src.str() == "cpu:2" && p.dst.str() == "cpu:0"))
+        << p.src.str() << "->" << p.dst.str();
 }

@@ -157,7 +157,8 @@ TEST(Faults, TempFilesOfAKilledWriteAreOursToRemoveAndNothingElseIs) {
   EXPECT_FALSE(is_output_file("shard-notes.txt"));
 
   const std::string dir = temp_dir();
-  for (const char* n : {"manifest.json", "manifest.json.tmp.1", "shard-00000.safetensors.tmp.1", "notes.tmp.txt"})
+  for (const char* n :
+       {"manifest.json", "manifest.json.tmp.1", "shard-00000.safetensors.tmp.1", "notes.tmp.txt"})
     std::ofstream(dir + "/" + n) << "x";
   prepare_output_dir(dir, /*overwrite=*/true);
   std::vector<std::string> left;

@@ -27,22 +27,29 @@ class EveryArch : public ::testing::TestWithParam<std::string> {};
 TEST(Model, DemoPointsFollowHfNames) {
   auto m = Model::load("demo");
   auto names = m->point_names();
-  auto has = [&](const std::string& n) { return std::find(names.begin(), names.end(), n) != names.end(); };
-  EXPECT_EQ(names.size(), 88u);  // (4 layers x 10 modules + wte, wpe, ln_f, lm_head) x {output, input}
-  for (const char* n : {"transformer.wte", "transformer.wte:input", "transformer.h.3", "transformer.h.0.attn.c_attn",
-                        "transformer.h.2.mlp.act", "transformer.ln_f", "lm_head", "lm_head:input"})
+  auto has = [&](const std::string& n) {
+    return std::find(names.begin(), names.end(), n) != names.end();
+  };
+  EXPECT_EQ(names.size(),
+            88u);  // (4 layers x 10 modules + wte, wpe, ln_f, lm_head) x {output, input}
+  for (const char* n : {"transformer.wte", "transformer.wte:input", "transformer.h.3",
+                        "transformer.h.0.attn.c_attn", "transformer.h.2.mlp.act",
+                        "transformer.ln_f", "lm_head", "lm_head:input"})
     EXPECT_TRUE(has(n)) << n;
 }
 
 TEST(Model, LlamaPointsFollowHfNames) {
   auto m = tiny("llama");
   auto names = m->point_names();
-  auto has = [&](const std::string& n) { return std::find(names.begin(), names.end(), n) != names.end(); };
-  for (const char* n : {"model.embed_tokens", "model.layers.0", "model.layers.3.input_layernorm",
-                        "model.layers.1.self_attn", "model.layers.1.self_attn.k_proj", "model.layers.2.self_attn.o_proj",
-                        "model.layers.0.post_attention_layernorm", "model.layers.0.mlp", "model.layers.0.mlp.gate_proj",
-                        "model.layers.0.mlp.up_proj", "model.layers.0.mlp.down_proj", "model.layers.0.mlp.act_fn",
-                        "model.norm", "lm_head"})
+  auto has = [&](const std::string& n) {
+    return std::find(names.begin(), names.end(), n) != names.end();
+  };
+  for (const char* n :
+       {"model.embed_tokens", "model.layers.0", "model.layers.3.input_layernorm",
+        "model.layers.1.self_attn", "model.layers.1.self_attn.k_proj",
+        "model.layers.2.self_attn.o_proj", "model.layers.0.post_attention_layernorm",
+        "model.layers.0.mlp", "model.layers.0.mlp.gate_proj", "model.layers.0.mlp.up_proj",
+        "model.layers.0.mlp.down_proj", "model.layers.0.mlp.act_fn", "model.norm", "lm_head"})
     EXPECT_TRUE(has(n)) << n;
   for (const PointInfo& p : m->points()) {
     if (p.name == "model.layers.0.self_attn.k_proj") {
@@ -53,7 +60,8 @@ TEST(Model, LlamaPointsFollowHfNames) {
 
 TEST_P(EveryArch, PaddedBatchMatchesSequencesAlone) {
   auto m = tiny(GetParam());
-  std::vector<std::vector<int64_t>> seqs = {{5, 9, 2, 7, 11, 3, 8, 1, 4, 6, 10, 12, 13}, {7, 3}, {1, 2, 3, 4, 5, 6, 7}};
+  std::vector<std::vector<int64_t>> seqs = {
+      {5, 9, 2, 7, 11, 3, 8, 1, 4, 6, 10, 12, 13}, {7, 3}, {1, 2, 3, 4, 5, 6, 7}};
   auto logits = m->forward(batch_of(*m, seqs));
   for (size_t b = 0; b < seqs.size(); ++b) {
     auto alone = m->forward(batch_of(*m, {seqs[b]}));
@@ -75,7 +83,8 @@ TEST_P(EveryArch, HooksSeeConsistentValuesAndDoNotChangeLogits) {
   Batch batch = batch_of(*m, {{3, 1, 4, 1, 5}, {9, 2}});
   auto plain = m->forward(batch);
   std::map<std::string, at::Tensor> seen;
-  auto h1 = m->register_forward_hook("**", [&](const HookContext& ctx, const at::Tensor& t) { seen[ctx.point] = t.clone(); });
+  auto h1 = m->register_forward_hook(
+      "**", [&](const HookContext& ctx, const at::Tensor& t) { seen[ctx.point] = t.clone(); });
   auto h2 = m->register_forward_pre_hook("**", [&](const HookContext& ctx, const at::Tensor& t) {
     EXPECT_TRUE(ctx.is_input);
     seen[ctx.point] = t.clone();
@@ -97,10 +106,11 @@ TEST(Model, CallIndexCountsEveryCallAndRemovalStopsHook) {
   auto m = Model::load("demo");
   Batch batch = batch_of(*m, {{1, 2, 3}});
   std::vector<int64_t> calls, steps;
-  auto h = m->register_forward_hook("transformer.h.1", [&](const HookContext& ctx, const at::Tensor&) {
-    calls.push_back(ctx.call_index);
-    steps.push_back(ctx.step);
-  });
+  auto h =
+      m->register_forward_hook("transformer.h.1", [&](const HookContext& ctx, const at::Tensor&) {
+        calls.push_back(ctx.call_index);
+        steps.push_back(ctx.step);
+      });
   m->forward(batch);
   m->forward(batch);
   EXPECT_EQ(calls, (std::vector<int64_t>{0, 1}));
@@ -116,9 +126,9 @@ TEST(Model, ThrowingHookNamesPointAndModelStaysUsable) {
   auto m = Model::load("demo");
   Batch batch = batch_of(*m, {{1, 2, 3}});
   auto before = m->forward(batch);
-  auto h = m->register_forward_hook("transformer.h.2.mlp", [](const HookContext&, const at::Tensor&) {
-    throw std::runtime_error("boom");
-  });
+  auto h = m->register_forward_hook(
+      "transformer.h.2.mlp",
+      [](const HookContext&, const at::Tensor&) { throw std::runtime_error("boom"); });
   try {
     m->forward(batch);
     FAIL() << "expected RunError";
@@ -189,14 +199,15 @@ TEST(BareRefGuard, KeptHandleViewOrDetachIsCaughtAndCloneIsNot) {
   auto m = Model::load("demo");
   Batch batch = batch_of(*m, {{1, 2, 3, 4}});
   std::vector<std::function<at::Tensor(const at::Tensor&)>> keepers = {
-      [](const at::Tensor& t) { return t; },                    // the handle itself
-      [](const at::Tensor& t) { return t.slice(1, 0, 2); },     // a view
-      [](const at::Tensor& t) { return t.detach(); },           // detach() shares storage
-      [](const at::Tensor& t) { return t.to(t.device()); },     // .to(same device) is a no-op alias
+      [](const at::Tensor& t) { return t; },                 // the handle itself
+      [](const at::Tensor& t) { return t.slice(1, 0, 2); },  // a view
+      [](const at::Tensor& t) { return t.detach(); },        // detach() shares storage
+      [](const at::Tensor& t) { return t.to(t.device()); },  // .to(same device) is a no-op alias
   };
   for (size_t i = 0; i < keepers.size(); ++i) {
     at::Tensor kept;
-    auto h = m->register_forward_hook("transformer.h.1", [&](const HookContext&, const at::Tensor& t) { kept = keepers[i](t); });
+    auto h = m->register_forward_hook(
+        "transformer.h.1", [&](const HookContext&, const at::Tensor& t) { kept = keepers[i](t); });
     try {
       m->forward(batch);
       ADD_FAILURE() << "keeper " << i << " not caught";
@@ -208,14 +219,16 @@ TEST(BareRefGuard, KeptHandleViewOrDetachIsCaughtAndCloneIsNot) {
     kept = at::Tensor();
   }
   at::Tensor copy;
-  auto h = m->register_forward_hook("transformer.h.1", [&](const HookContext&, const at::Tensor& t) { copy = t.clone(); });
+  auto h = m->register_forward_hook(
+      "transformer.h.1", [&](const HookContext&, const at::Tensor& t) { copy = t.clone(); });
   EXPECT_NO_THROW(m->forward(batch));
   h.remove();
   // warn and off let the run finish
   for (BareRefPolicy p : {BareRefPolicy::kWarn, BareRefPolicy::kOff}) {
     m->set_bare_ref_policy(p);
     at::Tensor kept;
-    auto h2 = m->register_forward_hook("transformer.h.1", [&](const HookContext&, const at::Tensor& t) { kept = t; });
+    auto h2 = m->register_forward_hook("transformer.h.1",
+                                       [&](const HookContext&, const at::Tensor& t) { kept = t; });
     EXPECT_NO_THROW(m->forward(batch));
     h2.remove();
   }

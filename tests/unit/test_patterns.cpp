@@ -33,7 +33,8 @@ TEST(Patterns, GlobInsideSegment) {
 }
 
 TEST(Patterns, NearestNames) {
-  auto near = actcap::nearest_points("transformer.h.0.mpl", {"lm_head", "transformer.h.0.mlp", "transformer.wte"}, 2);
+  auto near = actcap::nearest_points("transformer.h.0.mpl",
+                                     {"lm_head", "transformer.h.0.mlp", "transformer.wte"}, 2);
   ASSERT_EQ(near.size(), 2u);
   EXPECT_EQ(near[0], "transformer.h.0.mlp");
 }

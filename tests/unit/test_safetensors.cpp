@@ -614,11 +614,13 @@ TEST(SafetensorsWriter, FileSizeLimitIsRunErrorNotCrash) {
 
 // Found by fuzz_safetensors (fuzz/regressions/fuzz_safetensors): a zero dimension beside huge ones.
 TEST(SafetensorsRegression, ZeroDimBesideHugeDimsIsRejected) {
-  const std::string header = R"({"t":{"dtype":"F32","shape":[0,4611686018427387904,16],"data_offsets":[0,0]}})";
+  const std::string header =
+      R"({"t":{"dtype":"F32","shape":[0,4611686018427387904,16],"data_offsets":[0,0]}})";
   std::string file(8, '\0');
   const uint64_t n = header.size();
   for (int i = 0; i < 8; ++i) file[i] = static_cast<char>((n >> (8 * i)) & 0xff);
   file += header;
-  EXPECT_THROW(actcap::parse_safetensors(reinterpret_cast<const uint8_t*>(file.data()), file.size(), "z.st"),
-               actcap::InputError);
+  EXPECT_THROW(
+      actcap::parse_safetensors(reinterpret_cast<const uint8_t*>(file.data()), file.size(), "z.st"),
+      actcap::InputError);
 }

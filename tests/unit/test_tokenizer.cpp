@@ -628,7 +628,8 @@ TEST(TokenizerFile, FromFileReadsTheDocument) {
 TEST(TokenizerFile, HugeIdDoesNotAllocateADenseTable) {
   rusage before{};
   ::getrusage(RUSAGE_SELF, &before);
-  auto t = Tokenizer::from_json(R"({"model":{"type":"BPE","vocab":{"a":16777215,"b":0},"merges":[]}})", "huge.json");
+  auto t = Tokenizer::from_json(
+      R"({"model":{"type":"BPE","vocab":{"a":16777215,"b":0},"merges":[]}})", "huge.json");
   rusage after{};
   ::getrusage(RUSAGE_SELF, &after);
   EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 100 * 1024) << "KiB of peak RSS grown";
