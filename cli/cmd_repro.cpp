@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "actcap/error.h"
+#include "actcap/numbers.h"
 #include "actcap/repro.h"
 #include "common.h"
 
@@ -26,17 +27,11 @@ Command add_repro(CLI::App& app) {
         std::stringstream ss(o->devices);
         std::string item;
         while (std::getline(ss, item, ',')) {
-          size_t used = 0;
-          int v = 0;
-          try {
-            v = std::stoi(item, &used);
-          } catch (const std::exception&) {
-            used = 0;
-          }
-          if (item.empty() || used != item.size())
-            throw InputError(
-                concat("--devices: '", item, "' is not a device count (e.g. 1,2,3,4)"));
-          counts.push_back(v);
+          const std::optional<int64_t> v = parse_int64(item);
+          if (!v || *v < 1 || *v > 64)
+            throw InputError(concat("--devices: '", item,
+                                    "' is not a device count between 1 and 64 (e.g. 1,2,3,4)"));
+          counts.push_back(static_cast<int>(*v));
         }
         auto results = run_repro(counts);
         if (o->json) {

@@ -4,6 +4,7 @@
 
 #include "actcap/error.h"
 #include "actcap/extract.h"
+#include "actcap/numbers.h"
 
 namespace actcap::cli {
 
@@ -19,17 +20,11 @@ std::vector<std::vector<int64_t>> parse_token_lists(const std::string& text) {
     while (std::getline(items, item, ',')) {
       size_t b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
       std::string trimmed = b == std::string::npos ? "" : item.substr(b, e - b + 1);
-      size_t used = 0;
-      long long v = 0;
-      try {
-        v = std::stoll(trimmed, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (trimmed.empty() || used != trimmed.size())
+      const std::optional<int64_t> v = parse_int64(trimmed);
+      if (!v)
         throw InputError(
             concat("--tokens: '", trimmed, "' in sequence ", si, " is not an integer token id"));
-      ids.push_back(v);
+      ids.push_back(*v);
     }
     if (ids.empty()) throw InputError(concat("--tokens: sequence ", si, " is empty"));
     out.push_back(std::move(ids));

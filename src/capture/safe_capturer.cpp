@@ -6,6 +6,7 @@
 #include "actcap/devices.h"
 #include "actcap/error.h"
 #include "actcap/hash.h"
+#include "actcap/numbers.h"
 
 namespace actcap {
 
@@ -21,17 +22,11 @@ PositionSpec PositionSpec::parse(const std::string& text) {
     return spec;
   }
   auto parse_int = [&](const std::string& s) -> int64_t {
-    size_t used = 0;
-    int64_t v = 0;
-    try {
-      v = std::stoll(s, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (s.empty() || used != s.size())
+    const std::optional<int64_t> v = parse_int64(s);
+    if (!v)
       throw InputError(concat("--positions: '", s, "' in '", text,
                               "' is not an integer (all, first, last or ranges like 0:8,-4:)"));
-    return v;
+    return *v;
   };
   std::stringstream items(text);
   std::string item;

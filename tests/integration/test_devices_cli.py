@@ -85,8 +85,8 @@ def test_injected_transfer_fault_is_exit_1_naming_pair(llama, tmp_path):
     assert "cpu:1" in line and "cpu:2" in line
     assert not (tmp_path / "o" / "manifest.json").exists()
     # Skipping verification lets the damage through silently: that is what the check is for.
-    ref = run("run", llama, "--tokens", "1,2,3", "--capture", "lm_head", "--out", tmp_path / "r", check=0)
-    bad = run("run", llama, "--tokens", "1,2,3", "--capture", "lm_head", "--devices", "3", "--no-verify-transfers",
+    run("run", llama, "--tokens", "1,2,3", "--capture", "lm_head", "--out", tmp_path / "r", check=0)
+    run("run", llama, "--tokens", "1,2,3", "--capture", "lm_head", "--devices", "3", "--no-verify-transfers",
               "--out", tmp_path / "b", env={"ACTCAP_FAULT": "transfer:cpu:1->cpu:2:bitflip"}, check=0)
     assert open(tmp_path / "r" / "shard-00000.safetensors", "rb").read() != \
         open(tmp_path / "b" / "shard-00000.safetensors", "rb").read()
