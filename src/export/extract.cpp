@@ -23,6 +23,7 @@
 #include "actcap/safetensors.h"
 #include "export/corpus.h"
 #include "export/journal.h"
+#include "export/shard.h"
 #include "io/atomic_file.h"
 #include "io/text_file.h"
 
@@ -41,12 +42,6 @@ std::unique_ptr<Tokenizer> tokenizer_for(const std::string& model_path) {
 
 namespace {
 
-std::string shard_name(int64_t index) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "shard-%05lld.safetensors", static_cast<long long>(index));
-  return buf;
-}
-
 // A window of a document: tokens [start, start + ids.size()) of it, exporting `positions`
 // (relative to the window) so that every document position is exported exactly once.
 struct Window {
@@ -62,18 +57,6 @@ struct ShardJob {
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   int64_t rows = 0, first_line = 0, last_line = 0, documents = 0;
 };
-
-// Test-only fault injection: ACTCAP_FAULT_SHARD=N flips one bit in the last byte of shard N on
-// disk after it is written and before it is read back (the read-back check must catch it).
-void damage_if_asked(const std::string& path, int64_t index) {
-  const char* env = std::getenv("ACTCAP_FAULT_SHARD");
-  if (!env || std::to_string(index) != env) return;
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(-1, std::ios::end);
-  const char c = static_cast<char>(f.get() ^ 0x01);
-  f.seekp(-1, std::ios::end);
-  f.put(c);
-}
 
 // Writes shards on its own thread behind a bounded queue, claiming each in the journal once it
 // reads back intact; the manifest takes them all in when the run completes.
@@ -153,37 +136,16 @@ class ShardWriter {
   }
 
   void write(const ShardJob& job) {
-    json checksums = json::object();
-    for (const auto& [name, t] : job.tensors) checksums[name] = hex64(tensor_xxh3(t));
-    const std::string name = shard_name(job.index);
-    const std::string path = (fs::path(dir_) / name).string();
-    write_safetensors(path, job.tensors,
-                      {{"actcap.format", kFormatVersion},
-                       {"actcap.model", manifest_["model"]["fingerprint"].get<std::string>()},
-                       {"actcap.checksums", checksums.dump()}});
-    damage_if_asked(path, job.index);
-    auto file = SafetensorsFile::open(path);  // read back before claiming it
-    for (const TensorInfo& info : file->tensors())
-      if (hex64(xxh3(file->data(info), info.end - info.begin)) != checksums[info.name]) {
-        const std::string tensor = info.name;  // `info` lives in `file`
-        file.reset();
-        std::error_code ec;
-        fs::remove(path, ec);  // never leave a damaged shard where a claimed one would be
-        throw RunError(concat(path, ": tensor ", tensor,
-                              " does not read back with the checksum it was written with (removed "
-                              "it; check the disk, then --resume)"));
-      }
-    const json entry = {{"file", name},
-                        {"rows", job.rows},
-                        {"bytes", file->file_size()},
-                        {"first_line", job.first_line},
-                        {"last_line", job.last_line},
-                        {"documents", job.documents},
-                        {"checksums", checksums}};
+    const WrittenShard shard = write_checked_shard(
+        dir_, job.index, job.tensors, manifest_["model"]["fingerprint"].get<std::string>());
+    const json entry = {{"file", shard.file},          {"rows", job.rows},
+                        {"bytes", shard.bytes},        {"first_line", job.first_line},
+                        {"last_line", job.last_line},  {"documents", job.documents},
+                        {"checksums", shard.checksums}};
     journal_.append(entry);  // claimed from here on
     manifest_["shards"].push_back(entry);
     manifest_["rows"] = manifest_.value("rows", 0) + job.rows;
-    bytes_ += file->file_size();
+    bytes_ += shard.bytes;
     ++shards_;
   }
 
@@ -238,14 +200,8 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
   const int64_t bytes_per_row = cap ? std::max<int64_t>(1, cap->bytes_per_token()) : 1;
 
   // What a resumed run must agree on to produce the same files.
-  json points = json::object();
-  if (cap)
-    for (const PointInfo& p : cap->plan())
-      points[p.name] = {{"dtype", safetensors_dtype_name(p.dtype)}, {"shape", p.shape}};
-  json device_map = json::object();
-  const auto modules = model.stage_modules();
-  for (size_t i = 0; i < modules.size(); ++i)
-    for (const std::string& m : modules[i]) device_map[m] = model.stage_device(i).str();
+  const json head = manifest_head(model, cap ? cap->plan() : std::vector<PointInfo>{});
+  const json& points = head["points"];
   json settings = {{"capture", o.capture.patterns}, {"batch_size", o.batch_size},
                    {"max_length", max_len},         {"stride", o.stride},
                    {"shard_bytes", o.shard_bytes},  {"skip_bad_lines", o.skip_bad_lines}};
@@ -298,18 +254,9 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
       result.resumed_from_line = resume_after + 1;
     } else {
       prepare_output_dir(o.out, o.overwrite);
-      manifest = {{"format", kFormatVersion},
-                  {"complete", false},
-                  {"model",
-                   {{"path", model.origin()},
-                    {"model_type", model.config().model_type},
-                    {"fingerprint", model.fingerprint()}}},
-                  {"device_map", device_map},
-                  {"points", points},
-                  {"settings", settings},
-                  {"input", input},
-                  {"rows", 0},
-                  {"shards", json::array()}};
+      manifest = head;
+      manifest["settings"] = settings;
+      manifest["input"] = input;
       write_file_atomic((fs::path(o.out) / kManifestName).string(), seal_manifest(manifest));
     }
   }

@@ -8,6 +8,7 @@
 #include "actcap/hash.h"
 #include "actcap/safetensors.h"
 #include "export/journal.h"
+#include "export/shard.h"
 #include "io/atomic_file.h"
 #include "io/text_file.h"
 
@@ -50,52 +51,18 @@ std::vector<ExportedTensor> export_run(const std::string& dir, const SafeCapture
   tensors.emplace_back("__rows__.seq", at::tensor(capturer.row_seq(), at::kLong));
   tensors.emplace_back("__rows__.pos", at::tensor(capturer.row_pos(), at::kLong));
 
+  const WrittenShard shard = write_checked_shard(dir, 0, tensors, model.fingerprint());
   std::vector<ExportedTensor> out;
-  json checksums = json::object();
-  for (const auto& [name, t] : tensors) {
-    ExportedTensor e{name, t.sizes().vec(), safetensors_dtype_name(t.scalar_type()),
-                     hex64(tensor_xxh3(t))};
-    checksums[name] = e.checksum;
-    out.push_back(std::move(e));
-  }
-  const std::string shard_name = "shard-00000.safetensors";
-  const std::string shard_path = (fs::path(dir) / shard_name).string();
-  write_safetensors(shard_path, tensors,
-                    {{"actcap.format", kFormatVersion},
-                     {"actcap.model", model.fingerprint()},
-                     {"actcap.checksums", checksums.dump()}});
-
-  // Read back what landed on disk before claiming it.
-  auto file = SafetensorsFile::open(shard_path);
-  for (const ExportedTensor& e : out) {
-    const TensorInfo* info = file->find(e.name);
-    if (!info || hex64(xxh3(file->data(*info), info->end - info->begin)) != e.checksum)
-      throw RunError(concat(shard_path, ": tensor ", e.name, " does not read back with checksum ",
-                            e.checksum));
-  }
-
-  json points = json::object();
-  for (const PointInfo& p : capturer.plan())
-    points[p.name] = {{"dtype", safetensors_dtype_name(p.dtype)}, {"shape", p.shape}};
-  json device_map = json::object();
-  const auto modules = model.stage_modules();
-  for (size_t i = 0; i < modules.size(); ++i)
-    for (const std::string& m : modules[i]) device_map[m] = model.stage_device(i).str();
-  json manifest = {
-      {"format", kFormatVersion},
-      {"complete", true},
-      {"model",
-       {{"path", model.origin()},
-        {"model_type", model.config().model_type},
-        {"fingerprint", model.fingerprint()}}},
-      {"device_map", device_map},
-      {"points", points},
-      {"rows", rows},
-      {"shards", json::array({{{"file", shard_name},
-                               {"rows", rows},
-                               {"bytes", file->file_size()},
-                               {"checksums", checksums}}})},
-  };
+  for (const auto& [name, t] : tensors)
+    out.push_back({name, t.sizes().vec(), safetensors_dtype_name(t.scalar_type()),
+                   shard.checksums[name].get<std::string>()});
+  json manifest = manifest_head(model, capturer.plan());
+  manifest["complete"] = true;
+  manifest["rows"] = rows;
+  manifest["shards"].push_back({{"file", shard.file},
+                                {"rows", rows},
+                                {"bytes", shard.bytes},
+                                {"checksums", shard.checksums}});
   write_file_atomic((fs::path(dir) / kManifestName).string(), seal_manifest(manifest));
   return out;
 }
