@@ -85,31 +85,19 @@ class Gpt2Mlp : public Module {
   Linear* c_proj_;
 };
 
-class Gpt2Block : public Module {
- public:
-  Gpt2Block(const Gpt2Config& c, const std::map<std::string, at::Tensor>& w,
-            const std::string& name)
-      : Module(name, hidden_point(name + ":input", c.n_embd), hidden_point(name, c.n_embd)) {
-    ln_1_ = add(std::make_unique<LayerNorm>(name + ".ln_1", get(w, name + ".ln_1.weight"),
-                                            get(w, name + ".ln_1.bias"), c.layer_norm_epsilon));
-    attn_ = add(std::make_unique<Gpt2Attention>(c, w, name + ".attn"));
-    ln_2_ = add(std::make_unique<LayerNorm>(name + ".ln_2", get(w, name + ".ln_2.weight"),
-                                            get(w, name + ".ln_2.bias"), c.layer_norm_epsilon));
-    mlp_ = add(std::make_unique<Gpt2Mlp>(c, w, name + ".mlp"));
-  }
-
- protected:
-  at::Tensor forward(const at::Tensor& x, ForwardState& st) override {
-    auto h = x + attn_->call(ln_1_->call(x, st), st);
-    return st.residual_add(h, mlp_->call(ln_2_->call(h, st), st));
-  }
-
- private:
-  LayerNorm* ln_1_;
-  Gpt2Attention* attn_;
-  LayerNorm* ln_2_;
-  Gpt2Mlp* mlp_;
-};
+std::unique_ptr<Module> gpt2_block(const Gpt2Config& c, const std::map<std::string, at::Tensor>& w,
+                                   const std::string& name) {
+  auto norm = [&](const std::string& n) {
+    return std::make_unique<LayerNorm>(n, get(w, n + ".weight"), get(w, n + ".bias"),
+                                       c.layer_norm_epsilon);
+  };
+  auto ln_1 = norm(name + ".ln_1");
+  auto attn = std::make_unique<Gpt2Attention>(c, w, name + ".attn");
+  auto ln_2 = norm(name + ".ln_2");
+  auto mlp = std::make_unique<Gpt2Mlp>(c, w, name + ".mlp");
+  return std::make_unique<PreNormBlock>(name, c.n_embd, std::move(ln_1), std::move(attn),
+                                        std::move(ln_2), std::move(mlp));
+}
 
 }  // namespace
 
@@ -119,7 +107,7 @@ BuiltModel build_gpt2(const Gpt2Config& c, const std::map<std::string, at::Tenso
   at::Tensor wte = emb->wte_weight();
   m.stages.push_back(std::move(emb));
   for (int64_t i = 0; i < c.n_layer; ++i)
-    m.stages.push_back(std::make_unique<Gpt2Block>(c, w, concat("transformer.h.", i)));
+    m.stages.push_back(gpt2_block(c, w, concat("transformer.h.", i)));
   m.stages.push_back(
       std::make_unique<LayerNorm>("transformer.ln_f", get(w, "transformer.ln_f.weight"),
                                   get(w, "transformer.ln_f.bias"), c.layer_norm_epsilon));

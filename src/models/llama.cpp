@@ -106,33 +106,19 @@ class LlamaMlp : public Module {
   Activation* act_;
 };
 
-class LlamaLayer : public Module {
- public:
-  LlamaLayer(const LlamaConfig& c, const std::map<std::string, at::Tensor>& w,
-             const std::string& name, int64_t layer)
-      : Module(name, hidden_point(name + ":input", c.hidden_size),
-               hidden_point(name, c.hidden_size)) {
-    in_norm_ = add(std::make_unique<RMSNorm>(
-        name + ".input_layernorm", w.at(name + ".input_layernorm.weight"), c.rms_norm_eps));
-    attn_ = add(std::make_unique<LlamaAttention>(c, w, name + ".self_attn", layer));
-    post_norm_ = add(std::make_unique<RMSNorm>(name + ".post_attention_layernorm",
-                                               w.at(name + ".post_attention_layernorm.weight"),
-                                               c.rms_norm_eps));
-    mlp_ = add(std::make_unique<LlamaMlp>(c, w, name + ".mlp"));
-  }
-
- protected:
-  at::Tensor forward(const at::Tensor& x, ForwardState& st) override {
-    auto h = x + attn_->call(in_norm_->call(x, st), st);
-    return st.residual_add(h, mlp_->call(post_norm_->call(h, st), st));
-  }
-
- private:
-  RMSNorm* in_norm_;
-  LlamaAttention* attn_;
-  RMSNorm* post_norm_;
-  LlamaMlp* mlp_;
-};
+std::unique_ptr<Module> llama_layer(const LlamaConfig& c,
+                                    const std::map<std::string, at::Tensor>& w,
+                                    const std::string& name, int64_t layer) {
+  auto norm = [&](const std::string& n) {
+    return std::make_unique<RMSNorm>(n, w.at(n + ".weight"), c.rms_norm_eps);
+  };
+  auto in_norm = norm(name + ".input_layernorm");
+  auto attn = std::make_unique<LlamaAttention>(c, w, name + ".self_attn", layer);
+  auto post_norm = norm(name + ".post_attention_layernorm");
+  auto mlp = std::make_unique<LlamaMlp>(c, w, name + ".mlp");
+  return std::make_unique<PreNormBlock>(name, c.hidden_size, std::move(in_norm), std::move(attn),
+                                        std::move(post_norm), std::move(mlp));
+}
 
 }  // namespace
 
@@ -142,7 +128,7 @@ BuiltModel build_llama(const LlamaConfig& c, const std::map<std::string, at::Ten
   at::Tensor embed_w = embed->weight();
   m.stages.push_back(std::move(embed));
   for (int64_t i = 0; i < c.num_hidden_layers; ++i)
-    m.stages.push_back(std::make_unique<LlamaLayer>(c, w, concat("model.layers.", i), i));
+    m.stages.push_back(llama_layer(c, w, concat("model.layers.", i), i));
   m.stages.push_back(
       std::make_unique<RMSNorm>("model.norm", w.at("model.norm.weight"), c.rms_norm_eps));
   at::Tensor head = c.tie_word_embeddings ? embed_w : w.at("lm_head.weight");

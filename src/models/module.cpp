@@ -159,6 +159,20 @@ at::Tensor LayerNorm::forward(const at::Tensor& x, ForwardState&) {
   return at::layer_norm(x, {weight_.size(0)}, weight_, bias_, eps_, /*cudnn_enable=*/false);
 }
 
+PreNormBlock::PreNormBlock(const std::string& name, int64_t width, std::unique_ptr<Module> norm1,
+                           std::unique_ptr<Module> attn, std::unique_ptr<Module> norm2,
+                           std::unique_ptr<Module> mlp)
+    : Module(name, hidden_point(name + ":input", width), hidden_point(name, width)),
+      norm1_(add(std::move(norm1))),
+      attn_(add(std::move(attn))),
+      norm2_(add(std::move(norm2))),
+      mlp_(add(std::move(mlp))) {}
+
+at::Tensor PreNormBlock::forward(const at::Tensor& x, ForwardState& st) {
+  auto h = x + attn_->call(norm1_->call(x, st), st);
+  return st.residual_add(h, mlp_->call(norm2_->call(h, st), st));
+}
+
 RMSNorm::RMSNorm(const std::string& name, at::Tensor weight, double eps)
     : Module(name, hidden_point(name + ":input", weight.size(0)),
              hidden_point(name, weight.size(0))),

@@ -169,6 +169,23 @@ class Activation : public Module {
   enum class Kind { kGeluTanh, kGelu, kRelu, kSilu } kind_;
 };
 
+// The pre-norm residual block GPT-2 and Llama share: h = x + attn(norm1(x)), out = h +
+// mlp(norm2(h)). The four parts are children with their own names and hook points, run in this
+// order (GPT-2: ln_1, attn, ln_2, mlp; Llama: input_layernorm, self_attn,
+// post_attention_layernorm, mlp).
+class PreNormBlock : public Module {
+ public:
+  PreNormBlock(const std::string& name, int64_t width, std::unique_ptr<Module> norm1,
+               std::unique_ptr<Module> attn, std::unique_ptr<Module> norm2,
+               std::unique_ptr<Module> mlp);
+
+ protected:
+  at::Tensor forward(const at::Tensor& x, ForwardState& st) override;
+
+ private:
+  Module *norm1_, *attn_, *norm2_, *mlp_;
+};
+
 // softmax(q k^T * scale + bias) v with grouped-query heads: q [B, H, T, D], k/v [B, Hkv, T, D].
 // Returns [B, T, H * D].
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
