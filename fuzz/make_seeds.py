@@ -394,7 +394,30 @@ def small_parser_seeds():
         write(d, name, "\n".join(lines))
 
 
+def output_folder_seeds():
+    d = reset("fuzz_output_folder")
+    entry = {"file": "shard-00000.safetensors", "rows": 3, "bytes": 4096, "first_line": 0,
+             "last_line": 1, "documents": 2, "checksums": {"model.layers.0": "0123456789abcdef"}}
+    head = {"format": "actcap/1", "complete": False, "model": {"fingerprint": "f" * 16},
+            "points": {}, "rows": 0, "shards": []}
+
+    def seed(name, manifest, journal=None):
+        body = manifest if isinstance(manifest, str) else json.dumps(manifest)
+        write(d, name, body + ("" if journal is None else "\0" + journal))
+
+    line = json.dumps({"shard": entry, "xxh3": "0" * 16}) + "\n"
+    seed("journal_one.txt", head, line)  # '{' is odd: the target fixes the checksums up
+    seed("journal_torn.txt", head, line + line[:40])
+    seed("journal_dup.txt", dict(head, shards=[entry]), line + line)
+    seed("journal_hostile_name.txt", head, line.replace("shard-00000.safetensors", "../x"))
+    seed("journal_unchecked.txt", " " + json.dumps(head), line)  # ' ' is even: checksums as given
+    seed("complete_one_shard.txt", dict(head, complete=True, shards=[entry]))
+    seed("shards_not_a_list.txt", dict(head, shards={"a": 1}), line)
+    seed("not_an_object.txt", "[1, 2]", "")
+
+
 def main():
+    output_folder_seeds()
     safetensors_seeds()
     config_seeds()
     tokenizer_seeds()

@@ -43,6 +43,7 @@ case $target in
   fuzz_tokenizer_encode) max_len=1024 ;;
   fuzz_device_map) max_len=2048 ;;
   fuzz_small_parsers) max_len=512 ;;
+  fuzz_output_folder) max_len=4096 ;;
   *) echo "unknown target $target" >&2; exit 2 ;;
 esac
 

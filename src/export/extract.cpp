@@ -168,12 +168,26 @@ json read_manifest(const std::string& dir) {
   std::error_code ec;
   if (!fs::exists(path, ec))
     throw InputError(concat("--resume: ", dir, " has no manifest.json to resume from"));
+  json m;
   try {
-    return json::parse(read_text_file(path, kMaxManifestBytes, "manifest"));
+    m = json::parse(read_text_file(path, kMaxManifestBytes, "manifest"));
   } catch (const json::exception& e) {
     throw InputError(
         concat("--resume: ", dir, "/manifest.json is not valid JSON (", e.what(), ")"));
   }
+  // The fields resuming reads, with their types, before anything reads them.
+  const char* wrong =
+      !m.is_object()                                    ? "not an object"
+      : !m.contains("model") || !m["model"].is_object() ? "no model"
+      : !m["model"].contains("fingerprint") || !m["model"]["fingerprint"].is_string()
+          ? "no model fingerprint"
+      : !m.contains("shards") || !m["shards"].is_array()       ? "no shard list"
+      : !m.contains("complete") || !m["complete"].is_boolean() ? "no completion state"
+                                                               : nullptr;
+  if (wrong)
+    throw InputError(concat("--resume: ", path, " is not an actcap extract manifest (", wrong,
+                            "); use --overwrite to start again"));
+  return m;
 }
 
 }  // namespace
@@ -225,18 +239,24 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
       if (manifest["model"].value("fingerprint", "") != model.fingerprint())
         throw InputError(concat("--resume: ", o.out,
                                 " was written from other weights; use --overwrite to start again"));
-      if (!manifest.value("complete", false))
-        for (const std::string& problem : merge_journal(o.out, manifest["shards"]))
-          throw RunError(concat("--resume: ", o.out, "/", kJournalName, ": ", problem));
-      // Keep exactly the shards the manifest claims, after checking them; drop anything else.
+      // Keep exactly the shards the manifest (and its journal) claims, after checking them all;
+      // drop anything else.
       VerifyReport check = verify_output(o.out);
       for (const VerifyIssue& i : check.issues)
         if (i.problem.find("not marked complete") == std::string::npos)
           throw RunError(concat("--resume: ", o.out, "/", i.file,
                                 (i.tensor.empty() ? "" : " " + i.tensor), ": ", i.problem));
+      if (!manifest["complete"].get<bool>())
+        for (const std::string& problem : merge_journal(o.out, manifest["shards"]))
+          throw RunError(concat("--resume: ", o.out, "/", kJournalName, ": ", problem));
       std::set<std::string> claimed;
       int64_t rows = 0;
       for (const json& s : manifest["shards"]) {
+        if (!s.contains("last_line") || !s["last_line"].is_number_integer() ||
+            !s.contains("rows") || !s["rows"].is_number_integer())
+          throw InputError(concat("--resume: shard entry ", s.value("file", "?"), " in ", o.out,
+                                  " has no integer rows/last_line: not written by extract; use "
+                                  "--overwrite to start again"));
         claimed.insert(s["file"].get<std::string>());
         resume_after = s["last_line"].get<int64_t>();
         rows += s["rows"].get<int64_t>();

@@ -6,7 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <set>
+#include <map>
 
 #include "actcap/error.h"
 #include "actcap/export.h"
@@ -36,36 +36,43 @@ std::vector<std::string> merge_journal(const std::string& dir, json& shards) {
   } catch (const Error& e) {
     return {e.what()};
   }
-  std::set<std::string> known;
-  for (const json& s : shards)
-    if (s.is_object() && s.contains("file") && s["file"].is_string())
-      known.insert(s["file"].get<std::string>());
+  return merge_journal_text(text, shards);
+}
+
+std::string journal_line(const json& shard) {
+  return json{{"shard", shard}, {"xxh3", entry_checksum(shard)}}.dump() + "\n";
+}
+
+std::vector<std::string> merge_journal_text(const std::string& text, json& shards) {
+  if (!shards.is_array()) return {concat(kManifestName, " has no shard list")};
+  std::map<std::string, size_t> known;  // file -> its index in `shards`
+  for (size_t i = 0; i < shards.size(); ++i)
+    if (shards[i].is_object() && shards[i].contains("file") && shards[i]["file"].is_string())
+      known.emplace(shards[i]["file"].get<std::string>(), i);
   size_t begin = 0;
   for (int64_t line_no = 1;; ++line_no) {
     const size_t end = text.find('\n', begin);
     if (end == std::string::npos) break;  // what follows the last newline is an unfinished append
-    const std::string line = text.substr(begin, end - begin);
+    json e = json::parse(text.begin() + static_cast<std::ptrdiff_t>(begin),
+                         text.begin() + static_cast<std::ptrdiff_t>(end), nullptr,
+                         /*allow_exceptions=*/false);
     begin = end + 1;
-    json e;
-    try {
-      e = json::parse(line);
-    } catch (const json::exception&) {
-    }
     if (!e.is_object() || !e.contains("shard") || !e["shard"].is_object() || !e.contains("xxh3") ||
         e["xxh3"] != entry_checksum(e["shard"]))
       return {
           concat("line ", line_no,
                  " is damaged (it does not match its own checksum); nothing after it is claimed")};
     const json& shard = e["shard"];
-    const std::string file = shard.value("file", "");
-    if (known.count(file)) {
-      bool same = false;
-      for (const json& s : shards) same = same || s == shard;
-      if (!same)
+    if (!shard.contains("file") || !shard["file"].is_string())
+      return {concat("line ", line_no, " names no shard file")};
+    const std::string file = shard["file"].get<std::string>();
+    const auto it = known.find(file);
+    if (it != known.end()) {
+      if (shards[it->second] != shard)
         return {concat("line ", line_no, " claims ", file, " differently from ", kManifestName)};
       continue;
     }
-    known.insert(file);
+    known.emplace(file, shards.size());
     shards.push_back(shard);
   }
   return {};
@@ -83,7 +90,7 @@ void JournalWriter::append(const json& shard) {
     if (fd_ < 0) throw RunError(concat("cannot open ", path_, ": ", std::strerror(errno)));
     fsync_parent_dir(path_);  // the journal's own name must survive a crash too
   }
-  const std::string line = json{{"shard", shard}, {"xxh3", entry_checksum(shard)}}.dump() + "\n";
+  const std::string line = journal_line(shard);
   write_all(fd_, line.data(), line.size(), path_);
   if (::fdatasync(fd_) != 0)
     throw RunError(concat("syncing ", path_, " failed: ", std::strerror(errno)));

@@ -18,6 +18,10 @@ namespace actcap {
 // killed between rewriting the manifest and removing the journal leaves). Returns the problems
 // found, one line each; an absent journal has none.
 std::vector<std::string> merge_journal(const std::string& dir, nlohmann::json& shards);
+// The same over the journal's text (what merge_journal reads from DIR/manifest.journal).
+std::vector<std::string> merge_journal_text(const std::string& text, nlohmann::json& shards);
+// One journal line for `shard`, newline included.
+std::string journal_line(const nlohmann::json& shard);
 
 class JournalWriter {
  public:

@@ -255,3 +255,17 @@ def test_journal_names_outside_the_folder_are_refused(job, tmp_path, name):
     p = run(*job["args"], "--out", out, "--resume")
     assert p.returncode == 1 and "manifest.journal" in one_error_line(p)
     assert outside.read_bytes() == b"not yours"
+
+
+@pytest.mark.parametrize("text", ["[]", "5", '{"model": {"fingerprint": 1}}', '{"model": 3, "settings": {}}',
+                                  '{"model": {"fingerprint": "x"}, "shards": {}, "complete": false}'])
+def test_resume_refuses_a_manifest_that_is_not_one(job, tmp_path, text):
+    """JSON that is not an extract manifest: exit 2, one line saying so (it used to escape as a
+    LibTorch-free but raw json type_error, exit 1)."""
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "manifest.json").write_text(text)
+    p = run(*job["args"], "--out", out, "--resume")
+    assert p.returncode == 2, p.stderr
+    line = one_error_line(p)
+    assert "manifest" in line and "json.exception" not in line
