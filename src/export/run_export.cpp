@@ -119,14 +119,13 @@ VerifyReport verify_output(const std::string& dir) {
       issue(kManifestName, "",
             "contents do not match manifest_checksum (the manifest was altered)");
   }
-  if (manifest.value("complete", false) != true)
-    issue(kManifestName, "", "run is not marked complete");
+  const bool complete = manifest.contains("complete") && manifest["complete"] == true;
+  if (!complete) issue(kManifestName, "", "run is not marked complete");
   if (!manifest.contains("shards") || !manifest["shards"].is_array()) {
     issue(kManifestName, "", "has no shard list");
     return r;
   }
-  if (manifest.value("complete", false) !=
-      true)  // an unfinished extract claims shards in its journal
+  if (!complete)  // an unfinished extract claims shards in its journal
     for (const std::string& problem : merge_journal(dir, manifest["shards"]))
       issue(kJournalName, "", problem);
   for (const json& shard : manifest["shards"]) {

@@ -269,3 +269,18 @@ def test_resume_refuses_a_manifest_that_is_not_one(job, tmp_path, text):
     assert p.returncode == 2, p.stderr
     line = one_error_line(p)
     assert "manifest" in line and "json.exception" not in line
+
+
+@pytest.mark.parametrize("body", [{"complete": {}}, {"complete": "yes", "shards": []}, {"shards": {"a": 1}},
+                                  {"complete": False, "shards": [{"file": 7, "checksums": {}}]},
+                                  {"complete": True, "shards": [{"file": "x", "checksums": {"t": 1}, "bytes": "9"}]}])
+def test_verify_reports_a_manifest_of_the_wrong_shape(tmp_path, body):
+    """Found by fuzz_output_folder: a field of the wrong type (`"complete": {}`) escaped as a raw
+    json type_error. Now every such manifest is a list of problems, exit 1."""
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "manifest.json").write_text(json.dumps(dict(body, manifest_checksum="0" * 16)))
+    p = run("verify", out, "--json")
+    assert p.returncode == 1, p.stderr
+    assert "json.exception" not in p.stdout + p.stderr
+    assert json.loads(p.stdout)["issues"]
