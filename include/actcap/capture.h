@@ -47,7 +47,7 @@ struct Snapshot {
   int64_t call = 0;   // per point, counting every call since the capturer was created
   int64_t step = 0;   // the model's forward() index
   at::Tensor rows;    // [rows, ...per-token shape], on the stable device, owned
-  uint64_t xxh3 = 0;  // of `rows` when it was taken
+  uint64_t xxh3 = 0;  // chunked_xxh3() (actcap/hash.h) of `rows` when it was taken
 };
 
 class SafeCapturer {

@@ -14,4 +14,15 @@ std::string hex64(uint64_t h);
 // Hash of a tensor's bytes in contiguous row-major order (CPU copy made if needed).
 uint64_t tensor_xxh3(const at::Tensor& t);
 
+// Snapshot fingerprints, taken and checked within one process: XXH3 of every 64 KiB chunk (chunks
+// hashed in parallel on ATen's intra-op threads), then XXH3 of the chunk hashes. A different value
+// from xxh3() of the same bytes; checksums written to files use xxh3() / tensor_xxh3().
+uint64_t chunked_xxh3(const void* data, size_t size);
+// Copies `size` bytes from `src` to `dst` (not overlapping) chunk by chunk in parallel; with
+// `fingerprint`, hashes each chunk right after copying it, while it is in cache, and returns
+// chunked_xxh3() of the bytes (0 otherwise).
+uint64_t copy_chunked(const void* src, void* dst, size_t size, bool fingerprint);
+// chunked_xxh3() of a tensor's bytes in contiguous row-major order (CPU copy made if needed).
+uint64_t tensor_chunked_xxh3(const at::Tensor& t);
+
 }  // namespace actcap

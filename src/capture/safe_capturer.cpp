@@ -104,15 +104,26 @@ SafeCapturer::SafeCapturer(Model& model, CaptureOptions options)
           // aliases the borrowed tensor. Then move to the stable device with a blocking copy, so
           // the snapshot is complete before the hook returns. Every token selected (no padding, all
           // positions): one contiguous copy, converting on the way, which is 2-4x faster than
-          // index_select's row gather on CPU. clone()/copy=true always write fresh memory, never a
-          // view of `t`.
+          // index_select's row gather on CPU; on CPU without conversion, our own parallel copy
+          // that fingerprints each chunk while it is in cache. All of these write fresh memory,
+          // never a view of `t`.
           const at::Tensor flat = t.flatten(0, 1);
-          at::Tensor rows = all_rows_ ? flat.to(dtype, /*non_blocking=*/false, /*copy=*/true)
-                                      : flat.index_select(0, row_index_.to(t.device()));
-          if (rows.scalar_type() != dtype) rows = rows.to(dtype);
-          rows = rows.to(options_.stable_device, /*non_blocking=*/false, /*copy=*/false);
-          snapshots_.push_back(Snapshot{ctx.point, ctx.call_index, ctx.step, rows,
-                                        options_.fingerprint ? tensor_xxh3(rows) : 0});
+          at::Tensor rows;
+          uint64_t fingerprint = 0;
+          if (all_rows_ && flat.scalar_type() == dtype && flat.is_contiguous() &&
+              flat.device().is_cpu() && options_.stable_device.is_cpu()) {
+            rows = at::empty(flat.sizes(), flat.options());
+            fingerprint = copy_chunked(flat.data_ptr(), rows.data_ptr(),
+                                       static_cast<size_t>(flat.numel()) * flat.element_size(),
+                                       options_.fingerprint);
+          } else {
+            rows = all_rows_ ? flat.to(dtype, /*non_blocking=*/false, /*copy=*/true)
+                             : flat.index_select(0, row_index_.to(t.device()));
+            if (rows.scalar_type() != dtype) rows = rows.to(dtype);
+            rows = rows.to(options_.stable_device, /*non_blocking=*/false, /*copy=*/false);
+            if (options_.fingerprint) fingerprint = tensor_chunked_xxh3(rows);
+          }
+          snapshots_.push_back(Snapshot{ctx.point, ctx.call_index, ctx.step, rows, fingerprint});
         }));
   }
 }
@@ -194,7 +205,7 @@ at::Tensor SafeCapturer::run(const Batch& batch,
 namespace {
 void check(const Snapshot& s, bool fingerprinted) {
   if (!fingerprinted) return;
-  const uint64_t now = tensor_xxh3(s.rows);
+  const uint64_t now = tensor_chunked_xxh3(s.rows);
   if (now != s.xxh3)
     throw RunError(concat("captured tensor '", s.point, "' (call ", s.call,
                           ") changed after capture: checksum ", hex64(s.xxh3), " at capture, ",

@@ -1,9 +1,12 @@
 #include "actcap/hash.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <xxhash.h>
 
 #include <cstdio>
+#include <cstring>
+#include <vector>
 
 namespace actcap {
 
@@ -26,6 +29,40 @@ uint64_t tensor_xxh3(const at::Tensor& t) {
   const size_t nbytes = static_cast<size_t>(c.numel()) * c.element_size();
   if (nbytes == 0) return xxh3(nullptr, 0);
   return xxh3(c.data_ptr(), nbytes);
+}
+
+namespace {
+
+constexpr size_t kChunk = size_t{64} << 10;
+
+// The shared loop: chunk i is [i * kChunk, min(size, (i + 1) * kChunk)).
+uint64_t chunks(const void* src, void* dst, size_t size, bool fingerprint) {
+  if (size == 0) return fingerprint ? xxh3(nullptr, 0) : 0;
+  const auto* from = static_cast<const char*>(src);
+  auto* to = static_cast<char*>(dst);
+  const int64_t n = static_cast<int64_t>((size + kChunk - 1) / kChunk);
+  std::vector<uint64_t> hashes(fingerprint ? static_cast<size_t>(n) : 0);
+  at::parallel_for(0, n, /*grain_size=*/4, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const size_t off = static_cast<size_t>(i) * kChunk, len = std::min(kChunk, size - off);
+      if (to) std::memcpy(to + off, from + off, len);
+      if (fingerprint) hashes[static_cast<size_t>(i)] = XXH3_64bits((to ? to : from) + off, len);
+    }
+  });
+  return fingerprint ? xxh3(hashes.data(), hashes.size() * sizeof(uint64_t)) : 0;
+}
+
+}  // namespace
+
+uint64_t chunked_xxh3(const void* data, size_t size) { return chunks(data, nullptr, size, true); }
+
+uint64_t copy_chunked(const void* src, void* dst, size_t size, bool fingerprint) {
+  return chunks(src, dst, size, fingerprint);
+}
+
+uint64_t tensor_chunked_xxh3(const at::Tensor& t) {
+  at::Tensor c = t.device().is_cpu() ? t.contiguous() : t.cpu().contiguous();
+  return chunked_xxh3(c.data_ptr(), static_cast<size_t>(c.numel()) * c.element_size());
 }
 
 }  // namespace actcap
