@@ -49,6 +49,9 @@ struct VerifyIssue {
 };
 struct VerifyReport {
   int64_t shards = 0;
+  // The shard entries the folder claims, in order: the manifest's, then (while the run is not
+  // complete) the journal's. What `extract --resume` continues from once the report is clean.
+  nlohmann::json claimed = nlohmann::json::array();
   int64_t tensors = 0;
   uint64_t bytes = 0;
   std::vector<VerifyIssue> issues;

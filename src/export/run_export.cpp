@@ -18,9 +18,11 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 bool is_output_file(const std::string& name) {
-  const std::string manifest_tmp = concat(kManifestName, ".tmp.");
-  return name == kManifestName || name == kJournalName || name.rfind(manifest_tmp, 0) == 0 ||
-         (name.rfind("shard-", 0) == 0 && name.find(".safetensors") != std::string::npos);
+  const std::string base = temp_target(name);  // a temp file counts as the file it was for
+  const std::string ext = ".safetensors";
+  return base == kManifestName || base == kJournalName ||
+         (base.rfind("shard-", 0) == 0 && base.size() > ext.size() &&
+          base.compare(base.size() - ext.size(), ext.size(), ext) == 0);
 }
 
 void prepare_output_dir(const std::string& dir, bool overwrite) {
@@ -128,6 +130,7 @@ VerifyReport verify_output(const std::string& dir) {
   if (!complete)  // an unfinished extract claims shards in its journal
     for (const std::string& problem : merge_journal(dir, manifest["shards"]))
       issue(kJournalName, "", problem);
+  r.claimed = manifest["shards"];
   for (const json& shard : manifest["shards"]) {
     if (!shard.is_object() || !shard.contains("file") || !shard["file"].is_string() ||
         !shard.contains("checksums") || !shard["checksums"].is_object()) {

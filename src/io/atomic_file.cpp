@@ -18,6 +18,14 @@ std::string errno_str(int e) { return std::strerror(e); }
 
 std::string temp_name_for(const std::string& path) { return concat(path, ".tmp.", ::getpid()); }
 
+std::string temp_target(const std::string& name) {
+  const size_t at = name.rfind(".tmp.");
+  if (at == std::string::npos || at == 0 || at + 5 == name.size()) return name;
+  for (size_t i = at + 5; i < name.size(); ++i)
+    if (name[i] < '0' || name[i] > '9') return name;
+  return name.substr(0, at);
+}
+
 void write_all(int fd, const void* buf, size_t n, const std::string& path) {
   const char* p = static_cast<const char*>(buf);
   while (n > 0) {

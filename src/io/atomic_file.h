@@ -12,6 +12,9 @@ namespace actcap {
 
 // `<path>.tmp.<pid>`: the name a write to `path` goes to first.
 std::string temp_name_for(const std::string& path);
+// The inverse: the name a temp file `<name>.tmp.<digits>` was written for; `name` itself when it
+// is not such a temp name.
+std::string temp_target(const std::string& name);
 
 // Writes all `n` bytes, resuming after partial writes (as happen when RLIMIT_FSIZE is reached) so
 // that the error reported is the one that stopped us (EFBIG, ENOSPC), not a short count.

@@ -155,6 +155,10 @@ TEST(Faults, TempFilesOfAKilledWriteAreOursToRemoveAndNothingElseIs) {
   EXPECT_FALSE(is_output_file("notes.tmp.txt"));
   EXPECT_FALSE(is_output_file("manifest.json.bak"));
   EXPECT_FALSE(is_output_file("shard-notes.txt"));
+  EXPECT_FALSE(is_output_file("shard-00002.safetensors.bak"));
+  EXPECT_FALSE(is_output_file("manifest.json.tmp."));
+  EXPECT_FALSE(is_output_file("manifest.json.tmp.12a"));
+  EXPECT_TRUE(is_output_file("manifest.journal"));
 
   const std::string dir = temp_dir();
   for (const char* n :

@@ -65,6 +65,9 @@ TEST(AtomicFile, ReplacesWholeAndLeavesNoTempFileEvenWhenItFails) {
   EXPECT_EQ(read_text_file(path, 100, "test file"), "second, longer");
   EXPECT_EQ(temp_name_for(path), path + ".tmp." + std::to_string(::getpid()));
   EXPECT_FALSE(std::filesystem::exists(temp_name_for(path)));
+  EXPECT_EQ(temp_target(temp_name_for(path)), path);
+  EXPECT_EQ(temp_target("notes.tmp.txt"), "notes.tmp.txt");
+  EXPECT_EQ(temp_target("a.tmp.12.tmp.34"), "a.tmp.12");
   // The target is a folder: rename fails, the error names the file, the temp file is gone.
   std::filesystem::create_directory(std::string(dir) + "/sub");
   try {
