@@ -3,7 +3,7 @@
 # Targets:
 #   fuzz-build   install clang + libFuzzer runtime if missing, build every target into build-fuzz/
 #   fuzz         run every target FUZZ_SECONDS (default 600) each; fails on any crash
-#   fuzz-smoke   the same for FUZZ_SMOKE_SECONDS (default 20) each (CI)
+#   fuzz-smoke   FUZZ_SMOKE_SECONDS (default 20) each, seed FUZZ_SMOKE_SEED (1), seeds-only corpus (CI)
 #   fuzz-regress run every target once over fuzz/regressions/<target>/ (reproducers of fixed bugs)
 #   fuzz-clean   remove build-fuzz/
 # Runs can go in parallel (make -j2 fuzz); FUZZ_TARGETS selects a subset.
@@ -11,6 +11,7 @@
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 600
 FUZZ_SMOKE_SECONDS ?= 20
+FUZZ_SMOKE_SEED ?= 1
 FUZZ_JOBS ?= $(shell nproc)
 FUZZ_TARGETS ?= fuzz_safetensors fuzz_config fuzz_tokenizer_json fuzz_tokenizer_encode \
   fuzz_device_map fuzz_small_parsers fuzz_output_folder
@@ -38,12 +39,18 @@ fuzz-build: fuzz-deps $(FUZZ_BUILD)/CMakeCache.txt
 # One rule per target run; FUZZ_RUN_SECONDS comes from fuzz / fuzz-smoke (target-specific
 # variables reach prerequisites).
 fuzz-run-%: fuzz-build
-	fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_RUN_SECONDS) $*
+	FUZZ_SEED=$(FUZZ_RUN_SEED) FUZZ_FRESH=$(FUZZ_RUN_FRESH) fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_RUN_SECONDS) $*
 
+# Exploration: random seed, on the corpus grown by earlier runs.
 fuzz: FUZZ_RUN_SECONDS = $(FUZZ_SECONDS)
 fuzz: $(addprefix fuzz-run-,$(FUZZ_TARGETS))
 
+# CI: a fixed seed from the committed seeds alone, so a clean checkout explores the same inputs
+# every time (a new finding comes from a change, not from luck), and a local run with the same
+# seed and more seconds covers what CI runs.
 fuzz-smoke: FUZZ_RUN_SECONDS = $(FUZZ_SMOKE_SECONDS)
+fuzz-smoke: FUZZ_RUN_SEED = $(FUZZ_SMOKE_SEED)
+fuzz-smoke: FUZZ_RUN_FRESH = 1
 fuzz-smoke: $(addprefix fuzz-run-,$(FUZZ_TARGETS))
 
 fuzz-regress: fuzz-build

@@ -5,6 +5,9 @@
 # The committed seeds (fuzz/corpus/TARGET/) are copied into a working corpus under
 # BUILD_DIR/corpus/TARGET/ that grows across runs; crashes go to BUILD_DIR/artifacts/TARGET/,
 # the log to BUILD_DIR/logs/TARGET.log, and one line per run to BUILD_DIR/logs/summary.txt.
+# FUZZ_SEED=N fixes libFuzzer's random seed; FUZZ_FRESH=1 starts from the committed seeds alone
+# (BUILD_DIR/corpus-fresh/TARGET/, emptied first). With both, a run explores what a clean
+# checkout explores (fuzz-smoke, CI): a longer local run with the same seed covers a shorter one.
 # Exit status: non-zero when the target crashed, leaked, timed out or ran out of memory.
 set -uo pipefail
 
@@ -48,6 +51,10 @@ case $target in
 esac
 
 corpus=$build/corpus/$target
+if [ "${FUZZ_FRESH:-0}" = 1 ]; then
+  corpus=$build/corpus-fresh/$target
+  rm -rf "$corpus"
+fi
 artifacts=$build/artifacts/$target
 logs=$build/logs
 mkdir -p "$corpus" "$artifacts" "$logs"
@@ -56,6 +63,7 @@ cp -n "$root/fuzz/corpus/$target/"* "$corpus/" 2>/dev/null || true
 args=(-max_total_time="$seconds" -max_len="$max_len" -timeout=10 -rss_limit_mb=2048
       -print_final_stats=1 -artifact_prefix="$artifacts/")
 [ -f "$root/fuzz/dict/$target.dict" ] && args+=(-dict="$root/fuzz/dict/$target.dict")
+[ -n "${FUZZ_SEED:-}" ] && args+=(-seed="$FUZZ_SEED")
 # FUZZ_FORK=1: keep going after crashes/timeouts/OOMs (each is saved to the artifacts folder and
 # still fails the run) -- for long runs while known bugs are unfixed.
 [ "${FUZZ_FORK:-0}" = 1 ] && args+=(-fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1)
@@ -74,10 +82,18 @@ found=$(( $(ls "$artifacts" | wc -l) - before ))
 cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$last")
 ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$last")
 units=$(ls "$corpus" | wc -l)
-line="$(date -u +%FT%TZ) $target seconds=$seconds execs=${execs:-?} cov=${cov:-?} ft=${ft:-?} corpus=$units new_artifacts=$found rc=$rc"
+line="$(date -u +%FT%TZ) $target seconds=$seconds seed=${FUZZ_SEED:-random} execs=${execs:-?} cov=${cov:-?} ft=${ft:-?} corpus=$units new_artifacts=$found rc=$rc"
 echo "$line" | tee -a "$logs/summary.txt"
 if [ $rc -ne 0 ]; then
   echo "FAIL: $target (exit $rc); reproducers in $artifacts/ ($found new), end of log:" >&2
-  tail -n 80 "$log" >&2
+  tail -n 40 "$log" >&2
+  # What a reader of a truncated CI log needs, last: the failed check and the input itself.
+  echo "== $target: what failed" >&2
+  grep -m5 -A3 -E 'FUZZ_CHECK failed|runtime error:|what\(\):|ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)' \
+    "$log" | cut -c1-400 >&2
+  for f in $(ls -t "$artifacts" | head -n "$found"); do
+    echo "== $target: reproducer $f ($(stat -c %s "$artifacts/$f") bytes), base64 (first 3 KiB):" >&2
+    head -c 3072 "$artifacts/$f" | base64 -w 100 >&2
+  done
   exit 1
 fi

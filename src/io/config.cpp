@@ -233,8 +233,13 @@ LlamaConfig parse_llama(Arch arch, const json& root, const Fields& f) {
   c.rms_norm_eps = f.number({"rms_norm_eps"}, c.rms_norm_eps);
   c.rope = parse_rope(root, f);
   c.tie_word_embeddings = f.boolean({"tie_word_embeddings"}, false);
-  c.attention_bias = f.boolean({"attention_bias"}, false);
-  c.mlp_bias = f.boolean({"mlp_bias"}, false);
+  // Only Llama reads attention_bias / mlp_bias. Transformers' Mistral has no biases and Qwen2
+  // always has q/k/v biases only, whatever those fields say, so the weights we expect match the
+  // checkpoint (and config_to_json, which writes them for Llama only, round-trips).
+  if (arch == Arch::kLlama) {
+    c.attention_bias = f.boolean({"attention_bias"}, false);
+    c.mlp_bias = f.boolean({"mlp_bias"}, false);
+  }
   c.qkv_bias = arch == Arch::kQwen2 ? true : c.attention_bias;
   c.o_bias = arch == Arch::kQwen2 ? false : c.attention_bias;
   if (arch == Arch::kMistral) {

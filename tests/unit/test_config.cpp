@@ -101,6 +101,29 @@ TEST(Config, MistralAndQwen2Windows) {
   EXPECT_EQ(q.llama.window_for_layer(2).value(), 16);
 }
 
+// Like transformers: only Llama reads attention_bias / mlp_bias. Mistral has no biases and
+// Qwen2 exactly q/k/v biases, whatever the fields say (fuzz_config finding #9: these configs did
+// not round-trip through config_to_json, and actcap expected bias tensors HF never writes).
+TEST(Config, BiasFieldsAreLlamaOnly) {
+  const std::string dims =
+      R"("vocab_size":100,"hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,)"
+      R"("num_attention_heads":4,"attention_bias":true,"mlp_bias":true})";
+  auto l = parse_config(R"({"model_type":"llama",)" + dims, "cfg");
+  EXPECT_TRUE(l.llama.qkv_bias && l.llama.o_bias && l.llama.mlp_bias);
+  auto m = parse_config(R"({"model_type":"mistral",)" + dims, "cfg");
+  EXPECT_FALSE(m.llama.attention_bias || m.llama.qkv_bias || m.llama.o_bias || m.llama.mlp_bias);
+  auto q = parse_config(R"({"model_type":"qwen2",)" + dims, "cfg");
+  EXPECT_TRUE(q.llama.qkv_bias);
+  EXPECT_FALSE(q.llama.attention_bias || q.llama.o_bias || q.llama.mlp_bias);
+  for (const auto& c : {l, m, q}) {
+    auto back = parse_config(config_to_json(c), "cfg2");
+    EXPECT_EQ(back.llama.attention_bias, c.llama.attention_bias);
+    EXPECT_EQ(back.llama.qkv_bias, c.llama.qkv_bias);
+    EXPECT_EQ(back.llama.o_bias, c.llama.o_bias);
+    EXPECT_EQ(back.llama.mlp_bias, c.llama.mlp_bias);
+  }
+}
+
 TEST(Config, RoundTripThroughJson) {
   auto c = parse_config(
       R"({"model_type":"qwen2","vocab_size":100,"hidden_size":64,"intermediate_size":128,
