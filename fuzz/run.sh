@@ -82,7 +82,8 @@ found=$(( $(ls "$artifacts" | wc -l) - before ))
 cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$last")
 ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$last")
 units=$(ls "$corpus" | wc -l)
-line="$(date -u +%FT%TZ) $target seconds=$seconds seed=${FUZZ_SEED:-random} execs=${execs:-?} cov=${cov:-?} ft=${ft:-?} corpus=$units new_artifacts=$found rc=$rc"
+seed=$(sed -n 's/^INFO: Seed: *//p' "$log" | head -1)  # libFuzzer's own, random or FUZZ_SEED
+line="$(date -u +%FT%TZ) $target seconds=$seconds seed=${seed:-?} execs=${execs:-?} cov=${cov:-?} ft=${ft:-?} corpus=$units new_artifacts=$found rc=$rc"
 echo "$line" | tee -a "$logs/summary.txt"
 if [ $rc -ne 0 ]; then
   echo "FAIL: $target (exit $rc); reproducers in $artifacts/ ($found new), end of log:" >&2

@@ -132,8 +132,12 @@ class Config:
             self.head_dim = int(hd)
             if self.heads % self.kv_heads:
                 raise ReferenceError("num_attention_heads not divisible by num_key_value_heads")
-            self.attention_bias = bool(_get(cfg, "attention_bias", default=False)) or mt == "qwen2"
-            self.mlp_bias = bool(_get(cfg, "mlp_bias", default=False))
+            # As transformers: Llama reads attention_bias / mlp_bias; Mistral has no biases and
+            # Qwen2 q/k/v biases only, whatever the config says.
+            llama = mt == "llama"
+            self.attention_bias = (
+                llama and bool(_get(cfg, "attention_bias", default=False))) or mt == "qwen2"
+            self.mlp_bias = llama and bool(_get(cfg, "mlp_bias", default=False))
             self.rope = self._rope(cfg)
             self.windows = self._windows(cfg)
 
