@@ -57,7 +57,7 @@ Command add_run(CLI::App& app) {
             const uint64_t need = capturer.check_budget(batch);
             apply_devices(*model, o->dev, batch.size(), batch.max_len(), capturer.plan());
             prepare_output_dir(o->out, o->overwrite);
-            capturer.run(batch);
+            capturer.run(batch, Model::Logits::kSkipIfUnhooked);
             auto exported = export_run(o->out, capturer, *model);
             size_t width = 5;
             for (const auto& e : exported) width = std::max(width, e.name.size());

@@ -68,10 +68,11 @@ class SafeCapturer {
 
   // Runs one forward of `batch` with the hooks attached, capturing the selected real (unpadded)
   // tokens in (sequence, position) order. Throws RunError if a planned point never fired.
-  // Returns the logits.
-  at::Tensor run(const Batch& batch);
+  // Returns what Model::forward returns: the logits, unless `logits` lets it skip lm_head.
+  at::Tensor run(const Batch& batch, Model::Logits logits = Model::Logits::kCompute);
   // As run(batch), with the positions to keep given per sequence (increasing, < its length).
-  at::Tensor run(const Batch& batch, const std::vector<std::vector<int64_t>>& positions);
+  at::Tensor run(const Batch& batch, const std::vector<std::vector<int64_t>>& positions,
+                 Model::Logits logits = Model::Logits::kCompute);
 
   // Row provenance of the last run: sequence index and position of each captured row.
   const std::vector<int64_t>& row_seq() const { return row_seq_; }

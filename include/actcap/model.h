@@ -80,9 +80,14 @@ class Model {
   // Number of hooks currently registered.
   size_t hook_count() const;
 
+  // Whether forward runs lm_head. kSkipIfUnhooked leaves it out when no hook is registered on it
+  // (lm_head or lm_head:input) and returns the final norm's output [B, T, hidden] instead: the
+  // [hidden x vocab] GEMM is about a third of GPT-2 small's forward, and activation extraction
+  // rarely needs logits.
+  enum class Logits { kCompute, kSkipIfUnhooked };
   // Runs the model under c10::InferenceMode; returns logits [B, T, vocab] (float32) on the last
-  // stage's device.
-  at::Tensor forward(const Batch& batch);
+  // stage's device, or the final norm's output (see Logits).
+  at::Tensor forward(const Batch& batch, Logits logits = Logits::kCompute);
 
   // Places each stage on a device (weights move to accelerators; virtual CPU devices share host
   // memory and only account for it). Throws InputError for a wrong stage count, RunError when the

@@ -160,16 +160,16 @@ uint64_t SafeCapturer::check_rows(uint64_t rows) const {
   return need;
 }
 
-at::Tensor SafeCapturer::run(const Batch& batch) {
+at::Tensor SafeCapturer::run(const Batch& batch, Model::Logits logits) {
   check_budget(batch);
   std::vector<std::vector<int64_t>> positions;
   for (int64_t b = 0; b < batch.size(); ++b)
     positions.push_back(options_.positions.select(batch.lengths[b]));
-  return run(batch, positions);
+  return run(batch, positions, logits);
 }
 
-at::Tensor SafeCapturer::run(const Batch& batch,
-                             const std::vector<std::vector<int64_t>>& positions) {
+at::Tensor SafeCapturer::run(const Batch& batch, const std::vector<std::vector<int64_t>>& positions,
+                             Model::Logits logits) {
   if (static_cast<int64_t>(positions.size()) != batch.size())
     throw InputError(
         concat("positions given for ", positions.size(), " sequences, batch has ", batch.size()));
@@ -192,14 +192,14 @@ at::Tensor SafeCapturer::run(const Batch& batch,
   for (size_t i = 0; all_rows_ && i < idx.size(); ++i)
     all_rows_ = idx[i] == static_cast<int64_t>(i);
   const size_t before = snapshots_.size();
-  at::Tensor logits = model_.forward(batch);
+  at::Tensor out = model_.forward(batch, logits);
   // Silent misses are errors: every planned point must have fired in this forward.
   std::set<std::string> fired;
   for (size_t i = before; i < snapshots_.size(); ++i) fired.insert(snapshots_[i].point);
   for (const PointInfo& p : plan_)
     if (!fired.count(p.name))
       throw RunError(concat("hook point '", p.name, "' never fired during the forward pass"));
-  return logits;
+  return out;
 }
 
 namespace {

@@ -347,9 +347,9 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
       }
       Batch batch = Batch::from_sequences(seqs, model.config().vocab_size(), context);
       if (!cap) {
-        model.forward(batch);
+        model.forward(batch, Model::Logits::kSkipIfUnhooked);  // as the capture runs
       } else {
-        cap->run(batch, positions);
+        cap->run(batch, positions, Model::Logits::kSkipIfUnhooked);
         for (size_t r = 0; r < cap->row_seq().size(); ++r) {
           const Window& w = windows[order[begin + cap->row_seq()[r]]];
           row_line.push_back(w.doc_line);

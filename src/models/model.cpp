@@ -335,7 +335,7 @@ std::vector<DeviceStats> Model::device_stats() const {
   return out;
 }
 
-at::Tensor Model::forward(const Batch& batch) {
+at::Tensor Model::forward(const Batch& batch, Logits logits) {
   c10::InferenceMode guard;
   Impl& im = *impl_;
   const int64_t B = batch.ids.size(0), T = batch.ids.size(1), H = config_.hidden_size();
@@ -363,10 +363,16 @@ at::Tensor Model::forward(const Batch& batch) {
     return states.emplace(dev.str(), std::move(st)).first->second;
   };
 
+  // Every architecture ends with lm_head (gpt2.cpp, llama.cpp).
+  size_t stages = stages_.size();
+  if (logits == Logits::kSkipIfUnhooked && stages_.back()->name() == "lm_head" &&
+      !stages_.back()->hooked())
+    --stages;
+
   std::map<DeviceId, int64_t> ping;  // alternates the output slot per device
   DeviceId cur = im.stage_device.front();
   at::Tensor h = batch.ids.to(cur.c10());
-  for (size_t i = 0; i < stages_.size(); ++i) {
+  for (size_t i = 0; i < stages; ++i) {
     const DeviceId& d = im.stage_device[i];
     if (d != cur) {
       at::Tensor dst = im.arena(d).slot(Arena::kTransferIn, h.sizes());

@@ -61,6 +61,8 @@ ModuleHooks& Module::hooks() {
   return *hooks_;
 }
 
+bool Module::hooked() const { return hooks_ && (!hooks_->pre.empty() || !hooks_->post.empty()); }
+
 void Module::drop_hooks_if_empty() {
   if (hooks_ && hooks_->pre.empty() && hooks_->post.empty()) hooks_.reset();
 }

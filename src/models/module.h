@@ -75,6 +75,8 @@ class Module {
   // Bytes of the parameters this module and its descendants hold (tied weights counted where held).
   virtual uint64_t parameter_bytes() const;
   ModuleHooks& hooks();  // creates the lists on first use
+  // Whether a hook is registered on this module (its output or its :input).
+  bool hooked() const;
   void drop_hooks_if_empty();
 
  protected:

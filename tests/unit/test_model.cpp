@@ -100,6 +100,31 @@ TEST_P(EveryArch, HooksSeeConsistentValuesAndDoNotChangeLogits) {
   EXPECT_EQ(m->hook_count(), 0u);
 }
 
+TEST_P(EveryArch, SkippingAnUnhookedHeadReturnsTheFinalNormOutput) {
+  auto m = tiny(GetParam());
+  Batch batch = batch_of(*m, {{3, 1, 4, 1, 5}, {9, 2}});
+  const std::string norm = GetParam() == "gpt2" ? "transformer.ln_f" : "model.norm";
+  at::Tensor norm_out;
+  int head_calls = 0;
+  auto h = m->register_forward_hook(
+      norm, [&](const HookContext&, const at::Tensor& t) { norm_out = t.clone(); });
+  auto logits = m->forward(batch);
+  auto hidden = m->forward(batch, Model::Logits::kSkipIfUnhooked);
+  EXPECT_EQ(hidden.sizes(), (std::vector<int64_t>{2, 5, m->config().hidden_size()}));
+  EXPECT_TRUE(at::equal(hidden, norm_out));
+  EXPECT_EQ(logits.size(2), m->config().vocab_size());
+  // A hook on the head, output or input, makes it run.
+  for (const char* point : {"lm_head", "lm_head:input"}) {
+    auto on_head = m->register_forward_hook(
+        point, [&](const HookContext&, const at::Tensor&) { ++head_calls; });
+    EXPECT_TRUE(at::equal(m->forward(batch, Model::Logits::kSkipIfUnhooked), logits)) << point;
+    on_head.remove();
+  }
+  EXPECT_EQ(head_calls, 2);
+  EXPECT_EQ(m->forward(batch, Model::Logits::kSkipIfUnhooked).size(2), m->config().hidden_size());
+  h.remove();
+}
+
 INSTANTIATE_TEST_SUITE_P(Archs, EveryArch, ::testing::Values("gpt2", "llama", "mistral", "qwen2"));
 
 TEST(Model, CallIndexCountsEveryCallAndRemovalStopsHook) {
