@@ -14,7 +14,7 @@ FUZZ_SMOKE_SECONDS ?= 20
 FUZZ_SMOKE_SEED ?= 1
 FUZZ_JOBS ?= $(shell nproc)
 FUZZ_TARGETS ?= fuzz_safetensors fuzz_config fuzz_tokenizer_json fuzz_tokenizer_encode \
-  fuzz_device_map fuzz_small_parsers fuzz_output_folder
+  fuzz_device_map fuzz_small_parsers fuzz_output_folder fuzz_corpus
 # clang + libFuzzer/ASan/UBSan runtimes, and what the library itself needs.
 FUZZ_APT_PACKAGES := clang libclang-rt-14-dev cmake pkg-config libtorch-dev nlohmann-json3-dev \
   libcli11-dev libxxhash-dev libpcre2-dev libicu-dev

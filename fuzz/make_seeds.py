@@ -416,7 +416,24 @@ def output_folder_seeds():
     seed("not_an_object.txt", "[1, 2]", "")
 
 
+def corpus_seeds():
+    d = reset("fuzz_corpus")
+    # First byte: flags (bit 0 skip bad lines, bit 1 .txt, bit 2 tokenizer, bits 3-4 vocab 1 /
+    # 200 / 50257 / 2^31-1); then the corpus file.
+    ids = '{"input_ids": [1, 2, 3]}\n{"input_ids": [199]}\n'
+    mixed = ('{"text": "hello world"}\n\n   \n{"input_ids": []}\n{"input_ids": [-1]}\n'
+             '{"input_ids": [1.5]}\n{"input_ids": 7}\n{"text": 5}\n[1, 2]\nnot json\n'
+             '{"input_ids": [18446744073709551615]}\n{"input_ids": [2147483646]}\n')
+    write(d, "jsonl_ids.bin", bytes([0b01000]) + ids.encode())
+    write(d, "jsonl_mixed_skip.bin", bytes([0b11101]) + mixed.encode())
+    write(d, "jsonl_mixed_strict.bin", bytes([0b10100]) + mixed.encode())
+    write(d, "jsonl_text_no_tokenizer.bin", bytes([0b10001]) + b'{"text": "abc"}\n')
+    write(d, "txt_lines.bin", bytes([0b10011]) + "one document\r\n\nsecond \xff line\n\u00e9\u4e2d".encode("utf-8", "surrogateescape"))
+    write(d, "txt_small_vocab.bin", bytes([0b01011]) + b"\x00\x01 bytes above 200: \xfe\n")
+
+
 def main():
+    corpus_seeds()
     output_folder_seeds()
     safetensors_seeds()
     config_seeds()

@@ -47,6 +47,7 @@ case $target in
   fuzz_device_map) max_len=2048 ;;
   fuzz_small_parsers) max_len=512 ;;
   fuzz_output_folder) max_len=4096 ;;
+  fuzz_corpus) max_len=2048 ;;
   *) echo "unknown target $target" >&2; exit 2 ;;
 esac
 
