@@ -21,7 +21,9 @@ Command add_plan(CLI::App& app) {
   sub->add_option("--batch", o->batch, "Batch size the plan is for")->check(CLI::PositiveNumber);
   sub->add_option("--seq", o->seq, "Sequence length the plan is for (default: the model's context)")
       ->check(CLI::PositiveNumber);
-  sub->add_option("--capture", o->capture, "Hook point patterns whose capture staging to reserve");
+  sub->add_option("--capture", o->capture,
+                  "Plan a run/extract capturing these hook points: their capture staging is "
+                  "reserved, and the logits' workspace only when lm_head is captured");
   sub->add_flag("--json", o->json, "Machine-readable output");
   return {sub, [o]() {
             auto model = Model::load(o->model);
@@ -29,7 +31,10 @@ Command add_plan(CLI::App& app) {
             std::vector<PointInfo> capture;
             if (!o->capture.empty())
               capture = SafeCapturer(*model, CaptureOptions{o->capture}).plan();
-            DevicePlan plan = plan_for(*model, o->dev, o->batch, seq, capture);
+            // With --capture this is the plan run/extract use, which skip an uncaptured lm_head.
+            DevicePlan plan = plan_for(
+                *model, o->dev, o->batch, seq, capture,
+                o->capture.empty() ? Model::Logits::kCompute : Model::Logits::kSkipIfUnhooked);
             if (o->json) {
               auto j = plan.to_json();
               j["batch"] = o->batch;

@@ -1,5 +1,6 @@
 #include "common.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "actcap/error.h"
@@ -66,9 +67,12 @@ void add_device_options(CLI::App* sub, DeviceOptions& o) {
 }
 
 DevicePlan plan_for(const Model& model, const DeviceOptions& o, int64_t batch, int64_t seq,
-                    const std::vector<PointInfo>& capture) {
+                    const std::vector<PointInfo>& capture, Model::Logits logits) {
   PlanRequest req;
-  req.stages = model.stage_costs(batch, seq);
+  const bool head_hooked = std::any_of(capture.begin(), capture.end(), [](const PointInfo& p) {
+    return p.name == "lm_head" || p.name == "lm_head:input";
+  });
+  req.stages = model.stage_costs(batch, seq, logits == Model::Logits::kCompute || head_hooked);
   if (!o.devices.empty()) req.devices = parse_device_list(o.devices);
   if (!o.max_memory.empty()) req.budgets = parse_max_memory(o.max_memory);
   if (o.device_map == "auto" || o.device_map == "balanced" || o.device_map == "sequential") {
@@ -101,8 +105,8 @@ DevicePlan plan_for(const Model& model, const DeviceOptions& o, int64_t batch, i
 }
 
 DevicePlan apply_devices(Model& model, const DeviceOptions& o, int64_t batch, int64_t seq,
-                         const std::vector<PointInfo>& capture) {
-  DevicePlan plan = plan_for(model, o, batch, seq, capture);
+                         const std::vector<PointInfo>& capture, Model::Logits logits) {
+  DevicePlan plan = plan_for(model, o, batch, seq, capture, logits);
   ExecutionOptions exec;
   exec.stage_device = plan.stage_device;
   for (const DeviceUsage& u : plan.usage)

@@ -39,11 +39,15 @@ struct DeviceOptions {
 void add_device_options(CLI::App* sub, DeviceOptions& o);
 // Plans the device map for a batch x seq run capturing `capture` (per-point bytes count as
 // reserve on the device of the stage holding the point). Throws InputError when it does not fit.
+// `logits`: as the forward will be run; with kSkipIfUnhooked the logits' workspace is reserved
+// only when `capture` holds an lm_head point (run and extract).
 DevicePlan plan_for(const Model& model, const DeviceOptions& o, int64_t batch, int64_t seq,
-                    const std::vector<PointInfo>& capture);
+                    const std::vector<PointInfo>& capture,
+                    Model::Logits logits = Model::Logits::kCompute);
 // plan_for + Model::place.
 DevicePlan apply_devices(Model& model, const DeviceOptions& o, int64_t batch, int64_t seq,
-                         const std::vector<PointInfo>& capture);
+                         const std::vector<PointInfo>& capture,
+                         Model::Logits logits = Model::Logits::kCompute);
 
 // "1,2,3;4,5" -> {{1,2,3},{4,5}}; throws InputError naming the bad entry.
 std::vector<std::vector<int64_t>> parse_token_lists(const std::string& text);

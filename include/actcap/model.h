@@ -95,8 +95,9 @@ class Model {
   void place(const ExecutionOptions& options);
   const ExecutionOptions& placement() const;
   DeviceId stage_device(size_t stage) const;
-  // What the planner needs to know per stage for a batch x seq run.
-  std::vector<StageCost> stage_costs(int64_t batch, int64_t seq) const;
+  // What the planner needs to know per stage for a batch x seq run. `logits` false: forward will
+  // skip lm_head (Logits::kSkipIfUnhooked with no hook on it), so no logits workspace is reserved.
+  std::vector<StageCost> stage_costs(int64_t batch, int64_t seq, bool logits = true) const;
   // HF module names each stage covers (GPT-2's embedding stage: transformer.wte and
   // transformer.wpe).
   std::vector<std::vector<std::string>> stage_modules() const;

@@ -283,7 +283,7 @@ std::vector<std::vector<std::string>> Model::stage_modules() const {
   return out;
 }
 
-std::vector<StageCost> Model::stage_costs(int64_t batch, int64_t seq) const {
+std::vector<StageCost> Model::stage_costs(int64_t batch, int64_t seq, bool logits) const {
   const uint64_t BT = static_cast<uint64_t>(batch * seq), f = sizeof(float);
   const uint64_t H = config_.hidden_size(), V = config_.vocab_size();
   uint64_t heads, inner;
@@ -303,7 +303,7 @@ std::vector<StageCost> Model::stage_costs(int64_t batch, int64_t seq) const {
       c.workspace_bytes =
           f * (2 * batch * heads * seq * seq + 4 * BT * H + 3 * BT * inner + 2 * BT * H);
     } else if (i + 1 == stages_.size()) {
-      c.workspace_bytes = f * BT * V;  // logits
+      c.workspace_bytes = logits ? f * BT * V : 0;
       if (config_.tie_word_embeddings()) {
         c.shared_weight_bytes = c.weight_bytes;
         c.weight_bytes = 0;

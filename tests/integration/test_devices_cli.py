@@ -113,3 +113,23 @@ def test_bad_device_options_are_exit_2(args, needle):
     p = run("plan", "demo", *args)
     assert p.returncode == 2
     assert needle in one_error_line(p)
+
+
+def test_plan_reserves_logits_only_when_the_head_runs(llama, tmp_path):
+    # run/extract skip an uncaptured lm_head, so `plan --capture` (their plan) reserves no logits
+    # workspace for it; a plain plan (a full forward) and a capture of lm_head do.
+    dm = {"model.embed_tokens": "cpu:0", "model.norm": "cpu:0", "lm_head": "cpu:1"}
+    dm.update({f"model.layers.{i}": "cpu:0" for i in range(4)})
+    path = tmp_path / "map.json"
+    path.write_text(json.dumps(dm))
+    vocab = json.loads((llama / "config.json").read_text())["vocab_size"]
+
+    def head_workspace(*capture):
+        p = run("plan", llama, "--devices", "cpu:0,cpu:1", "--device-map", path, "--batch", "2", "--seq", "16",
+                *(["--capture", *capture] if capture else []), "--json", check=0)
+        return {d["device"]: d["workspace"] for d in json.loads(p.stdout)["devices"]}["cpu:1"]
+
+    full = head_workspace()
+    assert head_workspace("model.layers.0") == full - 2 * 16 * vocab * 4
+    assert head_workspace("lm_head") == full
+    assert head_workspace("lm_head:input") == full

@@ -125,6 +125,19 @@ TEST_P(EveryArch, SkippingAnUnhookedHeadReturnsTheFinalNormOutput) {
   h.remove();
 }
 
+TEST(Model, StageCostsLeaveOutTheLogitsOfASkippedHead) {
+  auto m = tiny("gpt2");
+  auto with = m->stage_costs(4, 32), without = m->stage_costs(4, 32, /*logits=*/false);
+  ASSERT_EQ(with.size(), without.size());
+  EXPECT_EQ(with.back().workspace_bytes,
+            sizeof(float) * 4 * 32 * static_cast<uint64_t>(m->config().vocab_size()));
+  EXPECT_EQ(without.back().workspace_bytes, 0u);
+  for (size_t i = 0; i + 1 < with.size(); ++i)
+    EXPECT_EQ(with[i].workspace_bytes, without[i].workspace_bytes) << i;
+  EXPECT_EQ(with.back().weight_bytes + with.back().shared_weight_bytes,
+            without.back().weight_bytes + without.back().shared_weight_bytes);
+}
+
 INSTANTIATE_TEST_SUITE_P(Archs, EveryArch, ::testing::Values("gpt2", "llama", "mistral", "qwen2"));
 
 TEST(Model, CallIndexCountsEveryCallAndRemovalStopsHook) {
