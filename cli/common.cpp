@@ -68,11 +68,25 @@ void add_device_options(CLI::App* sub, DeviceOptions& o) {
 
 DevicePlan plan_for(const Model& model, const DeviceOptions& o, int64_t batch, int64_t seq,
                     const std::vector<PointInfo>& capture, Model::Logits logits) {
+  // Capture staging: each captured point costs its bytes per token on the device of its stage.
+  const std::vector<std::vector<std::string>> modules = model.stage_modules();
+  std::vector<uint64_t> staging(modules.size(), 0);
+  bool head_captured = false;  // a point inside the last stage (lm_head) is captured
+  for (const PointInfo& p : capture) {
+    int64_t per_token = static_cast<int64_t>(c10::elementSize(p.dtype));
+    for (int64_t d : p.shape) per_token *= d;
+    const std::string module = p.name.substr(0, p.name.find(':'));
+    for (size_t i = 0; i < modules.size(); ++i)
+      for (const std::string& m : modules[i])
+        if (module == m || module.rfind(m + ".", 0) == 0) {
+          staging[i] += per_token * batch * seq;
+          head_captured |= i + 1 == modules.size();
+        }
+  }
   PlanRequest req;
-  const bool head_hooked = std::any_of(capture.begin(), capture.end(), [](const PointInfo& p) {
-    return p.name == "lm_head" || p.name == "lm_head:input";
-  });
-  req.stages = model.stage_costs(batch, seq, logits == Model::Logits::kCompute || head_hooked);
+  // run and extract (kSkipIfUnhooked) run lm_head only when it is captured.
+  req.stages = model.stage_costs(batch, seq, logits == Model::Logits::kCompute || head_captured);
+  for (size_t i = 0; i < staging.size(); ++i) req.stages[i].capture_bytes = staging[i];
   if (!o.devices.empty()) req.devices = parse_device_list(o.devices);
   if (!o.max_memory.empty()) req.budgets = parse_max_memory(o.max_memory);
   if (o.device_map == "auto" || o.device_map == "balanced" || o.device_map == "sequential") {
@@ -91,16 +105,6 @@ DevicePlan plan_for(const Model& model, const DeviceOptions& o, int64_t batch, i
       throw InputError(concat("--max-memory names ", dev.str(), ", which is not in --devices"));
   req.hidden_bytes =
       static_cast<uint64_t>(batch * seq * model.config().hidden_size()) * sizeof(float);
-  // Capture staging: each captured point costs its bytes per token on the device of its stage.
-  for (const PointInfo& p : capture) {
-    int64_t per_token = static_cast<int64_t>(c10::elementSize(p.dtype));
-    for (int64_t d : p.shape) per_token *= d;
-    const std::string module = p.name.substr(0, p.name.find(':'));
-    for (StageCost& s : req.stages)
-      for (const std::string& m : s.modules)
-        if (module == m || module.rfind(m + ".", 0) == 0)
-          s.capture_bytes += per_token * batch * seq;
-  }
   return plan_devices(req);
 }
 

@@ -45,9 +45,9 @@ fuzz-run-%: fuzz-build
 fuzz: FUZZ_RUN_SECONDS = $(FUZZ_SECONDS)
 fuzz: $(addprefix fuzz-run-,$(FUZZ_TARGETS))
 
-# CI: a fixed seed from the committed seeds alone, so a clean checkout explores the same inputs
-# every time (a new finding comes from a change, not from luck), and a local run with the same
-# seed and more seconds covers what CI runs.
+# CI: a fixed seed from the committed seeds alone, so every clean checkout starts from the same
+# inputs and random sequence (a new finding comes from a change, not from luck), and a local run
+# with the same seed and more seconds covers what CI runs.
 fuzz-smoke: FUZZ_RUN_SECONDS = $(FUZZ_SMOKE_SECONDS)
 fuzz-smoke: FUZZ_RUN_SEED = $(FUZZ_SMOKE_SEED)
 fuzz-smoke: FUZZ_RUN_FRESH = 1

@@ -43,7 +43,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int64_t total = actcap::CorpusReader::count_documents(path);
   actcap::CorpusReader reader(path, with_tokenizer ? tokenizer.get() : nullptr, vocab, skip_bad);
   int64_t docs = 0, last_line = -1;
-  std::string why;
   try {
     actcap::Document doc;
     while (reader.next(doc)) {
@@ -58,7 +57,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                    static_cast<long long>(doc.line));
     }
   } catch (const actcap::InputError& e) {
-    why = e.what();
+    const std::string why = e.what();
     FUZZ_CHECK(!skip_bad, "--skip-bad-lines still threw: %s", why.c_str());
     FUZZ_CHECK(why.find(path) != std::string::npos, "error does not name the file: %s",
                why.c_str());

@@ -6,8 +6,8 @@
 # BUILD_DIR/corpus/TARGET/ that grows across runs; crashes go to BUILD_DIR/artifacts/TARGET/,
 # the log to BUILD_DIR/logs/TARGET.log, and one line per run to BUILD_DIR/logs/summary.txt.
 # FUZZ_SEED=N fixes libFuzzer's random seed; FUZZ_FRESH=1 starts from the committed seeds alone
-# (BUILD_DIR/corpus-fresh/TARGET/, emptied first). With both, a run explores what a clean
-# checkout explores (fuzz-smoke, CI): a longer local run with the same seed covers a shorter one.
+# (BUILD_DIR/corpus-fresh/TARGET/, emptied first). With both, a run starts from the inputs and
+# random sequence a clean checkout starts from (fuzz-smoke, CI); a longer local run covers it.
 # Exit status: non-zero when the target crashed, leaked, timed out or ran out of memory.
 set -uo pipefail
 

@@ -64,7 +64,7 @@ ModuleHooks& Module::hooks() {
 bool Module::hooked() const { return hooks_ && (!hooks_->pre.empty() || !hooks_->post.empty()); }
 
 void Module::drop_hooks_if_empty() {
-  if (hooks_ && hooks_->pre.empty() && hooks_->post.empty()) hooks_.reset();
+  if (!hooked()) hooks_.reset();
 }
 
 namespace {
