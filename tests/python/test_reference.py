@@ -1,7 +1,8 @@
 """Self-tests of the Python reference (reference.py) and the safetensors helper (st.py).
 
 These need no actcap binary. They check the reference against independent formulations
-(torch.nn.MultiheadAttention, complex-number RoPE, Meta's llama3 frequency scaling loop, float64
+(torch.nn.MultiheadAttention for GPT-2, F.multi_head_attention_forward + complex-number RoPE + repeat_kv
+for the Llama family, complex-number RoPE, Meta's llama3 frequency scaling loop, float64
 norms), structural identities of the hook points (residual stream wiring, GQA head order, sliding
 window locality, causality) and checkpoint-format equivalences (prefix, tying, sharding, dtypes).
 """
@@ -196,6 +197,154 @@ def test_gpt2_attention_matches_torch_multihead_attention(tmp_path):
             mask = torch.ones(T, T, dtype=torch.bool).triu(1)  # True = not allowed
             y, _ = mha(x, x, x, attn_mask=mask, need_weights=False)
         assert _maxdiff(y[0].numpy(), r[p]) < 2e-6
+
+
+# Llama-family attention (Llama / Mistral / Qwen2) against an independent formulation written from
+# HF modeling_llama.py's eager path, in float64: q/k/v projections (+ bias where the arch has one),
+# RoPE on q and k only -- as the complex rotation of the pairs (i, i + d/2) that HF's rotate_half
+# computes, with inv_freq computed here from the config (Meta's llama3 loop, `linear` division) --,
+# repeat_kv written as "query head h reads kv head h // groups" (np.repeat), and the softmax attention
+# itself done by torch's F.multi_head_attention_forward (which applies the head_dim ** -0.5 scale
+# and splits/merges heads itself) under a causal / sliding-window boolean mask, then o_proj.
+#
+# Checked by mutating tests/python/reference.py temporarily (in a copy) and running this test:
+#   - scaling = hd ** -0.5 -> hidden ** -0.5 (wrong scale): all 6 cases fail
+#   - repeat_kv expand(nkv, groups) -> kh/vh.repeat(groups, 1, 1) (tile: head h reads kv h % nkv): 6 fail
+#   - apply_rope also applied to vh (RoPE on v): 6 fail
+#   - apply_rope on kh dropped (RoPE on q only): 6 fail
+#   - rope_inv_freq ignores rope_type (llama3 / linear scaling dropped): the 2 scaling cases fail
+#   - rope_inv_freq ignores rope_theta (always 10000): the 3 cases with another theta fail
+#   - sliding window dropped from the mask: the mistral case fails
+#   - biases dropped from the projections: the 2 cases with biases fail
+# The `power` part of the test repeats the same errors on the independent side and requires each to
+# move the result far outside the tolerance, so none of these cases could pass by accident.
+
+def _inv_freq64(cfg, hd):
+    theta = float(cfg.get("rope_theta", 10000.0))
+    freqs = 1.0 / theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd)
+    rs = cfg.get("rope_scaling") or {}
+    kind = rs.get("rope_type", rs.get("type"))
+    if kind is None:
+        return freqs
+    if kind == "linear":
+        return freqs / rs["factor"]
+    assert kind == "llama3", kind
+    old = rs["original_max_position_embeddings"]
+    lo_wl, hi_wl = old / rs["low_freq_factor"], old / rs["high_freq_factor"]
+    out = []
+    for f in freqs:  # Meta's llama-models apply_scaling
+        wl = 2 * math.pi / f
+        if wl < hi_wl:
+            out.append(f)
+        elif wl > lo_wl:
+            out.append(f / rs["factor"])
+        else:
+            sm = (old / wl - rs["low_freq_factor"]) / (rs["high_freq_factor"] - rs["low_freq_factor"])
+            out.append((1 - sm) * f / rs["factor"] + sm * f)
+    return np.array(out)
+
+
+def _llama_attention_independent(x, w, p, cfg, window, wrong=None):
+    """Returns (o_proj input [T, nh*hd], attention output [T, hidden]) in float64.
+
+    wrong: None, or one deliberate error ("scale", "tile", "rope_v", "no_rope_k", "no_scaling",
+    "theta", "no_window") used to show that the comparison can tell it apart."""
+    T, hidden = x.shape
+    nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd = cfg.get("head_dim") or hidden // nh
+    groups = nh // nkv
+    x = x.astype(np.float64)
+
+    def proj(name):
+        y = x @ w[f"{p}.{name}.weight"].astype(np.float64).T
+        b = w.get(f"{p}.{name}.bias")
+        return y if b is None else y + b
+
+    q = proj("q_proj").reshape(T, nh, hd)
+    k = proj("k_proj").reshape(T, nkv, hd)
+    v = proj("v_proj").reshape(T, nkv, hd)
+    rcfg = dict(cfg)
+    if wrong == "no_scaling":
+        rcfg.pop("rope_scaling", None)
+    if wrong == "theta":
+        rcfg["rope_theta"] = 10000.0 if float(cfg.get("rope_theta", 10000.0)) != 10000.0 else 500.0
+    rot = np.exp(1j * np.arange(T)[:, None] * _inv_freq64(rcfg, hd)[None, :])[:, None, :]  # [T, 1, hd/2]
+
+    def rope(t):
+        z = (t[..., : hd // 2] + 1j * t[..., hd // 2:]) * rot
+        return np.concatenate([z.real, z.imag], axis=-1)
+
+    q = rope(q)
+    if wrong != "no_rope_k":
+        k = rope(k)
+    if wrong == "rope_v":
+        v = rope(v)
+    if wrong == "tile":
+        k, v = np.tile(k, (1, groups, 1)), np.tile(v, (1, groups, 1))
+    else:
+        k, v = np.repeat(k, groups, axis=1), np.repeat(v, groups, axis=1)
+    if wrong == "scale":
+        q = q * math.sqrt(hd) / math.sqrt(hidden)
+    i, j = np.arange(T)[:, None], np.arange(T)[None, :]
+    banned = j > i
+    if window is not None and wrong != "no_window":
+        banned |= j <= i - window
+    E = nh * hd
+    eye = torch.eye(E, dtype=torch.float64)
+    t = lambda a: torch.from_numpy(np.ascontiguousarray(a.reshape(T, 1, E)))  # noqa: E731
+    o, _ = torch.nn.functional.multi_head_attention_forward(
+        t(q), t(k), t(v), E, nh, None, None, None, None, False, 0.0, eye, torch.zeros(E, dtype=torch.float64),
+        training=False, need_weights=False, attn_mask=torch.from_numpy(banned),
+        use_separate_proj_weight=True, q_proj_weight=eye, k_proj_weight=eye, v_proj_weight=eye)
+    o = o[:, 0].numpy()
+    a = o @ w[f"{p}.o_proj.weight"].astype(np.float64).T
+    if f"{p}.o_proj.bias" in w:
+        a = a + w[f"{p}.o_proj.bias"]
+    return o, a
+
+
+LLAMA_ATTENTION_CASES = {
+    # GQA with 4 query heads per kv head, and a non-default rope_theta
+    "llama-gqa4-theta500": ("llama", dict(hidden_size=64, num_attention_heads=8, num_key_value_heads=2,
+                                          rope_theta=500.0)),
+    # llama3 RoPE scaling; theta 100 and head_dim 8 put the four frequencies' wavelengths (6.3, 19.9,
+    # 62.8, 198.7) in all three regimes: < 32 kept, 32..128 smoothed, > 128 divided by factor
+    "llama-llama3-scaling": ("llama", dict(rope_theta=100.0, rope_scaling=dict(
+        rope_type="llama3", factor=4.0, low_freq_factor=1.0, high_freq_factor=4.0,
+        original_max_position_embeddings=128))),
+    "llama-linear-scaling": ("llama", dict(rope_theta=1000.0, rope_scaling={"type": "linear", "factor": 3.0})),
+    # explicit head_dim (nh * hd != hidden) and Llama's optional q/k/v/o biases
+    "llama-head-dim-bias": ("llama", dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+                                          head_dim=16, attention_bias=True)),
+    "qwen2-qkv-bias": ("qwen2", {}),
+    "mistral-window5": ("mistral", dict(sliding_window=5)),
+}
+
+
+@pytest.mark.parametrize("case", list(LLAMA_ATTENTION_CASES))
+def test_llama_attention_matches_independent_formulation(tmp_path, case):
+    arch, overrides = LLAMA_ATTENTION_CASES[case]
+    d = _ckpt(tmp_path, arch, seed=4, **overrides)
+    cfg = reference.load_config(str(d))
+    c = reference.Config(cfg)
+    assert c.kv_heads < c.heads  # every case is GQA
+    cfg.setdefault("num_key_value_heads", c.heads)
+    w = st.load_checkpoint(str(d))
+    seq = [int(t) for t in np.random.default_rng(1).integers(0, c.vocab_size, 24)]
+    r = reference.run(str(d), [seq])[0]
+    tol = 2e-6  # observed: <= 5e-8 (float32 reference against float64)
+    for i in range(c.layers):
+        p = f"model.layers.{i}.self_attn"
+        o, a = _llama_attention_independent(r[p + ":input"], w, p, cfg, c.windows[i])
+        assert _maxdiff(o, r[p + ".o_proj:input"]) < tol, (p, _maxdiff(o, r[p + ".o_proj:input"]))
+        assert _maxdiff(a, r[p]) < tol, (p, _maxdiff(a, r[p]))
+    # power: each error the comparison is meant to catch moves layer 0's result far outside tol here
+    p = "model.layers.0.self_attn"
+    wrongs = ["scale", "tile", "rope_v", "no_rope_k", "theta"] + (["no_scaling"] if "rope_scaling" in cfg else []) + (
+        ["no_window"] if c.windows[0] is not None else [])
+    for wrong in wrongs:
+        o, _ = _llama_attention_independent(r[p + ":input"], w, p, cfg, c.windows[0], wrong=wrong)
+        assert _maxdiff(o, r[p + ".o_proj:input"]) > 100 * tol, wrong
 
 
 def test_norms_against_float64(tmp_path):
