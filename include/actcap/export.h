@@ -16,7 +16,7 @@ namespace actcap {
 
 constexpr const char* kManifestName = "manifest.json";
 constexpr const char* kJournalName = "manifest.journal";
-constexpr const char* kFormatVersion = "actcap/1";
+constexpr const char* kFormatVersion = "actcap/2";
 
 struct ExportedTensor {
   std::string name;
@@ -39,9 +39,10 @@ void prepare_output_dir(const std::string& dir, bool overwrite);
 std::vector<ExportedTensor> export_run(const std::string& dir, const SafeCapturer& capturer,
                                        const Model& model);
 
-// `actcap verify`: re-reads an output folder and checks every byte that carries meaning: the
-// manifest's own checksum, each shard's header (full safetensors validation), the checksums in
-// each shard's metadata against the manifest, and every tensor's bytes.
+// `actcap verify`: re-reads an output folder and checks everything a reader decodes from it: the
+// manifest's own checksum, the journal's lines, and for every claimed shard its header bytes
+// (header_xxh3), the set of tensors, each tensor's dtype and shape against the manifest's points
+// and the shard's rows, its __metadata__, and every tensor's bytes.
 struct VerifyIssue {
   std::string file;
   std::string tensor;  // empty when the problem is the file itself

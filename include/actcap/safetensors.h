@@ -87,6 +87,14 @@ class SafetensorsFile : public std::enable_shared_from_this<SafetensorsFile> {
 std::string safetensors_header_json(const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                                     const std::map<std::string, std::string>& metadata);
 
+// The file's first bytes: the u64 header length, then safetensors_header_json(). What a shard's
+// header checksum covers.
+std::string safetensors_prefix(const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                               const std::map<std::string, std::string>& metadata);
+// Writes the data section (every tensor's bytes, in order) to `fd`; RunError naming `path`.
+void write_safetensors_data(int fd, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                            const std::string& path);
+
 // Writes a safetensors file crash-safely: a temporary file beside `path`, fsync, rename, fsync of
 // the directory. On any failure the temporary file is removed and RunError names the path.
 void write_safetensors(const std::string& path,

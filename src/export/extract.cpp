@@ -22,6 +22,7 @@
 #include "actcap/hash.h"
 #include "actcap/safetensors.h"
 #include "export/corpus.h"
+#include "export/faults.h"
 #include "export/journal.h"
 #include "export/shard.h"
 #include "io/atomic_file.h"
@@ -51,20 +52,100 @@ struct Window {
   std::vector<int64_t> positions;
 };
 
-// A shard ready for the writer: tensors in write order plus what the manifest records.
+// A shard ready for the writer: its contents (checksums taken from verified data) plus what the
+// manifest records.
 struct ShardJob {
   int64_t index = 0;
-  std::vector<std::pair<std::string, at::Tensor>> tensors;
-  int64_t rows = 0, first_line = 0, last_line = 0, documents = 0;
+  ShardContents contents;
+  int64_t first_line = 0, last_line = 0, documents = 0;
 };
+
+// One batch's verified rows of one point, with the fingerprint they were verified against.
+struct Part {
+  at::Tensor rows;
+  uint64_t xxh3 = 0;  // chunked_xxh3 (actcap/hash.h)
+};
+
+// The batch's verified rows of `point`: the capturer's fingerprint of its one snapshot, or (when
+// fingerprints are off or the point fired more than once) a fingerprint taken now.
+Part verified_part(const SafeCapturer& cap, const std::string& point, bool fingerprinted) {
+  Part part{cap.get(point), 0};  // verified read
+  const Snapshot* only = nullptr;
+  int count = 0;
+  for (const Snapshot& s : cap.snapshots())
+    if (s.point == point) {
+      only = &s;
+      ++count;
+    }
+  part.xxh3 = fingerprinted && count == 1 ? only->xxh3 : tensor_chunked_xxh3(part.rows);
+  return part;
+}
+
+// Shard `index`: every point's rows (its parts, batch after batch) in (document line, position)
+// order, plus the row-index tensors. Checksums are taken first, then the assembled rows are checked
+// against the fingerprints of the verified parts they were copied from: a change before the check
+// fails it, a change after it fails the writer's read-back, so the checksums follow from verified
+// data. RunError names the shard and the point.
+ShardContents assemble_shard(int64_t index, const std::vector<PointInfo>& plan,
+                             const std::map<std::string, std::vector<Part>>& parts,
+                             const std::vector<int64_t>& row_line,
+                             const std::vector<int64_t>& row_pos) {
+  const int64_t n = static_cast<int64_t>(row_line.size());
+  std::vector<int64_t> perm(n);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) {
+    return row_line[a] != row_line[b] ? row_line[a] < row_line[b] : row_pos[a] < row_pos[b];
+  });
+  std::vector<int64_t> inverse(n);
+  for (int64_t i = 0; i < n; ++i) inverse[perm[i]] = i;
+  const at::Tensor order = at::tensor(perm, at::kLong), back = at::tensor(inverse, at::kLong);
+
+  ShardContents c;
+  c.rows = n;
+  for (const PointInfo& p : plan) {
+    std::vector<at::Tensor> rows;
+    for (const Part& part : parts.at(p.name)) rows.push_back(part.rows);
+    c.tensors.emplace_back(p.name, at::cat(rows, 0).index_select(0, order));
+  }
+  c.tensors.emplace_back("__rows__.seq", at::tensor(row_line, at::kLong).index_select(0, order));
+  c.tensors.emplace_back("__rows__.pos", at::tensor(row_pos, at::kLong).index_select(0, order));
+  if (buffer_fault(BufferFault::kAssembled, index)) flip_last_byte(c.tensors.front().second);
+  c.checksums = tensor_checksums(c.tensors);
+
+  const std::string file = shard_file_name(index);
+  for (size_t k = 0; k < plan.size(); ++k) {
+    int64_t offset = 0, batch = 0;
+    for (const Part& part : parts.at(plan[k].name)) {
+      const int64_t rows = part.rows.size(0);
+      const at::Tensor copied =
+          c.tensors[k].second.index_select(0, back.slice(0, offset, offset + rows));
+      if (tensor_chunked_xxh3(copied) != part.xxh3)
+        throw RunError(concat(file, ": the assembled rows of '", plan[k].name, "' (batch ", batch,
+                              " of the shard) differ from the verified snapshot they were copied "
+                              "from; the shard was not written (check the machine's memory, then "
+                              "--resume)"));
+      offset += rows;
+      ++batch;
+    }
+  }
+  const int64_t* seq = c.tensors[plan.size()].second.data_ptr<int64_t>();
+  const int64_t* pos = c.tensors[plan.size() + 1].second.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i)
+    if (seq[i] != row_line[perm[i]] || pos[i] != row_pos[perm[i]])
+      throw RunError(concat(file, ": assembled row ", i,
+                            " does not carry the line and position it was captured at; the shard "
+                            "was not written"));
+  return c;
+}
 
 // Writes shards on its own thread behind a bounded queue, claiming each in the journal once it
 // reads back intact; the manifest takes them all in when the run completes.
 class ShardWriter {
  public:
-  ShardWriter(std::string dir, json manifest, size_t capacity)
+  ShardWriter(std::string dir, json manifest, ShardSchema schema, size_t capacity)
       : dir_(std::move(dir)),
         manifest_(std::move(manifest)),
+        schema_(std::move(schema)),
         capacity_(capacity),
         journal_(dir_),
         thread_([this] { loop(); }) {}
@@ -103,7 +184,7 @@ class ShardWriter {
   void complete(const json& extra) {
     for (const auto& [k, v] : extra.items()) manifest_[k] = v;
     manifest_["complete"] = true;
-    write_file_atomic((fs::path(dir_) / kManifestName).string(), seal_manifest(manifest_));
+    write_manifest(dir_, manifest_);
     journal_.remove();
   }
 
@@ -136,21 +217,22 @@ class ShardWriter {
   }
 
   void write(const ShardJob& job) {
-    const WrittenShard shard = write_checked_shard(
-        dir_, job.index, job.tensors, manifest_["model"]["fingerprint"].get<std::string>());
-    const json entry = {{"file", shard.file},          {"rows", job.rows},
-                        {"bytes", shard.bytes},        {"first_line", job.first_line},
-                        {"last_line", job.last_line},  {"documents", job.documents},
-                        {"checksums", shard.checksums}};
+    if (buffer_fault(BufferFault::kQueued, job.index))
+      flip_last_byte(job.contents.tensors.front().second);
+    json entry = write_checked_shard(dir_, job.index, job.contents, schema_);
+    entry["first_line"] = job.first_line;
+    entry["last_line"] = job.last_line;
+    entry["documents"] = job.documents;
     journal_.append(entry);  // claimed from here on
     manifest_["shards"].push_back(entry);
-    manifest_["rows"] = manifest_.value("rows", 0) + job.rows;
-    bytes_ += shard.bytes;
+    manifest_["rows"] = manifest_.value("rows", 0) + job.contents.rows;
+    bytes_ += entry["bytes"].get<uint64_t>();
     ++shards_;
   }
 
   std::string dir_;
   json manifest_;
+  ShardSchema schema_;
   size_t capacity_;
   std::mutex mu_;
   std::condition_variable ready_, space_;
@@ -204,6 +286,7 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
         concat("--stride ", o.stride, " must be between 1 and --max-length (", max_len, ")"));
   if (o.batch_size <= 0) throw InputError("--batch-size must be positive");
   if (o.resume && o.overwrite) throw InputError("--resume and --overwrite exclude each other");
+  check_fault_environment();
 
   CorpusReader reader(o.input, tokenizer, model.config().vocab_size(), o.skip_bad_lines);
   const int64_t total_docs = CorpusReader::count_documents(o.input);
@@ -227,10 +310,11 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
   if (!o.forward_only) {
     if (o.resume) {
       manifest = read_manifest(o.out);
-      for (const char* key : {"settings", "points", "input"}) {
-        const json& want = std::string(key) == "settings" ? settings
-                           : std::string(key) == "points" ? points
-                                                          : input;
+      for (const char* key : {"format", "settings", "points", "input"}) {
+        const json& want = std::string(key) == "format"     ? head["format"]
+                           : std::string(key) == "settings" ? settings
+                           : std::string(key) == "points"   ? points
+                                                            : input;
         if (manifest.value(key, json()) != want)
           throw InputError(concat("--resume: ", key, " differ from the run in ", o.out, " (",
                                   manifest.value(key, json()).dump(), " there, ", want.dump(),
@@ -264,7 +348,8 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
       // with anything else of ours that is not claimed.
       manifest["complete"] = false;
       manifest["rows"] = rows;
-      write_file_atomic((fs::path(o.out) / kManifestName).string(), seal_manifest(manifest));
+      write_manifest(o.out, manifest);
+      kill_point(KillMoment::kResume);
       for (const auto& e : fs::directory_iterator(o.out)) {
         const std::string n = e.path().filename().string();
         if (n != kManifestName && !claimed.count(n) && is_output_file(n)) fs::remove(e.path());
@@ -275,12 +360,19 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
       manifest = head;
       manifest["settings"] = settings;
       manifest["input"] = input;
-      write_file_atomic((fs::path(o.out) / kManifestName).string(), seal_manifest(manifest));
+      write_manifest(o.out, manifest);
     }
   }
   std::unique_ptr<ShardWriter> writer;
-  if (!o.forward_only)
-    writer = std::make_unique<ShardWriter>(o.out, manifest, static_cast<size_t>(o.queue_shards));
+  if (!o.forward_only) {
+    std::string problem;
+    std::optional<ShardSchema> schema = shard_schema(manifest, problem);
+    if (!schema)
+      throw InputError(
+          concat(o.out, "/", kManifestName, " ", problem, "; use --overwrite to start again"));
+    writer = std::make_unique<ShardWriter>(o.out, manifest, std::move(*schema),
+                                           static_cast<size_t>(o.queue_shards));
+  }
 
   ExtractProgress progress;
   progress.documents_total = total_docs;
@@ -336,7 +428,7 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
       return windows[a].ids.size() > windows[b].ids.size();
     });
-    std::map<std::string, std::vector<at::Tensor>> parts;
+    std::map<std::string, std::vector<Part>> parts;
     std::vector<int64_t> row_line, row_pos;
     for (size_t begin = 0; begin < order.size(); begin += o.batch_size) {
       const size_t end = std::min(order.size(), begin + static_cast<size_t>(o.batch_size));
@@ -356,7 +448,7 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
           row_pos.push_back(w.start + cap->row_pos()[r]);
         }
         for (const PointInfo& p : cap->plan())
-          parts[p.name].push_back(cap->get(p.name));  // verified read
+          parts[p.name].push_back(verified_part(*cap, p.name, o.capture.fingerprint));
         cap->clear();
       }
       progress.tokens_done += batch.tokens();
@@ -364,22 +456,9 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
     }
     progress.documents_done += docs;
     if (cap) {
-      // Rows in (document line, position) order.
-      std::vector<int64_t> perm(row_line.size());
-      std::iota(perm.begin(), perm.end(), 0);
-      std::sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) {
-        return row_line[a] != row_line[b] ? row_line[a] < row_line[b] : row_pos[a] < row_pos[b];
-      });
-      const at::Tensor index = at::tensor(perm, at::kLong);
       ShardJob job;
       job.index = next_shard++;
-      for (const PointInfo& p : cap->plan())
-        job.tensors.emplace_back(p.name, at::cat(parts[p.name], 0).index_select(0, index));
-      job.tensors.emplace_back("__rows__.seq",
-                               at::tensor(row_line, at::kLong).index_select(0, index));
-      job.tensors.emplace_back("__rows__.pos",
-                               at::tensor(row_pos, at::kLong).index_select(0, index));
-      job.rows = static_cast<int64_t>(perm.size());
+      job.contents = assemble_shard(job.index, cap->plan(), parts, row_line, row_pos);
       job.first_line = first_line;
       job.last_line = last_line;
       job.documents = docs;

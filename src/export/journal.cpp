@@ -11,6 +11,7 @@
 #include "actcap/error.h"
 #include "actcap/export.h"
 #include "actcap/hash.h"
+#include "export/faults.h"
 #include "io/atomic_file.h"
 #include "io/text_file.h"
 
@@ -94,6 +95,7 @@ void JournalWriter::append(const json& shard) {
   write_all(fd_, line.data(), line.size(), path_);
   if (::fdatasync(fd_) != 0)
     throw RunError(concat("syncing ", path_, " failed: ", std::strerror(errno)));
+  kill_point(KillMoment::kJournal);
 }
 
 void JournalWriter::remove() {

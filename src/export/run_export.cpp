@@ -7,10 +7,8 @@
 #include "actcap/export.h"
 #include "actcap/hash.h"
 #include "actcap/safetensors.h"
-#include "export/journal.h"
 #include "export/shard.h"
 #include "io/atomic_file.h"
-#include "io/text_file.h"
 
 namespace actcap {
 
@@ -45,142 +43,31 @@ void prepare_output_dir(const std::string& dir, bool overwrite) {
 
 std::vector<ExportedTensor> export_run(const std::string& dir, const SafeCapturer& capturer,
                                        const Model& model) {
-  capturer.verify();  // nothing changed between capture and export
-  std::vector<std::pair<std::string, at::Tensor>> tensors;
-  const int64_t rows = static_cast<int64_t>(capturer.row_seq().size());
+  ShardContents shard;
+  shard.rows = static_cast<int64_t>(capturer.row_seq().size());
   for (const PointInfo& p : capturer.plan())
-    tensors.emplace_back(p.name, capturer.get(p.name).contiguous());
-  tensors.emplace_back("__rows__.seq", at::tensor(capturer.row_seq(), at::kLong));
-  tensors.emplace_back("__rows__.pos", at::tensor(capturer.row_pos(), at::kLong));
+    shard.tensors.emplace_back(p.name, capturer.get(p.name));
+  shard.tensors.emplace_back("__rows__.seq", at::tensor(capturer.row_seq(), at::kLong));
+  shard.tensors.emplace_back("__rows__.pos", at::tensor(capturer.row_pos(), at::kLong));
+  // Checksums first, then the snapshots re-checked against their fingerprints: the bytes the
+  // checksums cover are the captured ones (what changes after this is caught on read-back).
+  shard.checksums = tensor_checksums(shard.tensors);
+  capturer.verify();
 
-  const WrittenShard shard = write_checked_shard(dir, 0, tensors, model.fingerprint());
+  json manifest = manifest_head(model, capturer.plan());
+  std::string problem;
+  const std::optional<ShardSchema> schema = shard_schema(manifest, problem);
+  if (!schema) throw RunError(concat("cannot describe the capture's shard: manifest ", problem));
+  const json entry = write_checked_shard(dir, 0, shard, *schema);
   std::vector<ExportedTensor> out;
-  for (const auto& [name, t] : tensors)
+  for (const auto& [name, t] : shard.tensors)
     out.push_back({name, t.sizes().vec(), safetensors_dtype_name(t.scalar_type()),
                    shard.checksums[name].get<std::string>()});
-  json manifest = manifest_head(model, capturer.plan());
   manifest["complete"] = true;
-  manifest["rows"] = rows;
-  manifest["shards"].push_back({{"file", shard.file},
-                                {"rows", rows},
-                                {"bytes", shard.bytes},
-                                {"checksums", shard.checksums}});
-  write_file_atomic((fs::path(dir) / kManifestName).string(), seal_manifest(manifest));
+  manifest["rows"] = shard.rows;
+  manifest["shards"].push_back(entry);
+  write_manifest(dir, manifest);
   return out;
-}
-
-std::string seal_manifest(json manifest) {
-  manifest.erase("manifest_checksum");
-  const std::string canonical = manifest.dump();
-  manifest["manifest_checksum"] = hex64(xxh3(canonical.data(), canonical.size()));
-  return manifest.dump(2) + "\n";
-}
-
-namespace {
-
-bool plain_file_name(const std::string& name) {
-  return !name.empty() && name.find('/') == std::string::npos &&
-         name.find('\\') == std::string::npos && name != "." && name != "..";
-}
-
-}  // namespace
-
-VerifyReport verify_output(const std::string& dir) {
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) throw InputError(concat(dir, " is not a folder"));
-  VerifyReport r;
-  const std::string manifest_path = (fs::path(dir) / kManifestName).string();
-  auto issue = [&](const std::string& file, const std::string& tensor, const std::string& problem) {
-    r.issues.push_back({file, tensor, problem});
-  };
-  json manifest;
-  {
-    std::error_code ec;
-    if (!fs::exists(manifest_path, ec)) {
-      issue(kManifestName, "", "missing: nothing in this folder is claimed complete");
-      return r;
-    }
-    try {
-      manifest = json::parse(read_text_file(manifest_path, kMaxManifestBytes, "manifest"));
-    } catch (const json::exception& e) {
-      issue(kManifestName, "", concat("not valid JSON (", e.what(), ")"));
-      return r;
-    }
-  }
-  if (!manifest.is_object() || !manifest.contains("manifest_checksum") ||
-      !manifest["manifest_checksum"].is_string()) {
-    issue(kManifestName, "", "has no manifest_checksum");
-    return r;
-  }
-  {
-    json body = manifest;
-    body.erase("manifest_checksum");
-    const std::string canonical = body.dump();
-    if (hex64(xxh3(canonical.data(), canonical.size())) !=
-        manifest["manifest_checksum"].get<std::string>())
-      issue(kManifestName, "",
-            "contents do not match manifest_checksum (the manifest was altered)");
-  }
-  const bool complete = manifest.contains("complete") && manifest["complete"] == true;
-  if (!complete) issue(kManifestName, "", "run is not marked complete");
-  if (!manifest.contains("shards") || !manifest["shards"].is_array()) {
-    issue(kManifestName, "", "has no shard list");
-    return r;
-  }
-  if (!complete)  // an unfinished extract claims shards in its journal
-    for (const std::string& problem : merge_journal(dir, manifest["shards"]))
-      issue(kJournalName, "", problem);
-  r.claimed = manifest["shards"];
-  for (const json& shard : manifest["shards"]) {
-    if (!shard.is_object() || !shard.contains("file") || !shard["file"].is_string() ||
-        !shard.contains("checksums") || !shard["checksums"].is_object()) {
-      issue(kManifestName, "", "malformed shard entry");
-      continue;
-    }
-    const std::string file = shard["file"].get<std::string>();
-    if (!plain_file_name(file)) {
-      issue(kManifestName, "",
-            concat("shard name '", file, "' is not a plain file name inside the folder"));
-      continue;
-    }
-    ++r.shards;
-    std::shared_ptr<SafetensorsFile> st;
-    try {
-      st = SafetensorsFile::open((fs::path(dir) / file).string());
-    } catch (const Error& e) {
-      issue(file, "", e.what());
-      continue;
-    }
-    r.bytes += st->file_size();
-    if (shard.contains("bytes") && shard["bytes"] != st->file_size())
-      issue(file, "",
-            concat("is ", st->file_size(), " bytes, manifest says ", shard["bytes"].dump()));
-    json meta_sums;
-    auto meta = st->metadata().find("actcap.checksums");
-    try {
-      if (meta == st->metadata().end()) throw std::runtime_error("absent");
-      meta_sums = json::parse(meta->second);
-    } catch (const std::exception&) {
-      issue(file, "", "__metadata__ has no readable actcap.checksums");
-    }
-    const json& sums = shard["checksums"];
-    for (const TensorInfo& info : st->tensors()) {
-      ++r.tensors;
-      if (!sums.contains(info.name)) {
-        issue(file, info.name, "is in the shard but not in the manifest");
-        continue;
-      }
-      const std::string want =
-          sums[info.name].is_string() ? sums[info.name].get<std::string>() : "";
-      const std::string got = hex64(xxh3(st->data(info), info.end - info.begin));
-      if (got != want) issue(file, info.name, concat("checksum ", got, ", manifest says ", want));
-      if (meta_sums.is_object() && (!meta_sums.contains(info.name) || meta_sums[info.name] != want))
-        issue(file, info.name, "checksum in the shard's __metadata__ differs from the manifest");
-    }
-    for (const auto& [name, v] : sums.items())
-      if (!st->find(name)) issue(file, name, "listed in the manifest but absent from the shard");
-  }
-  return r;
 }
 
 }  // namespace actcap

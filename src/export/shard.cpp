@@ -1,33 +1,21 @@
 #include "export/shard.h"
 
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
+#include <set>
 
 #include "actcap/error.h"
-#include "actcap/export.h"
 #include "actcap/hash.h"
-#include "actcap/safetensors.h"
+#include "export/faults.h"
+#include "io/atomic_file.h"
 
 namespace actcap {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-namespace {
-
-void damage_if_asked(const std::string& path, int64_t index) {
-  const char* env = std::getenv("ACTCAP_FAULT_SHARD");
-  if (!env || std::to_string(index) != env) return;
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(-1, std::ios::end);
-  const char c = static_cast<char>(f.get() ^ 0x01);
-  f.seekp(-1, std::ios::end);
-  f.put(c);
-}
-
-}  // namespace
+constexpr const char* kRowsSeq = "__rows__.seq";
+constexpr const char* kRowsPos = "__rows__.pos";
 
 std::string shard_file_name(int64_t index) {
   char buf[32];
@@ -35,39 +23,195 @@ std::string shard_file_name(int64_t index) {
   return buf;
 }
 
-WrittenShard write_checked_shard(const std::string& dir, int64_t index,
-                                 const std::vector<std::pair<std::string, at::Tensor>>& tensors,
-                                 const std::string& model_fingerprint) {
-  WrittenShard out;
-  out.file = shard_file_name(index);
-  out.checksums = json::object();
-  for (const auto& [name, t] : tensors) out.checksums[name] = hex64(tensor_xxh3(t));
-  const std::string path = (fs::path(dir) / out.file).string();
-  write_safetensors(path, tensors,
-                    {{"actcap.format", kFormatVersion},
-                     {"actcap.model", model_fingerprint},
-                     {"actcap.checksums", out.checksums.dump()}});
-  damage_if_asked(path, index);
-
-  // Read back what landed on disk before anyone claims it.
-  std::string bad;
-  {
-    auto file = SafetensorsFile::open(path);
-    out.bytes = file->file_size();
-    for (const auto& [name, sum] : out.checksums.items()) {
-      const TensorInfo* info = file->find(name);
-      if (!info || hex64(xxh3(file->data(*info), info->end - info->begin)) != sum) {
-        bad = name;
-        break;
+std::optional<ShardSchema> shard_schema(const json& manifest, std::string& problem) {
+  ShardSchema s;
+  if (!manifest.is_object() || !manifest.contains("format") || !manifest["format"].is_string()) {
+    problem = "has no format";
+    return std::nullopt;
+  }
+  s.format = manifest["format"].get<std::string>();
+  if (!manifest.contains("model") || !manifest["model"].is_object() ||
+      !manifest["model"].contains("fingerprint") || !manifest["model"]["fingerprint"].is_string()) {
+    problem = "has no model fingerprint";
+    return std::nullopt;
+  }
+  s.fingerprint = manifest["model"]["fingerprint"].get<std::string>();
+  if (!manifest.contains("points") || !manifest["points"].is_object()) {
+    problem = "has no points";
+    return std::nullopt;
+  }
+  for (const auto& [name, p] : manifest["points"].items()) {
+    const bool ok = p.is_object() && p.contains("dtype") && p["dtype"].is_string() &&
+                    p.contains("shape") && p["shape"].is_array();
+    ShardSchema::Tensor t;
+    if (ok) {
+      t.dtype = p["dtype"].get<std::string>();
+      for (const json& d : p["shape"]) {
+        if (!d.is_number_integer() || d.get<int64_t>() < 0) {
+          t.dtype.clear();
+          break;
+        }
+        t.row_shape.push_back(d.get<int64_t>());
       }
     }
+    if (t.dtype.empty() || name == kRowsSeq || name == kRowsPos) {
+      problem = concat("point '", name, "' has no valid dtype and shape");
+      return std::nullopt;
+    }
+    s.tensors[name] = t;
   }
-  if (!bad.empty()) {
+  s.tensors[kRowsSeq] = {"I64", {}};
+  s.tensors[kRowsPos] = {"I64", {}};
+  return s;
+}
+
+json tensor_checksums(const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+  json sums = json::object();
+  for (const auto& [name, t] : tensors) sums[name] = hex64(tensor_xxh3(t));
+  return sums;
+}
+
+namespace {
+
+std::map<std::string, std::string> shard_metadata(const ShardSchema& schema,
+                                                  const json& checksums) {
+  return {{"actcap.format", schema.format},
+          {"actcap.model", schema.fingerprint},
+          {"actcap.checksums", checksums.dump()}};
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) { return json(shape).dump(); }
+
+}  // namespace
+
+json write_checked_shard(const std::string& dir, int64_t index, const ShardContents& contents,
+                         const ShardSchema& schema) {
+  const std::string file = shard_file_name(index);
+  const std::string path = (fs::path(dir) / file).string();
+  std::string prefix;
+  try {
+    prefix = safetensors_prefix(contents.tensors, shard_metadata(schema, contents.checksums));
+  } catch (const InputError& e) {
+    throw InputError(concat("cannot write ", path, ": ", e.what()));
+  }
+  uint64_t bytes = prefix.size();
+  for (const auto& [name, t] : contents.tensors)
+    bytes += static_cast<uint64_t>(t.numel()) * t.element_size();
+  write_file_atomic(path, [&](int fd) {
+    write_all(fd, prefix.data(), prefix.size(), path);
+    kill_point(KillMoment::kShardWrite);
+    write_safetensors_data(fd, contents.tensors, path);
+  });
+  if (buffer_fault(BufferFault::kShardFile, index)) flip_last_byte(path);
+  const json entry = {{"file", file},
+                      {"rows", contents.rows},
+                      {"bytes", bytes},
+                      {"header_xxh3", hex64(xxh3(prefix.data(), prefix.size()))},
+                      {"checksums", contents.checksums}};
+
+  // Read back what landed on disk and check it as verify will, before anyone claims it.
+  std::vector<VerifyIssue> problems;
+  try {
+    problems = check_shard(*SafetensorsFile::open(path), file, entry, schema);
+  } catch (const Error& e) {
+    problems.push_back({file, "", e.what()});
+  }
+  if (!problems.empty()) {
     std::error_code ec;
     fs::remove(path, ec);
-    throw RunError(concat(path, ": tensor ", bad,
-                          " does not read back with the checksum it was written with (removed it; "
-                          "check the disk, then run again or --resume)"));
+    const VerifyIssue& p = problems.front();
+    throw RunError(concat(path, " does not read back as written: ",
+                          p.tensor.empty() ? "" : concat("tensor ", p.tensor, ": "), p.problem,
+                          " (removed it; check the disk, then run again or --resume)"));
+  }
+  return entry;
+}
+
+std::vector<VerifyIssue> check_shard(const SafetensorsFile& shard, const std::string& file,
+                                     const json& entry, const ShardSchema& schema,
+                                     const ShardCheckOptions& options) {
+  std::vector<VerifyIssue> out;
+  auto bad = [&](const std::string& tensor, const std::string& problem) {
+    out.push_back({file, tensor, problem});
+  };
+  if (!entry.contains("rows") || !entry["rows"].is_number_integer() ||
+      entry["rows"].get<int64_t>() < 0) {
+    bad("", "its manifest entry has no row count");
+    return out;
+  }
+  const int64_t rows = entry["rows"].get<int64_t>();
+  if (!entry.contains("checksums") || !entry["checksums"].is_object()) {
+    bad("", "its manifest entry has no checksums");
+    return out;
+  }
+  const json& sums = entry["checksums"];
+
+  if (!entry.contains("bytes") || entry["bytes"] != shard.file_size())
+    bad("", concat("is ", shard.file_size(), " bytes, manifest says ",
+                   entry.contains("bytes") ? entry["bytes"].dump() : "nothing"));
+
+  // The header as bytes: dtypes, shapes, offsets, names and metadata exactly as written.
+  if (options.header_checksum) {
+    const uint64_t header_bytes = shard.header().data_offset;
+    const std::string got = hex64(xxh3(shard.file_bytes(), header_bytes));
+    if (!entry.contains("header_xxh3") || !entry["header_xxh3"].is_string())
+      bad("",
+          "its manifest entry has no header_xxh3, so its header cannot be proven (written "
+          "before format actcap/2?); write it again");
+    else if (got != entry["header_xxh3"].get<std::string>())
+      bad("", concat("header checksum ", got, ", manifest says ",
+                     entry["header_xxh3"].get<std::string>(),
+                     ": the header (dtypes, shapes, offsets) is not what was written"));
+  }
+
+  // The header field by field, so that the problem is named.
+  const std::map<std::string, std::string>& meta = shard.metadata();
+  std::map<std::string, std::string> want_meta = shard_metadata(schema, sums);
+  want_meta["format"] = "pt";
+  for (const auto& [key, value] : meta)
+    if (!want_meta.count(key)) bad("", concat("__metadata__ has an unexpected key '", key, "'"));
+  for (const auto& [key, value] : want_meta) {
+    const auto it = meta.find(key);
+    if (it == meta.end()) {
+      bad("", concat("__metadata__ has no '", key, "'"));
+    } else if (key == "actcap.checksums") {
+      const json parsed = json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+      if (parsed != sums) bad("", "checksums in the shard's __metadata__ differ from the manifest");
+    } else if (it->second != value) {
+      bad("",
+          concat("__metadata__ '", key, "' is '", it->second, "', manifest says '", value, "'"));
+    }
+  }
+  for (const auto& [name, want] : schema.tensors) {
+    const TensorInfo* info = shard.find(name);
+    if (!info) {
+      bad(name, "is planned in the manifest but absent from the shard");
+      continue;
+    }
+    if (info->dtype_name != want.dtype)
+      bad(name, concat("dtype ", info->dtype_name, " in the header, manifest says ", want.dtype));
+    std::vector<int64_t> shape = {rows};
+    shape.insert(shape.end(), want.row_shape.begin(), want.row_shape.end());
+    if (info->shape != shape)
+      bad(name, concat("shape ", shape_text(info->shape), " in the header, manifest says ",
+                       shape_text(shape)));
+  }
+  for (const TensorInfo& info : shard.tensors())
+    if (!schema.tensors.count(info.name))
+      bad(info.name, "is in the shard but is no point of the manifest");
+  for (const auto& [name, sum] : sums.items())
+    if (!schema.tensors.count(name))
+      bad(name, "has a checksum in the manifest but is no point of the manifest");
+
+  // Every tensor's bytes.
+  for (const TensorInfo& info : shard.tensors()) {
+    if (!sums.contains(info.name)) {
+      bad(info.name, "has no checksum in the manifest");
+      continue;
+    }
+    const std::string want = sums[info.name].is_string() ? sums[info.name].get<std::string>() : "";
+    const std::string got = hex64(xxh3(shard.data(info), info.end - info.begin));
+    if (got != want) bad(info.name, concat("checksum ", got, ", manifest says ", want));
   }
   return out;
 }
@@ -90,6 +234,18 @@ json manifest_head(const Model& model, const std::vector<PointInfo>& plan) {
           {"points", points},
           {"rows", 0},
           {"shards", json::array()}};
+}
+
+void write_manifest(const std::string& dir, const json& manifest) {
+  const std::string path = (fs::path(dir) / kManifestName).string();
+  const std::string text = seal_manifest(manifest);
+  write_file_atomic(path, [&](int fd) {
+    // In two halves, so that a test can stop the process with the temp file half written.
+    const size_t half = text.size() / 2;
+    write_all(fd, text.data(), half, path);
+    kill_point(KillMoment::kManifestWrite);
+    write_all(fd, text.data() + half, text.size() - half, path);
+  });
 }
 
 }  // namespace actcap

@@ -1,39 +1,80 @@
-// The two pieces `run` (one shard) and `extract` (many) share: writing a shard so that nothing
-// damaged is ever claimed, and the manifest fields every output folder has.
+// The pieces `run` (one shard), `extract` (many) and `verify` share: what the manifest says a shard
+// holds, writing a shard so that nothing damaged is ever claimed, checking a shard against its
+// manifest entry, and writing the manifest itself.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "actcap/export.h"
 #include "actcap/model.h"
+#include "actcap/safetensors.h"
 
 namespace actcap {
 
 // shard-00000.safetensors, shard-00001.safetensors, ...
 std::string shard_file_name(int64_t index);
 
-struct WrittenShard {
-  std::string file;          // name inside the folder
-  nlohmann::json checksums;  // {tensor: XXH3-64 hex}, as in the shard's __metadata__
-  uint64_t bytes = 0;
+// What the manifest says every shard holds: each planned point with its dtype and per-row shape,
+// plus the two row-index tensors (I64, no per-row shape), and what the shard's __metadata__ says.
+struct ShardSchema {
+  struct Tensor {
+    std::string dtype;               // safetensors name
+    std::vector<int64_t> row_shape;  // the shape after the rows dimension
+  };
+  std::map<std::string, Tensor> tensors;
+  std::string format;       // the manifest's "format"
+  std::string fingerprint;  // the model's weights
 };
+// The schema of a manifest; nullopt with `problem` set when the manifest's points, format or
+// model fingerprint are missing or malformed.
+std::optional<ShardSchema> shard_schema(const nlohmann::json& manifest, std::string& problem);
 
-// Writes DIR/shard-<index> crash-safely (io/atomic_file.h) with the checksums and the weights'
-// fingerprint in its __metadata__, then reads it back and re-hashes every tensor. On a mismatch
-// the file is removed (a damaged shard never sits where a claimed one would) and RunError names
-// the shard and the tensor. Test-only fault: ACTCAP_FAULT_SHARD=<index> flips one bit of the
-// file between the write and the read-back.
-WrittenShard write_checked_shard(const std::string& dir, int64_t index,
-                                 const std::vector<std::pair<std::string, at::Tensor>>& tensors,
-                                 const std::string& model_fingerprint);
+// A shard ready to write: tensors in write order (points in plan order, then __rows__.seq and
+// __rows__.pos) and their checksums, taken by the caller from data it has verified.
+struct ShardContents {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  nlohmann::json checksums = nlohmann::json::object();  // {tensor: XXH3-64 hex}
+  int64_t rows = 0;
+};
+// {tensor: XXH3-64 hex of its bytes} for every tensor.
+nlohmann::json tensor_checksums(const std::vector<std::pair<std::string, at::Tensor>>& tensors);
+
+// Writes DIR/shard-<index> crash-safely (io/atomic_file.h) with the checksums, the format and the
+// weights' fingerprint in its __metadata__, reads it back and checks it exactly as verify does
+// (check_shard). On any problem the file is removed (a damaged shard never sits where a claimed
+// one would) and RunError names the shard, the tensor and the problem. Returns the shard's
+// manifest entry: file, rows, bytes, header_xxh3 (XXH3 of the length and header JSON as
+// written), checksums.
+nlohmann::json write_checked_shard(const std::string& dir, int64_t index,
+                                   const ShardContents& contents, const ShardSchema& schema);
+
+struct ShardCheckOptions {
+  bool header_checksum = true;  // off only in tests that show the field-by-field checks alone
+};
+// Everything a reader of `shard` decodes, against its manifest `entry` and the `schema`: the
+// header's bytes (header_xxh3), the set of tensors (exactly the schema's), each tensor's dtype and
+// shape ([entry.rows, ...row_shape]), the __metadata__ (exactly format, actcap.format,
+// actcap.model, actcap.checksums, with the manifest's values), the file size, and every tensor's
+// bytes against entry.checksums. Offsets are covered by the header checksum; the reader's own
+// validation (parse_safetensors) already requires them packed and sized as dtype x shape. Issues
+// are named by `file`.
+std::vector<VerifyIssue> check_shard(const SafetensorsFile& shard, const std::string& file,
+                                     const nlohmann::json& entry, const ShardSchema& schema,
+                                     const ShardCheckOptions& options = {});
 
 // format, complete (false), model (path, model_type, fingerprint), device_map, points (dtype
 // and per-token shape of each planned point), rows (0), shards ([]).
 nlohmann::json manifest_head(const Model& model, const std::vector<PointInfo>& plan);
+
+// Seals `manifest` (seal_manifest) and writes DIR/manifest.json crash-safely.
+void write_manifest(const std::string& dir, const nlohmann::json& manifest);
 
 }  // namespace actcap

@@ -479,28 +479,37 @@ std::string safetensors_header_json(const std::vector<std::pair<std::string, at:
   return text;
 }
 
+std::string safetensors_prefix(const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                               const std::map<std::string, std::string>& metadata) {
+  const std::string header = safetensors_header_json(tensors, metadata);
+  const uint64_t n = header.size();
+  std::string out(8, '\0');
+  std::memcpy(out.data(), &n, 8);
+  return out + header;
+}
+
+void write_safetensors_data(int fd, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                            const std::string& path) {
+  for (const auto& [name, t] : tensors) {
+    // One tensor at a time, so at most one extra CPU copy is alive.
+    const at::Tensor c = cpu_contiguous(t);
+    const size_t nbytes = static_cast<size_t>(c.numel()) * c.element_size();
+    if (nbytes > 0) write_all(fd, c.data_ptr(), nbytes, path);
+  }
+}
+
 void write_safetensors(const std::string& path,
                        const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata) {
-  std::string header;
+  std::string prefix;
   try {
-    header = safetensors_header_json(tensors, metadata);
+    prefix = safetensors_prefix(tensors, metadata);
   } catch (const InputError& e) {
     throw InputError(concat("cannot write ", path, ": ", e.what()));
   }
-
   write_file_atomic(path, [&](int fd) {
-    const uint64_t n = header.size();
-    char len[8];
-    std::memcpy(len, &n, 8);
-    write_all(fd, len, sizeof(len), path);
-    write_all(fd, header.data(), header.size(), path);
-    for (const auto& [name, t] : tensors) {
-      // One tensor at a time, so at most one extra CPU copy is alive.
-      const at::Tensor c = cpu_contiguous(t);
-      const size_t nbytes = static_cast<size_t>(c.numel()) * c.element_size();
-      if (nbytes > 0) write_all(fd, c.data_ptr(), nbytes, path);
-    }
+    write_all(fd, prefix.data(), prefix.size(), path);
+    write_safetensors_data(fd, tensors, path);
   });
 }
 
