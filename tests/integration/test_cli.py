@@ -7,8 +7,10 @@ valid `actcap init-model` tiny GPT-2. A few happy-path checks close the file.
 """
 import json
 import os
+import re
 import subprocess
 
+import numpy as np
 import pytest
 
 import actcap_helpers as H
@@ -262,18 +264,63 @@ def test_out_dir_not_empty_without_overwrite(tiny_gpt2, tmp_path):
 # happy paths
 # ---------------------------------------------------------------------------------------------
 
+def gpt2_catalogue(n_layer, n_embd, n_inner, vocab):
+    """name -> (per-token shape, dtype) of every hook point of a GPT-2, from the modules of HF's
+    GPT2LMHeadModel (modeling_gpt2.py): transformer.wte / wpe (inputs: the int64 token and
+    position ids), per block h.N itself, ln_1, attn, attn.c_attn (q|k|v: 3 * n_embd), attn.c_proj,
+    ln_2, mlp, mlp.c_fc (n_inner), mlp.act, mlp.c_proj, then transformer.ln_f and lm_head (vocab).
+    Each module's output is NAME and its first input NAME:input. The dropouts (transformer.drop,
+    attn.attn_dropout, attn.resid_dropout, mlp.dropout) are identities in eval and no hook points,
+    as in tests/python/reference.py. So 4 * 2 + n_layer * 10 * 2 points."""
+    E, I = n_embd, n_inner
+    cat = {"transformer.wte": ([E], "F32"), "transformer.wte:input": ([], "I64"),
+           "transformer.wpe": ([E], "F32"), "transformer.wpe:input": ([], "I64"),
+           "transformer.ln_f": ([E], "F32"), "transformer.ln_f:input": ([E], "F32"),
+           "lm_head": ([vocab], "F32"), "lm_head:input": ([E], "F32")}
+    block = {  # suffix: (output shape, input shape)
+        "": ([E], [E]), ".ln_1": ([E], [E]), ".attn": ([E], [E]), ".attn.c_attn": ([3 * E], [E]),
+        ".attn.c_proj": ([E], [E]), ".ln_2": ([E], [E]), ".mlp": ([E], [E]),
+        ".mlp.c_fc": ([I], [E]), ".mlp.act": ([I], [I]), ".mlp.c_proj": ([E], [I])}
+    for i in range(n_layer):
+        for suffix, (out_shape, in_shape) in block.items():
+            cat[f"transformer.h.{i}{suffix}"] = (out_shape, "F32")
+            cat[f"transformer.h.{i}{suffix}:input"] = (in_shape, "F32")
+    return cat
+
+
+# The built-in demo model (README: "a 4-block GPT-2 with a byte-level tokenizer"): n_embd 64,
+# 4 heads, n_inner 4 * 64, vocabulary of the 256 bytes + <|endoftext|>.
+DEMO_CATALOGUE = gpt2_catalogue(n_layer=4, n_embd=64, n_inner=4 * 64, vocab=256 + 1)
+
+
 def test_points_demo():
+    """Every row of the table is a point of the catalogue with its shape and dtype, no point is
+    missing or listed twice, and the closing count agrees (88 = 8 + 4 blocks * 10 modules * 2)."""
     proc = H.actcap("points", "demo")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip(), "points printed nothing"
+    lines = proc.stdout.rstrip("\n").split("\n")
+    assert lines[0].split() == ["point", "per-token", "dtype"], lines[0]
+    rows = []
+    for line in lines[1:-1]:
+        m = re.fullmatch(r"(\S+)\s+(\[[0-9, ]*\])\s+(F32|I64)\s*", line)
+        assert m, f"unparsable row {line!r}"
+        rows.append((m.group(1), (json.loads(m.group(2)), m.group(3))))
+    assert len(rows) == len(dict(rows)), "a point is listed twice"
+    assert dict(rows) == DEMO_CATALOGUE
+    assert len(DEMO_CATALOGUE) == 88
+    assert lines[-1] == f"{len(DEMO_CATALOGUE)} hook points (gpt2, 4 layers)"
 
 
 def test_points_demo_json():
     proc = H.actcap("points", "demo", "--json")
     assert proc.returncode == 0, proc.stderr
-    pts = json.loads(proc.stdout)["points"]
-    assert pts and all({"name", "shape", "dtype"} <= set(p) for p in pts)
-    assert all(p["dtype"] in ("F32", "I64") for p in pts)
+    doc = json.loads(proc.stdout)
+    assert doc["model"] == "demo" and doc["model_type"] == "gpt2"
+    pts = doc["points"]
+    assert all({"name", "shape", "dtype"} <= set(p) for p in pts)
+    got = {p["name"]: (p["shape"], p["dtype"]) for p in pts}
+    assert len(got) == len(pts), "a point is listed twice"
+    assert got == DEMO_CATALOGUE
 
 
 def test_run_demo_text(tmp_path):
@@ -289,10 +336,37 @@ def test_run_demo_text(tmp_path):
 
 
 def test_run_valid_model_clean_stderr(tiny_gpt2, tmp_path):
-    proc = run_cmd(tiny_gpt2, tmp_path / "out", tokens="1,2,3;4")
+    """A clean run of every point (outputs and inputs) of a valid model: no crash text on stderr,
+    every tensor written has [rows, per-token shape] with rows = the tokens given, the row index
+    says which sequence / position each row is, and the rows hold those tokens (the embedding's
+    input ids are the tokens, its output the matching rows of the checkpoint's wte)."""
+    seqs = [[1, 2, 3], [4]]
+    out = tmp_path / "out"
+    proc = run_cmd(tiny_gpt2, out, tokens=H.tokens_arg(seqs), capture=("**", "**:input"))
     assert proc.returncode == 0, proc.stderr
     for bad in H.CRASH_MARKERS:
         assert bad not in proc.stderr
+    cfg = H.load_config(tiny_gpt2)
+    E = cfg["n_embd"]
+    cat = gpt2_catalogue(cfg["n_layer"], E, cfg.get("n_inner") or 4 * E, cfg["vocab_size"])
+    manifest, tensors, _ = H.read_capture(out)
+    n = sum(len(s) for s in seqs)
+    assert manifest["complete"] is True
+    assert manifest["rows"] == n and manifest["shards"][0]["rows"] == n
+    assert set(manifest["points"]) == set(cat)
+    assert set(tensors) == set(cat) | {H.ROWS_SEQ, H.ROWS_POS}
+    for name, (shape, dtype) in cat.items():
+        assert manifest["points"][name]["shape"] == shape and manifest["points"][name]["dtype"] == dtype, name
+        t = tensors[name]
+        assert t.shape == (n, *shape), (name, t.shape)
+        assert t.dtype == (np.int64 if dtype == "I64" else np.float32), (name, t.dtype)
+    assert tensors[H.ROWS_SEQ].tolist() == [i for i, s in enumerate(seqs) for _ in s]
+    assert tensors[H.ROWS_POS].tolist() == [p for s in seqs for p in range(len(s))]
+    tokens = [t for s in seqs for t in s]
+    assert tensors["transformer.wte:input"].tolist() == tokens
+    assert tensors["transformer.wpe:input"].tolist() == tensors[H.ROWS_POS].tolist()
+    wte = st.load_checkpoint(str(tiny_gpt2))["transformer.wte.weight"]
+    assert np.array_equal(tensors["transformer.wte"], wte[tokens])
 
 
 # ---------------------------------------------------------------------------------------------
