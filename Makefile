@@ -9,9 +9,14 @@ APT_PACKAGES := build-essential cmake pkg-config libtorch-dev libopenblas0-pthre
 
 .PHONY: deps build test demo bench clean format sanitize sanitize-address sanitize-thread ci-extra
 
-# Idempotent: apt-get runs only when a package is missing.
+# Idempotent: apt-get runs only when a package is missing. Node.js and npm (the tokenizer parity
+# test's reference, tests/python/test_tokenizer_parity.py) are looked for as commands, not packages:
+# an existing install from elsewhere (e.g. nodesource's nodejs, which ships npm) is kept, and
+# Debian's `nodejs` / `npm` are installed only for a command that is missing.
 deps:
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
+	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:" $$missing; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \

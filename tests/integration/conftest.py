@@ -17,7 +17,7 @@ def actcap_bin():
     if not (os.path.isfile(path) and os.access(path, os.X_OK)):
         if os.environ.get("ACTCAP"):
             pytest.fail(f"$ACTCAP={path} is not an executable file")
-        pytest.skip(f"actcap binary not built ({path}); set $ACTCAP")
+        H.skip_or_fail(f"actcap binary not built ({path}); set $ACTCAP")
     return path
 
 

@@ -6,6 +6,7 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import st
 
@@ -18,6 +19,19 @@ ROWS_POS = "__rows__.pos"
 # Text that must never appear on stderr: uncaught C++ exceptions, LibTorch traces, Python traces.
 CRASH_MARKERS = ("terminate called", "what():", "Traceback", "Exception raised from", "frame #",
                  "Aborted", "Segmentation fault", "core dumped")
+
+
+def under_ci():
+    """True when the environment says CI (CI=true, as CI services set it; also 1 / yes)."""
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+def skip_or_fail(reason):
+    """For a missing tool (binary, node, npm): a skip with the reason on a developer machine, a
+    failure under CI, where a skip would silently drop the test (no silent skips there)."""
+    if under_ci():
+        pytest.fail(f"{reason} (CI=true: a missing tool is a failure, not a skip)", pytrace=False)
+    pytest.skip(reason)
 
 
 def binary_path():

