@@ -398,7 +398,7 @@ def output_folder_seeds():
     d = reset("fuzz_output_folder")
     entry = {"file": "shard-00000.safetensors", "rows": 3, "bytes": 4096, "first_line": 0,
              "last_line": 1, "documents": 2, "checksums": {"model.layers.0": "0123456789abcdef"}}
-    head = {"format": "actcap/1", "complete": False, "model": {"fingerprint": "f" * 16},
+    head = {"format": "actcap/2", "complete": False, "model": {"fingerprint": "f" * 16},
             "points": {}, "rows": 0, "shards": []}
 
     def seed(name, manifest, journal=None):

@@ -176,7 +176,9 @@ std::vector<VerifyIssue> check_shard(const SafetensorsFile& shard, const std::st
       bad("", concat("__metadata__ has no '", key, "'"));
     } else if (key == "actcap.checksums") {
       const json parsed = json::parse(it->second, nullptr, /*allow_exceptions=*/false);
-      if (parsed != sums) bad("", "checksums in the shard's __metadata__ differ from the manifest");
+      // (A parse failure yields a discarded value, which compares unequal to nothing: test it.)
+      if (parsed.is_discarded() || !(parsed == sums))
+        bad("", "checksums in the shard's __metadata__ differ from the manifest");
     } else if (it->second != value) {
       bad("",
           concat("__metadata__ '", key, "' is '", it->second, "', manifest says '", value, "'"));

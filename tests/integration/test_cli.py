@@ -328,7 +328,7 @@ def test_run_demo_text(tmp_path):
     proc = H.actcap("run", "demo", "--text", "hi", "--capture", "**", "--out", out)
     assert proc.returncode == 0, proc.stderr
     manifest, tensors, meta = H.read_capture(out)
-    assert manifest["format"] == "actcap/1" and manifest["complete"] is True
+    assert manifest["format"] == "actcap/2" and manifest["complete"] is True
     rows = manifest["shards"][0]["rows"]
     assert rows >= 1
     assert tensors[H.ROWS_SEQ].shape == (rows,) and tensors[H.ROWS_POS].shape == (rows,)

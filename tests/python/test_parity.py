@@ -28,7 +28,7 @@ pytestmark = pytest.mark.usefixtures("actcap_bin")
 # ---------------------------------------------------------------------------------------------
 
 def check_manifest(manifest, tensors, meta, n_rows):
-    assert manifest.get("format") == "actcap/1", manifest.get("format")
+    assert manifest.get("format") == "actcap/2", manifest.get("format")
     assert manifest.get("complete") is True
     shards = manifest["shards"]
     assert [s["file"] for s in shards] == ["shard-00000.safetensors"]
