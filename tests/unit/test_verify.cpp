@@ -72,8 +72,9 @@ std::string decoded(const SafetensorsHeader& h) {
 // that check off and requires the field-by-field checks (dtype, shape, tensor set, metadata, file
 // size, data checksums) to catch every flip that changes what a reader decodes; a flip whose
 // decoded header is equal (same names, dtypes, shapes, offsets and metadata) may pass there.
-// Fails without its defence: before header checks (a0db93b) verify said OK after "F32" -> "I32";
-// checked again by disabling both the header_xxh3 and the dtype/shape comparisons in check_shard.
+// Fails without its defence: with the header_xxh3, dtype and shape comparisons in check_shard
+// disabled, a flip of the header's padding (byte 454: ' ' -> NUL) passed verify, and the edits of
+// DtypeAndShapeEditsAreNamed ("F32" -> "I32" read OK at a0db93b, before header checks) went unseen.
 TEST(Verify, EveryBitFlipOfAShardHeaderIsCaught) {
   const std::string dir = small_run_folder();
   const std::string file = "shard-00000.safetensors", path = dir + "/" + file;
@@ -289,9 +290,9 @@ TEST(Verify, EveryByteOfTheJournalIsCovered) {
 // Damage to the assembled rows before the checksums are taken is caught by checking them against
 // the verified snapshots; damage after (while queued for the writer) by the read-back against
 // those checksums. Either way the shard is never claimed and --resume gives the clean run's files.
-// Fails without its defence: checked by deleting the comparison loop in assemble_shard
-// (src/export/extract.cpp): the assembled fault then wrote shard-00001 with checksums of the
-// damaged rows, and the run and verify both said OK.
+// Fails without its defence: with the comparison against the snapshot fingerprints in
+// assemble_shard (src/export/extract.cpp) disabled, the assembled fault went unseen: the run
+// completed and claimed shard-00001, written with checksums taken over the damaged rows.
 TEST(Verify, ExtractChecksumsFollowFromVerifiedData) {
   auto m = Model::load("demo");
   const std::string dir = temp_dir();
