@@ -30,7 +30,7 @@ Command add_verify(CLI::App& app) {
                                            {"tensors", r.tensors},
                                            {"bytes", r.bytes},
                                            {"issues", issues}})
-                               .dump(2)
+                               .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
                         << "\n";
             } else {
               for (const auto& i : r.issues)

@@ -1,8 +1,8 @@
-// SafeCapturer: the capture path PRODUCT.md §2 asks for. It resolves hook-point patterns to a plan
-// before anything runs (loud on zero matches), copies each captured tensor inside the hook on the
-// producing device (never keeps the borrowed one), moves the copy to a stable device, keeps every
-// call with its index, fingerprints each snapshot when it is taken and re-checks the fingerprint on
-// every read.
+// SafeCapturer: capture that is safe against the hazards docs/safety.md lists. It resolves
+// hook-point patterns to a plan before anything runs (loud on zero matches), copies each captured
+// tensor inside the hook on the producing device (never keeps the borrowed one), moves the copy to
+// a stable device, keeps every call with its index, fingerprints each snapshot when it is taken
+// and re-checks the fingerprint on every read.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -1,4 +1,4 @@
-// Errors carry the process exit code the CLI must use (PRODUCT.md §4):
+// Errors carry the process exit code the CLI must use (README.md, exit codes):
 // 2 = bad input or usage, 1 = the run failed or an integrity check failed.
 #pragma once
 

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -159,7 +160,18 @@ json parse_json_strict(const char* begin, const char* end, const std::string& or
   try {
     j = json::parse(begin, end, callback);
   } catch (const json::exception& e) {
-    throw InputError(concat(origin, ": header is not valid JSON: ", e.what()));
+    // The parser quotes what it last read, which may be any bytes: keep the message printable.
+    std::string what;
+    for (const unsigned char c : std::string(e.what())) {
+      if (c >= 0x20 && c < 0x7f) {
+        what += static_cast<char>(c);
+      } else {
+        char hex[8];
+        std::snprintf(hex, sizeof(hex), "\\x%02x", c);
+        what += hex;
+      }
+    }
+    throw InputError(concat(origin, ": header is not valid JSON: ", what));
   }
   if (!duplicate.empty()) throw InputError(concat(origin, ": ", duplicate));
   return j;

@@ -2,14 +2,13 @@
 line naming what failed) or survived, and nothing already claimed is lost: the manifest only ever
 lists complete, intact shards, and --resume finishes a run byte-identical to an uninterrupted one.
 
-Faults: corrupted inter-device transfer, disk full, kill -9 at random moments, a capture budget
+Faults: corrupted inter-device transfer, disk full, kill -9 at chosen moments, a capture budget
 exceeded mid-run, a shard corrupted on disk (after the run, and between write and read-back),
 hostile manifests naming files outside the output folder. (An exception thrown from a user hook is
 a library-level fault: tests/unit/test_faults.cpp.)
 """
 import json
 import os
-import random
 import resource
 import signal
 import subprocess
@@ -126,37 +125,96 @@ def test_disk_full_is_a_clean_error_then_resume_completes(job, tmp_path):
     assert_same_files(out, job["ref"])
 
 
-# ---- kill -9 at random moments -----------------------------------------------------------------
+# ---- kill -9 at chosen moments -----------------------------------------------------------------
+# ACTCAP_KILL_AT (src/export/faults.h) makes the process SIGKILL itself at an exact moment, so each
+# test reaches the state it names and asserts it, then recovers and compares with the clean run.
 
-@pytest.mark.parametrize("seed", range(4))
-def test_kill9_at_a_random_moment_then_resume_gives_identical_files(job, tmp_path, seed):
-    # A moment anywhere in the run: start-up, mid-batch, mid-write, manifest update, or the end.
-    delay = random.Random(seed).uniform(0.05, 1.1) * job["seconds"]
+def killed_at(job, out, moment, *extra):
+    p = run(*job["args"], "--out", out, *extra, env={"ACTCAP_KILL_AT": moment})
+    assert p.returncode == -signal.SIGKILL, (moment, p.returncode, p.stderr)
+    return p
+
+
+def files(out):
+    return sorted(os.listdir(out))
+
+
+def temp_files(out, target):
+    return [f for f in os.listdir(out) if f.startswith(target + ".tmp.")]
+
+
+def test_kill9_after_two_journal_lines_claims_exactly_those_shards(job, tmp_path):
     out = tmp_path / "o"
-    proc = subprocess.Popen([ACTCAP, *map(str, job["args"]), "--out", str(out)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    try:
-        proc.wait(timeout=delay)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    # Unless the run finished, leave what a kill in the middle of a write leaves (the real kill may
-    # have left one too): a temp manifest and a half-written temp shard. Neither may survive recovery.
-    out.mkdir(exist_ok=True)
-    if not (out / "manifest.json").exists() or not manifest(out)["complete"]:
-        (out / "manifest.json.tmp.999999").write_text('{"complete": tru')
-        (out / "shard-00002.safetensors.tmp.999999").write_bytes(b"\x10\x00")
+    killed_at(job, out, "journal:2")
+    assert files(out) == ["manifest.journal", "manifest.json", "shard-00000.safetensors", "shard-00001.safetensors"]
+    m = json.load(open(out / "manifest.json"))
+    assert m["complete"] is False and m["shards"] == []  # claims live in the journal until the end
+    assert len((out / "manifest.journal").read_text().splitlines()) == 2
+    assert [s["file"] for s in assert_claimed_shards_intact(out)["shards"]] == files(out)[2:]
+    p = run(*job["args"], "--out", out, "--resume", check=0)
+    assert "resumed at line" in p.stdout
+    assert_same_files(out, job["ref"])
+
+
+def test_kill9_mid_shard_write_leaves_an_unclaimed_temp_file(job, tmp_path):
+    out = tmp_path / "o"
+    killed_at(job, out, "shard-write:3")
+    tmp = temp_files(out, "shard-00002.safetensors")
+    assert len(tmp) == 1 and not (out / "shard-00002.safetensors").exists()
+    raw = open(out / tmp[0], "rb").read()  # the header landed, the data did not
+    assert len(raw) == 8 + int.from_bytes(raw[:8], "little")
+    m = assert_claimed_shards_intact(out, killed=True)
+    assert [s["file"] for s in m["shards"]] == ["shard-00000.safetensors", "shard-00001.safetensors"]
+    run(*job["args"], "--out", out, "--resume", check=0)
+    assert_same_files(out, job["ref"])  # the temp file is gone too
+
+
+def test_kill9_mid_first_manifest_write_leaves_nothing_claimed(job, tmp_path):
+    out = tmp_path / "o"
+    killed_at(job, out, "manifest-write:1")
+    assert files(out) == temp_files(out, "manifest.json") and len(files(out)) == 1
+    p = run("verify", out)
+    assert p.returncode == 1 and "missing" in p.stdout
+    p = run(*job["args"], "--out", out, "--resume")
+    assert p.returncode == 2 and "no manifest.json to resume from" in one_error_line(p)
+    run(*job["args"], "--out", out, "--overwrite", check=0)
+    assert_same_files(out, job["ref"])
+
+
+def test_kill9_mid_completion_keeps_every_shard_claimed_by_the_journal(job, tmp_path):
+    out = tmp_path / "o"
+    killed_at(job, out, "manifest-write:2")  # the first write starts the run, the second completes it
+    assert len(temp_files(out, "manifest.json")) == 1
+    m = assert_claimed_shards_intact(out, killed=True)
+    assert not m["complete"]
+    assert [s["file"] for s in m["shards"]] == [s["file"] for s in manifest(job["ref"])["shards"]]
+    p = run(*job["args"], "--out", out, "--resume", check=0)  # nothing left to compute
+    assert "resumed at line" in p.stdout
+    assert_same_files(out, job["ref"])
+
+
+def test_kill9_during_resume_then_resume_again(job, tmp_path):
+    out = tmp_path / "o"
+    killed_at(job, out, "journal:2")
+    (out / "shard-00002.safetensors.tmp.999999").write_bytes(b"\x10\x00")  # as a kill mid-write leaves
+    killed_at(job, out, "resume", "--resume")
+    # The manifest took the journal in; the journal and the unclaimed temp file were not removed yet.
+    m = json.load(open(out / "manifest.json"))
+    assert not m["complete"] and [s["file"] for s in m["shards"]] == ["shard-00000.safetensors",
+                                                                        "shard-00001.safetensors"]
+    assert (out / "manifest.journal").exists() and (out / "shard-00002.safetensors.tmp.999999").exists()
+    assert [s["file"] for s in assert_claimed_shards_intact(out, killed=True)["shards"]] == [
+        s["file"] for s in m["shards"]]  # the journal claims nothing twice
     (out / "notes.tmp.txt").write_text("the user's own file")  # not ours: kept
-    if not (out / "manifest.json").exists():  # killed before the run wrote anything: start afresh
-        run(*job["args"], "--out", out, "--overwrite", check=0)
-    else:
-        m = assert_claimed_shards_intact(out, killed=True)
-        if not m["complete"]:
-            p = run(*job["args"], "--out", out, "--resume", check=0)
-            assert "resumed at line" in p.stdout or m["shards"] == []
+    run(*job["args"], "--out", out, "--resume", check=0)
     assert (out / "notes.tmp.txt").read_text() == "the user's own file"
     (out / "notes.tmp.txt").unlink()
     assert_same_files(out, job["ref"])
+
+
+def test_kill_at_a_moment_that_does_not_exist_is_an_input_error(job, tmp_path):
+    p = run(*job["args"], "--out", tmp_path / "o", env={"ACTCAP_KILL_AT": "halfway"})
+    assert p.returncode == 2 and "ACTCAP_KILL_AT" in one_error_line(p)
 
 
 # ---- a capture budget exceeded mid-run ---------------------------------------------------------

@@ -1,0 +1,71 @@
+"""`actcap verify` from the command line checks everything a reader decodes: a shard header edited
+the way the bug report did it ("F32" -> "I32", a shape [5,64] -> [64,5]) exits 1 naming the shard
+and the field; single-bit flips spread over the header (the length, names, dtypes, shapes, offsets,
+metadata) each exit 1 naming the shard. Every bit of every header byte is flipped in-process by
+tests/unit/test_verify.cpp (Verify.EveryBitFlipOfAShardHeaderIsCaught); here each flip costs a
+process start, so the CLI sees a sample of about 60."""
+import json
+import os
+import shutil
+import struct
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from cli import run
+
+SHARD = "shard-00000.safetensors"
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    d = tmp_path_factory.mktemp("run") / "out"
+    run("run", "demo", "--text", "Hello", "--capture", "transformer.h.0", "--out", d, check=0)
+    assert run("verify", d).returncode == 0
+    return d
+
+
+def damaged_copy(folder, dest, edit):
+    shutil.copytree(folder, dest)
+    raw = bytearray(open(dest / SHARD, "rb").read())
+    edit(raw)
+    open(dest / SHARD, "wb").write(bytes(raw))
+    return dest
+
+
+def header_length(folder):
+    return 8 + struct.unpack("<Q", open(folder / SHARD, "rb").read(8))[0]
+
+
+@pytest.mark.parametrize("old,new,says", [(b'"F32"', b'"I32"', "dtype I32 in the header, manifest says F32"),
+                                          (b"[5,64]", b"[64,5]", "shape [64,5] in the header, manifest says [5,64]")])
+def test_verify_names_a_dtype_or_shape_edit(folder, tmp_path, old, new, says):
+    def edit(raw):
+        at = raw.index(old)
+        assert at < header_length(folder)
+        raw[at:at + len(old)] = new
+
+    out = damaged_copy(folder, tmp_path / "o", edit)
+    p = run("verify", out)
+    assert p.returncode == 1, p.stdout
+    assert f"BAD  {SHARD} :: " in p.stdout and says in p.stdout, p.stdout
+    assert "header checksum" in p.stdout
+    issues = json.loads(run("verify", out, "--json").stdout)["issues"]
+    assert {i["file"] for i in issues} == {SHARD}
+
+
+def test_single_bit_flips_across_the_header_each_fail_verify_naming_the_shard(folder, tmp_path):
+    n = header_length(folder)
+    positions = sorted(set(range(8)) | set(range(8, n, max(1, n // 52))) | {n - 1})
+
+    def check(at):
+        out = damaged_copy(folder, tmp_path / f"b{at}",
+                           lambda raw: raw.__setitem__(at, raw[at] ^ (1 << (at % 8))))
+        p = run("verify", out)
+        return at, p.returncode, SHARD in p.stdout
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        results = list(pool.map(check, positions))
+    missed = [at for at, rc, named in results if rc != 1 or not named]
+    assert not missed, f"header bytes {missed} of {n} flipped without verify failing on {SHARD}"
+    assert len(results) >= 50
