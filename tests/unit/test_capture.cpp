@@ -129,8 +129,8 @@ TEST(SeedSuite, NoCorruptionOverThreeOrMoreDevicesInInferenceMode) {
 // Each captured point equals the layer's true output, taken from independent forwards (cloned
 // inside a plain hook), not from the capture itself.
 // Fails without the defence: checked (session 5) with a capturer that kept the borrowed tensor in
-// its hook and copied it only after the forward (guard off): every block output and input but the
-// last two then held a later block's values and this test failed, while the old version (block i's
+// its hook and copied it only after the forward (guard off): transformer.h.0, h.1, h.1:input and
+// h.2:input then held later blocks' values and this test failed, while the old version (block i's
 // capture against block i+1's captured input, which alias the same arena slot) still passed.
 TEST(SeedSuite, CapturedEqualsTheLayersTrueOutput) {
   auto m = model("gpt2", 4);
