@@ -87,6 +87,8 @@ def job(llama, tmp_path_factory):
 # ---- corrupted inter-device transfer -----------------------------------------------------------
 
 def test_corrupted_transfer_every_time_stops_the_run_naming_the_link(job, tmp_path):
+    # Fails without the defence: checked (session 5) by dropping the device pair from the message in
+    # src/dispatch/transfer.cpp.
     p = run(*job["args"], "--out", tmp_path / "o", env={"ACTCAP_FAULT": "transfer:cpu:0->cpu:1:bitflip"})
     assert p.returncode == 1
     line = one_error_line(p)
@@ -98,6 +100,8 @@ def test_corrupted_transfer_every_time_stops_the_run_naming_the_link(job, tmp_pa
 
 
 def test_corrupted_transfer_once_is_retried_and_changes_nothing(job, tmp_path):
+    # Fails without the defence: checked (session 5) by not counting injected faults in transfer.cpp
+    # (faults_injected 0): a fault that never fired would pass the file comparison alone.
     out = tmp_path / "o"
     p = run(*job["args"], "--out", out, "--json", env={"ACTCAP_FAULT": "transfer:cpu:0->cpu:1:zeros-once"},
             check=0)
@@ -111,6 +115,7 @@ def test_corrupted_transfer_once_is_retried_and_changes_nothing(job, tmp_path):
 def test_transfer_counts_in_the_summary_line_and_json(llama, tmp_path):
     """Without a fault the counters say so; with one they count it, in the text summary of extract and
     run and in their --json. (A fault test that passes because its fault never fired proves nothing.)"""
+    # Fails without the defence: checked (session 5) by not counting injected faults in transfer.cpp.
     write_jsonl(tmp_path / "in.jsonl", corpus(12, seed=8, lo=5, hi=30))
     args = ["extract", llama, "--input", tmp_path / "in.jsonl", "--capture", "model.layers.*", "--batch-size", "4",
             "--quiet", "--devices", "3"]
@@ -139,6 +144,8 @@ def test_transfer_counts_in_the_summary_line_and_json(llama, tmp_path):
     ("run", "cpu", "transfer:cpu:0->cpu:1:zeros-once", "it crosses no link (every stage is on cpu)"),
 ])
 def test_fault_on_a_link_the_run_does_not_cross_is_an_input_error(llama, tmp_path, cmd, devices, fault, crossed):
+    # Fails without the defence: checked (session 5) by removing check_fault_links from apply_devices
+    # (cli/common.cpp): the runs exited 0 or 1 with the fault never firing or firing elsewhere.
     write_jsonl(tmp_path / "in.jsonl", corpus(4, seed=9))
     args = (["extract", llama, "--input", tmp_path / "in.jsonl", "--capture", "model.layers.*", "--quiet"]
             if cmd == "extract" else ["run", llama, "--tokens", "1,2,3", "--capture", "model.layers.*"])

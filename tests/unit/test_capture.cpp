@@ -171,9 +171,10 @@ TEST(Hazards, H1_SnapshotsShareNoStorageWithEngineBuffers) {
 // (the arena), and a hook registered after the capturer writes into every block output in place.
 // The bare-reference guard and the fingerprint are off, so only the capturer's copy stands between
 // those writes and the snapshots. A naive hook that kept the borrowed tensor in the same run ends
-// up with wrong values at every point: the writes are real. Fails without the defence: checked
-// (session 5) by making the capturer keep `flat` (a view of the borrowed tensor) instead of copying
-// it: every point then differed from the truth.
+// up with wrong values at every point: the writes are real.
+//
+// Fails without the defence: checked (session 5) by making the capturer keep `flat` (a view of the
+// borrowed tensor) instead of copying it: every point then differed from the truth.
 TEST(Hazards, H2_LaterInPlaceWritersDoNotReachSnapshots) {
   auto m = model("llama", 6);
   m->set_bare_ref_policy(BareRefPolicy::kOff);

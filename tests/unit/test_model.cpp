@@ -235,10 +235,12 @@ TEST(Model, HalfPrecisionWeightsAreUpcast) {
 }
 
 // `:input` points are observed by pre-hooks; one that keeps its tensor (or a view) is caught like
-// an output hook. warn mode finishes the run and says which point, once per point and model. Fails
-// without the defence: checked (session 5) by (a) running the guard only for output hooks (skipping
-// it when is_input in run_hooks): the :input keepers were not caught; (b) deleting the warning's
-// std::cerr line in module.cpp: warn mode printed nothing.
+// an output hook. warn mode finishes the run and says which point, once per point and model.
+//
+// Fails without the defence: checked (session 5) by (a) running the guard only for output hooks
+// (skipping it when is_input in run_hooks): the :input keepers were not caught; (b) deleting the
+// warning's std::cerr line in module.cpp: warn mode printed nothing; (c) going back to one
+// process-wide set of warned points: the second model printed nothing.
 TEST(BareRefGuard, InputHooksAreCaughtAndWarnModeWarnsNamingThePoint) {
   auto m = Model::load("demo");
   Batch batch = batch_of(*m, {{1, 2, 3, 4}, {5, 6}});
