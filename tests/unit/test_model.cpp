@@ -325,13 +325,19 @@ TEST(BareRefGuard, KeptHandleViewOrDetachIsCaughtAndCloneIsNot) {
       "transformer.h.1", [&](const HookContext&, const at::Tensor& t) { copy = t.clone(); });
   EXPECT_NO_THROW(m->forward(batch));
   h.remove();
-  // warn and off let the run finish
+  // warn and off let the run finish; warn says so
+  // (InputHooksAreCaughtAndWarnModeWarnsNamingThePoint)
   for (BareRefPolicy p : {BareRefPolicy::kWarn, BareRefPolicy::kOff}) {
     m->set_bare_ref_policy(p);
     at::Tensor kept;
     auto h2 = m->register_forward_hook("transformer.h.1",
                                        [&](const HookContext&, const at::Tensor& t) { kept = t; });
+    ::testing::internal::CaptureStderr();
     EXPECT_NO_THROW(m->forward(batch));
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(err.find("hook on point 'transformer.h.1' kept a reference") != std::string::npos,
+              p == BareRefPolicy::kWarn)
+        << err;
     h2.remove();
   }
 }
