@@ -71,7 +71,8 @@ Command add_extract(CLI::App& app) {
     std::string capture_budget, bare_ref = "error";
     std::vector<std::string> capture;
     int64_t batch_size = 8, max_length = 0, stride = 0;
-    bool resume = false, overwrite = false, skip_bad = false, quiet = false, forward_only = false;
+    bool resume = false, overwrite = false, skip_bad = false, quiet = false, forward_only = false,
+         json = false;
     DeviceOptions dev;
   };
   auto o = std::make_shared<Opts>();
@@ -101,6 +102,7 @@ Command add_extract(CLI::App& app) {
   sub->add_flag("--quiet", o->quiet, "No progress output");
   sub->add_flag("--forward-only", o->forward_only,
                 "Benchmark: run the same batches without capturing or writing");
+  sub->add_flag("--json", o->json, "Machine-readable summary");
   return {sub, [o]() {
             if (!o->forward_only && o->capture.empty())
               throw InputError("--capture is required (e.g. --capture 'transformer.h.*')");
@@ -134,6 +136,25 @@ Command add_extract(CLI::App& app) {
             ExtractResult r = run_extract(*model, tokenizer.get(), x, std::ref(printer));
             printer.done();
             const auto& p = r.progress;
+            const TransferStats& transfers = model->transfer_stats();
+            if (o->json) {
+              std::cout << nlohmann::json(
+                               {{"forward_only", o->forward_only},
+                                {"documents", p.documents_done},
+                                {"tokens", p.tokens_done},
+                                {"seconds", p.seconds},
+                                {"shards", p.shards_written},
+                                {"bytes_written", p.bytes_written},
+                                {"out", o->out},
+                                {"skipped_lines", r.skipped_lines},
+                                {"resumed_at_line", r.resumed_from_line
+                                                        ? nlohmann::json(r.resumed_from_line + 1)
+                                                        : nlohmann::json()},
+                                {"transfers", transfer_json(transfers)}})
+                               .dump(2)
+                        << "\n";
+              return 0;
+            }
             std::cout << (o->forward_only ? "forward-only: " : "extracted ") << p.documents_done
                       << " documents, " << p.tokens_done << " tokens in " << p.seconds << " s ("
                       << static_cast<int64_t>(p.tokens_done / std::max(p.seconds, 1e-9))
@@ -146,6 +167,8 @@ Command add_extract(CLI::App& app) {
                         << (r.resumed_from_line
                                 ? concat("; resumed at line ", r.resumed_from_line + 1)
                                 : std::string());
+            if (transfers.transfers > 0 || transfers.injected > 0)
+              std::cout << "; " << transfer_summary(transfers);
             std::cout << "\n";
             return 0;
           }};

@@ -10,12 +10,33 @@
 
 namespace actcap::cli {
 
+namespace {
+
+// run --json: the summary the text output prints, with the inter-device transfer counters.
+nlohmann::json summary_json(const std::string& out, const std::vector<ExportedTensor>& exported,
+                            const SafeCapturer& capturer, uint64_t need,
+                            const TransferStats& transfers) {
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const auto& e : exported)
+    tensors.push_back(
+        {{"name", e.name}, {"shape", e.shape}, {"dtype", e.dtype}, {"xxh3", e.checksum}});
+  return {{"out", out},
+          {"tensors", tensors},
+          {"rows", capturer.row_seq().size()},
+          {"points", capturer.plan().size()},
+          {"bytes_per_token", capturer.bytes_per_token()},
+          {"capture_bytes", need},
+          {"transfers", transfer_json(transfers)}};
+}
+
+}  // namespace
+
 Command add_run(CLI::App& app) {
   auto* sub = app.add_subcommand("run", "Run one forward and capture hook points into DIR");
   struct Opts {
     std::string model = "demo", tokens, text, out;
     std::vector<std::string> capture;
-    bool overwrite = false;
+    bool overwrite = false, json = false;
     DeviceOptions dev;
     std::string dtype = "keep", positions = "all", capture_budget, bare_ref = "error";
   };
@@ -39,6 +60,7 @@ Command add_run(CLI::App& app) {
                   "Refuse runs whose captures exceed this (e.g. 2GiB)");
   sub->add_option("--bare-ref", o->bare_ref,
                   "Hooks that keep the borrowed tensor: error | warn | off");
+  sub->add_flag("--json", o->json, "Machine-readable summary");
   return {sub, [o]() {
             if (o->tokens.empty() && o->text.empty())
               throw InputError("give the input with --tokens or --text");
@@ -60,6 +82,11 @@ Command add_run(CLI::App& app) {
             prepare_output_dir(o->out, o->overwrite);
             capturer.run(batch, Model::Logits::kSkipIfUnhooked);
             auto exported = export_run(o->out, capturer, *model);
+            const TransferStats& moved = model->transfer_stats();
+            if (o->json) {
+              std::cout << summary_json(o->out, exported, capturer, need, moved).dump(2) << "\n";
+              return 0;
+            }
             size_t width = 5;
             for (const auto& e : exported) width = std::max(width, e.name.size());
             std::cout << std::left << std::setw(width + 2) << "point" << std::setw(14) << "shape"
@@ -72,6 +99,8 @@ Command add_run(CLI::App& app) {
                       << " rows) to " << o->out << "/shard-00000.safetensors and manifest.json ("
                       << capturer.plan().size() << " points, " << capturer.bytes_per_token()
                       << " bytes per token, " << format_bytes(need) << ")\n";
+            if (moved.transfers > 0 || moved.injected > 0)
+              std::cout << transfer_summary(moved) << "\n";
             return 0;
           }};
 }

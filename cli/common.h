@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -44,10 +45,16 @@ void add_device_options(CLI::App* sub, DeviceOptions& o);
 DevicePlan plan_for(const Model& model, const DeviceOptions& o, int64_t batch, int64_t seq,
                     const std::vector<PointInfo>& capture,
                     Model::Logits logits = Model::Logits::kCompute);
-// plan_for + Model::place.
+// plan_for + Model::place. Throws InputError when ACTCAP_FAULT names a link the forward (as
+// `logits` runs it) never crosses.
 DevicePlan apply_devices(Model& model, const DeviceOptions& o, int64_t batch, int64_t seq,
                          const std::vector<PointInfo>& capture,
                          Model::Logits logits = Model::Logits::kCompute);
+
+// Inter-device transfer counters for the summary of run and extract:
+// "N transfers (V verified, R retried, F faults injected)", and the same as JSON.
+std::string transfer_summary(const TransferStats& s);
+nlohmann::json transfer_json(const TransferStats& s);
 
 // "1,2,3;4,5" -> {{1,2,3},{4,5}}; throws InputError naming the bad entry.
 std::vector<std::vector<int64_t>> parse_token_lists(const std::string& text);

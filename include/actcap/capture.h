@@ -88,6 +88,9 @@ class SafeCapturer {
   void clear() { snapshots_.clear(); }
 
  private:
+  // Tests only (tests/unit/test_capture.cpp): detaches a planned point's hook, the one way to make
+  // a planned point not fire, so the never-fired check in run() can be exercised.
+  friend struct SafeCapturerTestPeer;
   Model& model_;
   CaptureOptions options_;
   std::vector<PointInfo> plan_;

@@ -31,7 +31,8 @@ struct DeviceStats {
 struct TransferStats {
   int64_t transfers = 0;
   int64_t verified = 0;
-  int64_t retried = 0;  // mismatches repaired by the host-staged retry
+  int64_t retried = 0;   // mismatches repaired by the host-staged retry
+  int64_t injected = 0;  // copies damaged on purpose by ACTCAP_FAULT (test-only fault injection)
   uint64_t bytes = 0;
 };
 
@@ -46,6 +47,13 @@ struct TransferFault {
   int64_t fired = 0;
 };
 std::vector<TransferFault> parse_faults(const std::string& text);
+// Faults from ACTCAP_FAULT, parsed once per process (empty when it is not set).
+std::vector<TransferFault>& process_faults();
+// The links (ordered device pairs) a forward over stages placed on `stage_device`, in order,
+// crosses. Throws InputError when a fault names a link that is not one of them, naming it and the
+// links there are: such a fault could never fire, so a test relying on it would prove nothing.
+void check_fault_links(const std::vector<TransferFault>& faults,
+                       const std::vector<DeviceId>& stage_device);
 
 }  // namespace actcap
 

@@ -2,7 +2,9 @@
 
 #include <c10/core/DeviceGuard.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <utility>
 
 #include "actcap/error.h"
 #include "actcap/hash.h"
@@ -56,6 +58,32 @@ std::vector<TransferFault> parse_faults(const std::string& text) {
   return out;
 }
 
+void check_fault_links(const std::vector<TransferFault>& faults,
+                       const std::vector<DeviceId>& stage_device) {
+  std::vector<std::pair<DeviceId, DeviceId>> links;
+  for (size_t i = 1; i < stage_device.size(); ++i) {
+    const std::pair<DeviceId, DeviceId> link{stage_device[i - 1], stage_device[i]};
+    if (link.first != link.second && std::find(links.begin(), links.end(), link) == links.end())
+      links.push_back(link);
+  }
+  for (const TransferFault& f : faults) {
+    if (std::find(links.begin(), links.end(), std::make_pair(f.src, f.dst)) != links.end())
+      continue;
+    std::string there;
+    for (const auto& [a, b] : links)
+      there += concat(there.empty() ? "" : ", ", a.str(), "->", b.str());
+    throw InputError(concat(
+        "ACTCAP_FAULT: link ", f.src.str(), "->", f.dst.str(),
+        " is not crossed by this run, so the fault could never fire; ",
+        links.empty()
+            ? concat("it crosses no link (every stage is on ",
+                     stage_device.empty() ? std::string("one device") : stage_device.front().str(),
+                     "): split it with --devices")
+            : concat("links crossed: ", there,
+                     " (name one of them, or change --devices / --device-map)")));
+  }
+}
+
 std::vector<TransferFault>& process_faults() {
   static std::vector<TransferFault> faults = [] {
     const char* env = std::getenv("ACTCAP_FAULT");
@@ -68,10 +96,11 @@ namespace {
 
 // Simulates a broken link: damages the bytes that arrived.
 void inject(at::Tensor& dst, const DeviceId& from, const DeviceId& to,
-            std::vector<TransferFault>& faults) {
+            std::vector<TransferFault>& faults, TransferStats& stats) {
   for (TransferFault& f : faults) {
     if (f.src != from || f.dst != to || (f.once && f.fired > 0)) continue;
     ++f.fired;
+    ++stats.injected;
     if (dst.numel() == 0) continue;
     if (f.kind == TransferFault::Kind::kZeros) {
       dst.zero_();
@@ -89,7 +118,7 @@ void transfer(const TransferRequest& req, std::vector<TransferFault>& faults,
               TransferStats& stats) {
   at::Tensor dst = req.dst;
   dst.copy_(*req.src);
-  inject(dst, req.from, req.to, faults);
+  inject(dst, req.from, req.to, faults, stats);
   ++stats.transfers;
   stats.bytes += req.src->numel() * req.src->element_size();
   if (!req.verify) return;
@@ -100,7 +129,7 @@ void transfer(const TransferRequest& req, std::vector<TransferFault>& faults,
   // Retry once through host memory, bypassing the direct device-to-device path.
   at::Tensor host = req.src->to(at::kCPU);
   dst.copy_(host);
-  inject(dst, req.from, req.to, faults);
+  inject(dst, req.from, req.to, faults, stats);
   got = device_fingerprint(dst);
   if (got == want) {
     ++stats.retried;

@@ -26,7 +26,4 @@ struct TransferRequest {
 // mismatch throws RunError (exit 1) naming the stage and the device pair.
 void transfer(const TransferRequest& req, std::vector<TransferFault>& faults, TransferStats& stats);
 
-// Faults from ACTCAP_FAULT, parsed once per process.
-std::vector<TransferFault>& process_faults();
-
 }  // namespace actcap

@@ -103,6 +103,7 @@ struct Model::Impl {
   std::map<DeviceId, int64_t> transfers_in;
   std::map<DeviceId, uint64_t> bytes_in;
   TransferStats transfers;
+  std::set<std::string> bare_ref_warned;  // points the bare-reference guard warned about
 
   Arena& arena(const DeviceId& d) { return arenas.try_emplace(d, d).first->second; }
   bool is_block(size_t i) const { return i >= 1 && i + 2 < built.stages.size(); }
@@ -355,6 +356,7 @@ at::Tensor Model::forward(const Batch& batch, Logits logits) {
     st.seq = T;
     st.step = step;
     st.bare_ref = bare_ref_;
+    st.bare_ref_warned = &im.bare_ref_warned;
     st.positions = at::arange(T, at::TensorOptions().dtype(at::kLong).device(dev));
     st.causal_bias = at::full({T, T}, -std::numeric_limits<float>::infinity(),
                               at::TensorOptions().dtype(at::kFloat).device(dev))

@@ -108,11 +108,10 @@ void run_hooks(std::vector<HookEntry>& entries, const std::string& point, bool i
         (t.use_count() > impl_uses ||
          (t.has_storage() && t.storage().use_count() > storage_uses))) {
       if (st.bare_ref == BareRefPolicy::kError) bare_ref_error(point);
-      static thread_local std::set<std::string> warned;
-      if (warned.insert(point).second)
+      if (!st.bare_ref_warned || st.bare_ref_warned->insert(point).second)
         std::cerr << "actcap: warning: hook on point '" << point
                   << "' kept a reference to the borrowed tensor; its value will change when the "
-                     "memory is reused\n";
+                     "memory is reused: copy inside the hook with t.clone()\n";
     }
   }
 }

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,9 @@ struct ForwardState {
   int64_t seq = 0;
   int64_t step = 0;
   BareRefPolicy bare_ref = BareRefPolicy::kError;
+  // Points the guard already warned about (kWarn warns once per point and model); null: warn on
+  // every call.
+  std::set<std::string>* bare_ref_warned = nullptr;
   at::Tensor positions;                       // [T] int64
   at::Tensor causal_bias;                     // [T, T] float32: 0 where visible, -inf where not
   std::map<int64_t, at::Tensor> window_bias;  // sliding-window variants, by window size

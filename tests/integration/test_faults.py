@@ -86,18 +86,74 @@ def job(llama, tmp_path_factory):
 # ---- corrupted inter-device transfer -----------------------------------------------------------
 
 def test_corrupted_transfer_every_time_stops_the_run_naming_the_link(job, tmp_path):
+    # Fails without the defence: checked (session 5) by dropping the device pair from the message in
+    # src/dispatch/transfer.cpp.
     p = run(*job["args"], "--out", tmp_path / "o", env={"ACTCAP_FAULT": "transfer:cpu:0->cpu:1:bitflip"})
     assert p.returncode == 1
     line = one_error_line(p)
-    assert "cpu:0" in line and "cpu:1" in line
+    # The fault fired twice: the direct copy and the host-staged retry both arrived damaged.
+    assert " from cpu:0 to cpu:1 arrived corrupted" in line and "even after a retry" in line
+    assert "actcap doctor --devices cpu:0,cpu:1" in line
     m = assert_claimed_shards_intact(tmp_path / "o")
     assert not m["complete"] and m["shards"] == []  # the very first batch failed: nothing claimed
 
 
 def test_corrupted_transfer_once_is_retried_and_changes_nothing(job, tmp_path):
+    # Fails without the defence: checked (session 5) by not counting injected faults in transfer.cpp
+    # (faults_injected 0): a fault that never fired would pass the file comparison alone.
     out = tmp_path / "o"
-    run(*job["args"], "--out", out, env={"ACTCAP_FAULT": "transfer:cpu:0->cpu:1:zeros-once"}, check=0)
+    p = run(*job["args"], "--out", out, "--json", env={"ACTCAP_FAULT": "transfer:cpu:0->cpu:1:zeros-once"},
+            check=0)
+    t = json.loads(p.stdout)["transfers"]
+    # The fault fired (once), the retry repaired it, and every other copy was verified intact.
+    assert t["faults_injected"] == 1 and t["retried"] == 1
+    assert t["transfers"] == t["verified"] > 1
     assert_same_files(out, job["ref"])
+
+
+def test_transfer_counts_in_the_summary_line_and_json(llama, tmp_path):
+    """Without a fault the counters say so; with one they count it, in the text summary of extract and
+    run and in their --json. (A fault test that passes because its fault never fired proves nothing.)"""
+    # Fails without the defence: checked (session 5) by not counting injected faults in transfer.cpp.
+    write_jsonl(tmp_path / "in.jsonl", corpus(12, seed=8, lo=5, hi=30))
+    args = ["extract", llama, "--input", tmp_path / "in.jsonl", "--capture", "model.layers.*", "--batch-size", "4",
+            "--quiet", "--devices", "3"]
+    clean = json.loads(run(*args, "--out", tmp_path / "a", "--json", check=0).stdout)
+    assert clean["documents"] == 12 and clean["shards"] >= 1
+    t = clean["transfers"]
+    assert t["faults_injected"] == 0 and t["retried"] == 0 and t["transfers"] == t["verified"] > 0
+    text = run(*args, "--out", tmp_path / "b", env={"ACTCAP_FAULT": "transfer:cpu:1->cpu:2:bitflip-once"},
+               check=0).stdout
+    assert f"; {t['transfers']} transfers ({t['transfers']} verified, 1 retried, 1 faults injected)" in text, text
+    r = run("run", llama, "--tokens", "1,2,3;4,5", "--capture", "model.layers.*", "--devices", "3", "--out",
+            tmp_path / "r", env={"ACTCAP_FAULT": "transfer:cpu:0->cpu:1:zeros-once"}, check=0)
+    assert "2 transfers (2 verified, 1 retried, 1 faults injected)" in r.stdout.splitlines(), r.stdout
+    j = json.loads(run("run", llama, "--tokens", "1,2,3;4,5", "--capture", "model.layers.*", "--devices", "3",
+                       "--out", tmp_path / "j", "--json", "--no-verify-transfers",
+                       env={"ACTCAP_FAULT": "transfer:cpu:1->cpu:2:bitflip"}, check=0).stdout)
+    # Unverified, the damage goes through unseen by the run, but the counter still shows it fired.
+    assert j["transfers"] == {"transfers": 2, "verified": 0, "retried": 0, "faults_injected": 1,
+                              "bytes": j["transfers"]["bytes"]}
+    assert [x["name"] for x in j["tensors"]][:4] == [f"model.layers.{i}" for i in range(4)]
+
+
+@pytest.mark.parametrize("cmd,devices,fault,crossed", [
+    ("extract", "2", "transfer:cpu:1->cpu:0:bitflip", "links crossed: cpu:0->cpu:1 ("),
+    ("extract", "3", "transfer:cpu:0->cpu:1:zeros;transfer:cpu:0->cpu:2:zeros", "links crossed: cpu:0->cpu:1, cpu:1->cpu:2 ("),
+    ("run", "cpu", "transfer:cpu:0->cpu:1:zeros-once", "it crosses no link (every stage is on cpu)"),
+])
+def test_fault_on_a_link_the_run_does_not_cross_is_an_input_error(llama, tmp_path, cmd, devices, fault, crossed):
+    # Fails without the defence: checked (session 5) by removing check_fault_links from apply_devices
+    # (cli/common.cpp): the runs exited 0 or 1 with the fault never firing or firing elsewhere.
+    write_jsonl(tmp_path / "in.jsonl", corpus(4, seed=9))
+    args = (["extract", llama, "--input", tmp_path / "in.jsonl", "--capture", "model.layers.*", "--quiet"]
+            if cmd == "extract" else ["run", llama, "--tokens", "1,2,3", "--capture", "model.layers.*"])
+    p = run(*args, "--devices", devices, "--out", tmp_path / "o", env={"ACTCAP_FAULT": fault})
+    assert p.returncode == 2, p.stderr
+    line = one_error_line(p)
+    missing = fault.split(";")[-1].split(":", 1)[1].rsplit(":", 1)[0]  # e.g. cpu:1->cpu:0
+    assert f"link {missing} is not crossed by this run" in line and crossed in line
+    assert not (tmp_path / "o").exists()  # refused before anything was written
 
 
 # ---- disk full ---------------------------------------------------------------------------------

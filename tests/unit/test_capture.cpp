@@ -1,6 +1,7 @@
 // The seed's test suite and one test per hazard H1-H7 (PRODUCT.md §2). Each fails without its
 // defence: a capture that kept the borrowed tensor, skipped the fingerprint or read unverified.
 #include <c10/core/InferenceMode.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -19,6 +20,16 @@
 #include "models/weights.h"
 
 using namespace actcap;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+namespace actcap {
+// SafeCapturer's test seam (capture.h): detaching a planned point's hook is the one way to make a
+// planned point not fire in a forward.
+struct SafeCapturerTestPeer {
+  static void detach(SafeCapturer& cap, size_t plan_index) { cap.handles_.at(plan_index).remove(); }
+};
+}  // namespace actcap
 
 namespace {
 
@@ -115,16 +126,29 @@ TEST(SeedSuite, NoCorruptionOverThreeOrMoreDevicesInInferenceMode) {
   }
 }
 
+// Each captured point equals the layer's true output, taken from independent forwards (cloned
+// inside a plain hook), not from the capture itself.
+// Fails without the defence: checked (session 5) with a capturer that kept the borrowed tensor in
+// its hook and copied it only after the forward (guard off): transformer.h.0, h.1, h.1:input and
+// h.2:input then held later blocks' values and this test failed, while the old version (block i's
+// capture against block i+1's captured input, which alias the same arena slot) still passed.
 TEST(SeedSuite, CapturedEqualsTheLayersTrueOutput) {
   auto m = model("gpt2", 4);
   Batch b = batch(*m);
+  std::map<std::string, at::Tensor> expected;
+  for (const char* p : {"transformer.h.*", "transformer.h.*:input", "lm_head"}) {
+    auto t = truth(*m, b, p);
+    expected.insert(t.begin(), t.end());
+  }
+  const at::Tensor plain = m->forward(b).clone();
+  ASSERT_EQ(expected.size(), 4u + 4u + 1u);
   SafeCapturer cap(*m, CaptureOptions{{"transformer.h.*", "transformer.h.*:input", "lm_head"}});
   at::Tensor logits = cap.run(b);
-  for (int i = 0; i + 1 < 4; ++i)  // a block's output is the next block's input
-    EXPECT_TRUE(at::equal(cap.get("transformer.h." + std::to_string(i)),
-                          cap.get("transformer.h." + std::to_string(i + 1) + ":input")));
-  auto rows = at::cat({logits[0].slice(0, 0, 8), logits[1].slice(0, 0, 3)});
-  EXPECT_TRUE(at::equal(cap.get("lm_head"), rows));
+  for (const auto& [name, t] : expected) EXPECT_TRUE(at::equal(cap.get(name), t)) << name;
+  // The truth itself: lm_head's real-token rows are the logits of a plain forward.
+  EXPECT_TRUE(at::equal(expected.at("lm_head"),
+                        at::cat({plain[0].slice(0, 0, 8), plain[1].slice(0, 0, 3)})));
+  EXPECT_TRUE(at::equal(logits, plain));
 }
 
 // ---- hazards --------------------------------------------------------------------------------
@@ -143,15 +167,52 @@ TEST(Hazards, H1_SnapshotsShareNoStorageWithEngineBuffers) {
     for (const void* p : borrowed) EXPECT_NE(s.rows.storage().data(), p) << s.point;
 }
 
+// Later writers into memory the engine reuses: block k's output slot is overwritten by block k+2
+// (the arena), and a hook registered after the capturer writes into every block output in place.
+// The bare-reference guard and the fingerprint are off, so only the capturer's copy stands between
+// those writes and the snapshots. A naive hook that kept the borrowed tensor in the same run ends
+// up with wrong values at every point: the writes are real.
+//
+// Fails without the defence: checked (session 5) by making the capturer keep `flat` (a view of the
+// borrowed tensor) instead of copying it: every point then differed from the truth.
 TEST(Hazards, H2_LaterInPlaceWritersDoNotReachSnapshots) {
   auto m = model("llama", 6);
-  Batch b = batch(*m);
-  auto expected = truth(*m, b, "model.layers.*.mlp.act_fn");
-  SafeCapturer cap(*m, CaptureOptions{{"model.layers.*.mlp.act_fn"}});
-  // Run a second, different batch through the same arenas after the first capture.
+  m->set_bare_ref_policy(BareRefPolicy::kOff);
+  // Unpadded, every position: the capturer's one-copy path, where keeping a view is most tempting.
+  const Batch b = Batch::from_sequences({{4, 8, 15, 16, 23}, {42, 7, 1, 3, 9}},
+                                        m->config().vocab_size(), m->config().max_positions());
+  const std::string blocks = "model.layers.*";
+  const HookFn writer = [](const HookContext&, const at::Tensor& t) { t.mul_(-1).add_(3); };
+  // The truth: each block's output cloned before the writer (registered after) changes it.
+  std::map<std::string, at::Tensor> expected;
+  auto clone = m->register_forward_hook(blocks, [&](const HookContext& c, const at::Tensor& t) {
+    expected[c.point] = t.flatten(0, 1).clone();
+  });
+  auto w = m->register_forward_hook(blocks, writer);
+  m->forward(b);
+  clone.remove();
+  w.remove();
+  ASSERT_EQ(expected.size(), 6u);
+
+  CaptureOptions o{{blocks}};
+  o.fingerprint = false;
+  SafeCapturer cap(*m, o);
+  std::map<std::string, at::Tensor> naive;
+  auto keep = m->register_forward_hook(
+      blocks, [&](const HookContext& c, const at::Tensor& t) { naive[c.point] = t; });
+  w = m->register_forward_hook(blocks, writer);
   cap.run(b);
+  keep.remove();
+  EXPECT_GT(m->device_stats().front().slot_reuses, 0);  // the arena handed slots out again
+  for (const auto& [name, want] : expected) {
+    EXPECT_FALSE(at::equal(naive.at(name).flatten(0, 1), want))
+        << name << ": the kept tensor still holds the truth, so nothing wrote over it";
+    EXPECT_TRUE(at::equal(cap.get(name, 0), want)) << name;
+  }
+  // A second, different batch through the same slots and the same writer: the first capture stays.
   cap.run(batch(*m, 1));
-  for (const auto& [name, t] : expected) EXPECT_TRUE(at::equal(cap.get(name, 0), t)) << name;
+  w.remove();
+  for (const auto& [name, want] : expected) EXPECT_TRUE(at::equal(cap.get(name, 0), want)) << name;
 }
 
 TEST(Hazards, H3_SnapshotIsCompleteAndOnTheStableDeviceWhenTheHookReturns) {
@@ -176,15 +237,75 @@ TEST(Hazards, H3_SnapshotIsCompleteAndOnTheStableDeviceWhenTheHookReturns) {
   EXPECT_FALSE(at::equal(cap.get("transformer.h.3"), at::full_like(cap.get("transformer.h.3"), 7)));
 }
 
-TEST(Hazards, H4_DamagedTransferStopsTheCapture) {
+// A transfer damaged on every copy stops the capture with an error naming the link (and the stage
+// that would have read the damaged state); one damaged once is repaired by the host-staged retry.
+// Fails without the defence: checked (session 5) by (a) dropping the device pair from the message
+// in transfer.cpp and (b) turning verification off (verify_transfers = false): both fail this test.
+TEST(Hazards, H4_DamagedTransferStopsTheCaptureNamingTheLink) {
   auto m = model("qwen2", 6);
   Batch b = batch(*m);
   split(*m, 3, b);
-  SafeCapturer cap(*m, CaptureOptions{{"**"}});
+  std::vector<DeviceId> placement;
+  std::string into;  // the stage that reads what crosses cpu:0 -> cpu:1
+  for (size_t i = 0; i < m->stages().size(); ++i) {
+    placement.push_back(m->stage_device(i));
+    if (i > 0 && placement[i - 1] == DeviceId::virtual_cpu(0) &&
+        placement[i] == DeviceId::virtual_cpu(1))
+      into = m->stage_modules()[i].front();
+  }
+  ASSERT_FALSE(into.empty());
+  auto expected = truth(*m, b);
   auto& faults = process_faults();
-  faults = parse_faults("transfer:cpu:0->cpu:1:zeros");
-  EXPECT_THROW(cap.run(b), RunError);
+  std::string message;
+  {
+    SafeCapturer cap(*m, CaptureOptions{{"**"}});
+    faults = parse_faults("transfer:cpu:0->cpu:1:zeros");
+    try {
+      cap.run(b);
+    } catch (const RunError& e) {
+      message = e.what();
+    }
+  }
+  const int64_t fired = faults.at(0).fired;
   faults.clear();
+  EXPECT_THAT(message, HasSubstr("into " + into + " from cpu:0 to cpu:1 arrived corrupted"));
+  EXPECT_THAT(message, HasSubstr("even after a retry"));
+  EXPECT_THAT(message, HasSubstr("actcap doctor --devices cpu:0,cpu:1"));
+  EXPECT_EQ(fired, 2);  // the direct copy and the host-staged retry were both damaged
+  EXPECT_EQ(m->transfer_stats().injected, 2);
+  EXPECT_EQ(m->transfer_stats().retried, 0);
+
+  // Damaged once: the retry repairs it, the capture is the truth, and the counters say so.
+  const ExecutionOptions same = m->placement();
+  m->place(same);  // fresh counters
+  SafeCapturer cap(*m, CaptureOptions{{"**"}});
+  faults = parse_faults("transfer:cpu:0->cpu:1:zeros-once");
+  EXPECT_NO_THROW(cap.run(b));
+  faults.clear();
+  EXPECT_EQ(m->transfer_stats().injected, 1);
+  EXPECT_EQ(m->transfer_stats().retried, 1);
+  for (const auto& [name, t] : expected) EXPECT_TRUE(at::equal(cap.get(name), t)) << name;
+
+  // A fault on a link this placement never crosses could never fire: an input error naming it.
+  EXPECT_NO_THROW(check_fault_links(parse_faults("transfer:cpu:1->cpu:2:bitflip"), placement));
+  try {
+    check_fault_links(parse_faults("transfer:cpu:0->cpu:1:zeros;transfer:cpu:1->cpu:0:zeros"),
+                      placement);
+    ADD_FAILURE() << "cpu:1->cpu:0 is not crossed";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("link cpu:1->cpu:0 is not crossed"));
+    EXPECT_THAT(e.what(), HasSubstr("links crossed: cpu:0->cpu:1, cpu:1->cpu:2"));
+  }
+  EXPECT_THAT(
+      [&] {
+        try {
+          check_fault_links(parse_faults("transfer:cpu:0->cpu:1:zeros"), {DeviceId::cpu()});
+        } catch (const InputError& e) {
+          return std::string(e.what());
+        }
+        return std::string();
+      }(),
+      HasSubstr("it crosses no link (every stage is on cpu)"));
 }
 
 TEST(Hazards, H5_HeavyCaptureLeavesLogitsBitIdentical) {
@@ -211,6 +332,20 @@ TEST(Hazards, H6_SilentMissesAreErrorsAndRepeatedCallsAreAllKept) {
       at::equal(cap.get("transformer.h.1", 0), cap.get("transformer.h.1", 1).slice(0, 0, 11)));
   EXPECT_EQ(cap.get("transformer.h.1").size(0), 11 + 13);  // both calls, in order
   EXPECT_THROW(cap.get("transformer.h.1", 2), RunError);
+
+  // A planned point that never fires in a forward is a RunError naming it, not a silent gap.
+  // Fails without the defence: checked (session 5) by removing the never-fired check from
+  // SafeCapturer::run: the run then returned normally with transformer.h.2 missing.
+  SafeCapturer partial(*m, CaptureOptions{{"transformer.h.0", "transformer.h.2"}});
+  ASSERT_EQ(partial.plan().at(1).name, "transformer.h.2");
+  SafeCapturerTestPeer::detach(partial, 1);
+  try {
+    partial.run(batch(*m));
+    ADD_FAILURE() << "a planned point that never fired was not reported";
+  } catch (const RunError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("hook point 'transformer.h.2' never fired"));
+    EXPECT_THAT(e.what(), Not(HasSubstr("transformer.h.0")));
+  }
 }
 
 TEST(Hazards, H7_DamageAfterCaptureIsCaughtOnReadAndOnDisk) {

@@ -1,3 +1,4 @@
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <map>
@@ -233,6 +234,69 @@ TEST(Model, HalfPrecisionWeightsAreUpcast) {
   EXPECT_FALSE(at::equal(a, b));
 }
 
+// `:input` points are observed by pre-hooks; one that keeps its tensor (or a view) is caught like
+// an output hook. warn mode finishes the run and says which point, once per point and model.
+//
+// Fails without the defence: checked (session 5) by (a) running the guard only for output hooks
+// (skipping it when is_input in run_hooks): the :input keepers were not caught; (b) deleting the
+// warning's std::cerr line in module.cpp: warn mode printed nothing; (c) going back to one
+// process-wide set of warned points: the second model printed nothing.
+TEST(BareRefGuard, InputHooksAreCaughtAndWarnModeWarnsNamingThePoint) {
+  auto m = Model::load("demo");
+  Batch batch = batch_of(*m, {{1, 2, 3, 4}, {5, 6}});
+  for (const char* point :
+       {"transformer.h.1:input", "transformer.h.2.mlp.c_fc:input", "transformer.ln_f:input"}) {
+    for (bool view : {false, true}) {
+      at::Tensor kept;
+      auto h = m->register_forward_hook(point, [&](const HookContext&, const at::Tensor& t) {
+        kept = view ? t.slice(1, 0, 1) : t;
+      });
+      try {
+        m->forward(batch);
+        ADD_FAILURE() << point << (view ? " (view)" : "") << " not caught";
+      } catch (const RunError& e) {
+        EXPECT_THAT(e.what(), ::testing::HasSubstr(std::string("hook on point '") + point + "'"));
+        EXPECT_THAT(e.what(), ::testing::HasSubstr("clone()"));
+      }
+      h.remove();
+    }
+  }
+
+  auto warned = [](Model& model, const Batch& b, int forwards) {
+    ::testing::internal::CaptureStderr();
+    for (int i = 0; i < forwards; ++i) model.forward(b);
+    return ::testing::internal::GetCapturedStderr();
+  };
+  m->set_bare_ref_policy(BareRefPolicy::kWarn);
+  at::Tensor kept_out, kept_in;
+  auto out = m->register_forward_hook(
+      "transformer.h.3", [&](const HookContext&, const at::Tensor& t) { kept_out = t; });
+  auto in = m->register_forward_hook("transformer.h.0:input",
+                                     [&](const HookContext&, const at::Tensor& t) { kept_in = t; });
+  const std::string err = warned(*m, batch, 2);
+  const std::string line = "actcap: warning: hook on point '";
+  EXPECT_THAT(err, ::testing::HasSubstr(line + "transformer.h.3' kept a reference to the borrowed "
+                                               "tensor"));
+  EXPECT_THAT(err, ::testing::HasSubstr(line + "transformer.h.0:input' kept a reference"));
+  EXPECT_THAT(err, ::testing::HasSubstr("t.clone()"));
+  size_t lines = 0;
+  for (size_t at = err.find(line); at != std::string::npos; at = err.find(line, at + 1)) ++lines;
+  EXPECT_EQ(lines, 2u) << err;  // two forwards, two points: once per point
+  // Another model warns again: the once-per-point memory is the model's, not the process's.
+  auto other = Model::load("demo");
+  other->set_bare_ref_policy(BareRefPolicy::kWarn);
+  auto out2 = other->register_forward_hook(
+      "transformer.h.3", [&](const HookContext&, const at::Tensor& t) { kept_out = t; });
+  EXPECT_THAT(warned(*other, batch, 1), ::testing::HasSubstr(line + "transformer.h.3'"));
+  // off: silent
+  m->set_bare_ref_policy(BareRefPolicy::kOff);
+  other->set_bare_ref_policy(BareRefPolicy::kOff);
+  EXPECT_EQ(warned(*other, batch, 1), "");
+  out.remove();
+  in.remove();
+  out2.remove();
+}
+
 TEST(BareRefGuard, KeptHandleViewOrDetachIsCaughtAndCloneIsNot) {
   auto m = Model::load("demo");
   Batch batch = batch_of(*m, {{1, 2, 3, 4}});
@@ -261,13 +325,19 @@ TEST(BareRefGuard, KeptHandleViewOrDetachIsCaughtAndCloneIsNot) {
       "transformer.h.1", [&](const HookContext&, const at::Tensor& t) { copy = t.clone(); });
   EXPECT_NO_THROW(m->forward(batch));
   h.remove();
-  // warn and off let the run finish
+  // warn and off let the run finish; warn says so
+  // (InputHooksAreCaughtAndWarnModeWarnsNamingThePoint)
   for (BareRefPolicy p : {BareRefPolicy::kWarn, BareRefPolicy::kOff}) {
     m->set_bare_ref_policy(p);
     at::Tensor kept;
     auto h2 = m->register_forward_hook("transformer.h.1",
                                        [&](const HookContext&, const at::Tensor& t) { kept = t; });
+    ::testing::internal::CaptureStderr();
     EXPECT_NO_THROW(m->forward(batch));
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(err.find("hook on point 'transformer.h.1' kept a reference") != std::string::npos,
+              p == BareRefPolicy::kWarn)
+        << err;
     h2.remove();
   }
 }
