@@ -1,4 +1,4 @@
-// The seed's test suite and one test per hazard H1-H7 (PRODUCT.md §2). Each fails without its
+// The seed's test suite and one test per hazard H1-H7 (docs/safety.md). Each fails without its
 // defence: a capture that kept the borrowed tensor, skipped the fingerprint or read unverified.
 #include <c10/core/InferenceMode.h>
 #include <gmock/gmock.h>
