@@ -69,3 +69,22 @@ def test_single_bit_flips_across_the_header_each_fail_verify_naming_the_shard(fo
     missed = [at for at, rc, named in results if rc != 1 or not named]
     assert not missed, f"header bytes {missed} of {n} flipped without verify failing on {SHARD}"
     assert len(results) >= 50
+
+
+def test_resume_refuses_a_claimed_shard_whose_header_was_edited(tmp_path):
+    """--resume checks every claimed shard exactly as verify does, header included: a dtype edited
+    in the header of a shard the journal claims stops the resume (exit 1) naming that shard."""
+    (tmp_path / "in.txt").write_text("".join(f"document {i} is short but not empty\n" for i in range(40)))
+    args = ["extract", "demo", "--input", tmp_path / "in.txt", "--capture", "transformer.h.1",
+            "--shard-size", "4KiB", "--batch-size", "4", "--quiet", "--out", tmp_path / "o"]
+    p = run(*args, env={"ACTCAP_KILL_AT": "journal:2"})
+    assert p.returncode == -9, p.stderr
+    shard = tmp_path / "o" / "shard-00000.safetensors"
+    raw = bytearray(shard.read_bytes())
+    at = raw.index(b'"F32"')
+    raw[at:at + 5] = b'"I32"'
+    shard.write_bytes(bytes(raw))
+    p = run(*args, "--resume")
+    assert p.returncode == 1, p.stderr
+    line = p.stderr.strip().splitlines()[-1]
+    assert "shard-00000.safetensors" in line and "header" in line, line
