@@ -9,6 +9,22 @@
 
 namespace actcap::cli {
 
+namespace {
+const char* issue_kind_name(VerifyIssue::Kind k) {
+  switch (k) {
+    case VerifyIssue::Kind::kIncomplete:
+      return "incomplete";
+    case VerifyIssue::Kind::kManifest:
+      return "manifest";
+    case VerifyIssue::Kind::kJournal:
+      return "journal";
+    case VerifyIssue::Kind::kShard:
+      return "shard";
+  }
+  return "?";
+}
+}  // namespace
+
 Command add_verify(CLI::App& app) {
   auto* sub = app.add_subcommand("verify",
                                  "Re-hash every tensor of an output folder against its checksums");
@@ -24,7 +40,10 @@ Command add_verify(CLI::App& app) {
             if (o->json) {
               nlohmann::json issues = nlohmann::json::array();
               for (const auto& i : r.issues)
-                issues.push_back({{"file", i.file}, {"tensor", i.tensor}, {"problem", i.problem}});
+                issues.push_back({{"file", i.file},
+                                  {"tensor", i.tensor},
+                                  {"problem", i.problem},
+                                  {"kind", issue_kind_name(i.kind)}});
               std::cout << nlohmann::json({{"ok", r.ok()},
                                            {"shards", r.shards},
                                            {"tensors", r.tensors},

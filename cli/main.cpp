@@ -11,9 +11,11 @@
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <string>
 #include <thread>
 
+#include "actcap/diagnostics.h"
 #include "actcap/error.h"
 #include "common.h"
 
@@ -60,6 +62,40 @@ static void prefer_passive_openmp(int argc, char** argv) {
   ::execv("/proc/self/exe", argv);  // returns only on failure: then run with libgomp's defaults
 }
 
+// The CLI's spelling of the library settings an error names (actcap/error.h): its flags.
+std::string with_flags(const actcap::Error& e) {
+  static const std::map<std::string, std::string> kFlags = {
+      {"bare_ref", "--bare-ref"},
+      {"batch_size", "--batch-size"},
+      {"capture", "--capture"},
+      {"capture_budget", "--capture-budget"},
+      {"device_map", "--device-map"},
+      {"devices", "--devices"},
+      {"dtype", "--dtype"},
+      {"input", "--input"},
+      {"max_length", "--max-length"},
+      {"max_memory", "--max-memory"},
+      {"out", "--out"},
+      {"overwrite", "--overwrite"},
+      {"positions", "--positions"},
+      {"resume", "--resume"},
+      {"skip_bad_lines", "--skip-bad-lines"},
+      {"stride", "--stride"},
+  };
+  std::string flags;
+  for (const std::string& s : e.settings()) {
+    std::string flag;
+    if (s.rfind("doctor:", 0) == 0) {
+      flag = "actcap doctor --devices " + s.substr(7);
+    } else {
+      const auto it = kFlags.find(s);
+      flag = it == kFlags.end() ? s : it->second;
+    }
+    flags += (flags.empty() ? "" : ", ") + flag;
+  }
+  return one_line(e.what()) + (flags.empty() ? "" : " [" + flags + "]");
+}
+
 int main(int argc, char** argv) {
   prefer_passive_openmp(argc, argv);
   tune_allocator();
@@ -70,6 +106,9 @@ int main(int argc, char** argv) {
   const int n =
       threads ? std::atoi(threads) : static_cast<int>(std::thread::hardware_concurrency());
   if (n > 0) at::set_num_threads(n);
+  actcap::set_diagnostic_sink([](const std::string& message) {
+    std::cerr << "actcap: warning: " << one_line(message) << "\n";
+  });
   CLI::App app{
       "actcap: run Hugging Face transformers split across devices and capture verified "
       "activations"};
@@ -99,7 +138,7 @@ int main(int argc, char** argv) {
     for (auto& c : commands)
       if (c.app->parsed()) return c.run();
   } catch (const actcap::Error& e) {
-    std::cerr << "actcap: error: " << one_line(e.what()) << "\n";
+    std::cerr << "actcap: error: " << with_flags(e) << "\n";
     return e.exit_code();
   } catch (const c10::Error& e) {
     std::cerr << "actcap: error: " << one_line(e.what_without_backtrace()) << "\n";

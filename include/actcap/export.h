@@ -44,9 +44,16 @@ std::vector<ExportedTensor> export_run(const std::string& dir, const SafeCapture
 // (header_xxh3), the set of tensors, each tensor's dtype and shape against the manifest's points
 // and the shard's rows, its __metadata__, and every tensor's bytes.
 struct VerifyIssue {
+  enum class Kind {
+    kIncomplete,  // the run is not marked complete (what --resume continues from)
+    kManifest,    // the manifest itself: missing, unreadable, altered, malformed
+    kJournal,     // a journal line
+    kShard,       // a claimed shard: unreadable, header, a tensor's bytes
+  };
   std::string file;
   std::string tensor;  // empty when the problem is the file itself
   std::string problem;
+  Kind kind = Kind::kShard;
 };
 struct VerifyReport {
   int64_t shards = 0;

@@ -82,7 +82,7 @@ std::vector<ReproResult> run_repro(const std::vector<int>& device_counts) {
   const std::string pattern = "transformer.h.*";
   for (int n : device_counts) {
     if (n < 1 || n > 64)
-      throw InputError(concat("--devices: ", n, " is not a device count between 1 and 64"));
+      throw InputError(concat("device count ", n, " is not between 1 and 64"), {"devices"});
     auto m = repro_model();
     auto batches = repro_batches(*m);
     place_on(*m, n, batches.front());

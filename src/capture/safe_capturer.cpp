@@ -24,14 +24,16 @@ PositionSpec PositionSpec::parse(const std::string& text) {
   auto parse_int = [&](const std::string& s) -> int64_t {
     const std::optional<int64_t> v = parse_int64(s);
     if (!v)
-      throw InputError(concat("--positions: '", s, "' in '", text,
-                              "' is not an integer (all, first, last or ranges like 0:8,-4:)"));
+      throw InputError(concat("positions: '", s, "' in '", text,
+                              "' is not an integer (all, first, last or ranges like 0:8,-4:)"),
+                       {"positions"});
     return *v;
   };
   std::stringstream items(text);
   std::string item;
   while (std::getline(items, item, ',')) {
-    if (item.empty()) throw InputError(concat("--positions: empty item in '", text, "'"));
+    if (item.empty())
+      throw InputError(concat("positions: empty item in '", text, "'"), {"positions"});
     const size_t colon = item.find(':');
     Range r;
     if (colon == std::string::npos) {
@@ -45,7 +47,8 @@ PositionSpec PositionSpec::parse(const std::string& text) {
     } else {
       if (item.find(':', colon + 1) != std::string::npos)
         throw InputError(
-            concat("--positions: '", item, "' has more than one ':' (steps are not supported)"));
+            concat("positions: '", item, "' has more than one ':' (steps are not supported)"),
+            {"positions"});
       const std::string a = item.substr(0, colon), b = item.substr(colon + 1);
       if (!a.empty()) r.start = parse_int(a);
       if (!b.empty()) r.stop = parse_int(b);
@@ -79,12 +82,13 @@ std::optional<c10::ScalarType> parse_capture_dtype(const std::string& text) {
   if (text == "f32") return at::kFloat;
   if (text == "f16") return at::kHalf;
   if (text == "bf16") return at::kBFloat16;
-  throw InputError(concat("--dtype: '", text, "' is not one of keep, f32, f16, bf16"));
+  throw InputError(concat("capture dtype '", text, "' is not one of keep, f32, f16, bf16"),
+                   {"dtype"});
 }
 
 SafeCapturer::SafeCapturer(Model& model, CaptureOptions options)
     : model_(model), options_(std::move(options)) {
-  if (options_.patterns.empty()) throw InputError("no --capture pattern given");
+  if (options_.patterns.empty()) throw InputError("no capture pattern given", {"capture"});
   const std::vector<PointInfo> all = model_.points();
   std::set<std::string> chosen;
   for (const std::string& pattern : options_.patterns)
@@ -152,11 +156,12 @@ uint64_t SafeCapturer::check_budget(const Batch& batch) const {
 uint64_t SafeCapturer::check_rows(uint64_t rows) const {
   const uint64_t need = rows * static_cast<uint64_t>(bytes_per_token());
   if (options_.budget_bytes && need > *options_.budget_bytes)
-    throw InputError(concat(
-        "capturing ", plan_.size(), " points x ", rows, " tokens (", bytes_per_token(),
-        " bytes per token) needs ", format_bytes(need), ", over --capture-budget ",
-        format_bytes(*options_.budget_bytes),
-        "; capture fewer points, fewer --positions, a smaller --dtype, or raise the budget"));
+    throw InputError(concat("capturing ", plan_.size(), " points x ", rows, " tokens (",
+                            bytes_per_token(), " bytes per token) needs ", format_bytes(need),
+                            ", over the capture budget of ", format_bytes(*options_.budget_bytes),
+                            "; capture fewer points or positions, store a smaller dtype, or raise "
+                            "the budget"),
+                     {"capture_budget", "positions", "dtype"});
   return need;
 }
 

@@ -423,8 +423,9 @@ std::vector<DeviceId> explicit_assignment(const PlanRequest& req, std::vector<De
       std::vector<std::string> listed;
       for (const auto& d : devices) listed.push_back(d.str());
       throw InputError(concat(missing.size() == 1 ? "device " : "devices ", list_names(missing),
-                              missing.size() == 1 ? " is" : " are", " not in --devices (",
-                              list_names(listed), ")"));
+                              missing.size() == 1 ? " is" : " are",
+                              " not among the devices to plan on (", list_names(listed), ")"),
+                       {"devices", "device_map"});
     }
   }
   return stage_device;
@@ -496,7 +497,7 @@ DevicePlan plan_devices(const PlanRequest& request) {
   }
 
   if (request.devices.empty())
-    throw InputError("no devices to plan on; list at least one device (e.g. --devices cpu)");
+    throw InputError("no devices to plan on; list at least one device (e.g. cpu)", {"devices"});
   Planner p(request);
   const char* name = strategy_name(request.strategy);
   std::optional<std::vector<size_t>> cuts;
@@ -526,12 +527,14 @@ DevicePlan plan_devices(const PlanRequest& request) {
 nlohmann::json load_device_map(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))
-    throw InputError(concat("--device-map: cannot read ", path,
-                            " (expected auto, balanced, sequential or a JSON file)"));
+    throw InputError(concat("device map: cannot read ", path,
+                            " (expected auto, balanced, sequential or a JSON file)"),
+                     {"device_map"});
   try {
     return nlohmann::json::parse(read_text_file(path, kMaxConfigBytes, "device map"));
   } catch (const nlohmann::json::exception& e) {
-    throw InputError(concat("--device-map ", path, ": not valid JSON (", e.what(), ")"));
+    throw InputError(concat("device map ", path, ": not valid JSON (", e.what(), ")"),
+                     {"device_map"});
   }
 }
 

@@ -72,15 +72,16 @@ void check_fault_links(const std::vector<TransferFault>& faults,
     std::string there;
     for (const auto& [a, b] : links)
       there += concat(there.empty() ? "" : ", ", a.str(), "->", b.str());
-    throw InputError(concat(
-        "ACTCAP_FAULT: link ", f.src.str(), "->", f.dst.str(),
-        " is not crossed by this run, so the fault could never fire; ",
-        links.empty()
-            ? concat("it crosses no link (every stage is on ",
-                     stage_device.empty() ? std::string("one device") : stage_device.front().str(),
-                     "): split it with --devices")
-            : concat("links crossed: ", there,
-                     " (name one of them, or change --devices / --device-map)")));
+    throw InputError(
+        concat("ACTCAP_FAULT: link ", f.src.str(), "->", f.dst.str(),
+               " is not crossed by this run, so the fault could never fire; ",
+               links.empty() ? concat("it crosses no link (every stage is on ",
+                                      stage_device.empty() ? std::string("one device")
+                                                           : stage_device.front().str(),
+                                      "): split it over more devices")
+                             : concat("links crossed: ", there,
+                                      " (name one of them, or change the devices or device map)")),
+        {"devices", "device_map"});
   }
 }
 
@@ -135,11 +136,11 @@ void transfer(const TransferRequest& req, std::vector<TransferFault>& faults,
     ++stats.retried;
     return;
   }
-  throw RunError(concat(
-      "transfer of the hidden state into ", req.into, " from ", req.from.str(), " to ",
-      req.to.str(), " arrived corrupted (checksum ", hex64(got), ", expected ", hex64(want),
-      ") even after a retry through host memory; check the link with `actcap doctor --devices ",
-      req.from.str(), ",", req.to.str(), "`"));
+  throw RunError(
+      concat("transfer of the hidden state into ", req.into, " from ", req.from.str(), " to ",
+             req.to.str(), " arrived corrupted (checksum ", hex64(got), ", expected ", hex64(want),
+             ") even after a retry through host memory; check the link"),
+      {"doctor:" + req.from.str() + "," + req.to.str()});
 }
 
 }  // namespace actcap

@@ -26,12 +26,12 @@ CorpusReader::CorpusReader(const std::string& path, const Tokenizer* tokenizer, 
       vocab_size_(vocab_size),
       skip_bad_(skip_bad_lines),
       jsonl_(ends_with(path, ".jsonl")) {
-  if (!in_) throw InputError(concat("--input ", path, ": cannot be read"));
+  if (!in_) throw InputError(concat("input ", path, " cannot be read"), {"input"});
   if (!jsonl_ && !tokenizer_)
-    throw InputError(
-        concat("--input ", path,
-               ": a .txt corpus needs a tokenizer and the model has no tokenizer.json; "
-               "give a .jsonl file with \"input_ids\""));
+    throw InputError(concat("input ", path,
+                            ": a .txt corpus needs a tokenizer and the model has no "
+                            "tokenizer.json; give a .jsonl file with \"input_ids\""),
+                     {"input"});
 }
 
 bool CorpusReader::parse(const std::string& text, Document& doc) {
@@ -73,8 +73,9 @@ bool CorpusReader::parse(const std::string& text, Document& doc) {
                        vocab_size_, ")");
   if (problem.empty()) return true;
   if (!skip_bad_)
-    throw InputError(concat(path_, ":", line_ + 1, ": line ", problem,
-                            " (pass --skip-bad-lines to skip such lines)"));
+    throw InputError(
+        concat(path_, ":", line_ + 1, ": line ", problem, " (bad lines can be skipped)"),
+        {"skip_bad_lines"});
   ++skipped_;
   return false;
 }
@@ -87,24 +88,24 @@ bool CorpusReader::next(Document& doc) {
     doc.line = line_;
     if (parse(text, doc) && !doc.ids.empty()) return true;
   }
-  if (in_.bad()) throw RunError(concat("--input ", path_, ": read error at line ", line_ + 1));
+  if (in_.bad())
+    throw RunError(concat("input ", path_, ": read error at line ", line_ + 1), {"input"});
   return false;
 }
 
 int64_t CorpusReader::count_documents(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(concat("--input ", path, ": cannot be read"));
+  if (!in) throw InputError(concat("input ", path, " cannot be read"), {"input"});
   int64_t n = 0;
   std::string text;
   int64_t line = 0;
-  while (read_line_bounded(in, text, kMaxLineBytes, concat("--input ", path), ++line))
-    n += !blank(text);
+  while (read_line_bounded(in, text, kMaxLineBytes, path, ++line)) n += !blank(text);
   return n;
 }
 
 std::string CorpusReader::fingerprint(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(concat("--input ", path, ": cannot be read"));
+  if (!in) throw InputError(concat("input ", path, " cannot be read"), {"input"});
   XXH3_state_t* st = XXH3_createState();
   XXH3_64bits_reset(st);
   std::vector<char> buf(1 << 20);

@@ -123,7 +123,8 @@ ShardContents assemble_shard(int64_t index, const std::vector<PointInfo>& plan,
         throw RunError(concat(file, ": the assembled rows of '", plan[k].name, "' (batch ", batch,
                               " of the shard) differ from the verified snapshot they were copied "
                               "from; the shard was not written (check the machine's memory, then "
-                              "--resume)"));
+                              "resume the run)"),
+                       {"resume"});
       offset += rows;
       ++batch;
     }
@@ -249,13 +250,15 @@ json read_manifest(const std::string& dir) {
   const std::string path = (fs::path(dir) / kManifestName).string();
   std::error_code ec;
   if (!fs::exists(path, ec))
-    throw InputError(concat("--resume: ", dir, " has no manifest.json to resume from"));
+    throw InputError(concat("cannot resume: ", dir, " has no manifest.json to resume from"),
+                     {"resume"});
   json m;
   try {
     m = json::parse(read_text_file(path, kMaxManifestBytes, "manifest"));
   } catch (const json::exception& e) {
     throw InputError(
-        concat("--resume: ", dir, "/manifest.json is not valid JSON (", e.what(), ")"));
+        concat("cannot resume: ", dir, "/manifest.json is not valid JSON (", e.what(), ")"),
+        {"resume"});
   }
   // The fields resuming reads, with their types, before anything reads them.
   const char* wrong =
@@ -267,8 +270,9 @@ json read_manifest(const std::string& dir) {
       : !m.contains("complete") || !m["complete"].is_boolean() ? "no completion state"
                                                                : nullptr;
   if (wrong)
-    throw InputError(concat("--resume: ", path, " is not an actcap extract manifest (", wrong,
-                            "); use --overwrite to start again"));
+    throw InputError(concat("cannot resume: ", path, " is not an actcap extract manifest (", wrong,
+                            "); overwrite it to start again"),
+                     {"resume", "overwrite"});
   return m;
 }
 
@@ -280,17 +284,21 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
   const int64_t context = model.config().max_positions();
   const int64_t max_len = o.max_length > 0 ? o.max_length : context;
   if (max_len > context)
-    throw InputError(concat("--max-length ", max_len, " exceeds the model's context of ", context));
+    throw InputError(concat("max length ", max_len, " exceeds the model's context of ", context),
+                     {"max_length"});
   if (o.stride < 0 || o.stride > max_len)
     throw InputError(
-        concat("--stride ", o.stride, " must be between 1 and --max-length (", max_len, ")"));
-  if (o.batch_size <= 0) throw InputError("--batch-size must be positive");
-  if (o.resume && o.overwrite) throw InputError("--resume and --overwrite exclude each other");
+        concat("stride ", o.stride, " must be between 1 and the max length (", max_len, ")"),
+        {"stride", "max_length"});
+  if (o.batch_size <= 0) throw InputError("batch size must be positive", {"batch_size"});
+  if (o.resume && o.overwrite)
+    throw InputError("resuming and overwriting exclude each other", {"resume", "overwrite"});
   check_fault_environment();
 
   CorpusReader reader(o.input, tokenizer, model.config().vocab_size(), o.skip_bad_lines);
   const int64_t total_docs = CorpusReader::count_documents(o.input);
-  if (total_docs == 0) throw InputError(concat("--input ", o.input, " holds no documents"));
+  if (total_docs == 0)
+    throw InputError(concat("input ", o.input, " holds no documents"), {"input"});
 
   std::unique_ptr<SafeCapturer> cap;
   if (!o.forward_only) cap = std::make_unique<SafeCapturer>(model, o.capture);
@@ -316,29 +324,34 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
                            : std::string(key) == "points"   ? points
                                                             : input;
         if (manifest.value(key, json()) != want)
-          throw InputError(concat("--resume: ", key, " differ from the run in ", o.out, " (",
+          throw InputError(concat("cannot resume: ", key, " differ from the run in ", o.out, " (",
                                   manifest.value(key, json()).dump(), " there, ", want.dump(),
-                                  " now); use --overwrite to start again"));
+                                  " now); overwrite it to start again"),
+                           {"resume", "overwrite"});
       }
       if (manifest["model"].value("fingerprint", "") != model.fingerprint())
-        throw InputError(concat("--resume: ", o.out,
-                                " was written from other weights; use --overwrite to start again"));
+        throw InputError(concat("cannot resume: ", o.out,
+                                " was written from other weights; overwrite it to start again"),
+                         {"resume", "overwrite"});
       // Keep exactly the shards the manifest (and its journal) claims, after checking them all;
       // drop anything else.
       VerifyReport check = verify_output(o.out);
       for (const VerifyIssue& i : check.issues)
-        if (i.problem.find("not marked complete") == std::string::npos)
-          throw RunError(concat("--resume: ", o.out, "/", i.file,
-                                (i.tensor.empty() ? "" : " " + i.tensor), ": ", i.problem));
+        if (i.kind != VerifyIssue::Kind::kIncomplete)
+          throw RunError(concat("cannot resume: ", o.out, "/", i.file,
+                                (i.tensor.empty() ? "" : " " + i.tensor), ": ", i.problem),
+                         {"resume"});
       manifest["shards"] = check.claimed;
       std::set<std::string> claimed;
       int64_t rows = 0;
       for (const json& s : manifest["shards"]) {
         if (!s.contains("last_line") || !s["last_line"].is_number_integer() ||
             !s.contains("rows") || !s["rows"].is_number_integer())
-          throw InputError(concat("--resume: shard entry ", s.value("file", "?"), " in ", o.out,
-                                  " has no integer rows/last_line: not written by extract; use "
-                                  "--overwrite to start again"));
+          throw InputError(
+              concat("cannot resume: shard entry ", s.value("file", "?"), " in ", o.out,
+                     " has no integer rows/last_line: not written by extract; "
+                     "overwrite it to start again"),
+              {"resume", "overwrite"});
         claimed.insert(s["file"].get<std::string>());
         resume_after = s["last_line"].get<int64_t>();
         rows += s["rows"].get<int64_t>();
@@ -369,7 +382,8 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
     std::optional<ShardSchema> schema = shard_schema(manifest, problem);
     if (!schema)
       throw InputError(
-          concat(o.out, "/", kManifestName, " ", problem, "; use --overwrite to start again"));
+          concat(o.out, "/", kManifestName, " ", problem, "; overwrite it to start again"),
+          {"overwrite"});
     writer = std::make_unique<ShardWriter>(o.out, manifest, std::move(*schema),
                                            static_cast<size_t>(o.queue_shards));
   }
@@ -398,9 +412,10 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
       }
       const int64_t len = static_cast<int64_t>(doc.ids.size());
       if (len > max_len && o.stride == 0)
-        throw InputError(concat(
-            o.input, ":", doc.line + 1, ": document has ", len, " tokens, over --max-length ",
-            max_len, "; pass --stride N to cut long documents into overlapping windows"));
+        throw InputError(concat(o.input, ":", doc.line + 1, ": document has ", len,
+                                " tokens, over the max length of ", max_len,
+                                "; set a stride to cut long documents into overlapping windows"),
+                         {"max_length", "stride"});
       const std::vector<int64_t> keep = o.capture.positions.select(len);
       int64_t covered = 0;
       for (int64_t start = 0;; start += o.stride) {

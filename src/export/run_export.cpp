@@ -26,11 +26,12 @@ bool is_output_file(const std::string& name) {
 void prepare_output_dir(const std::string& dir, bool overwrite) {
   std::error_code ec;
   if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
-    throw InputError(concat("--out ", dir, " exists and is not a directory"));
+    throw InputError(concat("output folder ", dir, " exists and is not a folder"), {"out"});
   if (fs::exists(dir, ec) && !fs::is_empty(dir, ec)) {
     if (!overwrite)
       throw InputError(
-          concat("--out ", dir, " is not empty; pass --overwrite to replace its contents"));
+          concat("output folder ", dir, " is not empty; allow overwriting to replace its contents"),
+          {"out", "overwrite"});
     // Manifest first: from this moment nothing in the folder claims to be complete.
     fs::remove(fs::path(dir) / kManifestName, ec);
     for (const auto& entry : fs::directory_iterator(dir, ec))
@@ -38,7 +39,8 @@ void prepare_output_dir(const std::string& dir, bool overwrite) {
         fs::remove(entry.path(), ec);
   }
   fs::create_directories(dir, ec);
-  if (ec) throw InputError(concat("cannot create --out ", dir, ": ", ec.message()));
+  if (ec)
+    throw InputError(concat("cannot create output folder ", dir, ": ", ec.message()), {"out"});
 }
 
 std::vector<ExportedTensor> export_run(const std::string& dir, const SafeCapturer& capturer,

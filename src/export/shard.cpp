@@ -122,7 +122,8 @@ json write_checked_shard(const std::string& dir, int64_t index, const ShardConte
     const VerifyIssue& p = problems.front();
     throw RunError(concat(path, " does not read back as written: ",
                           p.tensor.empty() ? "" : concat("tensor ", p.tensor, ": "), p.problem,
-                          " (removed it; check the disk, then run again or --resume)"));
+                          " (removed it; check the disk, then run again or resume)"),
+                   {"resume"});
   }
   return entry;
 }

@@ -38,7 +38,10 @@ VerifyReport verify_output(const std::string& dir) {
   VerifyReport r;
   const std::string manifest_path = (fs::path(dir) / kManifestName).string();
   auto issue = [&](const std::string& file, const std::string& tensor, const std::string& problem) {
-    r.issues.push_back({file, tensor, problem});
+    const VerifyIssue::Kind kind = file == kManifestName  ? VerifyIssue::Kind::kManifest
+                                   : file == kJournalName ? VerifyIssue::Kind::kJournal
+                                                          : VerifyIssue::Kind::kShard;
+    r.issues.push_back({file, tensor, problem, kind});
   };
   json manifest;
   if (!fs::exists(manifest_path, ec)) {
@@ -66,7 +69,9 @@ VerifyReport verify_output(const std::string& dir) {
             "contents do not match manifest_checksum (the manifest was altered)");
   }
   const bool complete = manifest.contains("complete") && manifest["complete"] == true;
-  if (!complete) issue(kManifestName, "", "run is not marked complete");
+  if (!complete)
+    r.issues.push_back(
+        {kManifestName, "", "run is not marked complete", VerifyIssue::Kind::kIncomplete});
   if (!manifest.contains("shards") || !manifest["shards"].is_array()) {
     issue(kManifestName, "", "has no shard list");
     return r;

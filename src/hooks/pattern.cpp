@@ -97,7 +97,8 @@ BareRefPolicy parse_bare_ref_policy(const std::string& text) {
   if (text == "error") return BareRefPolicy::kError;
   if (text == "warn") return BareRefPolicy::kWarn;
   if (text == "off") return BareRefPolicy::kOff;
-  throw InputError(concat("--bare-ref: '", text, "' is not one of error, warn, off"));
+  throw InputError(concat("bare-reference policy '", text, "' is not one of error, warn, off"),
+                   {"bare_ref"});
 }
 
 bool match_point(const std::string& pattern, const std::string& name) {

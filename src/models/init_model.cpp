@@ -14,7 +14,7 @@ ModelConfig preset_config(const std::string& arch, const std::string& preset) {
     throw InputError(concat("unknown preset '", preset, "'; supported: tiny, small, gpt2-small"));
   ModelConfig c;
   c.model_type = arch;
-  c.arch = parse_arch(arch, "--arch");
+  c.arch = parse_arch(arch, "architecture");
   if (c.arch == Arch::kGpt2) {
     Gpt2Config& g = c.gpt2;
     if (preset == "tiny") {
@@ -62,7 +62,8 @@ InitModelResult init_model(const std::string& dir, const InitModelOptions& o) {
   else if (o.dtype == "bf16")
     dtype = at::kBFloat16, torch_dtype = "bfloat16";
   else
-    throw InputError(concat("unknown --dtype '", o.dtype, "'; supported: f32, f16, bf16"));
+    throw InputError(concat("unknown weight dtype '", o.dtype, "'; supported: f32, f16, bf16"),
+                     {"dtype"});
 
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);

@@ -251,7 +251,8 @@ void Model::place(const ExecutionOptions& options) {
     if (b != options.budgets.end() && bytes > b->second)
       throw RunError(concat("weights placed on ", d.str(), " take ", format_bytes(bytes),
                             ", over its budget of ", format_bytes(b->second),
-                            "; raise --max-memory for ", d.str(), " or use more devices"));
+                            "; raise the memory budget of ", d.str(), " or use more devices"),
+                     {"max_memory", "devices"});
   }
   im.exec = options;
   im.stage_device = devs;
@@ -396,11 +397,12 @@ at::Tensor Model::forward(const Batch& batch, Logits logits) {
       im.peak_bytes[d] = std::max(im.peak_bytes[d], used);
       auto budget = im.exec.budgets.find(d);
       if (budget != im.exec.budgets.end() && used > budget->second)
-        throw RunError(concat(d.str(), " ran out of its memory budget at ", stages_[i]->name(),
-                              ": weights ", format_bytes(im.weight_bytes[d]),
-                              " + activation arena ", format_bytes(arena.bytes()), " > ",
-                              format_bytes(budget->second),
-                              "; raise --max-memory for it or run smaller batches"));
+        throw RunError(
+            concat(d.str(), " ran out of its memory budget at ", stages_[i]->name(), ": weights ",
+                   format_bytes(im.weight_bytes[d]), " + activation arena ",
+                   format_bytes(arena.bytes()), " > ", format_bytes(budget->second),
+                   "; raise its memory budget or run smaller batches"),
+            {"max_memory"});
     }
     h = stages_[i]->call(h, st);
     st.stage_out = at::Tensor();

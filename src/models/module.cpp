@@ -1,10 +1,10 @@
 #include "models/module.h"
 
 #include <algorithm>
-#include <iostream>
 #include <limits>
 #include <set>
 
+#include "actcap/diagnostics.h"
 #include "actcap/error.h"
 
 namespace actcap {
@@ -74,8 +74,9 @@ namespace {
       concat("hook on point '", point,
              "' kept a reference to the borrowed tensor (the tensor itself, a view or a detach()); "
              "actcap reuses that memory for later layers, so the kept value would silently change. "
-             "Copy inside the hook with t.clone() (or use SafeCapturer); --bare-ref=warn|off to "
-             "override"));
+             "Copy inside the hook with t.clone() (or use SafeCapturer), or set the bare-reference "
+             "policy to warn or off"),
+      {"bare_ref"});
 }
 
 void run_hooks(std::vector<HookEntry>& entries, const std::string& point, bool is_input,
@@ -109,9 +110,9 @@ void run_hooks(std::vector<HookEntry>& entries, const std::string& point, bool i
          (t.has_storage() && t.storage().use_count() > storage_uses))) {
       if (st.bare_ref == BareRefPolicy::kError) bare_ref_error(point);
       if (!st.bare_ref_warned || st.bare_ref_warned->insert(point).second)
-        std::cerr << "actcap: warning: hook on point '" << point
-                  << "' kept a reference to the borrowed tensor; its value will change when the "
-                     "memory is reused: copy inside the hook with t.clone()\n";
+        warn(concat("hook on point '", point,
+                    "' kept a reference to the borrowed tensor; its value will change when the "
+                    "memory is reused: copy inside the hook with t.clone()"));
     }
   }
 }

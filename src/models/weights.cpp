@@ -1,9 +1,9 @@
 #include "models/weights.h"
 
 #include <cmath>
-#include <iostream>
 #include <set>
 
+#include "actcap/diagnostics.h"
 #include "actcap/error.h"
 
 namespace actcap {
@@ -138,8 +138,7 @@ std::map<std::string, at::Tensor> load_weights(const WeightPlan& plan,
     std::string list;
     for (size_t i = 0; i < unused.size() && i < 5; ++i) list += (i ? ", " : "") + unused[i];
     if (unused.size() > 5) list += concat(", ... (", unused.size(), " in all)");
-    std::cerr << "actcap: warning: " << origin
-              << ": ignoring tensors the model does not use: " << list << "\n";
+    warn(concat(origin, ": ignoring tensors the model does not use: ", list));
   }
   return out;
 }

@@ -307,11 +307,11 @@ TEST(Planner, ExplicitErrors) {
 
   r.explicit_map = {{"model.layers", "cuda:3"}};
   e = plan_error(r);
-  EXPECT_TRUE(has(e, "device cuda:3 is not in --devices")) << e;
+  EXPECT_TRUE(has(e, "device cuda:3 is not among the devices to plan on")) << e;
 
   r.explicit_map = {{"model.layers", 1}};  // accelerate's integer = cuda:1
   e = plan_error(r);
-  EXPECT_TRUE(has(e, "cuda:1 is not in --devices")) << e;
+  EXPECT_TRUE(has(e, "cuda:1 is not among the devices to plan on")) << e;
 
   r.explicit_map = {{"model.layers", "disk"}};
   e = plan_error(r);
