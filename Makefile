@@ -31,6 +31,12 @@ build: deps $(BUILD)/CMakeCache.txt
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	@echo "== examples/embed.cpp against the installed package (find_package(actcap))"
+	rm -rf $(BUILD)/install $(BUILD)/example-installed
+	cmake --install $(BUILD) --prefix $(abspath $(BUILD))/install > /dev/null
+	cmake -S examples -B $(BUILD)/example-installed -DCMAKE_PREFIX_PATH=$(abspath $(BUILD))/install > /dev/null
+	cmake --build $(BUILD)/example-installed -j $(JOBS)
+	$(BUILD)/example-installed/embed $(BUILD)/example-installed/out
 	ACTCAP=$(abspath $(BUILD))/actcap $(PY) -m pytest -q tests/python tests/integration
 
 demo: build

@@ -82,7 +82,7 @@ Command add_bench(CLI::App& app) {
             copts.fingerprint = !o->no_fingerprint;
             std::unique_ptr<SafeCapturer> cap;
             if (!o->capture.empty()) cap = std::make_unique<SafeCapturer>(*model, copts);
-            apply_devices(*model, o->dev, o->batch, o->seq,
+            split_model(*model, split_options(o->dev), o->batch, o->seq,
                           cap ? cap->plan() : std::vector<PointInfo>{});
             const size_t points = cap ? cap->plan().size() : 0;
             const BareRefPolicy policy = parse_bare_ref_policy(o->bare_ref);

@@ -130,8 +130,8 @@ Command add_extract(CLI::App& app) {
             x.forward_only = o->forward_only;
             const int64_t len = x.max_length > 0 ? x.max_length : model->config().max_positions();
             std::vector<PointInfo> plan;
-            if (!o->forward_only) plan = SafeCapturer(*model, x.capture).plan();
-            apply_devices(*model, o->dev, x.batch_size, len, plan, Model::Logits::kSkipIfUnhooked);
+            if (!o->forward_only) plan = plan_capture(*model, x.capture);
+            split_model(*model, split_options(o->dev), x.batch_size, len, plan, Model::Logits::kSkipIfUnhooked);
             ProgressPrinter printer(o->quiet);
             ExtractResult r = run_extract(*model, tokenizer.get(), x, std::ref(printer));
             printer.done();

@@ -30,10 +30,10 @@ Command add_plan(CLI::App& app) {
             const int64_t seq = o->seq > 0 ? o->seq : model->config().max_positions();
             std::vector<PointInfo> capture;
             if (!o->capture.empty())
-              capture = SafeCapturer(*model, CaptureOptions{o->capture}).plan();
+              capture = plan_capture(*model, CaptureOptions{o->capture});
             // With --capture this is the plan run/extract use, which skip an uncaptured lm_head.
-            DevicePlan plan = plan_for(
-                *model, o->dev, o->batch, seq, capture,
+            DevicePlan plan = plan_split(
+                *model, split_options(o->dev), o->batch, seq, capture,
                 o->capture.empty() ? Model::Logits::kCompute : Model::Logits::kSkipIfUnhooked);
             if (o->json) {
               auto j = plan.to_json();

@@ -77,7 +77,7 @@ Command add_run(CLI::App& app) {
             if (!o->capture_budget.empty()) copts.budget_bytes = parse_bytes(o->capture_budget);
             SafeCapturer capturer(*model, copts);
             const uint64_t need = capturer.check_budget(batch);
-            apply_devices(*model, o->dev, batch.size(), batch.max_len(), capturer.plan(),
+            split_model(*model, split_options(o->dev), batch.size(), batch.max_len(), capturer.plan(),
                           Model::Logits::kSkipIfUnhooked);
             prepare_output_dir(o->out, o->overwrite);
             capturer.run(batch, Model::Logits::kSkipIfUnhooked);

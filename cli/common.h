@@ -9,6 +9,7 @@
 
 #include "actcap/model.h"
 #include "actcap/planner.h"
+#include "actcap/split.h"
 
 namespace actcap::cli {
 
@@ -38,18 +39,9 @@ struct DeviceOptions {
   bool no_verify_transfers = false;
 };
 void add_device_options(CLI::App* sub, DeviceOptions& o);
-// Plans the device map for a batch x seq run capturing `capture` (per-point bytes count as
-// reserve on the device of the stage holding the point). Throws InputError when it does not fit.
-// `logits`: as the forward will be run; with kSkipIfUnhooked the logits' workspace is reserved
-// only when `capture` holds an lm_head point (run and extract).
-DevicePlan plan_for(const Model& model, const DeviceOptions& o, int64_t batch, int64_t seq,
-                    const std::vector<PointInfo>& capture,
-                    Model::Logits logits = Model::Logits::kCompute);
-// plan_for + Model::place. Throws InputError when ACTCAP_FAULT names a link the forward (as
-// `logits` runs it) never crosses.
-DevicePlan apply_devices(Model& model, const DeviceOptions& o, int64_t batch, int64_t seq,
-                         const std::vector<PointInfo>& capture,
-                         Model::Logits logits = Model::Logits::kCompute);
+// The library's split options from the flags (--devices, --max-memory, --device-map,
+// --no-verify-transfers).
+SplitOptions split_options(const DeviceOptions& o);
 
 // Inter-device transfer counters for the summary of run and extract:
 // "N transfers (V verified, R retried, F faults injected)", and the same as JSON.

@@ -50,6 +50,11 @@ struct Snapshot {
   uint64_t xxh3 = 0;  // chunked_xxh3() (actcap/hash.h) of `rows` when it was taken
 };
 
+// The points `options` select on `model`, in model order, with the dtype they would be stored in
+// (what SafeCapturer::plan() will be), without registering anything. Throws InputError when a
+// pattern matches no point (listing the nearest names) or no pattern is given.
+std::vector<PointInfo> plan_capture(const Model& model, const CaptureOptions& options);
+
 class SafeCapturer {
  public:
   // Throws InputError when a pattern matches no point (listing the nearest names).

@@ -86,19 +86,24 @@ std::optional<c10::ScalarType> parse_capture_dtype(const std::string& text) {
                    {"dtype"});
 }
 
-SafeCapturer::SafeCapturer(Model& model, CaptureOptions options)
-    : model_(model), options_(std::move(options)) {
-  if (options_.patterns.empty()) throw InputError("no capture pattern given", {"capture"});
-  const std::vector<PointInfo> all = model_.points();
+std::vector<PointInfo> plan_capture(const Model& model, const CaptureOptions& options) {
+  if (options.patterns.empty()) throw InputError("no capture pattern given", {"capture"});
   std::set<std::string> chosen;
-  for (const std::string& pattern : options_.patterns)
-    for (const PointInfo& p : model_.resolve(pattern)) chosen.insert(p.name);
-  for (PointInfo p : all)
+  for (const std::string& pattern : options.patterns)
+    for (const PointInfo& p : model.resolve(pattern)) chosen.insert(p.name);
+  std::vector<PointInfo> plan;
+  for (PointInfo p : model.points())
     if (chosen.count(p.name)) {
       // Floating points take the requested dtype; token ids stay integers.
-      if (options_.dtype && at::isFloatingType(p.dtype)) p.dtype = *options_.dtype;
-      plan_.push_back(p);
+      if (options.dtype && at::isFloatingType(p.dtype)) p.dtype = *options.dtype;
+      plan.push_back(p);
     }
+  return plan;
+}
+
+SafeCapturer::SafeCapturer(Model& model, CaptureOptions options)
+    : model_(model), options_(std::move(options)) {
+  plan_ = plan_capture(model_, options_);
   // One hook per point (not per pattern), so overlapping patterns never capture twice.
   for (const PointInfo& p : plan_) {
     const c10::ScalarType dtype = p.dtype;

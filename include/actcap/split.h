@@ -1,0 +1,38 @@
+// Splitting a model across devices for a run, as accelerate's device_map="auto" does, but for the
+// batch, sequence length and capture plan the run will use: each stage's weights, its activation
+// workspace and the capture staging of the points inside it count against its device's budget.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "actcap/devices.h"
+#include "actcap/model.h"
+#include "actcap/planner.h"
+
+namespace actcap {
+
+struct SplitOptions {
+  std::vector<DeviceId> devices;         // in fill order; empty: the CPU alone
+  std::map<DeviceId, uint64_t> budgets;  // per-device memory budgets; absent = unlimited
+  PlanStrategy strategy = PlanStrategy::kAuto;
+  nlohmann::json explicit_map;  // accelerate format (module name -> device), for kExplicit
+  bool verify_transfers = true;  // checksum both sides of every inter-device copy
+};
+
+// The plan for a batch x seq forward capturing `capture` (each captured point's bytes are
+// reserved on the device of the stage holding it). `logits` as the forward will run: with
+// kSkipIfUnhooked the logits' workspace is reserved only when `capture` holds an lm_head point.
+// Throws InputError naming the setting when it does not fit or the options contradict each other.
+DevicePlan plan_split(const Model& model, const SplitOptions& options, int64_t batch, int64_t seq,
+                      const std::vector<PointInfo>& capture = {},
+                      Model::Logits logits = Model::Logits::kCompute);
+
+// plan_split, then Model::place on it. Also throws InputError when a test fault (ACTCAP_FAULT)
+// names a link this forward never crosses (it could never fire).
+DevicePlan split_model(Model& model, const SplitOptions& options, int64_t batch, int64_t seq,
+                       const std::vector<PointInfo>& capture = {},
+                       Model::Logits logits = Model::Logits::kCompute);
+
+}  // namespace actcap
