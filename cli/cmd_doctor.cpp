@@ -24,7 +24,7 @@ Command add_doctor(CLI::App& app) {
       sub, [o]() {
         auto devices = parse_device_list(o->devices);
         if (devices.size() < 2) throw InputError("--devices: doctor needs at least two devices");
-        auto probes = probe_links(devices);
+        auto probes = probe_links(devices, {4096, 1 << 20, 16 << 20}, transfer_faults_from_env());
         bool all_ok = true;
         nlohmann::json arr = nlohmann::json::array();
         for (const LinkProbe& p : probes) {

@@ -128,10 +128,12 @@ Command add_extract(CLI::App& app) {
             x.overwrite = o->overwrite;
             x.skip_bad_lines = o->skip_bad;
             x.forward_only = o->forward_only;
+            x.faults = export_faults_from_env();
             const int64_t len = x.max_length > 0 ? x.max_length : model->config().max_positions();
             std::vector<PointInfo> plan;
             if (!o->forward_only) plan = plan_capture(*model, x.capture);
-            split_model(*model, split_options(o->dev), x.batch_size, len, plan, Model::Logits::kSkipIfUnhooked);
+            split_model(*model, split_options(o->dev), x.batch_size, len, plan,
+                        Model::Logits::kSkipIfUnhooked);
             ProgressPrinter printer(o->quiet);
             ExtractResult r = run_extract(*model, tokenizer.get(), x, std::ref(printer));
             printer.done();

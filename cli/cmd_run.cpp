@@ -77,11 +77,11 @@ Command add_run(CLI::App& app) {
             if (!o->capture_budget.empty()) copts.budget_bytes = parse_bytes(o->capture_budget);
             SafeCapturer capturer(*model, copts);
             const uint64_t need = capturer.check_budget(batch);
-            split_model(*model, split_options(o->dev), batch.size(), batch.max_len(), capturer.plan(),
-                          Model::Logits::kSkipIfUnhooked);
+            split_model(*model, split_options(o->dev), batch.size(), batch.max_len(),
+                        capturer.plan(), Model::Logits::kSkipIfUnhooked);
             prepare_output_dir(o->out, o->overwrite);
             capturer.run(batch, Model::Logits::kSkipIfUnhooked);
-            auto exported = export_run(o->out, capturer, *model);
+            auto exported = export_run(o->out, capturer, *model, export_faults_from_env());
             const TransferStats& moved = model->transfer_stats();
             if (o->json) {
               std::cout << summary_json(o->out, exported, capturer, need, moved).dump(2) << "\n";

@@ -1,6 +1,7 @@
 #include "common.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <sstream>
 
 #include "actcap/error.h"
@@ -77,7 +78,35 @@ SplitOptions split_options(const DeviceOptions& o) {
     s.explicit_map = load_device_map(o.device_map);
   }
   s.verify_transfers = !o.no_verify_transfers;
+  s.faults = transfer_faults_from_env();
   return s;
+}
+
+ExportFaults export_faults_from_env() {
+  ExportFaults f;
+  auto index = [](const char* name) -> std::optional<int64_t> {
+    const char* v = std::getenv(name);
+    if (!v) return std::nullopt;
+    const std::optional<int64_t> n = parse_int64(v);
+    if (!n || *n < 0) throw InputError(concat(name, "='", v, "' is not a shard index (0, 1, ...)"));
+    return n;
+  };
+  f.damage_file = index("ACTCAP_FAULT_SHARD");
+  f.damage_assembled = index("ACTCAP_FAULT_ASSEMBLED");
+  f.damage_queued = index("ACTCAP_FAULT_QUEUED");
+  if (const char* kill = std::getenv("ACTCAP_KILL_AT")) {
+    try {
+      parse_kill_at(kill, f);
+    } catch (const InputError& e) {
+      throw InputError(concat("ACTCAP_KILL_AT: ", e.what()));
+    }
+  }
+  return f;
+}
+
+std::vector<TransferFault> transfer_faults_from_env() {
+  const char* env = std::getenv("ACTCAP_FAULT");
+  return env ? parse_faults(env) : std::vector<TransferFault>{};
 }
 
 std::string transfer_summary(const TransferStats& s) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "actcap/export.h"
 #include "actcap/model.h"
 #include "actcap/planner.h"
 #include "actcap/split.h"
@@ -42,6 +43,11 @@ void add_device_options(CLI::App* sub, DeviceOptions& o);
 // The library's split options from the flags (--devices, --max-memory, --device-map,
 // --no-verify-transfers).
 SplitOptions split_options(const DeviceOptions& o);
+// Test-only transfer faults from ACTCAP_FAULT (docs/devices.md); empty when it is not set.
+std::vector<TransferFault> transfer_faults_from_env();
+// Test-only export faults from ACTCAP_FAULT_SHARD, ACTCAP_FAULT_ASSEMBLED, ACTCAP_FAULT_QUEUED and
+// ACTCAP_KILL_AT (DEVELOPERS.md); InputError naming the variable when one is malformed.
+ExportFaults export_faults_from_env();
 
 // Inter-device transfer counters for the summary of run and extract:
 // "N transfers (V verified, R retried, F faults injected)", and the same as JSON.

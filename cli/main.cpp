@@ -81,6 +81,7 @@ std::string with_flags(const actcap::Error& e) {
       {"resume", "--resume"},
       {"skip_bad_lines", "--skip-bad-lines"},
       {"stride", "--stride"},
+      {"transfer_faults", "ACTCAP_FAULT"},
   };
   std::string flags;
   for (const std::string& s : e.settings()) {

@@ -12,10 +12,23 @@
 
 namespace actcap {
 
+// Test-only fault injection: damage the copies over chosen links. The CLI reads them from
+// ACTCAP_FAULT:
+//   transfer:SRC->DST:bitflip | zeros          corrupt every transfer of that ordered pair
+//   transfer:SRC->DST:bitflip-once | zeros-once corrupt only the first (the retry then succeeds)
+// Several faults may be separated by ';'.
+struct TransferFault {
+  DeviceId src, dst;
+  enum class Kind { kBitflip, kZeros } kind;
+  bool once = false;
+  int64_t fired = 0;  // copies damaged so far
+};
+
 struct ExecutionOptions {
   std::vector<DeviceId> stage_device;    // one per stage; empty = everything on `cpu`
   std::map<DeviceId, uint64_t> budgets;  // enforced on weights + arena; absent = unlimited
   bool verify_transfers = true;          // checksum both sides of every inter-device copy
+  std::vector<TransferFault> faults;     // test-only (above); Model::placement() counts `fired`
 };
 
 struct DeviceStats {
@@ -32,23 +45,13 @@ struct TransferStats {
   int64_t transfers = 0;
   int64_t verified = 0;
   int64_t retried = 0;   // mismatches repaired by the host-staged retry
-  int64_t injected = 0;  // copies damaged on purpose by ACTCAP_FAULT (test-only fault injection)
+  int64_t injected = 0;  // copies damaged on purpose by a TransferFault (test-only)
   uint64_t bytes = 0;
 };
 
-// Test-only fault injection, read from ACTCAP_FAULT:
-//   transfer:SRC->DST:bitflip | zeros          corrupt every transfer of that ordered pair
-//   transfer:SRC->DST:bitflip-once | zeros-once corrupt only the first (the retry then succeeds)
-// Several faults may be separated by ';'. Throws InputError when the variable is malformed.
-struct TransferFault {
-  DeviceId src, dst;
-  enum class Kind { kBitflip, kZeros } kind;
-  bool once = false;
-  int64_t fired = 0;
-};
+// Parses the ACTCAP_FAULT syntax above; throws InputError (setting "transfer_faults") when
+// malformed.
 std::vector<TransferFault> parse_faults(const std::string& text);
-// Faults from ACTCAP_FAULT, parsed once per process (empty when it is not set).
-std::vector<TransferFault>& process_faults();
 // The links (ordered device pairs) a forward over stages placed on `stage_device`, in order,
 // crosses. Throws InputError when a fault names a link that is not one of them, naming it and the
 // links there are: such a fault could never fire, so a test relying on it would prove nothing.
@@ -73,6 +76,7 @@ struct LinkProbe {
   bool ok() const;
 };
 std::vector<LinkProbe> probe_links(const std::vector<DeviceId>& devices,
-                                   const std::vector<uint64_t>& sizes = {4096, 1 << 20, 16 << 20});
+                                   const std::vector<uint64_t>& sizes = {4096, 1 << 20, 16 << 20},
+                                   std::vector<TransferFault> faults = {});
 
 }  // namespace actcap

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,10 +35,28 @@ bool is_output_file(const std::string& name);
 // `overwrite`, in which case only actcap's own files (manifest first, then shards) are removed.
 void prepare_output_dir(const std::string& dir, bool overwrite);
 
+// Test-only fault injection on the export path, so that tests reach a chosen state and prove each
+// defence catches what it is for (the CLI reads them from ACTCAP_FAULT_SHARD,
+// ACTCAP_FAULT_ASSEMBLED, ACTCAP_FAULT_QUEUED and ACTCAP_KILL_AT). Shard indices count from 0.
+struct ExportFaults {
+  std::optional<int64_t> damage_file;       // flip a bit of shard N's file before its read-back
+  std::optional<int64_t> damage_assembled;  // flip a bit of shard N's rows before checksums
+  std::optional<int64_t> damage_queued;     // the same after, while it waits for the writer
+  // SIGKILL the process at the `kill_occurrence`-th (from 1) such moment: right after a journal
+  // line is synced; a shard file with its header written and not its data; a manifest half
+  // written; --resume having taken the journal in, before it removes unclaimed files.
+  enum class Moment { kJournal, kShardWrite, kManifestWrite, kResume };
+  std::optional<Moment> kill_at;
+  int64_t kill_occurrence = 1;
+};
+// Sets kill_at/kill_occurrence from "journal:N", "shard-write:N", "manifest-write:N" or "resume";
+// InputError (setting "kill_at") otherwise.
+void parse_kill_at(const std::string& text, ExportFaults& faults);
+
 // Writes the snapshots of a single forward as shard-00000.safetensors, then manifest.json.
 // Verifies every snapshot's fingerprint before writing and the shard's bytes after.
 std::vector<ExportedTensor> export_run(const std::string& dir, const SafeCapturer& capturer,
-                                       const Model& model);
+                                       const Model& model, const ExportFaults& faults = {});
 
 // `actcap verify`: re-reads an output folder and checks everything a reader decodes from it: the
 // manifest's own checksum, the journal's lines, and for every claimed shard its header bytes

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "actcap/capture.h"
+#include "actcap/export.h"
 #include "actcap/model.h"
 #include "actcap/tokenizer.h"
 
@@ -32,6 +33,7 @@ struct ExtractOptions {
   bool skip_bad_lines = false;
   bool forward_only = false;  // benchmark: same batches, no capture, nothing written
   int queue_shards = 2;       // shards waiting for the writer before compute blocks
+  ExportFaults faults;        // test-only fault injection (actcap/export.h)
 };
 
 struct ExtractProgress {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "actcap/devices.h"
+#include "actcap/executor.h"
 #include "actcap/model.h"
 #include "actcap/planner.h"
 
@@ -17,8 +18,9 @@ struct SplitOptions {
   std::vector<DeviceId> devices;         // in fill order; empty: the CPU alone
   std::map<DeviceId, uint64_t> budgets;  // per-device memory budgets; absent = unlimited
   PlanStrategy strategy = PlanStrategy::kAuto;
-  nlohmann::json explicit_map;   // accelerate format (module name -> device), for kExplicit
-  bool verify_transfers = true;  // checksum both sides of every inter-device copy
+  nlohmann::json explicit_map;        // accelerate format (module name -> device), for kExplicit
+  bool verify_transfers = true;       // checksum both sides of every inter-device copy
+  std::vector<TransferFault> faults;  // test-only: damage copies over these links (executor.h)
 };
 
 // The plan for a batch x seq forward capturing `capture` (each captured point's bytes are
@@ -29,8 +31,8 @@ DevicePlan plan_split(const Model& model, const SplitOptions& options, int64_t b
                       const std::vector<PointInfo>& capture = {},
                       Model::Logits logits = Model::Logits::kCompute);
 
-// plan_split, then Model::place on it. Also throws InputError when a test fault (ACTCAP_FAULT)
-// names a link this forward never crosses (it could never fire).
+// plan_split, then Model::place on it. Also throws InputError when a test fault names a link this
+// forward never crosses (it could never fire).
 DevicePlan split_model(Model& model, const SplitOptions& options, int64_t batch, int64_t seq,
                        const std::vector<PointInfo>& capture = {},
                        Model::Logits logits = Model::Logits::kCompute);

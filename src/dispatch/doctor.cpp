@@ -11,7 +11,8 @@ bool LinkProbe::ok() const {
 }
 
 std::vector<LinkProbe> probe_links(const std::vector<DeviceId>& devices,
-                                   const std::vector<uint64_t>& sizes) {
+                                   const std::vector<uint64_t>& sizes,
+                                   std::vector<TransferFault> faults) {
   std::vector<LinkProbe> out;
   for (const DeviceId& a : devices)
     for (const DeviceId& b : devices) {
@@ -27,8 +28,7 @@ std::vector<LinkProbe> probe_links(const std::vector<DeviceId>& devices,
         TransferStats stats;
         LinkResult r{bytes, true, false, ""};
         try {
-          transfer(TransferRequest{&pattern, dst, a, b, "doctor probe", true}, process_faults(),
-                   stats);
+          transfer(TransferRequest{&pattern, dst, a, b, "doctor probe", true}, faults, stats);
           r.retried = stats.retried > 0;
           // Independent check of the content, not only of the fingerprints.
           if (!at::equal(dst.to(at::kCPU), pattern.to(at::kCPU))) {

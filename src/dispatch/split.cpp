@@ -75,11 +75,12 @@ DevicePlan split_model(Model& model, const SplitOptions& options, int64_t batch,
   for (const DeviceUsage& u : plan.usage)
     if (u.budget) exec.budgets[u.device] = *u.budget;
   exec.verify_transfers = options.verify_transfers;
+  exec.faults = options.faults;
   // A test fault on a link this forward never crosses could never fire: refuse it before
   // anything runs or is written.
   std::vector<DeviceId> running = plan.stage_device;
   if (!head_runs(model.stage_modules(), capture, logits) && !running.empty()) running.pop_back();
-  check_fault_links(process_faults(), running);
+  check_fault_links(options.faults, running);
   model.place(exec);
   return plan;
 }

@@ -37,7 +37,8 @@ std::vector<TransferFault> parse_faults(const std::string& text) {
     if (item.rfind(prefix, 0) != 0 || arrow == std::string::npos || kind_at == std::string::npos ||
         kind_at < arrow)
       throw InputError(
-          concat("ACTCAP_FAULT: '", item, "' is not transfer:SRC->DST:bitflip|zeros[-once]"));
+          concat("transfer fault '", item, "' is not transfer:SRC->DST:bitflip|zeros[-once]"),
+          {"transfer_faults"});
     TransferFault f;
     f.src = parse_device(item.substr(prefix.size(), arrow - prefix.size()));
     f.dst = parse_device(item.substr(arrow + 2, kind_at - arrow - 2));
@@ -51,8 +52,9 @@ std::vector<TransferFault> parse_faults(const std::string& text) {
     else if (kind == "zeros")
       f.kind = TransferFault::Kind::kZeros;
     else
-      throw InputError(concat("ACTCAP_FAULT: unknown fault '", kind,
-                              "' (bitflip, zeros, bitflip-once, zeros-once)"));
+      throw InputError(concat("transfer fault: unknown kind '", kind,
+                              "' (bitflip, zeros, bitflip-once, zeros-once)"),
+                       {"transfer_faults"});
     out.push_back(f);
   }
   return out;
@@ -73,7 +75,7 @@ void check_fault_links(const std::vector<TransferFault>& faults,
     for (const auto& [a, b] : links)
       there += concat(there.empty() ? "" : ", ", a.str(), "->", b.str());
     throw InputError(
-        concat("ACTCAP_FAULT: link ", f.src.str(), "->", f.dst.str(),
+        concat("transfer fault on link ", f.src.str(), "->", f.dst.str(),
                " is not crossed by this run, so the fault could never fire; ",
                links.empty() ? concat("it crosses no link (every stage is on ",
                                       stage_device.empty() ? std::string("one device")
@@ -81,16 +83,8 @@ void check_fault_links(const std::vector<TransferFault>& faults,
                                       "): split it over more devices")
                              : concat("links crossed: ", there,
                                       " (name one of them, or change the devices or device map)")),
-        {"devices", "device_map"});
+        {"transfer_faults", "devices", "device_map"});
   }
-}
-
-std::vector<TransferFault>& process_faults() {
-  static std::vector<TransferFault> faults = [] {
-    const char* env = std::getenv("ACTCAP_FAULT");
-    return env ? parse_faults(env) : std::vector<TransferFault>{};
-  }();
-  return faults;
 }
 
 namespace {

@@ -89,7 +89,7 @@ Part verified_part(const SafeCapturer& cap, const std::string& point, bool finge
 ShardContents assemble_shard(int64_t index, const std::vector<PointInfo>& plan,
                              const std::map<std::string, std::vector<Part>>& parts,
                              const std::vector<int64_t>& row_line,
-                             const std::vector<int64_t>& row_pos) {
+                             const std::vector<int64_t>& row_pos, const ExportFaults& faults) {
   const int64_t n = static_cast<int64_t>(row_line.size());
   std::vector<int64_t> perm(n);
   std::iota(perm.begin(), perm.end(), 0);
@@ -109,7 +109,7 @@ ShardContents assemble_shard(int64_t index, const std::vector<PointInfo>& plan,
   }
   c.tensors.emplace_back("__rows__.seq", at::tensor(row_line, at::kLong).index_select(0, order));
   c.tensors.emplace_back("__rows__.pos", at::tensor(row_pos, at::kLong).index_select(0, order));
-  if (buffer_fault(BufferFault::kAssembled, index)) flip_last_byte(c.tensors.front().second);
+  if (names_shard(faults.damage_assembled, index)) flip_last_byte(c.tensors.front().second);
   c.checksums = tensor_checksums(c.tensors);
 
   const std::string file = shard_file_name(index);
@@ -143,12 +143,14 @@ ShardContents assemble_shard(int64_t index, const std::vector<PointInfo>& plan,
 // reads back intact; the manifest takes them all in when the run completes.
 class ShardWriter {
  public:
-  ShardWriter(std::string dir, json manifest, ShardSchema schema, size_t capacity)
+  ShardWriter(std::string dir, json manifest, ShardSchema schema, size_t capacity,
+              FaultPoints& faults)
       : dir_(std::move(dir)),
         manifest_(std::move(manifest)),
         schema_(std::move(schema)),
         capacity_(capacity),
-        journal_(dir_),
+        faults_(faults),
+        journal_(dir_, &faults),
         thread_([this] { loop(); }) {}
   ~ShardWriter() {
     try {
@@ -185,7 +187,7 @@ class ShardWriter {
   void complete(const json& extra) {
     for (const auto& [k, v] : extra.items()) manifest_[k] = v;
     manifest_["complete"] = true;
-    write_manifest(dir_, manifest_);
+    write_manifest(dir_, manifest_, &faults_);
     journal_.remove();
   }
 
@@ -218,9 +220,9 @@ class ShardWriter {
   }
 
   void write(const ShardJob& job) {
-    if (buffer_fault(BufferFault::kQueued, job.index))
+    if (names_shard(faults_.faults().damage_queued, job.index))
       flip_last_byte(job.contents.tensors.front().second);
-    json entry = write_checked_shard(dir_, job.index, job.contents, schema_);
+    json entry = write_checked_shard(dir_, job.index, job.contents, schema_, &faults_);
     entry["first_line"] = job.first_line;
     entry["last_line"] = job.last_line;
     entry["documents"] = job.documents;
@@ -235,6 +237,7 @@ class ShardWriter {
   json manifest_;
   ShardSchema schema_;
   size_t capacity_;
+  FaultPoints& faults_;
   std::mutex mu_;
   std::condition_variable ready_, space_;
   std::deque<ShardJob> queue_;
@@ -293,7 +296,7 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
   if (o.batch_size <= 0) throw InputError("batch size must be positive", {"batch_size"});
   if (o.resume && o.overwrite)
     throw InputError("resuming and overwriting exclude each other", {"resume", "overwrite"});
-  check_fault_environment();
+  FaultPoints faults(o.faults);
 
   CorpusReader reader(o.input, tokenizer, model.config().vocab_size(), o.skip_bad_lines);
   const int64_t total_docs = CorpusReader::count_documents(o.input);
@@ -361,8 +364,8 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
       // with anything else of ours that is not claimed.
       manifest["complete"] = false;
       manifest["rows"] = rows;
-      write_manifest(o.out, manifest);
-      kill_point(KillMoment::kResume);
+      write_manifest(o.out, manifest, &faults);
+      faults.reached(ExportFaults::Moment::kResume);
       for (const auto& e : fs::directory_iterator(o.out)) {
         const std::string n = e.path().filename().string();
         if (n != kManifestName && !claimed.count(n) && is_output_file(n)) fs::remove(e.path());
@@ -373,7 +376,7 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
       manifest = head;
       manifest["settings"] = settings;
       manifest["input"] = input;
-      write_manifest(o.out, manifest);
+      write_manifest(o.out, manifest, &faults);
     }
   }
   std::unique_ptr<ShardWriter> writer;
@@ -385,7 +388,7 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
           concat(o.out, "/", kManifestName, " ", problem, "; overwrite it to start again"),
           {"overwrite"});
     writer = std::make_unique<ShardWriter>(o.out, manifest, std::move(*schema),
-                                           static_cast<size_t>(o.queue_shards));
+                                           static_cast<size_t>(o.queue_shards), faults);
   }
 
   ExtractProgress progress;
@@ -473,7 +476,7 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
     if (cap) {
       ShardJob job;
       job.index = next_shard++;
-      job.contents = assemble_shard(job.index, cap->plan(), parts, row_line, row_pos);
+      job.contents = assemble_shard(job.index, cap->plan(), parts, row_line, row_pos, o.faults);
       job.first_line = first_line;
       job.last_line = last_line;
       job.documents = docs;

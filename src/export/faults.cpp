@@ -3,62 +3,36 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <cstdlib>
 #include <fstream>
-#include <optional>
-#include <string>
 
 #include "actcap/error.h"
 #include "actcap/numbers.h"
 
 namespace actcap {
 
-namespace {
-
-std::optional<int64_t> env_index(const char* name) {
-  const char* v = std::getenv(name);
-  if (!v) return std::nullopt;
-  const std::optional<int64_t> n = parse_int64(v);
-  if (!n || *n < 0) throw InputError(concat(name, "='", v, "' is not a shard index (0, 1, ...)"));
-  return n;
-}
-
-struct KillAt {
-  std::optional<KillMoment> moment;
-  int64_t occurrence = 1;
-};
-
-KillAt parse_kill_at() {
-  KillAt k;
-  const char* v = std::getenv("ACTCAP_KILL_AT");
-  if (!v) return k;
-  const std::string text = v;
+void parse_kill_at(const std::string& text, ExportFaults& faults) {
+  using Moment = ExportFaults::Moment;
   const size_t colon = text.find(':');
   const std::string name = text.substr(0, colon);
-  if (name == "journal") k.moment = KillMoment::kJournal;
-  if (name == "shard-write") k.moment = KillMoment::kShardWrite;
-  if (name == "manifest-write") k.moment = KillMoment::kManifestWrite;
-  if (name == "resume") k.moment = KillMoment::kResume;
+  std::optional<Moment> moment;
+  if (name == "journal") moment = Moment::kJournal;
+  if (name == "shard-write") moment = Moment::kShardWrite;
+  if (name == "manifest-write") moment = Moment::kManifestWrite;
+  if (name == "resume") moment = Moment::kResume;
   std::optional<int64_t> n = 1;
   if (colon != std::string::npos) n = parse_int64(text.substr(colon + 1));
-  if (!k.moment || !n || *n < 1)
-    throw InputError(concat("ACTCAP_KILL_AT='", text,
+  if (!moment || !n || *n < 1)
+    throw InputError(concat("kill moment '", text,
                             "' is not one of journal:N, shard-write:N, manifest-write:N, resume "
-                            "(N from 1)"));
-  k.occurrence = *n;
-  return k;
+                            "(N from 1)"),
+                     {"kill_at"});
+  faults.kill_at = moment;
+  faults.kill_occurrence = *n;
 }
 
-}  // namespace
-
-bool buffer_fault(BufferFault where, int64_t index) {
-  // Read on every call (not once), so that in-process tests can set and clear them.
-  const char* name = where == BufferFault::kShardFile   ? "ACTCAP_FAULT_SHARD"
-                     : where == BufferFault::kAssembled ? "ACTCAP_FAULT_ASSEMBLED"
-                                                        : "ACTCAP_FAULT_QUEUED";
-  const std::optional<int64_t> want = env_index(name);
-  return want && *want == index;
+void FaultPoints::reached(ExportFaults::Moment moment) {
+  if (!faults_.kill_at || *faults_.kill_at != moment) return;
+  if (++seen_[static_cast<int>(moment)] == faults_.kill_occurrence) ::kill(::getpid(), SIGKILL);
 }
 
 void flip_last_byte(const at::Tensor& t) {
@@ -73,24 +47,6 @@ void flip_last_byte(const std::string& path) {
   const char c = static_cast<char>(f.get() ^ 0x01);
   f.seekp(-1, std::ios::end);
   f.put(c);
-}
-
-const KillAt& kill_at() {
-  static const KillAt at = parse_kill_at();
-  return at;
-}
-
-void kill_point(KillMoment moment) {
-  const KillAt& at = kill_at();
-  static std::atomic<int64_t> seen[4];
-  if (!at.moment || *at.moment != moment) return;
-  if (++seen[static_cast<int>(moment)] == at.occurrence) ::kill(::getpid(), SIGKILL);
-}
-
-void check_fault_environment() {
-  kill_at();
-  for (BufferFault f : {BufferFault::kShardFile, BufferFault::kAssembled, BufferFault::kQueued})
-    buffer_fault(f, -1);
 }
 
 }  // namespace actcap

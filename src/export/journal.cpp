@@ -11,7 +11,6 @@
 #include "actcap/error.h"
 #include "actcap/export.h"
 #include "actcap/hash.h"
-#include "export/faults.h"
 #include "io/atomic_file.h"
 #include "io/text_file.h"
 
@@ -79,7 +78,8 @@ std::vector<std::string> merge_journal_text(const std::string& text, json& shard
   return {};
 }
 
-JournalWriter::JournalWriter(std::string dir) : path_((fs::path(dir) / kJournalName).string()) {}
+JournalWriter::JournalWriter(std::string dir, FaultPoints* faults)
+    : path_((fs::path(dir) / kJournalName).string()), faults_(faults) {}
 
 JournalWriter::~JournalWriter() {
   if (fd_ >= 0) ::close(fd_);
@@ -95,7 +95,7 @@ void JournalWriter::append(const json& shard) {
   write_all(fd_, line.data(), line.size(), path_);
   if (::fdatasync(fd_) != 0)
     throw RunError(concat("syncing ", path_, " failed: ", std::strerror(errno)));
-  kill_point(KillMoment::kJournal);
+  if (faults_) faults_->reached(ExportFaults::Moment::kJournal);
 }
 
 void JournalWriter::remove() {

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "export/faults.h"
+
 namespace actcap {
 
 // Appends the journal's entries to `shards` (skipping entries already there, as a resume that was
@@ -25,7 +27,8 @@ std::string journal_line(const nlohmann::json& shard);
 
 class JournalWriter {
  public:
-  explicit JournalWriter(std::string dir);
+  // `faults` (tests only): the kill moment right after a line is synced.
+  explicit JournalWriter(std::string dir, FaultPoints* faults = nullptr);
   ~JournalWriter();
   JournalWriter(const JournalWriter&) = delete;
   JournalWriter& operator=(const JournalWriter&) = delete;
@@ -37,6 +40,7 @@ class JournalWriter {
 
  private:
   std::string path_;
+  FaultPoints* faults_;
   int fd_ = -1;
 };
 

@@ -44,7 +44,7 @@ void prepare_output_dir(const std::string& dir, bool overwrite) {
 }
 
 std::vector<ExportedTensor> export_run(const std::string& dir, const SafeCapturer& capturer,
-                                       const Model& model) {
+                                       const Model& model, const ExportFaults& faults) {
   ShardContents shard;
   shard.rows = static_cast<int64_t>(capturer.row_seq().size());
   for (const PointInfo& p : capturer.plan())
@@ -60,7 +60,8 @@ std::vector<ExportedTensor> export_run(const std::string& dir, const SafeCapture
   std::string problem;
   const std::optional<ShardSchema> schema = shard_schema(manifest, problem);
   if (!schema) throw RunError(concat("cannot describe the capture's shard: manifest ", problem));
-  const json entry = write_checked_shard(dir, 0, shard, *schema);
+  FaultPoints points(faults);
+  const json entry = write_checked_shard(dir, 0, shard, *schema, &points);
   std::vector<ExportedTensor> out;
   for (const auto& [name, t] : shard.tensors)
     out.push_back({name, t.sizes().vec(), safetensors_dtype_name(t.scalar_type()),
@@ -68,7 +69,7 @@ std::vector<ExportedTensor> export_run(const std::string& dir, const SafeCapture
   manifest["complete"] = true;
   manifest["rows"] = shard.rows;
   manifest["shards"].push_back(entry);
-  write_manifest(dir, manifest);
+  write_manifest(dir, manifest, &points);
   return out;
 }
 

@@ -85,7 +85,7 @@ std::string shape_text(const std::vector<int64_t>& shape) { return json(shape).d
 }  // namespace
 
 json write_checked_shard(const std::string& dir, int64_t index, const ShardContents& contents,
-                         const ShardSchema& schema) {
+                         const ShardSchema& schema, FaultPoints* faults) {
   const std::string file = shard_file_name(index);
   const std::string path = (fs::path(dir) / file).string();
   std::string prefix;
@@ -99,10 +99,10 @@ json write_checked_shard(const std::string& dir, int64_t index, const ShardConte
     bytes += static_cast<uint64_t>(t.numel()) * t.element_size();
   write_file_atomic(path, [&](int fd) {
     write_all(fd, prefix.data(), prefix.size(), path);
-    kill_point(KillMoment::kShardWrite);
+    if (faults) faults->reached(ExportFaults::Moment::kShardWrite);
     write_safetensors_data(fd, contents.tensors, path);
   });
-  if (buffer_fault(BufferFault::kShardFile, index)) flip_last_byte(path);
+  if (faults && names_shard(faults->faults().damage_file, index)) flip_last_byte(path);
   const json entry = {{"file", file},
                       {"rows", contents.rows},
                       {"bytes", bytes},
@@ -239,14 +239,14 @@ json manifest_head(const Model& model, const std::vector<PointInfo>& plan) {
           {"shards", json::array()}};
 }
 
-void write_manifest(const std::string& dir, const json& manifest) {
+void write_manifest(const std::string& dir, const json& manifest, FaultPoints* faults) {
   const std::string path = (fs::path(dir) / kManifestName).string();
   const std::string text = seal_manifest(manifest);
   write_file_atomic(path, [&](int fd) {
     // In two halves, so that a test can stop the process with the temp file half written.
     const size_t half = text.size() / 2;
     write_all(fd, text.data(), half, path);
-    kill_point(KillMoment::kManifestWrite);
+    if (faults) faults->reached(ExportFaults::Moment::kManifestWrite);
     write_all(fd, text.data() + half, text.size() - half, path);
   });
 }

@@ -16,6 +16,7 @@
 #include "actcap/export.h"
 #include "actcap/model.h"
 #include "actcap/safetensors.h"
+#include "export/faults.h"
 
 namespace actcap {
 
@@ -53,8 +54,10 @@ nlohmann::json tensor_checksums(const std::vector<std::pair<std::string, at::Ten
 // one would) and RunError names the shard, the tensor and the problem. Returns the shard's
 // manifest entry: file, rows, bytes, header_xxh3 (XXH3 of the length and header JSON as
 // written), checksums.
+// `faults` (tests only): the shard-write kill moment and damage to the file before read-back.
 nlohmann::json write_checked_shard(const std::string& dir, int64_t index,
-                                   const ShardContents& contents, const ShardSchema& schema);
+                                   const ShardContents& contents, const ShardSchema& schema,
+                                   FaultPoints* faults = nullptr);
 
 struct ShardCheckOptions {
   bool header_checksum = true;  // off only in tests that show the field-by-field checks alone
@@ -75,6 +78,8 @@ std::vector<VerifyIssue> check_shard(const SafetensorsFile& shard, const std::st
 nlohmann::json manifest_head(const Model& model, const std::vector<PointInfo>& plan);
 
 // Seals `manifest` (seal_manifest) and writes DIR/manifest.json crash-safely.
-void write_manifest(const std::string& dir, const nlohmann::json& manifest);
+// `faults` (tests only): the manifest-write kill moment, with the temp file half written.
+void write_manifest(const std::string& dir, const nlohmann::json& manifest,
+                    FaultPoints* faults = nullptr);
 
 }  // namespace actcap

@@ -383,7 +383,7 @@ at::Tensor Model::forward(const Batch& batch, Logits logits) {
                                stages_[i]->name().empty() ? "stage " + std::to_string(i)
                                                           : stages_[i]->name(),
                                im.exec.verify_transfers},
-               process_faults(), im.transfers);
+               im.exec.faults, im.transfers);
       ++im.transfers_in[d];
       im.bytes_in[d] += h.numel() * h.element_size();
       h = dst;

@@ -74,6 +74,13 @@ std::map<std::string, at::Tensor> truth(Model& m, const Batch& b,
   return out;
 }
 
+// Re-places the model with these test faults on its transfers ("" removes them).
+void with_faults(Model& m, const std::string& spec) {
+  ExecutionOptions o = m.placement();
+  o.faults = spec.empty() ? std::vector<TransferFault>{} : parse_faults(spec);
+  m.place(o);
+}
+
 std::string temp_dir() {
   char tmpl[] = "/tmp/actcap-capture-XXXXXX";
   return mkdtemp(tmpl);
@@ -255,12 +262,11 @@ TEST(Hazards, H4_DamagedTransferStopsTheCaptureNamingTheLink) {
   }
   ASSERT_FALSE(into.empty());
   auto expected = truth(*m, b);
-  auto& faults = process_faults();
   std::string message;
   std::vector<std::string> settings;
   {
     SafeCapturer cap(*m, CaptureOptions{{"**"}});
-    faults = parse_faults("transfer:cpu:0->cpu:1:zeros");
+    with_faults(*m, "transfer:cpu:0->cpu:1:zeros");
     try {
       cap.run(b);
     } catch (const RunError& e) {
@@ -268,8 +274,7 @@ TEST(Hazards, H4_DamagedTransferStopsTheCaptureNamingTheLink) {
       settings = e.settings();
     }
   }
-  const int64_t fired = faults.at(0).fired;
-  faults.clear();
+  const int64_t fired = m->placement().faults.at(0).fired;
   EXPECT_THAT(message, HasSubstr("into " + into + " from cpu:0 to cpu:1 arrived corrupted"));
   EXPECT_THAT(message, HasSubstr("even after a retry"));
   // The link to check, for a front end to name its own way (the CLI: `actcap doctor --devices`).
@@ -279,12 +284,9 @@ TEST(Hazards, H4_DamagedTransferStopsTheCaptureNamingTheLink) {
   EXPECT_EQ(m->transfer_stats().retried, 0);
 
   // Damaged once: the retry repairs it, the capture is the truth, and the counters say so.
-  const ExecutionOptions same = m->placement();
-  m->place(same);  // fresh counters
+  with_faults(*m, "transfer:cpu:0->cpu:1:zeros-once");  // re-placed: fresh counters
   SafeCapturer cap(*m, CaptureOptions{{"**"}});
-  faults = parse_faults("transfer:cpu:0->cpu:1:zeros-once");
   EXPECT_NO_THROW(cap.run(b));
-  faults.clear();
   EXPECT_EQ(m->transfer_stats().injected, 1);
   EXPECT_EQ(m->transfer_stats().retried, 1);
   for (const auto& [name, t] : expected) EXPECT_TRUE(at::equal(cap.get(name), t)) << name;

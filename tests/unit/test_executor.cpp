@@ -15,6 +15,13 @@ using namespace actcap;
 
 namespace {
 
+// Re-places the model with these test faults on its transfers ("" removes them).
+void with_faults(Model& m, const std::string& spec) {
+  ExecutionOptions o = m.placement();
+  o.faults = spec.empty() ? std::vector<TransferFault>{} : parse_faults(spec);
+  m.place(o);
+}
+
 std::unique_ptr<Model> tiny(const std::string& arch) {
   ModelConfig c = preset_config(arch, "tiny");
   return Model::from_tensors(c, init_weights(weight_plan(c), 11, at::kFloat), arch);
@@ -153,14 +160,13 @@ TEST(Executor, TransferFaultIsDetectedAndNamed) {
   auto m = tiny("llama");
   Batch b = padded(*m);
   place(*m, PlanStrategy::kBalanced, 3, b);
-  auto& faults = process_faults();
-  faults = parse_faults("transfer:cpu:1->cpu:2:bitflip");
+  with_faults(*m, "transfer:cpu:1->cpu:2:bitflip");
   try {
     m->forward(b);
-    faults.clear();
+    with_faults(*m, "");
     FAIL() << "corrupted transfer not detected";
   } catch (const RunError& e) {
-    faults.clear();
+    with_faults(*m, "");
     const std::string msg = e.what();
     EXPECT_NE(msg.find("cpu:1"), std::string::npos) << msg;
     EXPECT_NE(msg.find("cpu:2"), std::string::npos) << msg;
@@ -175,10 +181,8 @@ TEST(Executor, TransientFaultIsRepairedByHostStagedRetry) {
   Batch b = padded(*m);
   auto reference = m->forward(b).clone();
   place(*m, PlanStrategy::kBalanced, 3, b);
-  auto& faults = process_faults();
-  faults = parse_faults("transfer:cpu:0->cpu:1:zeros-once");
+  with_faults(*m, "transfer:cpu:0->cpu:1:zeros-once");
   auto logits = m->forward(b);
-  faults.clear();
   EXPECT_TRUE(at::equal(reference, logits));
   EXPECT_EQ(m->transfer_stats().retried, 1);
 }
@@ -195,10 +199,8 @@ TEST(Executor, WithoutVerificationAFaultCorruptsSilently) {
   opts.stage_device = plan_devices(req).stage_device;
   opts.verify_transfers = false;
   m->place(opts);
-  auto& faults = process_faults();
-  faults = parse_faults("transfer:cpu:1->cpu:2:bitflip");
+  with_faults(*m, "transfer:cpu:1->cpu:2:bitflip");
   auto logits = m->forward(b);
-  faults.clear();
   EXPECT_FALSE(at::equal(reference, logits));  // the damage the verification exists to catch
 }
 
@@ -226,11 +228,9 @@ TEST(Executor, FaultSpecParsing) {
 }
 
 TEST(Executor, DoctorReportsBrokenPairOnly) {
-  auto& faults = process_faults();
-  faults = parse_faults("transfer:cpu:2->cpu:0:bitflip");
-  auto probes = probe_links(
-      {DeviceId::virtual_cpu(0), DeviceId::virtual_cpu(1), DeviceId::virtual_cpu(2)}, {4096});
-  faults.clear();
+  auto probes =
+      probe_links({DeviceId::virtual_cpu(0), DeviceId::virtual_cpu(1), DeviceId::virtual_cpu(2)},
+                  {4096}, parse_faults("transfer:cpu:2->cpu:0:bitflip"));
   ASSERT_EQ(probes.size(), 6u);
   for (const auto& p : probes)
     EXPECT_EQ(p.ok(), !(p.src.str() == "cpu:2" && p.dst.str() == "cpu:0"))

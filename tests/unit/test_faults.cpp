@@ -110,13 +110,12 @@ TEST(Faults, ExtractWriterThreadDrainsAndFailsCleanly) {
   // The writer fails on shard 2 (damaged before read-back): the error crosses to the caller,
   // shards 0 and 1 stay claimed, nothing else is.
   o.out = dir + "/bad";
-  ::setenv("ACTCAP_FAULT_SHARD", "2", 1);
+  o.faults.damage_file = 2;
   try {
     run_extract(*m, tok.get(), o);
-    ::unsetenv("ACTCAP_FAULT_SHARD");
     FAIL() << "expected RunError";
   } catch (const RunError& e) {
-    ::unsetenv("ACTCAP_FAULT_SHARD");
+    o.faults = {};
     EXPECT_NE(std::string(e.what()).find("shard-00002.safetensors"), std::string::npos) << e.what();
   }
   std::ifstream mf(o.out + "/manifest.json");

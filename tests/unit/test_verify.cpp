@@ -242,18 +242,15 @@ ExtractOptions demo_extract(const std::string& dir, const std::string& out) {
   return o;
 }
 
-// Runs `o` with `var=value` set; returns the RunError's message ("" when it did not throw).
-std::string run_with(Model& m, const ExtractOptions& o, const char* var, const char* value) {
+// Runs `o` (with its faults); returns the RunError's message ("" when it did not throw).
+std::string run_failing(Model& m, const ExtractOptions& o) {
   auto tok = tokenizer_for("demo");
-  ::setenv(var, value, 1);
-  std::string what;
   try {
     run_extract(m, tok.get(), o);
   } catch (const RunError& e) {
-    what = e.what();
+    return e.what();
   }
-  ::unsetenv(var);
-  return what;
+  return "";
 }
 
 }  // namespace
@@ -266,7 +263,8 @@ TEST(Verify, EveryByteOfTheJournalIsCovered) {
   auto m = Model::load("demo");
   const std::string dir = temp_dir();
   ExtractOptions o = demo_extract(dir, dir + "/out");
-  ASSERT_NE(run_with(*m, o, "ACTCAP_FAULT_SHARD", "2"), "");  // stops after claiming shards 0, 1
+  o.faults.damage_file = 2;
+  ASSERT_NE(run_failing(*m, o), "");  // stops after claiming shards 0, 1
   const std::string path = o.out + "/manifest.journal";
   const std::string bytes = read_file(path);
   const VerifyReport before = verify_output(o.out);
@@ -302,16 +300,20 @@ TEST(Verify, ExtractChecksumsFollowFromVerifiedData) {
   ASSERT_TRUE(verify_output(o.out).ok());
   struct Case {
     const char* var;
+    std::optional<int64_t> ExportFaults::*fault;
     const char* expect;
   };
-  for (const Case& c : {Case{"ACTCAP_FAULT_ASSEMBLED", "differ from the verified snapshot"},
-                        Case{"ACTCAP_FAULT_QUEUED", "does not read back as written"}}) {
+  for (const Case& c :
+       {Case{"damage_assembled", &ExportFaults::damage_assembled,
+             "differ from the verified snapshot"},
+        Case{"damage_queued", &ExportFaults::damage_queued, "does not read back as written"}}) {
     ExtractOptions bad = o;
     bad.out = dir + "/" + c.var;
-    const std::string what = run_with(*m, bad, c.var, "1");
+    bad.faults.*(c.fault) = 1;
+    const std::string what = run_failing(*m, bad);
     EXPECT_NE(what.find("shard-00001.safetensors"), std::string::npos) << c.var << ": " << what;
     EXPECT_NE(what.find(c.expect), std::string::npos) << c.var << ": " << what;
-    if (std::string(c.var) == "ACTCAP_FAULT_ASSEMBLED") {
+    if (std::string(c.var) == "damage_assembled") {
       EXPECT_NE(what.find("'transformer.h.1'"), std::string::npos) << what;
     }
     const VerifyReport r = verify_output(bad.out);
@@ -319,6 +321,7 @@ TEST(Verify, ExtractChecksumsFollowFromVerifiedData) {
     EXPECT_EQ(r.claimed[0]["file"], "shard-00000.safetensors");
     EXPECT_FALSE(fs::exists(bad.out + "/shard-00001.safetensors")) << c.var;
     bad.resume = true;
+    bad.faults = {};
     run_extract(*m, tok.get(), bad);
     for (const auto& e : fs::directory_iterator(o.out)) {
       if (e.path().filename() == "manifest.json") continue;
