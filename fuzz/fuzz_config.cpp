@@ -34,13 +34,18 @@ void check_same(const actcap::ModelConfig& a, const actcap::ModelConfig& b,
                    x.num_key_value_heads == y.num_key_value_heads && x.head_dim == y.head_dim &&
                    x.hidden_act == y.hidden_act && same_double(x.rms_norm_eps, y.rms_norm_eps),
                "llama fields differ after the round trip\n%s", j);
-    FUZZ_CHECK(
-        x.rope.rope_type == y.rope.rope_type && same_double(x.rope.rope_theta, y.rope.rope_theta) &&
-            same_double(x.rope.factor, y.rope.factor) &&
-            same_double(x.rope.low_freq_factor, y.rope.low_freq_factor) &&
-            same_double(x.rope.high_freq_factor, y.rope.high_freq_factor) &&
-            x.rope.original_max_position_embeddings == y.rope.original_max_position_embeddings,
-        "rope differs after the round trip\n%s", j);
+    const auto &r = x.rope, &q = y.rope;
+    FUZZ_CHECK(r.rope_type == q.rope_type && same_double(r.rope_theta, q.rope_theta) &&
+                   same_double(r.factor, q.factor) &&
+                   same_double(r.low_freq_factor, q.low_freq_factor) &&
+                   same_double(r.high_freq_factor, q.high_freq_factor) &&
+                   r.original_max_position_embeddings == q.original_max_position_embeddings,
+               "rope differs after the round trip\n%s", j);
+    FUZZ_CHECK(r.attention_factor == q.attention_factor && same_double(r.beta_fast, q.beta_fast) &&
+                   same_double(r.beta_slow, q.beta_slow) && r.mscale == q.mscale &&
+                   r.mscale_all_dim == q.mscale_all_dim && r.truncate == q.truncate &&
+                   r.short_factor == q.short_factor && r.long_factor == q.long_factor,
+               "yarn/longrope fields differ after the round trip\n%s", j);
     FUZZ_CHECK(x.attention_bias == y.attention_bias && x.qkv_bias == y.qkv_bias &&
                    x.o_bias == y.o_bias && x.mlp_bias == y.mlp_bias &&
                    x.sliding_window == y.sliding_window &&
