@@ -25,6 +25,8 @@ void check_same(const actcap::ModelConfig& a, const actcap::ModelConfig& b,
                    x.activation_function == y.activation_function &&
                    same_double(x.layer_norm_epsilon, y.layer_norm_epsilon) &&
                    x.scale_attn_weights == y.scale_attn_weights &&
+                   x.scale_attn_by_inverse_layer_idx == y.scale_attn_by_inverse_layer_idx &&
+                   x.reorder_and_upcast_attn == y.reorder_and_upcast_attn &&
                    x.bos_token_id == y.bos_token_id && x.eos_token_id == y.eos_token_id,
                "gpt2 fields differ after the round trip\n%s", j);
   } else {

@@ -171,6 +171,8 @@ def config_seeds():
             original_max_position_embeddings=4096, rope_scaling={
                 "type": "longrope", "short_factor": [1.0, 1.05, 1.1, 1.2, 1.3, 1.5, 1.8, 2.0],
                 "long_factor": [1.1, 1.5, 2.0, 3.0, 5.0, 9.0, 17.0, 33.0]})
+    variant("gpt2_scale_by_layer_reorder.json", GPT2, scale_attn_by_inverse_layer_idx=True,
+            reorder_and_upcast_attn=True)
     variant("llama_no_head_dim.json", LLAMA, head_dim=KeyError, num_key_value_heads=KeyError,
             attention_bias=True, mlp_bias=True)
     variant("mistral_null_window.json", MISTRAL, sliding_window=None)

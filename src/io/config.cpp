@@ -398,9 +398,6 @@ ModelConfig parse_config(const std::string& text, const std::string& origin) {
   c.arch = parse_arch(c.model_type, origin);
   if (c.arch == Arch::kGpt2) {
     c.gpt2 = parse_gpt2(f);
-    if (c.gpt2.scale_attn_by_inverse_layer_idx || c.gpt2.reorder_and_upcast_attn)
-      throw InputError(concat(
-          origin, ": scale_attn_by_inverse_layer_idx / reorder_and_upcast_attn are not supported"));
   } else {
     c.llama = parse_llama(c.arch, root, f);
   }
@@ -461,6 +458,8 @@ std::string config_to_json(const ModelConfig& c) {
     j["attn_pdrop"] = 0.1;
     j["initializer_range"] = 0.02;
     j["scale_attn_weights"] = g.scale_attn_weights;
+    j["scale_attn_by_inverse_layer_idx"] = g.scale_attn_by_inverse_layer_idx;
+    j["reorder_and_upcast_attn"] = g.reorder_and_upcast_attn;
     j["tie_word_embeddings"] = g.tie_word_embeddings;
     j["bos_token_id"] = g.bos_token_id;
     j["eos_token_id"] = g.eos_token_id;

@@ -439,14 +439,14 @@ def test_points_json_matches_reference(models, arch):
 
 
 # ---------------------------------------------------------------------------------------------
-# RoPE dynamic / yarn / longrope
+# RoPE dynamic / yarn / longrope and GPT-2's attention options
 #
 # Each test rewrites config.json of an `actcap init-model` tiny checkpoint (the options change no
 # weight shape), checks with the reference that the option changes the output (so an
 # implementation ignoring it fails), and requires parity on every point, 1e-5 absolute and 1e-5
 # relative to the point's largest value. The figures line (pytest -s) gives the worst differences.
 #
-# Checked to fail by mutating the C++ temporarily (src/models/rope.cpp), each
+# Checked to fail by mutating the C++ temporarily (src/models/rope.cpp, src/models/gpt2.cpp), each
 # mutation failing the tests named:
 #   - dynamic never recomputed past max_position_embeddings: dynamic_ntk_past_context (3 archs),
 #     dynamic_ntk_padded_batch
@@ -458,6 +458,12 @@ def test_points_json_matches_reference(models, arch):
 #   - longrope long_factor from seq_len >= original (off by one):
 #     longrope_phi3_layout[*-at_original]
 #   - longrope attention factor dropped: every longrope test
+#   - GPT-2 scores divided by layer_idx instead of layer_idx + 1 (layer 0 by zero), or not by it
+#     at all: gpt2_attention_options[by_layer, by_layer_reorder, unscaled_by_layer_reorder]
+#   - GPT-2 1 / sqrt(head_dim) applied despite scale_attn_weights false when
+#     scale_attn_by_inverse_layer_idx is set: gpt2_attention_options[unscaled_by_layer_reorder]
+# reorder_and_upcast_attn alone moves HF's result by float32 rounding only (actcap always computes
+# attention that way, docs/hook-points.md): only refusing the option can fail its test.
 # ---------------------------------------------------------------------------------------------
 
 def with_config(src, dst, **changes):
@@ -587,3 +593,27 @@ def test_parity_longrope_v5(models, tmp_path):
     worst = {}
     check_parity(m, seqs, tmp_path / "out", rel_tol=1e-5, worst=worst)
     report("longrope v5", worst)
+
+
+GPT2_OPTIONS = {
+    "by_layer": dict(scale_attn_by_inverse_layer_idx=True),
+    "reorder": dict(reorder_and_upcast_attn=True),
+    "by_layer_reorder": dict(scale_attn_by_inverse_layer_idx=True, reorder_and_upcast_attn=True),
+    "unscaled_by_layer_reorder": dict(scale_attn_weights=False, scale_attn_by_inverse_layer_idx=True,
+                                      reorder_and_upcast_attn=True),
+}
+
+
+@pytest.mark.parametrize("option", list(GPT2_OPTIONS))
+def test_parity_gpt2_attention_options(models, tmp_path, option):
+    """scale_attn_by_inverse_layer_idx (scores / (layer_idx + 1)) and reorder_and_upcast_attn
+    (HF's _upcast_and_reordered_attn: float32 baddbmm with the scale folded in), alone and
+    together, batched."""
+    src = models("gpt2")
+    m = with_config(src, tmp_path / "m", **GPT2_OPTIONS[option])
+    seqs = tokens_for(m, [14, 5], seed=38)
+    if option != "reorder":  # reordering alone changes float32 rounding only
+        assert ref_differs(m, src, seqs), f"{option} has no effect"
+    worst = {}
+    check_parity(m, seqs, tmp_path / "out", rel_tol=1e-5, worst=worst)
+    report(f"gpt2 {option}", worst)

@@ -192,8 +192,9 @@ TEST(Config, YarnDefaultsAndWhereTheOriginalContextComesFrom) {
   EXPECT_EQ(dict.llama.rope.factor, 2.0);  // an explicit factor is kept
 }
 
-// config_to_json writes every resolved rope field, so parse(config_to_json(c)) == c.
-TEST(Config, RopeTypesRoundTrip) {
+// config_to_json writes every resolved rope field, so parse(config_to_json(c)) == c, and GPT-2's
+// attention options survive too.
+TEST(Config, RopeTypesAndGpt2OptionsRoundTrip) {
   const std::string ropes[] = {
       R"("rope_scaling":{"type":"dynamic","factor":3.5})",
       R"("rope_scaling":{"type":"yarn","factor":4})",
@@ -212,6 +213,22 @@ TEST(Config, RopeTypesRoundTrip) {
     EXPECT_EQ(back.max_positions(), c.max_positions());
     EXPECT_EQ(config_to_json(back), json);
   }
+  const auto g = parse_config(
+      R"({"model_type":"gpt2","vocab_size":100,"n_embd":64,"n_layer":2,"n_head":4,
+          "scale_attn_by_inverse_layer_idx":true,"reorder_and_upcast_attn":true})",
+      "cfg.json");
+  EXPECT_TRUE(g.gpt2.scale_attn_by_inverse_layer_idx);
+  EXPECT_TRUE(g.gpt2.reorder_and_upcast_attn);
+  const auto back = parse_config(config_to_json(g), "back.json");
+  EXPECT_TRUE(back.gpt2.scale_attn_by_inverse_layer_idx);
+  EXPECT_TRUE(back.gpt2.reorder_and_upcast_attn);
+  const auto plain = parse_config(config_to_json(parse_config(
+                                      R"({"model_type":"gpt2","vocab_size":100,"n_embd":64,
+                                          "n_layer":2,"n_head":4})",
+                                      "c")),
+                                  "c");
+  EXPECT_FALSE(plain.gpt2.scale_attn_by_inverse_layer_idx);
+  EXPECT_FALSE(plain.gpt2.reorder_and_upcast_attn);
 }
 
 // Malformed rope parameters: an InputError of one line naming the file and the field.
