@@ -202,14 +202,17 @@ RopeConfig parse_rope(const json& root, const Fields& f, int64_t head_dim,
   RopeConfig r;
   r.rope_theta = f.number({"rope_theta"}, r.rope_theta);
   // transformers v5 folds rope_theta and rope_scaling into rope_parameters; v4 files have
-  // rope_scaling (with "type" or "rope_type"). Accept both, v5 winning when both exist.
+  // rope_scaling (with "type" or "rope_type"). Accept both. When a file has both, a non-empty
+  // rope_scaling wins, as in both versions (v4 does not know rope_parameters; v5's
+  // convert_rope_params_to_dict takes `rope_scaling or rope_parameters`).
   const json* scaling = nullptr;
   const char* scaling_key = nullptr;
-  for (const char* key : {"rope_scaling", "rope_parameters"}) {
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
     auto it = root.find(key);
     if (it == root.end() || it->is_null()) continue;
     if (!it->is_object())
       throw InputError(concat(f.origin(), ": field '", key, "' must be an object"));
+    if (scaling && it->empty()) continue;
     scaling = &*it;
     scaling_key = key;
   }

@@ -157,13 +157,10 @@ class Config:
         and v5 (`rope_parameters: {"rope_type", "rope_theta", ...}`). For llama3 / yarn / longrope,
         original_max_position_embeddings comes from the top level of config.json when present
         (Phi-3's layout, which HF prefers), else from the rope dict, else max_position_embeddings."""
-        params = {}
-        rs = cfg.get("rope_scaling")
-        if isinstance(rs, dict):
-            params.update(rs)
-        rp = cfg.get("rope_parameters")
-        if isinstance(rp, dict):
-            params.update(rp)
+        # v5's convert_rope_params_to_dict: `rope_scaling or rope_parameters` (v4 reads
+        # rope_scaling only)
+        rs, rp = cfg.get("rope_scaling"), cfg.get("rope_parameters")
+        params = dict(rs if isinstance(rs, dict) and rs else rp if isinstance(rp, dict) else {})
         rope_type = params.get("rope_type", params.get("type", "default")) or "default"
         theta = params.get("rope_theta", cfg.get("rope_theta"))
         if theta is None:

@@ -165,6 +165,21 @@ TEST(Config, DynamicYarnLongropeV4AndV5) {
   EXPECT_EQ(l.max_positions(), 64);  // only dynamic widens the context
 }
 
+// A file with both layouts: a non-empty rope_scaling wins, as in transformers (v4 reads only
+// rope_scaling, v5 takes `rope_scaling or rope_parameters`).
+TEST(Config, RopeScalingWinsOverRopeParameters) {
+  const auto both = parse_config(llama_with(R"("rope_scaling":{"type":"linear","factor":2},
+                    "rope_parameters":{"rope_type":"dynamic","factor":3,"rope_theta":7.0})"),
+                                 "c");
+  EXPECT_EQ(both.llama.rope.rope_type, "linear");
+  EXPECT_EQ(both.llama.rope.factor, 2.0);
+  EXPECT_EQ(both.llama.rope.rope_theta, 10000.0);
+  const auto empty_scaling = parse_config(
+      llama_with(R"("rope_scaling":{},"rope_parameters":{"rope_type":"dynamic","factor":3})"), "c");
+  EXPECT_EQ(empty_scaling.llama.rope.rope_type, "dynamic");
+  EXPECT_EQ(empty_scaling.llama.rope.factor, 3.0);
+}
+
 // HF's defaults when the file leaves fields out (modeling_rope_utils.py and
 // standardize_rope_params): beta_fast 32, beta_slow 1, truncate, the original context from the
 // top level (Phi-3's layout, preferred), else the rope dict, else max_position_embeddings.
