@@ -25,6 +25,8 @@ void check_same(const actcap::ModelConfig& a, const actcap::ModelConfig& b,
                    x.activation_function == y.activation_function &&
                    same_double(x.layer_norm_epsilon, y.layer_norm_epsilon) &&
                    x.scale_attn_weights == y.scale_attn_weights &&
+                   x.scale_attn_by_inverse_layer_idx == y.scale_attn_by_inverse_layer_idx &&
+                   x.reorder_and_upcast_attn == y.reorder_and_upcast_attn &&
                    x.bos_token_id == y.bos_token_id && x.eos_token_id == y.eos_token_id,
                "gpt2 fields differ after the round trip\n%s", j);
   } else {
@@ -34,13 +36,18 @@ void check_same(const actcap::ModelConfig& a, const actcap::ModelConfig& b,
                    x.num_key_value_heads == y.num_key_value_heads && x.head_dim == y.head_dim &&
                    x.hidden_act == y.hidden_act && same_double(x.rms_norm_eps, y.rms_norm_eps),
                "llama fields differ after the round trip\n%s", j);
-    FUZZ_CHECK(
-        x.rope.rope_type == y.rope.rope_type && same_double(x.rope.rope_theta, y.rope.rope_theta) &&
-            same_double(x.rope.factor, y.rope.factor) &&
-            same_double(x.rope.low_freq_factor, y.rope.low_freq_factor) &&
-            same_double(x.rope.high_freq_factor, y.rope.high_freq_factor) &&
-            x.rope.original_max_position_embeddings == y.rope.original_max_position_embeddings,
-        "rope differs after the round trip\n%s", j);
+    const auto &r = x.rope, &q = y.rope;
+    FUZZ_CHECK(r.rope_type == q.rope_type && same_double(r.rope_theta, q.rope_theta) &&
+                   same_double(r.factor, q.factor) &&
+                   same_double(r.low_freq_factor, q.low_freq_factor) &&
+                   same_double(r.high_freq_factor, q.high_freq_factor) &&
+                   r.original_max_position_embeddings == q.original_max_position_embeddings,
+               "rope differs after the round trip\n%s", j);
+    FUZZ_CHECK(r.attention_factor == q.attention_factor && same_double(r.beta_fast, q.beta_fast) &&
+                   same_double(r.beta_slow, q.beta_slow) && r.mscale == q.mscale &&
+                   r.mscale_all_dim == q.mscale_all_dim && r.truncate == q.truncate &&
+                   r.short_factor == q.short_factor && r.long_factor == q.long_factor,
+               "yarn/longrope fields differ after the round trip\n%s", j);
     FUZZ_CHECK(x.attention_bias == y.attention_bias && x.qkv_bias == y.qkv_bias &&
                    x.o_bias == y.o_bias && x.mlp_bias == y.mlp_bias &&
                    x.sliding_window == y.sliding_window &&

@@ -159,6 +159,20 @@ def config_seeds():
     variant("llama_linear_rope_v4.json", LLAMA, rope_scaling={"type": "linear", "factor": 2.0})
     variant("llama_rope_parameters_v5.json", LLAMA, rope_theta=KeyError, rope_scaling=KeyError,
             rope_parameters={"rope_type": "default", "rope_theta": 500000.0})
+    variant("llama_dynamic_rope_v4.json", LLAMA, rope_scaling={"type": "dynamic", "factor": 2.0})
+    variant("qwen2_yarn_rope_v4.json", QWEN2, rope_scaling={
+        "type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768})
+    variant("llama_yarn_rope_parameters_v5.json", LLAMA, rope_theta=KeyError, rope_scaling=KeyError,
+            rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0,
+                             "original_max_position_embeddings": 4096, "beta_fast": 32,
+                             "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0,
+                             "truncate": False, "attention_factor": 1.2})
+    variant("mistral_longrope_phi3.json", MISTRAL, max_position_embeddings=131072,
+            original_max_position_embeddings=4096, rope_scaling={
+                "type": "longrope", "short_factor": [1.0, 1.05, 1.1, 1.2, 1.3, 1.5, 1.8, 2.0],
+                "long_factor": [1.1, 1.5, 2.0, 3.0, 5.0, 9.0, 17.0, 33.0]})
+    variant("gpt2_scale_by_layer_reorder.json", GPT2, scale_attn_by_inverse_layer_idx=True,
+            reorder_and_upcast_attn=True)
     variant("llama_no_head_dim.json", LLAMA, head_dim=KeyError, num_key_value_heads=KeyError,
             attention_bias=True, mlp_bias=True)
     variant("mistral_null_window.json", MISTRAL, sliding_window=None)
@@ -170,7 +184,10 @@ def config_seeds():
     variant("bad_heads.json", GPT2, n_head=5)
     variant("bad_kv_heads.json", LLAMA, num_key_value_heads=3)
     variant("bad_odd_head_dim.json", LLAMA, head_dim=15)
-    variant("bad_rope_type.json", LLAMA, rope_scaling={"rope_type": "yarn", "factor": 4.0})
+    variant("bad_rope_type.json", LLAMA, rope_scaling={"rope_type": "su", "factor": 4.0})
+    variant("bad_longrope_length.json", LLAMA, rope_scaling={
+        "rope_type": "longrope", "short_factor": [1.0, 1.0], "long_factor": [2.0, 2.0]})
+    variant("bad_partial_rotary.json", LLAMA, partial_rotary_factor=0.5)
     variant("bad_model_type.json", GPT2, model_type="bert")
     variant("bad_type.json", LLAMA, hidden_size="64")
     write(d, "bad_not_object.json", "[1, 2]")

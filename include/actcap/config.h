@@ -39,14 +39,26 @@ struct Gpt2Config {
 };
 
 // RoPE parameters, from top-level rope_theta/rope_scaling (transformers v4) or rope_parameters
-// (v5).
+// (v5), with HF's defaults (modeling_rope_utils.py). Fields a type does not use keep their
+// defaults. What HF derives when the file leaves it out (original_max_position_embeddings, the
+// longrope factor) is stored resolved, so config_to_json writes it and the round trip is exact.
 struct RopeConfig {
-  std::string rope_type = "default";  // default | linear | llama3
+  std::string rope_type = "default";  // default | linear | dynamic | yarn | longrope | llama3
   double rope_theta = 10000.0;
-  double factor = 1.0;
-  double low_freq_factor = 1.0;
-  double high_freq_factor = 4.0;
+  double factor = 1.0;            // every type but default
+  double low_freq_factor = 1.0;   // llama3
+  double high_freq_factor = 4.0;  // llama3
+  // llama3, yarn, longrope: the pre-training context. From the top level of config.json when
+  // present (Phi-3's layout, which HF prefers), else the rope dict, else max_position_embeddings.
   int64_t original_max_position_embeddings = 0;
+  std::optional<double> attention_factor;  // yarn, longrope: nullopt = HF's formula from factor
+  double beta_fast = 32.0;                 // yarn
+  double beta_slow = 1.0;                  // yarn
+  std::optional<double> mscale;            // yarn (with mscale_all_dim; 0 counts as unset, as HF)
+  std::optional<double> mscale_all_dim;    // yarn
+  bool truncate = true;                    // yarn: round the correction range to whole dims
+  std::vector<double> short_factor;        // longrope: head_dim / 2 divisors each
+  std::vector<double> long_factor;         // longrope: used when a forward exceeds the original
 };
 
 // Llama, Mistral and Qwen2 share one structure; model_type picks HF's defaults for each.
@@ -88,6 +100,9 @@ struct ModelConfig {
   int64_t vocab_size() const;
   int64_t hidden_size() const;
   int64_t num_layers() const;
+  // The longest sequence a forward accepts: n_positions / max_position_embeddings, except for
+  // dynamic NTK RoPE, whose purpose is to run past max_position_embeddings: factor times it (HF:
+  // "a factor of x enables sequences of length x * the original maximum").
   int64_t max_positions() const;
   bool tie_word_embeddings() const;
 };

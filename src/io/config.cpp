@@ -156,40 +156,133 @@ Gpt2Config parse_gpt2(const Fields& f) {
   return c;
 }
 
-RopeConfig parse_rope(const json& root, const Fields& f) {
+// A rope number that must be finite and above a bound (>= when `inclusive`); the message names the
+// field in the rope dict.
+double rope_number(const Fields& s, const char* field, double dflt, double bound, bool inclusive,
+                   const std::string& rope_type) {
+  const double v = s.number({field}, dflt);
+  if (!std::isfinite(v) || (inclusive ? v < bound : v <= bound))
+    throw InputError(concat(s.origin(), ": rope ", rope_type, " needs '", field, "' ",
+                            inclusive ? ">= " : "> ", bound, ", got ", v));
+  return v;
+}
+
+double required_rope_number(const Fields& s, const char* field, double bound, bool inclusive,
+                            const std::string& rope_type) {
+  if (!s.find({field}))
+    throw InputError(concat(s.origin(), ": rope ", rope_type, " needs '", field, "' (missing)"));
+  return rope_number(s, field, 0.0, bound, inclusive, rope_type);
+}
+
+// longrope's short_factor / long_factor: one positive divisor per rotated frequency.
+std::vector<double> rope_factor_list(const Fields& s, const char* field, int64_t n) {
+  const json* v = s.find({field});
+  if (!v) throw InputError(concat(s.origin(), ": rope longrope needs '", field, "' (missing)"));
+  if (!v->is_array())
+    throw InputError(concat(s.origin(), ": field '", field, "' must be a list of numbers"));
+  if (static_cast<int64_t>(v->size()) != n)
+    throw InputError(concat(s.origin(), ": field '", field, "' must have head_dim / 2 = ", n,
+                            " entries, got ", v->size()));
+  std::vector<double> out;
+  out.reserve(n);
+  for (const json& x : *v) {
+    if (!x.is_number() || !std::isfinite(x.get<double>()) || !(x.get<double>() > 0))
+      throw InputError(
+          concat(s.origin(), ": field '", field, "' must hold positive numbers, got ", x.dump()));
+    out.push_back(x.get<double>());
+  }
+  return out;
+}
+
+// RoPE as transformers resolves it (RotaryEmbeddingConfigMixin.standardize_rope_params and the
+// _compute_*_parameters functions of modeling_rope_utils.py). head_dim and max_position_embeddings
+// are the model's, parsed before.
+RopeConfig parse_rope(const json& root, const Fields& f, int64_t head_dim,
+                      int64_t max_position_embeddings) {
   RopeConfig r;
   r.rope_theta = f.number({"rope_theta"}, r.rope_theta);
   // transformers v5 folds rope_theta and rope_scaling into rope_parameters; v4 files have
-  // rope_scaling (with "type" or "rope_type"). Accept both, v5 winning when both exist.
+  // rope_scaling (with "type" or "rope_type"). Accept both. When a file has both, a non-empty
+  // rope_scaling wins, as in both versions (v4 does not know rope_parameters; v5's
+  // convert_rope_params_to_dict takes `rope_scaling or rope_parameters`).
   const json* scaling = nullptr;
-  for (const char* key : {"rope_scaling", "rope_parameters"}) {
+  const char* scaling_key = nullptr;
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
     auto it = root.find(key);
     if (it == root.end() || it->is_null()) continue;
     if (!it->is_object())
       throw InputError(concat(f.origin(), ": field '", key, "' must be an object"));
+    if (scaling && it->empty()) continue;
     scaling = &*it;
+    scaling_key = key;
   }
-  if (!scaling) return r;
-  Fields s(*scaling, f.origin() + " (" +
-                         (root.count("rope_parameters") ? "rope_parameters" : "rope_scaling") +
-                         ")");
+  const json empty = json::object();
+  const Fields s(scaling ? *scaling : empty,
+                 concat(f.origin(), " (", scaling_key ? scaling_key : "", ")"));
+  // Llama, Mistral and Qwen2 rotate the whole head (their apply_rotary_pos_emb has no pass-through
+  // part), so transformers cannot run a smaller rotary width for them.
+  for (const Fields* where : {&f, &s}) {
+    const double p = where->number({"partial_rotary_factor"}, 1.0);
+    if (p != 1.0)
+      throw InputError(concat(where->origin(), ": field 'partial_rotary_factor' is ", p,
+                              "; only 1.0 is supported (llama, mistral and qwen2 rotate the whole "
+                              "head)"));
+  }
   r.rope_type = s.string({"rope_type", "type"}, "default");
   r.rope_theta = s.number({"rope_theta"}, r.rope_theta);
-  if (r.rope_type == "default") return r;
-  if (r.rope_type != "linear" && r.rope_type != "llama3")
-    throw InputError(concat(f.origin(), ": unsupported rope_type '", r.rope_type,
-                            "'; supported: default, linear, llama3"));
-  r.factor = s.number({"factor"}, 0.0);
-  if (!(r.factor >= 1.0))
-    throw InputError(concat(f.origin(), ": rope ", r.rope_type, " needs 'factor' >= 1"));
-  if (r.rope_type == "llama3") {
+  if (!std::isfinite(r.rope_theta) || !(r.rope_theta > 0))
+    throw InputError(
+        concat(f.origin(), ": field 'rope_theta' must be a positive number, got ", r.rope_theta));
+  const std::string& t = r.rope_type;
+  if (t == "default") return r;
+  if (t != "linear" && t != "dynamic" && t != "yarn" && t != "longrope" && t != "llama3")
+    throw InputError(concat(f.origin(), ": unsupported rope_type '", t,
+                            "'; supported: default, linear, dynamic, yarn, longrope, llama3"));
+  if (t == "llama3" || t == "yarn" || t == "longrope") {
+    const bool top = f.find({"original_max_position_embeddings"}) != nullptr;
+    const Fields& where = top ? f : s;
+    r.original_max_position_embeddings =
+        where.find({"original_max_position_embeddings"})
+            ? where.positive({"original_max_position_embeddings"}, std::nullopt)
+            : max_position_embeddings;
+  }
+  if (t == "longrope") {
+    if (r.original_max_position_embeddings < 2)
+      throw InputError(concat(f.origin(),
+                              ": rope longrope needs original_max_position_embeddings "
+                              "> 1 (its log divides), got ",
+                              r.original_max_position_embeddings));
+    // factor only feeds the default attention factor; HF derives it from the two contexts.
+    r.factor = s.find({"factor"}) ? rope_number(s, "factor", 0.0, 0.0, false, t)
+                                  : static_cast<double>(max_position_embeddings) /
+                                        static_cast<double>(r.original_max_position_embeddings);
+    if (s.find({"attention_factor"}))
+      r.attention_factor = rope_number(s, "attention_factor", 0.0, 0.0, false, t);
+    r.short_factor = rope_factor_list(s, "short_factor", head_dim / 2);
+    r.long_factor = rope_factor_list(s, "long_factor", head_dim / 2);
+    return r;
+  }
+  r.factor = required_rope_number(s, "factor", 1.0, true, t);
+  if (t == "dynamic" && head_dim <= 2)
+    throw InputError(concat(f.origin(), ": rope dynamic needs head_dim > 2, got ", head_dim));
+  if (t == "llama3") {
     r.low_freq_factor = s.number({"low_freq_factor"}, r.low_freq_factor);
     r.high_freq_factor = s.number({"high_freq_factor"}, r.high_freq_factor);
-    r.original_max_position_embeddings =
-        s.positive({"original_max_position_embeddings"}, std::nullopt);
     if (!(r.high_freq_factor > r.low_freq_factor))
       throw InputError(
           concat(f.origin(), ": rope llama3 needs high_freq_factor > low_freq_factor"));
+  }
+  if (t == "yarn") {
+    if (r.rope_theta == 1.0)
+      throw InputError(concat(f.origin(), ": rope yarn needs 'rope_theta' != 1 (its log divides)"));
+    if (s.find({"attention_factor"}))
+      r.attention_factor = rope_number(s, "attention_factor", 0.0, 0.0, false, t);
+    r.beta_fast = rope_number(s, "beta_fast", r.beta_fast, 0.0, false, t);
+    r.beta_slow = rope_number(s, "beta_slow", r.beta_slow, 0.0, false, t);
+    if (s.find({"mscale"})) r.mscale = rope_number(s, "mscale", 0.0, 0.0, true, t);
+    if (s.find({"mscale_all_dim"}))
+      r.mscale_all_dim = rope_number(s, "mscale_all_dim", 0.0, 0.0, true, t);
+    r.truncate = s.boolean({"truncate"}, r.truncate);
   }
   return r;
 }
@@ -231,7 +324,7 @@ LlamaConfig parse_llama(Arch arch, const json& root, const Fields& f) {
   check_activation(c.hidden_act, "hidden_act", f.origin());
   c.max_position_embeddings = f.positive({"max_position_embeddings"}, c.max_position_embeddings);
   c.rms_norm_eps = f.number({"rms_norm_eps"}, c.rms_norm_eps);
-  c.rope = parse_rope(root, f);
+  c.rope = parse_rope(root, f, c.head_dim, c.max_position_embeddings);
   c.tie_word_embeddings = f.boolean({"tie_word_embeddings"}, false);
   // Only Llama reads attention_bias / mlp_bias. Transformers' Mistral has no biases and Qwen2
   // always has q/k/v biases only, whatever those fields say, so the weights we expect match the
@@ -279,7 +372,11 @@ int64_t ModelConfig::num_layers() const {
   return arch == Arch::kGpt2 ? gpt2.n_layer : llama.num_hidden_layers;
 }
 int64_t ModelConfig::max_positions() const {
-  return arch == Arch::kGpt2 ? gpt2.n_positions : llama.max_position_embeddings;
+  if (arch == Arch::kGpt2) return gpt2.n_positions;
+  if (llama.rope.rope_type != "dynamic") return llama.max_position_embeddings;
+  const double n =
+      std::floor(llama.rope.factor * static_cast<double>(llama.max_position_embeddings));
+  return n >= 2147483647.0 ? int64_t{2147483647} : static_cast<int64_t>(n);
 }
 bool ModelConfig::tie_word_embeddings() const {
   return arch == Arch::kGpt2 ? gpt2.tie_word_embeddings : llama.tie_word_embeddings;
@@ -304,9 +401,6 @@ ModelConfig parse_config(const std::string& text, const std::string& origin) {
   c.arch = parse_arch(c.model_type, origin);
   if (c.arch == Arch::kGpt2) {
     c.gpt2 = parse_gpt2(f);
-    if (c.gpt2.scale_attn_by_inverse_layer_idx || c.gpt2.reorder_and_upcast_attn)
-      throw InputError(concat(
-          origin, ": scale_attn_by_inverse_layer_idx / reorder_and_upcast_attn are not supported"));
   } else {
     c.llama = parse_llama(c.arch, root, f);
   }
@@ -316,6 +410,37 @@ ModelConfig parse_config(const std::string& text, const std::string& origin) {
 ModelConfig load_config(const std::string& path) {
   return parse_config(read_text_file(path, kMaxConfigBytes, "config.json"), path);
 }
+
+namespace {
+
+// rope_scaling as transformers v4 writes it (with rope_type), every resolved field explicit.
+json rope_to_json(const RopeConfig& r) {
+  if (r.rope_type == "default") return nullptr;
+  json s = {{"rope_type", r.rope_type}, {"factor", r.factor}};
+  const std::string& t = r.rope_type;
+  if (t == "llama3" || t == "yarn" || t == "longrope")
+    s["original_max_position_embeddings"] = r.original_max_position_embeddings;
+  if (t == "llama3") {
+    s["low_freq_factor"] = r.low_freq_factor;
+    s["high_freq_factor"] = r.high_freq_factor;
+  }
+  if ((t == "yarn" || t == "longrope") && r.attention_factor)
+    s["attention_factor"] = *r.attention_factor;
+  if (t == "yarn") {
+    s["beta_fast"] = r.beta_fast;
+    s["beta_slow"] = r.beta_slow;
+    if (r.mscale) s["mscale"] = *r.mscale;
+    if (r.mscale_all_dim) s["mscale_all_dim"] = *r.mscale_all_dim;
+    s["truncate"] = r.truncate;
+  }
+  if (t == "longrope") {
+    s["short_factor"] = r.short_factor;
+    s["long_factor"] = r.long_factor;
+  }
+  return s;
+}
+
+}  // namespace
 
 std::string config_to_json(const ModelConfig& c) {
   json j;
@@ -336,6 +461,8 @@ std::string config_to_json(const ModelConfig& c) {
     j["attn_pdrop"] = 0.1;
     j["initializer_range"] = 0.02;
     j["scale_attn_weights"] = g.scale_attn_weights;
+    j["scale_attn_by_inverse_layer_idx"] = g.scale_attn_by_inverse_layer_idx;
+    j["reorder_and_upcast_attn"] = g.reorder_and_upcast_attn;
     j["tie_word_embeddings"] = g.tie_word_embeddings;
     j["bos_token_id"] = g.bos_token_id;
     j["eos_token_id"] = g.eos_token_id;
@@ -354,17 +481,7 @@ std::string config_to_json(const ModelConfig& c) {
     j["max_position_embeddings"] = l.max_position_embeddings;
     j["rms_norm_eps"] = l.rms_norm_eps;
     j["rope_theta"] = l.rope.rope_theta;
-    if (l.rope.rope_type != "default") {
-      json s = {{"rope_type", l.rope.rope_type}, {"factor", l.rope.factor}};
-      if (l.rope.rope_type == "llama3") {
-        s["low_freq_factor"] = l.rope.low_freq_factor;
-        s["high_freq_factor"] = l.rope.high_freq_factor;
-        s["original_max_position_embeddings"] = l.rope.original_max_position_embeddings;
-      }
-      j["rope_scaling"] = s;
-    } else {
-      j["rope_scaling"] = nullptr;
-    }
+    j["rope_scaling"] = rope_to_json(l.rope);
     j["tie_word_embeddings"] = l.tie_word_embeddings;
     j["initializer_range"] = 0.02;
     j["bos_token_id"] = l.bos_token_id;

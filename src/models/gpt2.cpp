@@ -39,13 +39,26 @@ class Gpt2Embeddings : public Module {
   Embedding* wpe_;
 };
 
+// The factor GPT2Attention applies to q k^T: 1 / sqrt(head_dim) with scale_attn_weights, then
+// 1 / (layer_idx + 1) with scale_attn_by_inverse_layer_idx, computed in double as HF's
+// _upcast_and_reordered_attn does. actcap's attention() is always that function's computation:
+// float32 (the upcast) and one baddbmm with the scale folded into alpha (the reorder), so
+// reorder_and_upcast_attn needs no path of its own. HF's default eager path divides the scores
+// by the two factors one after the other instead; the two agree to float32 rounding.
+double gpt2_attention_scale(const Gpt2Config& c, int64_t layer) {
+  double scale = 1.0;
+  if (c.scale_attn_weights) scale /= std::sqrt(static_cast<double>(c.head_dim()));
+  if (c.scale_attn_by_inverse_layer_idx) scale /= static_cast<double>(layer + 1);
+  return scale;
+}
+
 class Gpt2Attention : public Module {
  public:
   Gpt2Attention(const Gpt2Config& c, const std::map<std::string, at::Tensor>& w,
-                const std::string& name)
+                const std::string& name, int64_t layer)
       : Module(name, hidden_point(name + ":input", c.n_embd), hidden_point(name, c.n_embd)),
         n_head_(c.n_head),
-        scale_(c.scale_attn_weights ? 1.0 / std::sqrt(static_cast<double>(c.head_dim())) : 1.0) {
+        scale_(gpt2_attention_scale(c, layer)) {
     c_attn_ = add(linear(w, name + ".c_attn"));
     c_proj_ = add(linear(w, name + ".c_proj"));
   }
@@ -86,13 +99,13 @@ class Gpt2Mlp : public Module {
 };
 
 std::unique_ptr<Module> gpt2_block(const Gpt2Config& c, const std::map<std::string, at::Tensor>& w,
-                                   const std::string& name) {
+                                   const std::string& name, int64_t layer) {
   auto norm = [&](const std::string& n) {
     return std::make_unique<LayerNorm>(n, get(w, n + ".weight"), get(w, n + ".bias"),
                                        c.layer_norm_epsilon);
   };
   auto ln_1 = norm(name + ".ln_1");
-  auto attn = std::make_unique<Gpt2Attention>(c, w, name + ".attn");
+  auto attn = std::make_unique<Gpt2Attention>(c, w, name + ".attn", layer);
   auto ln_2 = norm(name + ".ln_2");
   auto mlp = std::make_unique<Gpt2Mlp>(c, w, name + ".mlp");
   return std::make_unique<PreNormBlock>(name, c.n_embd, std::move(ln_1), std::move(attn),
@@ -107,7 +120,7 @@ BuiltModel build_gpt2(const Gpt2Config& c, const std::map<std::string, at::Tenso
   at::Tensor wte = emb->wte_weight();
   m.stages.push_back(std::move(emb));
   for (int64_t i = 0; i < c.n_layer; ++i)
-    m.stages.push_back(gpt2_block(c, w, concat("transformer.h.", i)));
+    m.stages.push_back(gpt2_block(c, w, concat("transformer.h.", i), i));
   m.stages.push_back(
       std::make_unique<LayerNorm>("transformer.ln_f", get(w, "transformer.ln_f.weight"),
                                   get(w, "transformer.ln_f.bias"), c.layer_norm_epsilon));

@@ -1,9 +1,10 @@
 // Llama family (transformers modeling_llama.py, modeling_mistral.py, modeling_qwen2.py):
-// RMSNorm, RoPE with rotate_half, grouped-query attention, SwiGLU MLP. Mistral and Qwen2 differ
-// only in config: sliding windows and q/k/v biases.
+// RMSNorm, RoPE with rotate_half (tables in rope.cpp), grouped-query attention, SwiGLU MLP. Mistral
+// and Qwen2 differ only in config: sliding windows and q/k/v biases.
 #include <cmath>
 
 #include "models/architectures.h"
+#include "models/rope.h"
 
 namespace actcap {
 
@@ -27,25 +28,6 @@ at::Tensor rotate_half(const at::Tensor& x) {
 
 at::Tensor apply_rope(const at::Tensor& x, const ForwardState& st) {
   return x * st.rope_cos + rotate_half(x) * st.rope_sin;  // cos/sin [T, D] broadcast over [B, H]
-}
-
-// inv_freq as HF's ROPE_INIT_FUNCTIONS compute it (float32), including Llama 3 and linear scaling.
-at::Tensor rope_inv_freq(const LlamaConfig& c) {
-  const int64_t d = c.head_dim;
-  auto exponent = at::arange(0, d, 2, at::kLong).to(at::kFloat) / static_cast<float>(d);
-  auto inv_freq = 1.0 / at::pow(c.rope.rope_theta, exponent);
-  const RopeConfig& r = c.rope;
-  if (r.rope_type == "linear") return inv_freq / r.factor;
-  if (r.rope_type != "llama3") return inv_freq;
-  const double old_len = static_cast<double>(r.original_max_position_embeddings);
-  const double low_wavelen = old_len / r.low_freq_factor;
-  const double high_wavelen = old_len / r.high_freq_factor;
-  auto wavelen = 2 * M_PI / inv_freq;
-  auto scaled = at::where(wavelen > low_wavelen, inv_freq / r.factor, inv_freq);
-  auto smooth = (old_len / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
-  auto smoothed = (1 - smooth) * scaled / r.factor + smooth * scaled;
-  auto medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
-  return at::where(medium, smoothed, scaled);
 }
 
 class LlamaAttention : public Module {
@@ -133,14 +115,8 @@ BuiltModel build_llama(const LlamaConfig& c, const std::map<std::string, at::Ten
       std::make_unique<RMSNorm>("model.norm", w.at("model.norm.weight"), c.rms_norm_eps));
   at::Tensor head = c.tie_word_embeddings ? embed_w : w.at("lm_head.weight");
   m.stages.push_back(std::make_unique<Linear>("lm_head", head, at::Tensor()));
-  at::Tensor inv_freq = rope_inv_freq(c);
-  m.prepare = [inv_freq](ForwardState& st) {
-    auto freqs =
-        st.positions.to(at::kFloat).unsqueeze(1) * inv_freq.to(st.positions.device()).unsqueeze(0);
-    auto emb = at::cat({freqs, freqs}, -1);  // [T, D]
-    st.rope_cos = emb.cos();
-    st.rope_sin = emb.sin();
-  };
+  auto rope = std::make_shared<const Rope>(c.rope, c.head_dim, c.max_position_embeddings);
+  m.prepare = [rope](ForwardState& st) { rope->prepare(st); };
   return m;
 }
 

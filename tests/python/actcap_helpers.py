@@ -101,8 +101,11 @@ def random_tokens(vocab_size, lengths, seed=0):
     return [[int(t) for t in rng.integers(0, vocab_size, size=n)] for n in lengths]
 
 
-def compare_points(ref, got, tol=TOL, label=""):
-    """ref/got: name -> array. Returns a list of failure strings (empty when everything matches)."""
+def compare_points(ref, got, tol=TOL, label="", rel_tol=None, worst=None):
+    """ref/got: name -> array. Returns a list of failure strings (empty when everything matches).
+
+    rel_tol: also require max|got - ref| / max|ref| <= rel_tol at every float point.
+    worst: a dict that receives the largest "abs" and "rel" differences seen (for reports)."""
     failures = []
     for name, r in ref.items():
         if name not in got:
@@ -125,7 +128,15 @@ def compare_points(ref, got, tol=TOL, label=""):
             failures.append(f"{label}{name}: non-finite values")
             continue
         d = float(np.max(np.abs(g.astype(np.float64) - r.astype(np.float64))))
+        scale = float(np.max(np.abs(r)))
+        rel = d / scale if scale > 0 else d
+        if worst is not None:
+            worst["abs"] = max(worst.get("abs", 0.0), d)
+            worst["rel"] = max(worst.get("rel", 0.0), rel)
         if d > tol:
             failures.append(f"{label}{name}: max abs diff {d:.3e} > {tol:g} "
-                            f"(|ref| max {float(np.max(np.abs(r))):.3g})")
+                            f"(|ref| max {scale:.3g})")
+        elif rel_tol is not None and rel > rel_tol:
+            failures.append(f"{label}{name}: max diff / max |ref| {rel:.3e} > {rel_tol:g} "
+                            f"(|ref| max {scale:.3g})")
     return failures

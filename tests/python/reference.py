@@ -1,8 +1,12 @@
 """Independent float32 reference forward for the actcap parity tests.
 
 Written from the semantics of Hugging Face transformers' modeling_gpt2.py, modeling_llama.py,
-modeling_mistral.py and modeling_qwen2.py (eager attention, no padding, no cache, eval mode), using
-only torch + numpy + the minimal safetensors reader in st.py.
+modeling_mistral.py, modeling_qwen2.py and modeling_rope_utils.py (eager attention, no padding, no
+cache, eval mode), using only torch + numpy + the minimal safetensors reader in st.py.
+
+RoPE types: default, linear, dynamic (NTK, recomputed for a forward longer than
+max_position_embeddings), yarn, longrope (short/long factors), llama3; attention factors scale cos
+and sin. GPT-2: scale_attn_weights, scale_attn_by_inverse_layer_idx, reorder_and_upcast_attn.
 
     run(ckpt_dir, [[1, 2, 3], [4, 5]]) -> [ {point: np.ndarray [T, ...features]}, ... ]
 
@@ -110,6 +114,7 @@ class Config:
             self.eps = float(_get(cfg, "layer_norm_epsilon", default=1e-5))
             self.scale_attn_weights = bool(_get(cfg, "scale_attn_weights", default=True))
             self.scale_by_layer = bool(_get(cfg, "scale_attn_by_inverse_layer_idx", default=False))
+            self.reorder_and_upcast = bool(_get(cfg, "reorder_and_upcast_attn", default=False))
             self.tie = bool(_get(cfg, "tie_word_embeddings", default=True))
             if self.hidden % self.heads:
                 raise ReferenceError("n_embd not divisible by n_head")
@@ -144,26 +149,40 @@ class Config:
     # -- RoPE ----------------------------------------------------------------------------------
     @staticmethod
     def _rope(cfg):
-        """Returns the merged rope parameter dict: rope_type, rope_theta, and scaling fields.
+        """Returns the merged rope parameter dict, resolved as transformers v5's
+        RotaryEmbeddingConfigMixin.standardize_rope_params does: rope_type, rope_theta,
+        max_position_embeddings, and the scaling fields of the type.
 
-        Accepts transformers v4 (`rope_theta` + optional `rope_scaling`) and v5
-        (`rope_parameters: {"rope_type", "rope_theta", ...}`)."""
-        params = {}
-        rs = cfg.get("rope_scaling")
-        if isinstance(rs, dict):
-            params.update(rs)
-        rp = cfg.get("rope_parameters")
-        if isinstance(rp, dict):
-            params.update(rp)
+        Accepts transformers v4 (`rope_theta` + optional `rope_scaling` with `type` or `rope_type`)
+        and v5 (`rope_parameters: {"rope_type", "rope_theta", ...}`). For llama3 / yarn / longrope,
+        original_max_position_embeddings comes from the top level of config.json when present
+        (Phi-3's layout, which HF prefers), else from the rope dict, else max_position_embeddings."""
+        # v5's convert_rope_params_to_dict: `rope_scaling or rope_parameters` (v4 reads
+        # rope_scaling only)
+        rs, rp = cfg.get("rope_scaling"), cfg.get("rope_parameters")
+        params = dict(rs if isinstance(rs, dict) and rs else rp if isinstance(rp, dict) else {})
         rope_type = params.get("rope_type", params.get("type", "default")) or "default"
         theta = params.get("rope_theta", cfg.get("rope_theta"))
         if theta is None:
             theta = 10000.0
         params["rope_type"] = rope_type
         params["rope_theta"] = float(theta)
-        params["partial_rotary_factor"] = float(cfg.get("partial_rotary_factor", 1.0) or 1.0)
-        if rope_type not in ("default", "linear", "llama3"):
+        mt = cfg.get("model_type", "llama")
+        params["max_position_embeddings"] = _get(
+            cfg, "max_position_embeddings", default=MAX_POSITIONS_DEFAULT.get(mt, 2048))
+        prf = params.get("partial_rotary_factor", cfg.get("partial_rotary_factor"))
+        # LlamaAttention / MistralAttention / Qwen2Attention rotate the whole head (their
+        # apply_rotary_pos_emb has no pass-through part): a smaller rotary dim cannot run in HF.
+        if prf is not None and float(prf) != 1.0:
+            raise ReferenceError(f"partial_rotary_factor {prf} is not supported by {mt}")
+        params["partial_rotary_factor"] = 1.0
+        if rope_type not in ROPE_TYPES:
             raise ReferenceError(f"unsupported rope_type {rope_type!r}")
+        if rope_type in ("llama3", "yarn", "longrope"):
+            if cfg.get("original_max_position_embeddings") is not None:
+                params["original_max_position_embeddings"] = cfg["original_max_position_embeddings"]
+            elif params.get("original_max_position_embeddings") is None:
+                params["original_max_position_embeddings"] = params["max_position_embeddings"]
         return params
 
     # -- sliding window per layer -------------------------------------------------------------
@@ -184,36 +203,173 @@ class Config:
         return [None] * self.layers  # llama
 
 
-def rope_inv_freq(rope, head_dim):
-    """inv_freq exactly as transformers' modeling_rope_utils (float32 arithmetic)."""
-    dim = int(head_dim * rope["partial_rotary_factor"])
+def _rope_dim(rope, head_dim):
+    return int(head_dim * rope.get("partial_rotary_factor", 1.0))
+
+
+def _default_inv_freq(base, dim):
+    return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(dtype=torch.float) / dim))
+
+
+# One function per rope type, as transformers' ROPE_INIT_FUNCTIONS: (rope dict, head_dim, seq_len)
+# -> (inv_freq float32 [dim/2], attention_factor). seq_len is None at init time, or the length the
+# forward's dynamic_rope_update passes (max position id + 1, a tensor in HF).
+
+def _rope_default(rope, head_dim, seq_len=None):
+    return _default_inv_freq(rope["rope_theta"], _rope_dim(rope, head_dim)), 1.0
+
+
+def _rope_linear(rope, head_dim, seq_len=None):
+    inv_freq, _ = _rope_default(rope, head_dim)
+    inv_freq /= rope["factor"]
+    return inv_freq, 1.0
+
+
+def _rope_dynamic(rope, head_dim, seq_len=None):
+    """_compute_dynamic_ntk_parameters: the base grows with the sequence beyond
+    max_position_embeddings. At init (seq_len None) the arithmetic is Python floats; in the forward
+    seq_len is a 0-dim int64 tensor, so the new base is computed in float32 tensor arithmetic."""
     base = rope["rope_theta"]
-    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(dtype=torch.float) / dim))
-    t = rope["rope_type"]
-    if t == "linear":
-        inv_freq = inv_freq / rope["factor"]
-    elif t == "llama3":
-        factor = rope["factor"]
-        low_freq_factor = rope["low_freq_factor"]
-        high_freq_factor = rope["high_freq_factor"]
-        old_context_len = rope["original_max_position_embeddings"]
-        low_freq_wavelen = old_context_len / low_freq_factor
-        high_freq_wavelen = old_context_len / high_freq_factor
-        wavelen = 2 * math.pi / inv_freq
-        inv_freq_llama = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
-        smooth_factor = (old_context_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
-        smoothed_inv_freq = (1 - smooth_factor) * inv_freq_llama / factor + smooth_factor * inv_freq_llama
-        is_medium_freq = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
-        inv_freq = torch.where(is_medium_freq, smoothed_inv_freq, inv_freq_llama)
-    return inv_freq
+    dim = _rope_dim(rope, head_dim)
+    factor = rope["factor"]
+    max_pos = rope["max_position_embeddings"]
+    if seq_len is None:
+        seq_len = max_pos
+    elif isinstance(seq_len, torch.Tensor):
+        seq_len = torch.maximum(seq_len, torch.tensor(max_pos, dtype=seq_len.dtype))
+    else:
+        seq_len = max(seq_len, max_pos)
+    base = base * ((factor * seq_len / max_pos) - (factor - 1)) ** (dim / (dim - 2))
+    return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(dtype=torch.float) / dim)), 1.0
 
 
-def rope_cos_sin(rope, head_dim, T):
-    inv_freq = rope_inv_freq(rope, head_dim)
+def _yarn_mscale(scale, mscale=1):
+    if scale <= 1:
+        return 1.0
+    return 0.1 * mscale * math.log(scale) + 1.0
+
+
+def _rope_yarn(rope, head_dim, seq_len=None):
+    """_compute_yarn_parameters: NTK-by-parts interpolation between the original frequencies
+    (extrapolation) and frequencies / factor (interpolation), with a linear ramp over the dims whose
+    rotation counts within original_max_position_embeddings lie between beta_slow and beta_fast;
+    attention_factor scales cos and sin."""
+    base = rope["rope_theta"]
+    dim = _rope_dim(rope, head_dim)
+    factor = rope.get("factor")
+    attention_factor = rope.get("attention_factor")
+    mscale = rope.get("mscale")
+    mscale_all_dim = rope.get("mscale_all_dim")
+    original = rope["original_max_position_embeddings"]
+    if factor is None:
+        factor = rope["max_position_embeddings"] / original
+    if attention_factor is None:
+        if mscale and mscale_all_dim:
+            attention_factor = float(_yarn_mscale(factor, mscale) / _yarn_mscale(factor, mscale_all_dim))
+        else:
+            attention_factor = _yarn_mscale(factor)
+    beta_fast = rope.get("beta_fast") or 32
+    beta_slow = rope.get("beta_slow") or 1
+
+    def correction_dim(num_rotations):
+        return (dim * math.log(original / (num_rotations * 2 * math.pi))) / (2 * math.log(base))
+
+    low = correction_dim(beta_fast)
+    high = correction_dim(beta_slow)
+    if rope.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001  # as HF: no division by zero
+    ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
+
+    pos_freqs = base ** (torch.arange(0, dim, 2).to(dtype=torch.float) / dim)
+    inv_freq_extrapolation = 1.0 / pos_freqs
+    inv_freq_interpolation = 1.0 / (factor * pos_freqs)
+    extrapolation_factor = 1 - ramp.to(dtype=torch.float)
+    inv_freq = (inv_freq_interpolation * (1 - extrapolation_factor)
+                + inv_freq_extrapolation * extrapolation_factor)
+    return inv_freq, attention_factor
+
+
+def _rope_longrope(rope, head_dim, seq_len=None):
+    """_compute_longrope_parameters: per-dimension divisors, long_factor when the sequence is longer
+    than original_max_position_embeddings, short_factor otherwise; attention factor
+    sqrt(1 + ln(factor) / ln(original)) unless given."""
+    base = rope["rope_theta"]
+    dim = _rope_dim(rope, head_dim)
+    factor = rope.get("factor")
+    attention_factor = rope.get("attention_factor")
+    original = rope["original_max_position_embeddings"]
+    if factor is None:
+        factor = rope["max_position_embeddings"] / original
+    if attention_factor is None:
+        if factor <= 1.0:
+            attention_factor = 1.0
+        else:
+            attention_factor = math.sqrt(1 + math.log(factor) / math.log(original))
+    if seq_len and seq_len > original:
+        ext_factors = torch.tensor(rope["long_factor"], dtype=torch.float32)
+    else:
+        ext_factors = torch.tensor(rope["short_factor"], dtype=torch.float32)
+    inv_freq_shape = torch.arange(0, dim, 2, dtype=torch.int64).float() / dim
+    return 1.0 / (ext_factors * base ** inv_freq_shape), attention_factor
+
+
+def _rope_llama3(rope, head_dim, seq_len=None):
+    inv_freq, _ = _rope_default(rope, head_dim)
+    factor = rope["factor"]
+    low_freq_factor = rope["low_freq_factor"]
+    high_freq_factor = rope["high_freq_factor"]
+    old_context_len = rope["original_max_position_embeddings"]
+    low_freq_wavelen = old_context_len / low_freq_factor
+    high_freq_wavelen = old_context_len / high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    inv_freq_llama = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth_factor = (old_context_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    smoothed_inv_freq = (1 - smooth_factor) * inv_freq_llama / factor + smooth_factor * inv_freq_llama
+    is_medium_freq = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+    return torch.where(is_medium_freq, smoothed_inv_freq, inv_freq_llama), 1.0
+
+
+ROPE_FUNCTIONS = {"default": _rope_default, "linear": _rope_linear, "dynamic": _rope_dynamic,
+                  "yarn": _rope_yarn, "longrope": _rope_longrope, "llama3": _rope_llama3}
+ROPE_TYPES = tuple(ROPE_FUNCTIONS)
+MAX_POSITIONS_DEFAULT = {"llama": 2048, "mistral": 4096 * 32, "qwen2": 32768}
+
+
+def rope_parameters(rope, head_dim, seq_len=None):
+    """(inv_freq, attention_scaling) that LlamaRotaryEmbedding uses in a forward whose largest
+    position id is seq_len - 1 (None: as initialised). A fresh module: the init-time tables, except
+    that dynamic_rope_update recomputes dynamic frequencies when seq_len > max_position_embeddings
+    (from a 0-dim int64 tensor, as torch.max(position_ids) + 1 is) and switches longrope to its long
+    factors when seq_len > original_max_position_embeddings. The attention scaling stays the
+    init-time value (dynamic's is 1.0 either way)."""
+    fn = ROPE_FUNCTIONS[rope["rope_type"]]
+    inv_freq, attention_scaling = fn(rope, head_dim)
+    if seq_len is None:
+        return inv_freq, attention_scaling
+    if rope["rope_type"] == "dynamic" and seq_len > rope["max_position_embeddings"]:
+        inv_freq, attention_scaling = fn(rope, head_dim, seq_len=torch.tensor(seq_len, dtype=torch.int64))
+    elif rope["rope_type"] == "longrope" and seq_len > rope["original_max_position_embeddings"]:
+        inv_freq, _ = fn(rope, head_dim, seq_len=rope["original_max_position_embeddings"] + 1)
+    return inv_freq, attention_scaling
+
+
+def rope_inv_freq(rope, head_dim, seq_len=None):
+    """inv_freq exactly as transformers' modeling_rope_utils (float32 arithmetic)."""
+    return rope_parameters(rope, head_dim, seq_len)[0]
+
+
+def rope_cos_sin(rope, head_dim, T, seq_len=None):
+    """cos/sin [T, dim] for positions 0..T-1, multiplied by the attention scaling as
+    LlamaRotaryEmbedding.forward does. seq_len: the length dynamic_rope_update sees (default T; a
+    padded batch passes its padded length)."""
+    inv_freq, attention_scaling = rope_parameters(rope, head_dim, T if seq_len is None else seq_len)
     pos = torch.arange(T, dtype=torch.int64).float()
     freqs = (inv_freq[:, None] @ pos[None, :]).transpose(0, 1)  # [T, dim/2]
     emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos(), emb.sin()
+    return emb.cos() * attention_scaling, emb.sin() * attention_scaling
 
 
 def rotate_half(x):
@@ -347,7 +503,10 @@ class Model:
         self.w = w
 
     # -- forward ------------------------------------------------------------------------------
-    def forward(self, ids):
+    def forward(self, ids, rope_seq_len=None):
+        """rope_seq_len: the sequence length the RoPE module sees (default: len(ids)). A sequence
+        right-padded into a batch of length L runs as if alone but with rope_seq_len=L, which
+        matters for dynamic and longrope scaling (HF derives it from the largest position id)."""
         ids = torch.as_tensor(list(ids), dtype=torch.int64)
         if ids.ndim != 1 or ids.numel() == 0:
             raise ReferenceError("a sequence must be a non-empty list of token ids")
@@ -357,7 +516,7 @@ class Model:
             if self.cfg.arch == "gpt2":
                 pts = self._gpt2(ids)
             else:
-                pts = self._llama(ids)
+                pts = self._llama(ids, rope_seq_len)
         return OrderedDict((k, v.detach().cpu().contiguous().numpy()) for k, v in pts.items())
 
     def _gpt2(self, ids):
@@ -398,13 +557,27 @@ class Model:
             q = q.view(T, nh, hd).transpose(0, 1)
             k = k.view(T, nh, hd).transpose(0, 1)
             v = v.view(T, nh, hd).transpose(0, 1)
-            att = torch.matmul(q, k.transpose(-1, -2))
-            if c.scale_attn_weights:
-                att = att / torch.full([], v.size(-1) ** 0.5, dtype=att.dtype)
-            if c.scale_by_layer:
-                att = att / float(i + 1)
-            att = torch.where(causal, att, torch.tensor(torch.finfo(att.dtype).min, dtype=att.dtype))
-            att = F.softmax(att, dim=-1, dtype=torch.float32)
+            if c.reorder_and_upcast:
+                # GPT2Attention._upcast_and_reordered_attn (eager attention): one float32 baddbmm
+                # with the scale folded into alpha, then mask and softmax in float32.
+                scale_factor = 1.0
+                if c.scale_attn_weights:
+                    scale_factor /= float(v.size(-1)) ** 0.5
+                if c.scale_by_layer:
+                    scale_factor /= float(i + 1)
+                att = torch.empty(nh, T, T, dtype=torch.float32)
+                att = torch.baddbmm(att, q.float(), k.transpose(-1, -2).float(), beta=0, alpha=scale_factor)
+                att = torch.where(causal, att, torch.tensor(torch.finfo(att.dtype).min, dtype=att.dtype))
+                att = F.softmax(att, dim=-1).type(v.dtype)
+            else:
+                # eager_attention_forward: divide by sqrt(head_dim), then by layer_idx + 1
+                att = torch.matmul(q, k.transpose(-1, -2))
+                if c.scale_attn_weights:
+                    att = att / torch.full([], v.size(-1) ** 0.5, dtype=att.dtype)
+                if c.scale_by_layer:
+                    att = att / float(i + 1)
+                att = torch.where(causal, att, torch.tensor(torch.finfo(att.dtype).min, dtype=att.dtype))
+                att = F.softmax(att, dim=-1, dtype=torch.float32)
             o = torch.matmul(att, v)  # [nh, T, hd]
             merged = o.transpose(0, 1).contiguous().view(T, nh * hd)
             a = conv1d(merged, p + ".attn.c_proj")
@@ -428,7 +601,7 @@ class Model:
         rec("lm_head", hf, logits)
         return pts
 
-    def _llama(self, ids):
+    def _llama(self, ids, rope_seq_len=None):
         c, w = self.cfg, self.w
         T = ids.shape[0]
         pts = OrderedDict()
@@ -447,7 +620,7 @@ class Model:
         nh, nkv, hd = c.heads, c.kv_heads, c.head_dim
         groups = nh // nkv
         scaling = hd ** -0.5
-        cos, sin = rope_cos_sin(c.rope, hd, T)
+        cos, sin = rope_cos_sin(c.rope, hd, T, seq_len=rope_seq_len)
         qi = torch.arange(T)[:, None]
         kj = torch.arange(T)[None, :]
         masks = []
@@ -518,10 +691,12 @@ class Model:
         return out
 
 
-def run(ckpt_dir, sequences):
-    """Runs each sequence alone; returns a list of OrderedDict point -> np.ndarray [T, ...]."""
+def run(ckpt_dir, sequences, rope_seq_len=None):
+    """Runs each sequence alone; returns a list of OrderedDict point -> np.ndarray [T, ...].
+
+    rope_seq_len: see Model.forward (e.g. the padded length of a batch holding these sequences)."""
     m = Model(ckpt_dir)
-    return [m.forward(s) for s in sequences]
+    return [m.forward(s, rope_seq_len=rope_seq_len) for s in sequences]
 
 
 def points(ckpt_dir):

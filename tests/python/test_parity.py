@@ -48,12 +48,16 @@ def check_manifest(manifest, tensors, meta, n_rows):
         assert info["dtype"] == want, f"{name}: manifest dtype {info['dtype']}, tensor {t.dtype}"
 
 
-def check_parity(model_dir, seqs, out_dir, ref_dir=None):
+def check_parity(model_dir, seqs, out_dir, ref_dir=None, rope_seq_len=None, rel_tol=None,
+                 worst=None):
     """Runs actcap on `seqs` (one batch) and compares with the reference per sequence.
 
-    ref_dir: checkpoint the reference reads (default model_dir)."""
+    ref_dir: checkpoint the reference reads (default model_dir). rope_seq_len: the length the
+    reference's RoPE sees for every sequence (HF derives dynamic / longrope scaling from the largest
+    position id of the padded batch). rel_tol: also bound max|diff| / max|ref| per point. worst:
+    receives the largest abs / rel differences."""
     manifest, tensors, meta = H.run_capture(model_dir, out_dir, seqs)
-    refs = reference.run(str(ref_dir or model_dir), seqs)
+    refs = reference.run(str(ref_dir or model_dir), seqs, rope_seq_len=rope_seq_len)
 
     exp_seq = np.concatenate([np.full(len(s), i, dtype=np.int64) for i, s in enumerate(seqs)])
     exp_pos = np.concatenate([np.arange(len(s), dtype=np.int64) for s in seqs])
@@ -72,7 +76,8 @@ def check_parity(model_dir, seqs, out_dir, ref_dir=None):
     for i in range(len(seqs)):
         sel = tensors[H.ROWS_SEQ] == i
         got_i = {k: tensors[k][sel] for k in got_names}
-        failures += H.compare_points(refs[i], got_i, label=f"seq {i}: ")
+        failures += H.compare_points(refs[i], got_i, label=f"seq {i}: ", rel_tol=rel_tol,
+                                     worst=worst)
     assert not failures, f"{len(failures)} mismatches:\n" + "\n".join(failures[:40])
 
     check_manifest(manifest, tensors, meta, len(exp_seq))
@@ -431,3 +436,184 @@ def test_points_json_matches_reference(models, arch):
                                    f"only in reference: {sorted(set(want) - set(got))}")
     bad = {k: (got[k], want[k]) for k in want if got[k] != want[k]}
     assert not bad, f"shape/dtype mismatches (actcap, reference): {bad}"
+
+
+# ---------------------------------------------------------------------------------------------
+# RoPE dynamic / yarn / longrope and GPT-2's attention options
+#
+# Each test rewrites config.json of an `actcap init-model` tiny checkpoint (the options change no
+# weight shape), checks with the reference that the option changes the output (so an
+# implementation ignoring it fails), and requires parity on every point, 1e-5 absolute and 1e-5
+# relative to the point's largest value. The figures line (pytest -s) gives the worst differences.
+#
+# Checked to fail by mutating the C++ temporarily (src/models/rope.cpp, src/models/gpt2.cpp), each
+# mutation failing the tests named:
+#   - dynamic never recomputed past max_position_embeddings: dynamic_ntk_past_context (3 archs),
+#     dynamic_ntk_padded_batch
+#   - dynamic recomputed from seq_len - 1 (the largest position, not + 1): the same tests
+#   - yarn attention factor dropped (cos/sin unscaled): every yarn test
+#   - yarn ramp without truncate's floor/ceil: yarn[v4_defaults-*], yarn[attention_factor]
+#   - yarn mscale / mscale_all_dim ignored: yarn[v5_mscale]
+#   - longrope always short_factor: longrope_phi3_layout[*-long], longrope_v5
+#   - longrope long_factor from seq_len >= original (off by one):
+#     longrope_phi3_layout[*-at_original]
+#   - longrope attention factor dropped: every longrope test
+#   - GPT-2 scores divided by layer_idx instead of layer_idx + 1 (layer 0 by zero), or not by it
+#     at all: gpt2_attention_options[by_layer, by_layer_reorder, unscaled_by_layer_reorder]
+#   - GPT-2 1 / sqrt(head_dim) applied despite scale_attn_weights false when
+#     scale_attn_by_inverse_layer_idx is set: gpt2_attention_options[unscaled_by_layer_reorder]
+# reorder_and_upcast_attn alone moves HF's result by float32 rounding only (actcap always computes
+# attention that way, docs/hook-points.md): only refusing the option can fail its test.
+# ---------------------------------------------------------------------------------------------
+
+def with_config(src, dst, **changes):
+    """A copy of checkpoint `src` whose config.json has `changes` (None removes the key)."""
+    m = H.copy_model(src, dst)
+    cfg = H.load_config(m)
+    for k, v in changes.items():
+        if v is None:
+            cfg.pop(k, None)
+        else:
+            cfg[k] = v
+    H.save_config(m, cfg)
+    return m
+
+
+def report(name, worst):
+    print(f"figures {name}: max abs diff {worst.get('abs', 0.0):.3e}, "
+          f"max diff / max |ref| {worst.get('rel', 0.0):.3e}")
+
+
+@pytest.mark.parametrize("arch", LLAMA_FAMILY)
+def test_parity_dynamic_ntk_past_context(models, tmp_path, arch):
+    """Dynamic NTK with max_position_embeddings 32, factor 2: 48 positions run past the trained
+    context (HF recomputes inv_freq for seq_len 48); actcap's context is factor * 32 = 64."""
+    src = models(arch)
+    m = with_config(src, tmp_path / "m", max_position_embeddings=32, rope_parameters=None,
+                    rope_scaling={"type": "dynamic", "factor": 2.0})
+    plain = with_config(src, tmp_path / "plain", max_position_embeddings=32)
+    seqs = tokens_for(m, [48], seed=31)
+    assert ref_differs(m, plain, seqs), "dynamic scaling has no effect at 48 positions"
+    # within the trained context dynamic is the default RoPE
+    short = tokens_for(m, [32], seed=32)
+    assert not ref_differs(m, plain, short, min_diff=0.0)
+    worst = {}
+    check_parity(m, seqs, tmp_path / "out", rel_tol=1e-5, worst=worst)
+    check_parity(m, short, tmp_path / "out-short", rel_tol=1e-5, worst=worst)
+    report(f"dynamic {arch}", worst)
+    too_long = H.actcap("run", m, "--tokens", H.tokens_arg(tokens_for(m, [65], seed=33)),
+                        "--capture", "lm_head", "--out", tmp_path / "out-65")
+    assert too_long.returncode == 2 and "context is 64 positions" in too_long.stderr, too_long.stderr
+
+
+def test_parity_dynamic_ntk_padded_batch(models, tmp_path):
+    """In a padded batch HF derives the dynamic base from the batch's largest position id, so the
+    10-token sequence batched with a 48-token one runs with the 48-position table."""
+    m = with_config(models("llama"), tmp_path / "m", max_position_embeddings=32,
+                    rope_scaling={"type": "dynamic", "factor": 2.0})
+    seqs = tokens_for(m, [48, 10], seed=34)
+    alone = reference.run(str(m), seqs[1:])[0]
+    batched = reference.run(str(m), seqs[1:], rope_seq_len=48)[0]
+    assert max(float(np.max(np.abs(alone[k] - batched[k]))) for k in alone
+               if alone[k].dtype == np.float32) > 1e-4
+    worst = {}
+    check_parity(m, seqs, tmp_path / "out", rope_seq_len=48, rel_tol=1e-5, worst=worst)
+    report("dynamic padded batch", worst)
+
+
+YARN_VARIANTS = {
+    # rope_theta 100 and original 64 put the ramp over dims 0..5 of head_dim 16
+    "v4_defaults": dict(rope_theta=100.0, rope_scaling={
+        "type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}),
+    "v5_mscale": dict(rope_theta=None, rope_scaling=None, rope_parameters={
+        "rope_type": "yarn", "rope_theta": 100.0, "factor": 8.0,
+        "original_max_position_embeddings": 64, "beta_fast": 8, "beta_slow": 0.5,
+        "mscale": 0.707, "mscale_all_dim": 1.0, "truncate": False}),
+    "attention_factor": dict(rope_theta=100.0, original_max_position_embeddings=64, rope_scaling={
+        "rope_type": "yarn", "factor": 4.0, "attention_factor": 0.8}),
+}
+
+
+@pytest.mark.parametrize("variant,arch", [("v4_defaults", a) for a in LLAMA_FAMILY] +
+                         [("v5_mscale", "llama"), ("attention_factor", "qwen2")])
+def test_parity_yarn(models, tmp_path, variant, arch):
+    """YaRN at 80 positions (> original_max_position_embeddings 64): v4 defaults (beta 32/1,
+    truncate, attention factor 0.1 ln(factor) + 1), v5 rope_parameters with beta / mscale /
+    mscale_all_dim / truncate false, an explicit attention_factor with the original context at the
+    top level."""
+    src = models(arch)
+    m = with_config(src, tmp_path / "m", **YARN_VARIANTS[variant])
+    theta_only = with_config(src, tmp_path / "theta", rope_theta=100.0)
+    seqs = tokens_for(m, [80], seed=35)
+    assert ref_differs(m, theta_only, seqs), "yarn scaling has no effect"
+    worst = {}
+    check_parity(m, seqs, tmp_path / "out", rel_tol=1e-5, worst=worst)
+    report(f"yarn {variant} {arch}", worst)
+
+
+SHORT_FACTOR = [1.0, 1.02, 1.05, 1.1, 1.2, 1.35, 1.5, 1.7]
+LONG_FACTOR = [1.1, 1.4, 2.0, 3.0, 4.5, 7.0, 11.0, 16.0]
+
+
+@pytest.mark.parametrize("regime,lengths", [pytest.param("short", [12, 9], id="short"),
+                                            pytest.param("at_original", [16, 5], id="at_original"),
+                                            pytest.param("long", [40, 12], id="long")])
+@pytest.mark.parametrize("arch", LLAMA_FAMILY)
+def test_parity_longrope_phi3_layout(models, tmp_path, arch, regime, lengths):
+    """LongRoPE as Phi-3 writes it: original_max_position_embeddings 16 at the top level,
+    max_position_embeddings 64, no factor (so 4, attention factor sqrt(1 + ln 4 / ln 16)).
+    Batches up to 16 positions use short_factor, longer ones long_factor for every sequence of
+    the batch (the 12-token sequence of the long batch too)."""
+    src = models(arch)
+    m = with_config(src, tmp_path / "m", max_position_embeddings=64,
+                    original_max_position_embeddings=16, rope_scaling={
+                        "type": "longrope", "short_factor": SHORT_FACTOR,
+                        "long_factor": LONG_FACTOR})
+    seqs = tokens_for(m, lengths, seed=36)
+    T = max(lengths)
+    assert ref_differs(m, src, seqs), "longrope has no effect"
+    if regime == "long":  # the long factors matter for the short sequence of the batch
+        a = reference.run(str(m), seqs[1:])[0]
+        b = reference.run(str(m), seqs[1:], rope_seq_len=T)[0]
+        assert max(float(np.max(np.abs(a[k] - b[k]))) for k in a if a[k].dtype == np.float32) > 1e-4
+    worst = {}
+    check_parity(m, seqs, tmp_path / "out", rope_seq_len=T, rel_tol=1e-5, worst=worst)
+    report(f"longrope {regime} {arch}", worst)
+
+
+def test_parity_longrope_v5(models, tmp_path):
+    """rope_parameters with the original context inside, an explicit factor and attention_factor."""
+    src = models("llama")
+    m = with_config(src, tmp_path / "m", rope_theta=None, rope_scaling=None, rope_parameters={
+        "rope_type": "longrope", "rope_theta": 5000.0, "factor": 8.0, "attention_factor": 1.2,
+        "original_max_position_embeddings": 16, "short_factor": SHORT_FACTOR,
+        "long_factor": LONG_FACTOR})
+    seqs = tokens_for(m, [30], seed=37)
+    assert ref_differs(m, src, seqs)
+    worst = {}
+    check_parity(m, seqs, tmp_path / "out", rel_tol=1e-5, worst=worst)
+    report("longrope v5", worst)
+
+
+GPT2_OPTIONS = {
+    "by_layer": dict(scale_attn_by_inverse_layer_idx=True),
+    "reorder": dict(reorder_and_upcast_attn=True),
+    "by_layer_reorder": dict(scale_attn_by_inverse_layer_idx=True, reorder_and_upcast_attn=True),
+    "unscaled_by_layer_reorder": dict(scale_attn_weights=False, scale_attn_by_inverse_layer_idx=True,
+                                      reorder_and_upcast_attn=True),
+}
+
+
+@pytest.mark.parametrize("option", list(GPT2_OPTIONS))
+def test_parity_gpt2_attention_options(models, tmp_path, option):
+    """scale_attn_by_inverse_layer_idx (scores / (layer_idx + 1)) and reorder_and_upcast_attn
+    (HF's _upcast_and_reordered_attn: float32 baddbmm with the scale folded in), alone and
+    together, batched."""
+    src = models("gpt2")
+    m = with_config(src, tmp_path / "m", **GPT2_OPTIONS[option])
+    seqs = tokens_for(m, [14, 5], seed=38)
+    if option != "reorder":  # reordering alone changes float32 rounding only
+        assert ref_differs(m, src, seqs), f"{option} has no effect"
+    worst = {}
+    check_parity(m, seqs, tmp_path / "out", rel_tol=1e-5, worst=worst)
+    report(f"gpt2 {option}", worst)

@@ -179,8 +179,23 @@ def test_residual_wiring(tmp_path, arch):
 # components against independent formulations
 # ---------------------------------------------------------------------------------------------
 
-def test_gpt2_attention_matches_torch_multihead_attention(tmp_path):
-    d = _ckpt(tmp_path, "gpt2")
+# GPT-2's attention options against torch's MultiheadAttention, which always scales by
+# head_dim ** -0.5: the query rows of the in-projection carry the rest of GPT2Attention's factor
+# (sqrt(head_dim) without scale_attn_weights, 1 / (layer_idx + 1) with
+# scale_attn_by_inverse_layer_idx). reorder_and_upcast_attn takes the reference's other path
+# (_upcast_and_reordered_attn), which must agree with the same formulation.
+# Checked by mutating reference.py temporarily: dividing by layer_idx (or max(layer_idx, 1))
+# instead of layer_idx + 1 in either path, and dropping the division in the reordered path, each
+# fail the options that use them.
+@pytest.mark.parametrize("options", [
+    {},
+    {"scale_attn_by_inverse_layer_idx": True},
+    {"reorder_and_upcast_attn": True},
+    {"scale_attn_by_inverse_layer_idx": True, "reorder_and_upcast_attn": True},
+    {"scale_attn_weights": False, "scale_attn_by_inverse_layer_idx": True, "reorder_and_upcast_attn": True},
+], ids=["plain", "by_layer", "reorder", "by_layer_reorder", "unscaled_by_layer_reorder"])
+def test_gpt2_attention_matches_torch_multihead_attention(tmp_path, options):
+    d = _ckpt(tmp_path, "gpt2", n_layer=3, **options)
     c = reference.Config(reference.load_config(str(d)))
     w = st.load_checkpoint(str(d))
     r = reference.run(str(d), [[1, 2, 3, 4, 5, 6, 7, 8, 9]])[0]
@@ -188,9 +203,16 @@ def test_gpt2_attention_matches_torch_multihead_attention(tmp_path):
     for i in range(c.layers):
         p = f"transformer.h.{i}.attn"
         mha = torch.nn.MultiheadAttention(c.hidden, c.heads, bias=True, batch_first=True)
+        q_scale = 1.0 if options.get("scale_attn_weights", True) else math.sqrt(c.head_dim)
+        if options.get("scale_attn_by_inverse_layer_idx"):
+            q_scale /= i + 1
         with torch.no_grad():
-            mha.in_proj_weight.copy_(torch.from_numpy(w[p + ".c_attn.weight"].T.copy()))
-            mha.in_proj_bias.copy_(torch.from_numpy(w[p + ".c_attn.bias"]))
+            in_w = torch.from_numpy(w[p + ".c_attn.weight"].T.copy())
+            in_b = torch.from_numpy(w[p + ".c_attn.bias"].copy())
+            in_w[: c.hidden] *= q_scale
+            in_b[: c.hidden] *= q_scale
+            mha.in_proj_weight.copy_(in_w)
+            mha.in_proj_bias.copy_(in_b)
             mha.out_proj.weight.copy_(torch.from_numpy(w[p + ".c_proj.weight"].T.copy()))
             mha.out_proj.bias.copy_(torch.from_numpy(w[p + ".c_proj.bias"]))
             x = torch.from_numpy(r[p + ":input"])[None]
@@ -427,6 +449,141 @@ def test_llama3_inv_freq_matches_meta_reference():
     # and all three regimes are exercised
     wl = 2 * math.pi / freqs
     assert (wl < hi_wl).any() and (wl > lo_wl).any() and ((wl >= hi_wl) & (wl <= lo_wl)).any()
+
+
+# The new RoPE types against independent float64 formulations (the papers' definitions, written
+# per dimension), not against the reference's own float32 code path. Tolerances are relative,
+# 1e-6: float32 rounding of the reference's tables.
+#
+# Checked by mutating reference.py temporarily: yarn's beta_fast / beta_slow swapped (both yarn
+# cases fail), dynamic recomputed from seq_len - 1 (the dynamic test), longrope's long factors
+# from seq_len >= original (the longrope test), mscale / mscale_all_dim ignored (the attention
+# factor forms), cos / sin not multiplied by the attention factor (both yarn cases), the top-level
+# original_max_position_embeddings ignored (the longrope test).
+
+def _rope(cfg_rope, max_pos=64, **top):
+    return reference.Config._rope(dict(top, model_type="llama", max_position_embeddings=max_pos,
+                                       rope_scaling=cfg_rope))
+
+
+def _rel(got, want):
+    got = np.asarray(got, np.float64)
+    want = np.asarray(want, np.float64)
+    return float(np.max(np.abs(got - want) / np.abs(want)))
+
+
+def test_dynamic_ntk_matches_formula_and_only_grows_past_the_context():
+    """Dynamic NTK (bloc97 / emozilla): a forward of T > L positions uses the base
+    theta * (s T / L - (s - 1)) ** (d / (d - 2)), so the lowest frequency is divided by exactly
+    s T / L - (s - 1) and the highest is kept; T <= L keeps the default table."""
+    hd, theta, L, s = 16, 10000.0, 32, 2.0
+    rope = _rope({"type": "dynamic", "factor": s}, max_pos=L, rope_theta=theta)
+    default = 1.0 / theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd)
+    for T in (1, 20, L):
+        assert _rel(reference.rope_inv_freq(rope, hd, seq_len=T), default) < 1e-6
+    for T in (L + 1, 48, 64):
+        stretch = s * T / L - (s - 1)
+        base = theta * stretch ** (hd / (hd - 2))
+        got = reference.rope_inv_freq(rope, hd, seq_len=T).double().numpy()
+        assert _rel(got, base ** -(np.arange(0, hd, 2) / hd)) < 1e-6
+        assert abs(got[0] - 1.0) < 1e-7 and _rel(got[-1], default[-1] / stretch) < 1e-6
+    # the init-time table (no forward yet) is the default one
+    assert _rel(reference.rope_inv_freq(rope, hd), default) < 1e-6
+
+
+def _yarn64(hd, theta, s, L, beta_fast=32.0, beta_slow=1.0, truncate=True):
+    """YaRN's NTK-by-parts, per dimension in float64: the ramp runs over the dimension index
+    between the dims whose wavelength fits beta_fast and beta_slow times into L."""
+    theta_i = theta ** -(np.arange(0, hd, 2, dtype=np.float64) / hd)
+
+    def dim_for(rotations):  # the dim index i (continuous) whose frequency turns `rotations` times in L
+        return hd * math.log(L / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+    lo, hi = dim_for(beta_fast), dim_for(beta_slow)
+    if truncate:
+        lo, hi = math.floor(lo), math.ceil(hi)
+    lo, hi = max(lo, 0), min(hi, hd - 1)
+    if lo == hi:
+        hi += 0.001
+    out = []
+    for i, f in enumerate(theta_i):
+        ramp = min(max((i - lo) / (hi - lo), 0.0), 1.0)  # 0: keep f, 1: f / s
+        out.append(f / s * ramp + f * (1 - ramp))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("truncate", [True, False])
+def test_yarn_matches_ntk_by_parts(truncate):
+    hd, theta, s, L = 16, 100.0, 4.0, 64
+    rope = _rope({"type": "yarn", "factor": s, "original_max_position_embeddings": L,
+                  "truncate": truncate, "beta_fast": 4, "beta_slow": 0.5}, max_pos=256, rope_theta=theta)
+    inv, af = reference.rope_parameters(rope, hd, seq_len=200)
+    want = _yarn64(hd, theta, s, L, beta_fast=4, beta_slow=0.5, truncate=truncate)
+    assert _rel(inv, want) < 1e-6
+    # high frequencies (many rotations within L) kept, low ones interpolated, some in between
+    theta_i = theta ** -(np.arange(0, hd, 2) / hd)
+    rotations = L * theta_i / (2 * math.pi)
+    kept, divided = rotations >= 4, rotations <= 0.5
+    assert kept.any() and divided.any() and (~kept & ~divided).any()
+    assert _rel(inv.numpy()[kept], theta_i[kept]) < 1e-6
+    assert _rel(inv.numpy()[divided], theta_i[divided] / s) < 1e-6
+    assert abs(af - (0.1 * math.log(s) + 1)) < 1e-12
+    # the attention factor multiplies cos and sin (and so every q.k score by af ** 2)
+    cos, sin = reference.rope_cos_sin(rope, hd, 5)
+    ang = np.arange(5)[:, None] * np.concatenate([want, want])[None, :]
+    assert np.max(np.abs(cos.double().numpy() - af * np.cos(ang))) < 1e-6
+    assert np.max(np.abs(sin.double().numpy() - af * np.sin(ang))) < 1e-6
+
+
+def test_yarn_attention_factor_forms():
+    """Given attention_factor wins; mscale / mscale_all_dim (DeepSeek) give the ratio of the two
+    0.1 m ln(s) + 1 terms; either one missing or 0 falls back to 0.1 ln(s) + 1; no factor: the
+    ratio max_position_embeddings / original."""
+    s = 40.0
+
+    def af(**kw):
+        rp = dict({"type": "yarn", "factor": s, "original_max_position_embeddings": 16}, **kw)
+        return reference.rope_parameters(_rope(rp), 16)[1]
+
+    assert af(attention_factor=0.8) == 0.8
+    assert abs(af(mscale=0.707, mscale_all_dim=1.0)
+               - (0.1 * 0.707 * math.log(s) + 1) / (0.1 * math.log(s) + 1)) < 1e-12
+    assert abs(af(mscale=0.707) - (0.1 * math.log(s) + 1)) < 1e-12
+    assert abs(af(mscale=0.707, mscale_all_dim=0) - (0.1 * math.log(s) + 1)) < 1e-12
+    implicit = reference.rope_parameters(
+        reference.Config._rope({"model_type": "llama", "max_position_embeddings": 64,
+                                "rope_parameters": {"rope_type": "yarn", "factor": None,
+                                                    "original_max_position_embeddings": 16}}), 16)[1]
+    assert abs(implicit - (0.1 * math.log(4.0) + 1)) < 1e-12
+
+
+def test_longrope_factors_switch_at_the_original_context():
+    """LongRoPE (Phi-3): inv_freq_i = 1 / (f_i theta ** (2i / d)) with the short factors up to
+    original_max_position_embeddings and the long ones beyond; attention factor
+    sqrt(1 + ln(s) / ln(L)) with s = max_position_embeddings / L (Phi-3 keeps L at the top level)."""
+    hd, theta, L, M = 16, 10000.0, 16, 64
+    short = [1.0 + 0.1 * i for i in range(hd // 2)]
+    long = [1.5 + 0.7 * i for i in range(hd // 2)]
+    rope = _rope({"type": "longrope", "short_factor": short, "long_factor": long},
+                 max_pos=M, original_max_position_embeddings=L, rope_theta=theta)
+    base = theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd)
+    for T, f in ((1, short), (L, short), (L + 1, long), (M, long)):
+        inv, af = reference.rope_parameters(rope, hd, seq_len=T)
+        assert _rel(inv, 1.0 / (np.array(f) * base)) < 1e-6, T
+        assert abs(af - math.sqrt(1 + math.log(M / L) / math.log(L))) < 1e-12
+    given = _rope({"type": "longrope", "short_factor": short, "long_factor": long,
+                   "attention_factor": 1.3}, max_pos=M, original_max_position_embeddings=L)
+    assert reference.rope_parameters(given, hd, seq_len=40)[1] == 1.3
+    # top-level original_max_position_embeddings wins over the rope dict's (HF's Phi-3 exception)
+    both = _rope({"type": "longrope", "short_factor": short, "long_factor": long,
+                  "original_max_position_embeddings": 32}, max_pos=M,
+                 original_max_position_embeddings=L)
+    assert both["original_max_position_embeddings"] == L
+
+
+def test_partial_rotary_factor_is_refused_for_the_llama_family():
+    with pytest.raises(reference.ReferenceError, match="partial_rotary_factor"):
+        reference.Config._rope({"model_type": "llama", "partial_rotary_factor": 0.5})
 
 
 def test_rope_config_forms_agree():

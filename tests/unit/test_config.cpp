@@ -79,6 +79,225 @@ TEST(Config, Llama3RopeScalingV4AndV5) {
   EXPECT_EQ(c.llama.rope.rope_type, "linear");
 }
 
+namespace {
+
+// A llama config with head_dim 16 and max_position_embeddings 64, plus `fields` at the top level.
+std::string llama_with(const std::string& fields) {
+  return R"({"model_type":"llama","vocab_size":100,"hidden_size":64,"intermediate_size":128,
+      "num_hidden_layers":2,"num_attention_heads":4,"max_position_embeddings":64,)" +
+         fields + "}";
+}
+
+void expect_same_rope(const RopeConfig& a, const RopeConfig& b, const std::string& what) {
+  SCOPED_TRACE(what);
+  EXPECT_EQ(a.rope_type, b.rope_type);
+  EXPECT_EQ(a.rope_theta, b.rope_theta);
+  EXPECT_EQ(a.factor, b.factor);
+  EXPECT_EQ(a.low_freq_factor, b.low_freq_factor);
+  EXPECT_EQ(a.high_freq_factor, b.high_freq_factor);
+  EXPECT_EQ(a.original_max_position_embeddings, b.original_max_position_embeddings);
+  EXPECT_EQ(a.attention_factor, b.attention_factor);
+  EXPECT_EQ(a.beta_fast, b.beta_fast);
+  EXPECT_EQ(a.beta_slow, b.beta_slow);
+  EXPECT_EQ(a.mscale, b.mscale);
+  EXPECT_EQ(a.mscale_all_dim, b.mscale_all_dim);
+  EXPECT_EQ(a.truncate, b.truncate);
+  EXPECT_EQ(a.short_factor, b.short_factor);
+  EXPECT_EQ(a.long_factor, b.long_factor);
+}
+
+const char* kShort = "[1.0,1.1,1.2,1.3,1.4,1.5,1.6,1.7]";
+const char* kLong = "[2.0,2.5,3.0,3.5,4.0,4.5,5.0,5.5]";
+
+}  // namespace
+
+// Each new type in the transformers v4 layout (top-level rope_theta, rope_scaling with "type") and
+// the v5 layout (rope_parameters holding rope_theta) parses to the same RopeConfig.
+TEST(Config, DynamicYarnLongropeV4AndV5) {
+  struct Case {
+    std::string type, fields;
+  };
+  const std::string yarn_fields =
+      R"("factor":4.0,"original_max_position_embeddings":16,"beta_fast":16,"beta_slow":2,
+         "mscale":0.707,"mscale_all_dim":0.5,"truncate":false,"attention_factor":1.25)";
+  const Case cases[] = {
+      {"dynamic", R"("factor":2.0)"},
+      {"yarn", yarn_fields},
+      {"longrope", std::string(R"("original_max_position_embeddings":16,"short_factor":)") +
+                       kShort + R"(,"long_factor":)" + kLong},
+  };
+  for (const Case& k : cases) {
+    auto v4 = parse_config(llama_with(R"("rope_theta":500.0,"rope_scaling":{"type":")" + k.type +
+                                      "\"," + k.fields + "}"),
+                           "cfg.json");
+    auto v5 = parse_config(llama_with(R"("rope_parameters":{"rope_type":")" + k.type +
+                                      R"(","rope_theta":500.0,)" + k.fields + "}"),
+                           "cfg.json");
+    EXPECT_EQ(v4.llama.rope.rope_type, k.type);
+    EXPECT_EQ(v4.llama.rope.rope_theta, 500.0);
+    expect_same_rope(v4.llama.rope, v5.llama.rope, k.type);
+  }
+  auto dynamic = parse_config(llama_with(R"("rope_scaling":{"type":"dynamic","factor":2.0})"), "c");
+  EXPECT_EQ(dynamic.llama.rope.factor, 2.0);
+  // Dynamic NTK is there to run past max_position_embeddings: factor times it.
+  EXPECT_EQ(dynamic.max_positions(), 128);
+
+  const RopeConfig y =
+      parse_config(llama_with(R"("rope_scaling":{"type":"yarn",)" + yarn_fields + "}"), "c")
+          .llama.rope;
+  EXPECT_EQ(y.factor, 4.0);
+  EXPECT_EQ(y.original_max_position_embeddings, 16);
+  EXPECT_EQ(y.beta_fast, 16.0);
+  EXPECT_EQ(y.beta_slow, 2.0);
+  EXPECT_EQ(y.mscale, 0.707);
+  EXPECT_EQ(y.mscale_all_dim, 0.5);
+  EXPECT_FALSE(y.truncate);
+  EXPECT_EQ(y.attention_factor, 1.25);
+
+  const auto l = parse_config(llama_with(std::string(R"("rope_scaling":{"type":"longrope",
+      "original_max_position_embeddings":16,"short_factor":)") +
+                                         kShort + R"(,"long_factor":)" + kLong + "}"),
+                              "c");
+  EXPECT_EQ(l.llama.rope.short_factor.size(), 8u);
+  EXPECT_EQ(l.llama.rope.long_factor[7], 5.5);
+  EXPECT_EQ(l.llama.rope.factor, 4.0);  // no factor: max_position_embeddings / original
+  EXPECT_FALSE(l.llama.rope.attention_factor.has_value());
+  EXPECT_EQ(l.max_positions(), 64);  // only dynamic widens the context
+}
+
+// A file with both layouts: a non-empty rope_scaling wins, as in transformers (v4 reads only
+// rope_scaling, v5 takes `rope_scaling or rope_parameters`).
+TEST(Config, RopeScalingWinsOverRopeParameters) {
+  const auto both = parse_config(llama_with(R"("rope_scaling":{"type":"linear","factor":2},
+                    "rope_parameters":{"rope_type":"dynamic","factor":3,"rope_theta":7.0})"),
+                                 "c");
+  EXPECT_EQ(both.llama.rope.rope_type, "linear");
+  EXPECT_EQ(both.llama.rope.factor, 2.0);
+  EXPECT_EQ(both.llama.rope.rope_theta, 10000.0);
+  const auto empty_scaling = parse_config(
+      llama_with(R"("rope_scaling":{},"rope_parameters":{"rope_type":"dynamic","factor":3})"), "c");
+  EXPECT_EQ(empty_scaling.llama.rope.rope_type, "dynamic");
+  EXPECT_EQ(empty_scaling.llama.rope.factor, 3.0);
+}
+
+// HF's defaults when the file leaves fields out (modeling_rope_utils.py and
+// standardize_rope_params): beta_fast 32, beta_slow 1, truncate, the original context from the
+// top level (Phi-3's layout, preferred), else the rope dict, else max_position_embeddings.
+TEST(Config, YarnDefaultsAndWhereTheOriginalContextComesFrom) {
+  const RopeConfig y =
+      parse_config(llama_with(R"("rope_scaling":{"rope_type":"yarn","factor":4})"), "c").llama.rope;
+  EXPECT_EQ(y.beta_fast, 32.0);
+  EXPECT_EQ(y.beta_slow, 1.0);
+  EXPECT_TRUE(y.truncate);
+  EXPECT_EQ(y.original_max_position_embeddings, 64);
+  EXPECT_FALSE(y.attention_factor || y.mscale || y.mscale_all_dim);
+
+  const auto top =
+      parse_config(llama_with(std::string(R"("original_max_position_embeddings":16,"rope_scaling":{
+          "type":"longrope","original_max_position_embeddings":32,"short_factor":)") +
+                              kShort + R"(,"long_factor":)" + kLong + "}"),
+                   "c");
+  EXPECT_EQ(top.llama.rope.original_max_position_embeddings, 16);
+  EXPECT_EQ(top.llama.rope.factor, 4.0);
+  const auto dict = parse_config(
+      llama_with(
+          R"("rope_scaling":{"type":"yarn","factor":2,"original_max_position_embeddings":32})"),
+      "c");
+  EXPECT_EQ(dict.llama.rope.original_max_position_embeddings, 32);
+  EXPECT_EQ(dict.llama.rope.factor, 2.0);  // an explicit factor is kept
+}
+
+// config_to_json writes every resolved rope field, so parse(config_to_json(c)) == c, and GPT-2's
+// attention options survive too.
+TEST(Config, RopeTypesAndGpt2OptionsRoundTrip) {
+  const std::string ropes[] = {
+      R"("rope_scaling":{"type":"dynamic","factor":3.5})",
+      R"("rope_scaling":{"type":"yarn","factor":4})",
+      R"("rope_parameters":{"rope_type":"yarn","factor":8,"rope_theta":100,"beta_fast":4,
+         "beta_slow":0.5,"mscale":1,"mscale_all_dim":0,"truncate":false,"attention_factor":0.9})",
+      std::string(R"("original_max_position_embeddings":16,"rope_scaling":{"type":"longrope",
+         "attention_factor":1.1,"short_factor":)") +
+          kShort + R"(,"long_factor":)" + kLong + "}",
+      R"("rope_scaling":{"type":"llama3","factor":8})",
+  };
+  for (const std::string& rope : ropes) {
+    const auto c = parse_config(llama_with(rope), "cfg.json");
+    const std::string json = config_to_json(c);
+    const auto back = parse_config(json, "back.json");
+    expect_same_rope(c.llama.rope, back.llama.rope, json);
+    EXPECT_EQ(back.max_positions(), c.max_positions());
+    EXPECT_EQ(config_to_json(back), json);
+  }
+  const auto g = parse_config(
+      R"({"model_type":"gpt2","vocab_size":100,"n_embd":64,"n_layer":2,"n_head":4,
+          "scale_attn_by_inverse_layer_idx":true,"reorder_and_upcast_attn":true})",
+      "cfg.json");
+  EXPECT_TRUE(g.gpt2.scale_attn_by_inverse_layer_idx);
+  EXPECT_TRUE(g.gpt2.reorder_and_upcast_attn);
+  const auto back = parse_config(config_to_json(g), "back.json");
+  EXPECT_TRUE(back.gpt2.scale_attn_by_inverse_layer_idx);
+  EXPECT_TRUE(back.gpt2.reorder_and_upcast_attn);
+  const auto plain = parse_config(config_to_json(parse_config(
+                                      R"({"model_type":"gpt2","vocab_size":100,"n_embd":64,
+                                          "n_layer":2,"n_head":4})",
+                                      "c")),
+                                  "c");
+  EXPECT_FALSE(plain.gpt2.scale_attn_by_inverse_layer_idx);
+  EXPECT_FALSE(plain.gpt2.reorder_and_upcast_attn);
+}
+
+// Malformed rope parameters: an InputError of one line naming the file and the field.
+TEST(Config, MalformedRopeParametersNameTheField) {
+  const std::string shorts = std::string(R"("short_factor":)") + kShort;
+  const std::string longs = std::string(R"("long_factor":)") + kLong;
+  const std::pair<std::string, std::string> cases[] = {
+      {R"("rope_scaling":{"type":"dynamic"})", "needs 'factor' (missing)"},
+      {R"("rope_scaling":{"type":"dynamic","factor":0.5})", "'factor' >= 1, got 0.5"},
+      {R"("rope_scaling":{"type":"yarn","factor":"4"})", "field 'factor' must be a number"},
+      {R"("rope_parameters":{"rope_type":"yarn","factor":4,"beta_fast":0})", "'beta_fast' > 0"},
+      {R"("rope_scaling":{"type":"yarn","factor":4,"beta_slow":-1})", "'beta_slow' > 0"},
+      {R"("rope_scaling":{"type":"yarn","factor":4,"attention_factor":0})",
+       "'attention_factor' > 0"},
+      {R"("rope_scaling":{"type":"yarn","factor":4,"mscale":-1})", "'mscale' >= 0"},
+      {R"("rope_scaling":{"type":"yarn","factor":4,"mscale_all_dim":[1]})",
+       "field 'mscale_all_dim' must be a number"},
+      {R"("rope_scaling":{"type":"yarn","factor":4,"truncate":"no"})",
+       "field 'truncate' must be true or false"},
+      {R"("rope_scaling":{"type":"yarn","factor":4,"original_max_position_embeddings":0})",
+       "field 'original_max_position_embeddings' must be between 1"},
+      {R"("rope_theta":1,"rope_scaling":{"type":"yarn","factor":4})", "'rope_theta' != 1"},
+      {R"("rope_scaling":{"type":"longrope",)" + shorts + "}", "needs 'long_factor' (missing)"},
+      {R"("rope_scaling":{"type":"longrope",)" + longs + R"(,"short_factor":[1,2,3]})",
+       "field 'short_factor' must have head_dim / 2 = 8 entries, got 3"},
+      {R"("rope_scaling":{"type":"longrope",)" + shorts + R"(,"long_factor":[1,1,1,1,1,1,1,"x"]})",
+       "field 'long_factor' must hold positive numbers, got \"x\""},
+      {R"("rope_scaling":{"type":"longrope",)" + shorts + R"(,"long_factor":[1,1,1,1,1,1,1,0]})",
+       "field 'long_factor' must hold positive numbers, got 0"},
+      {R"("rope_scaling":{"type":"longrope",)" + longs + R"(,"short_factor":{"a":1}})",
+       "field 'short_factor' must be a list of numbers"},
+      {R"("rope_scaling":{"type":"longrope","factor":0,)" + shorts + "," + longs + "}",
+       "'factor' > 0"},
+      {R"("rope_scaling":{"type":"longrope","original_max_position_embeddings":1,)" + shorts + "," +
+           longs + "}",
+       "original_max_position_embeddings > 1"},
+      {R"("partial_rotary_factor":0.5)", "field 'partial_rotary_factor' is 0.5"},
+      {R"("rope_parameters":{"rope_type":"default","partial_rotary_factor":0.25})",
+       "field 'partial_rotary_factor' is 0.25"},
+      {R"("rope_scaling":{"type":"su","factor":2})",
+       "unsupported rope_type 'su'; supported: default, linear, dynamic, yarn, longrope, llama3"},
+      {R"("rope_scaling":{"rope_type":7})", "field 'rope_type' must be a string"},
+      {R"("rope_theta":-10000)", "field 'rope_theta' must be a positive number"},
+      {R"("rope_scaling":"yarn")", "field 'rope_scaling' must be an object"},
+      {R"("head_dim":2,"rope_scaling":{"type":"dynamic","factor":2})", "needs head_dim > 2"},
+  };
+  for (const auto& [fields, want] : cases) {
+    const std::string msg = error_of(llama_with(fields));
+    EXPECT_NE(msg.find(want), std::string::npos) << fields << "\n  -> " << msg;
+    EXPECT_EQ(msg.rfind("cfg.json", 0), 0u) << msg;  // names the file first
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  }
+}
+
 TEST(Config, MistralAndQwen2Windows) {
   auto m = parse_config(
       R"({"model_type":"mistral","vocab_size":100,"hidden_size":64,"intermediate_size":128,
@@ -155,8 +374,8 @@ TEST(Config, Errors) {
             std::string::npos);
   EXPECT_NE(
       error_of(R"({"model_type":"llama","vocab_size":10,"hidden_size":64,"intermediate_size":8,
-      "num_hidden_layers":2,"num_attention_heads":4,"rope_scaling":{"rope_type":"yarn","factor":2}})")
-          .find("unsupported rope_type 'yarn'"),
+      "num_hidden_layers":2,"num_attention_heads":4,"rope_scaling":{"rope_type":"su","factor":2}})")
+          .find("unsupported rope_type 'su'"),
       std::string::npos);
   EXPECT_NE(error_of("{not json").find("not valid JSON"), std::string::npos);
   EXPECT_NE(error_of(R"({"model_type":"gpt2","vocab_size":10,"n_embd":64,"n_layer":2,"n_head":4,
