@@ -83,7 +83,7 @@ Command add_bench(CLI::App& app) {
             std::unique_ptr<SafeCapturer> cap;
             if (!o->capture.empty()) cap = std::make_unique<SafeCapturer>(*model, copts);
             split_model(*model, split_options(o->dev), o->batch, o->seq,
-                          cap ? cap->plan() : std::vector<PointInfo>{});
+                        cap ? cap->plan() : std::vector<PointInfo>{});
             const size_t points = cap ? cap->plan().size() : 0;
             const BareRefPolicy policy = parse_bare_ref_policy(o->bare_ref);
             // One timed forward of the configuration (A) or of the --ab baseline (B). Setting up or

@@ -44,7 +44,8 @@ Command add_compare(CLI::App& app) {
             std::map<std::string, at::Tensor> ref, split;
             model->place(ExecutionOptions{});  // everything on one device
             auto plan = capture_run(ref);
-            DevicePlan dp = split_model(*model, split_options(o->dev), batch.size(), batch.max_len(), plan);
+            DevicePlan dp =
+                split_model(*model, split_options(o->dev), batch.size(), batch.max_len(), plan);
             capture_run(split);
             std::vector<std::string> order;
             for (const PointInfo& p : plan) order.push_back(p.name);

@@ -66,9 +66,8 @@ Command add_extract(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "extract", "Capture activations of a whole corpus into verified safetensors shards");
   struct Opts {
-    std::string model = "demo", input, out, dtype = "keep", positions = "all",
-                shard_size = "256MiB";
-    std::string capture_budget, bare_ref = "error";
+    std::string model = "demo", input, out, shard_size = "256MiB";
+    CaptureFlags cap;
     std::vector<std::string> capture;
     int64_t batch_size = 8, max_length = 0, stride = 0;
     bool resume = false, overwrite = false, skip_bad = false, quiet = false, forward_only = false,
@@ -88,14 +87,8 @@ Command add_extract(CLI::App& app) {
                   "Tokens per sequence (default: the model's context)");
   sub->add_option("--stride", o->stride,
                   "Cut longer documents into windows starting every N tokens");
-  sub->add_option("--positions", o->positions,
-                  "Token positions: all | first | last | ranges like 0:8,-4:");
-  sub->add_option("--dtype", o->dtype, "Stored dtype: keep | f32 | f16 | bf16");
+  add_capture_options(sub, o->cap);
   sub->add_option("--shard-size", o->shard_size, "Captured bytes per shard, e.g. 256MiB");
-  sub->add_option("--capture-budget", o->capture_budget,
-                  "Refuse batches whose captures exceed this");
-  sub->add_option("--bare-ref", o->bare_ref,
-                  "Hooks that keep the borrowed tensor: error | warn | off");
   sub->add_flag("--resume", o->resume, "Continue an interrupted run in --out");
   sub->add_flag("--overwrite", o->overwrite, "Replace actcap output already in --out");
   sub->add_flag("--skip-bad-lines", o->skip_bad, "Skip invalid input lines instead of stopping");
@@ -108,17 +101,14 @@ Command add_extract(CLI::App& app) {
               throw InputError("--capture is required (e.g. --capture 'transformer.h.*')");
             if (!o->forward_only && o->out.empty()) throw InputError("--out is required");
             auto model = Model::load(o->model);
-            model->set_bare_ref_policy(parse_bare_ref_policy(o->bare_ref));
+            model->set_bare_ref_policy(parse_bare_ref_policy(o->cap.bare_ref));
             auto tokenizer = tokenizer_for(o->model);
             ExtractOptions x;
             x.input = o->input;
             x.out = o->out;
-            x.capture.patterns = o->forward_only && o->capture.empty()
-                                     ? std::vector<std::string>{"lm_head"}
-                                     : o->capture;
-            x.capture.dtype = parse_capture_dtype(o->dtype);
-            x.capture.positions = PositionSpec::parse(o->positions);
-            if (!o->capture_budget.empty()) x.capture.budget_bytes = parse_bytes(o->capture_budget);
+            x.capture = capture_options(o->cap, o->forward_only && o->capture.empty()
+                                                    ? std::vector<std::string>{"lm_head"}
+                                                    : o->capture);
             x.batch_size = o->batch_size;
             x.max_length = o->max_length;
             x.stride = o->stride;

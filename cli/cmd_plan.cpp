@@ -29,8 +29,7 @@ Command add_plan(CLI::App& app) {
             auto model = Model::load(o->model);
             const int64_t seq = o->seq > 0 ? o->seq : model->config().max_positions();
             std::vector<PointInfo> capture;
-            if (!o->capture.empty())
-              capture = plan_capture(*model, CaptureOptions{o->capture});
+            if (!o->capture.empty()) capture = plan_capture(*model, CaptureOptions{o->capture});
             // With --capture this is the plan run/extract use, which skip an uncaptured lm_head.
             DevicePlan plan = plan_split(
                 *model, split_options(o->dev), o->batch, seq, capture,

@@ -38,7 +38,7 @@ Command add_run(CLI::App& app) {
     std::vector<std::string> capture;
     bool overwrite = false, json = false;
     DeviceOptions dev;
-    std::string dtype = "keep", positions = "all", capture_budget, bare_ref = "error";
+    CaptureFlags cap;
   };
   auto o = std::make_shared<Opts>();
   sub->add_option("MODEL", o->model, "Checkpoint directory or 'demo'");
@@ -53,13 +53,7 @@ Command add_run(CLI::App& app) {
   sub->add_option("--out", o->out, "Output directory")->required();
   sub->add_flag("--overwrite", o->overwrite, "Replace actcap output already in --out");
   add_device_options(sub, o->dev);
-  sub->add_option("--dtype", o->dtype, "Stored dtype of captures: keep | f32 | f16 | bf16");
-  sub->add_option("--positions", o->positions,
-                  "Token positions: all | first | last | ranges like 0:8,-4:");
-  sub->add_option("--capture-budget", o->capture_budget,
-                  "Refuse runs whose captures exceed this (e.g. 2GiB)");
-  sub->add_option("--bare-ref", o->bare_ref,
-                  "Hooks that keep the borrowed tensor: error | warn | off");
+  add_capture_options(sub, o->cap);
   sub->add_flag("--json", o->json, "Machine-readable summary");
   return {sub, [o]() {
             if (o->tokens.empty() && o->text.empty())
@@ -69,12 +63,8 @@ Command add_run(CLI::App& app) {
                 o->tokens.empty() ? tokenize_text(*model, o->text) : parse_token_lists(o->tokens);
             Batch batch = Batch::from_sequences(seqs, model->config().vocab_size(),
                                                 model->config().max_positions());
-            model->set_bare_ref_policy(parse_bare_ref_policy(o->bare_ref));
-            CaptureOptions copts;
-            copts.patterns = o->capture;
-            copts.dtype = parse_capture_dtype(o->dtype);
-            copts.positions = PositionSpec::parse(o->positions);
-            if (!o->capture_budget.empty()) copts.budget_bytes = parse_bytes(o->capture_budget);
+            model->set_bare_ref_policy(parse_bare_ref_policy(o->cap.bare_ref));
+            const CaptureOptions copts = capture_options(o->cap, o->capture);
             SafeCapturer capturer(*model, copts);
             const uint64_t need = capturer.check_budget(batch);
             split_model(*model, split_options(o->dev), batch.size(), batch.max_len(),

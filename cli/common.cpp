@@ -67,6 +67,25 @@ void add_device_options(CLI::App* sub, DeviceOptions& o) {
                 "Skip checksumming inter-device copies");
 }
 
+void add_capture_options(CLI::App* sub, CaptureFlags& f) {
+  sub->add_option("--dtype", f.dtype, "Stored dtype of captures: keep | f32 | f16 | bf16");
+  sub->add_option("--positions", f.positions,
+                  "Token positions: all | first | last | ranges like 0:8,-4:");
+  sub->add_option("--capture-budget", f.capture_budget,
+                  "Refuse batches whose captures exceed this (e.g. 2GiB)");
+  sub->add_option("--bare-ref", f.bare_ref,
+                  "Hooks that keep the borrowed tensor: error | warn | off");
+}
+
+CaptureOptions capture_options(const CaptureFlags& f, std::vector<std::string> patterns) {
+  CaptureOptions c;
+  c.patterns = std::move(patterns);
+  c.dtype = parse_capture_dtype(f.dtype);
+  c.positions = PositionSpec::parse(f.positions);
+  if (!f.capture_budget.empty()) c.budget_bytes = parse_bytes(f.capture_budget);
+  return c;
+}
+
 SplitOptions split_options(const DeviceOptions& o) {
   SplitOptions s;
   if (!o.devices.empty()) s.devices = parse_device_list(o.devices);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "actcap/capture.h"
 #include "actcap/export.h"
 #include "actcap/model.h"
 #include "actcap/planner.h"
@@ -40,6 +41,14 @@ struct DeviceOptions {
   bool no_verify_transfers = false;
 };
 void add_device_options(CLI::App* sub, DeviceOptions& o);
+// --dtype, --positions, --capture-budget, --bare-ref: the capture flags of run and extract.
+struct CaptureFlags {
+  std::string dtype = "keep", positions = "all", capture_budget, bare_ref = "error";
+};
+void add_capture_options(CLI::App* sub, CaptureFlags& f);
+// The library's capture options for `patterns` from the flags.
+CaptureOptions capture_options(const CaptureFlags& f, std::vector<std::string> patterns);
+
 // The library's split options from the flags (--devices, --max-memory, --device-map,
 // --no-verify-transfers).
 SplitOptions split_options(const DeviceOptions& o);

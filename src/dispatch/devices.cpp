@@ -8,6 +8,7 @@
 #include <set>
 
 #include "actcap/error.h"
+#include "util/strings.h"
 
 namespace actcap {
 
@@ -35,21 +36,6 @@ bool all_digits(const std::string& s) {
   for (char c : s)
     if (!is_digit(c)) return false;
   return true;
-}
-
-// Splits on `sep`, keeping empty items.
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (true) {
-    size_t pos = s.find(sep, start);
-    if (pos == std::string::npos) {
-      out.push_back(s.substr(start));
-      return out;
-    }
-    out.push_back(s.substr(start, pos - start));
-    start = pos + 1;
-  }
 }
 
 std::string accepted(bool integer_is_cuda) {

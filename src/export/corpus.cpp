@@ -7,14 +7,11 @@
 #include "actcap/error.h"
 #include "actcap/hash.h"
 #include "io/text_file.h"
+#include "util/strings.h"
 
 namespace actcap {
 
 namespace {
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 bool blank(const std::string& s) { return s.find_first_not_of(" \t\r") == std::string::npos; }
 }  // namespace
 

@@ -9,6 +9,7 @@
 #include "actcap/safetensors.h"
 #include "export/shard.h"
 #include "io/atomic_file.h"
+#include "util/strings.h"
 
 namespace actcap {
 
@@ -17,10 +18,9 @@ using nlohmann::json;
 
 bool is_output_file(const std::string& name) {
   const std::string base = temp_target(name);  // a temp file counts as the file it was for
-  const std::string ext = ".safetensors";
   return base == kManifestName || base == kJournalName ||
-         (base.rfind("shard-", 0) == 0 && base.size() > ext.size() &&
-          base.compare(base.size() - ext.size(), ext.size(), ext) == 0);
+         (starts_with(base, "shard-") && base.size() > std::string(".safetensors").size() &&
+          ends_with(base, ".safetensors"));
 }
 
 void prepare_output_dir(const std::string& dir, bool overwrite) {

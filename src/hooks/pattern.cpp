@@ -5,22 +5,11 @@
 
 #include "actcap/error.h"
 #include "actcap/hooks.h"
+#include "util/strings.h"
 
 namespace actcap {
 
 namespace {
-
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  for (size_t i = 0; i <= s.size(); ++i) {
-    if (i == s.size() || s[i] == sep) {
-      out.push_back(s.substr(start, i - start));
-      start = i + 1;
-    }
-  }
-  return out;
-}
 
 // Glob within one segment: '*' matches any run of characters (not crossing '.'). Iterative with
 // one backtrack point (the last '*'), so linear-ish in |p| * |s| whatever the number of stars, and

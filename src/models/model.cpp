@@ -13,6 +13,7 @@
 #include "dispatch/transfer.h"
 #include "models/architectures.h"
 #include "models/weights.h"
+#include "util/strings.h"
 
 namespace actcap {
 
@@ -205,7 +206,7 @@ std::vector<PointInfo> Model::resolve(const std::string& pattern) const {
 }
 
 HookHandle Model::register_forward_hook(const std::string& pattern, HookFn fn) {
-  const bool input = pattern.size() > 6 && pattern.compare(pattern.size() - 6, 6, ":input") == 0;
+  const bool input = pattern.size() > 6 && ends_with(pattern, ":input");
   resolve(pattern);  // loud on zero matches
   std::vector<HookRegistry::Site> sites;
   for (Module* m : impl_->modules)
@@ -221,7 +222,7 @@ HookHandle Model::register_forward_hook(const std::string& pattern, HookFn fn) {
 }
 
 HookHandle Model::register_forward_pre_hook(const std::string& pattern, HookFn fn) {
-  const bool input = pattern.size() > 6 && pattern.compare(pattern.size() - 6, 6, ":input") == 0;
+  const bool input = pattern.size() > 6 && ends_with(pattern, ":input");
   return register_forward_hook(input ? pattern : pattern + ":input", std::move(fn));
 }
 

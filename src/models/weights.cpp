@@ -5,6 +5,7 @@
 
 #include "actcap/diagnostics.h"
 #include "actcap/error.h"
+#include "util/strings.h"
 
 namespace actcap {
 
@@ -129,9 +130,7 @@ std::map<std::string, at::Tensor> load_weights(const WeightPlan& plan,
   for (const auto& [name, t] : tensors) {
     if (used.count(name)) continue;
     bool ignored = false;
-    for (const std::string& suf : plan.ignored_suffixes)
-      ignored |=
-          name.size() >= suf.size() && name.compare(name.size() - suf.size(), suf.size(), suf) == 0;
+    for (const std::string& suf : plan.ignored_suffixes) ignored |= ends_with(name, suf);
     if (!ignored) unused.push_back(name);
   }
   if (!unused.empty()) {
