@@ -19,8 +19,7 @@ using nlohmann::json;
 bool is_output_file(const std::string& name) {
   const std::string base = temp_target(name);  // a temp file counts as the file it was for
   return base == kManifestName || base == kJournalName ||
-         (starts_with(base, "shard-") && base.size() > std::string(".safetensors").size() &&
-          ends_with(base, ".safetensors"));
+         (starts_with(base, "shard-") && ends_with(base, ".safetensors"));
 }
 
 void prepare_output_dir(const std::string& dir, bool overwrite) {

@@ -3,7 +3,7 @@ the way the bug report did it ("F32" -> "I32", a shape [5,64] -> [64,5]) exits 1
 and the field; single-bit flips spread over the header (the length, names, dtypes, shapes, offsets,
 metadata) each exit 1 naming the shard. Every bit of every header byte is flipped in-process by
 tests/unit/test_verify.cpp (Verify.EveryBitFlipOfAShardHeaderIsCaught); here each flip costs a
-process start, so the CLI sees a sample of about 60."""
+process start, so the CLI sees a sample of 65 (every byte of the length, then about every 8th)."""
 import json
 import os
 import shutil
