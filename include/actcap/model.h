@@ -20,6 +20,11 @@ namespace actcap {
 class Module;
 class HookRegistry;
 
+// What a top-level stage (a unit a device map places) is. Every architecture builds, in order:
+// one kEmbeddings, its kBlocks, one kFinalNorm and one kHead (lm_head).
+enum class StageKind { kEmbeddings, kBlock, kFinalNorm, kHead };
+const char* stage_kind_name(StageKind kind);  // "embeddings", "block", "final_norm", "head"
+
 // A right-padded batch: ids [B, T] int64, lengths[b] real tokens in row b (positions >= lengths[b]
 // are padding and never influence real positions).
 struct Batch {
@@ -95,6 +100,7 @@ class Model {
   void place(const ExecutionOptions& options);
   const ExecutionOptions& placement() const;
   DeviceId stage_device(size_t stage) const;
+  StageKind stage_kind(size_t stage) const { return stage_kinds_.at(stage); }
   // What the planner needs to know per stage for a batch x seq run. `logits` false: forward will
   // skip lm_head (Logits::kSkipIfUnhooked with no hook on it), so no logits workspace is reserved.
   std::vector<StageCost> stage_costs(int64_t batch, int64_t seq, bool logits = true) const;
@@ -121,6 +127,7 @@ class Model {
   std::string fingerprint_;
   std::unique_ptr<Impl> impl_;
   std::vector<Module*> stages_;
+  std::vector<StageKind> stage_kinds_;
   std::shared_ptr<HookRegistry> hooks_;
   int64_t steps_ = 0;
   BareRefPolicy bare_ref_ = BareRefPolicy::kError;

@@ -23,11 +23,11 @@ void for_each_point_stage(const std::vector<std::vector<std::string>>& modules,
 
 // Whether the forward runs the last stage (lm_head): always with kCompute; with kSkipIfUnhooked
 // only when a point inside it is captured.
-bool head_runs(const std::vector<std::vector<std::string>>& modules,
-               const std::vector<PointInfo>& capture, Model::Logits logits) {
+bool head_runs(const Model& model, const std::vector<PointInfo>& capture, Model::Logits logits) {
   bool captured = false;
-  for_each_point_stage(modules, capture,
-                       [&](size_t i, const PointInfo&) { captured |= i + 1 == modules.size(); });
+  for_each_point_stage(model.stage_modules(), capture, [&](size_t i, const PointInfo&) {
+    captured |= model.stage_kind(i) == StageKind::kHead;
+  });
   return logits == Model::Logits::kCompute || captured;
 }
 
@@ -44,7 +44,7 @@ DevicePlan plan_split(const Model& model, const SplitOptions& options, int64_t b
     staging[i] += per_token * batch * seq;
   });
   PlanRequest req;
-  req.stages = model.stage_costs(batch, seq, head_runs(modules, capture, logits));
+  req.stages = model.stage_costs(batch, seq, head_runs(model, capture, logits));
   for (size_t i = 0; i < staging.size(); ++i) req.stages[i].capture_bytes = staging[i];
   req.devices = options.devices;
   req.budgets = options.budgets;
@@ -79,7 +79,7 @@ DevicePlan split_model(Model& model, const SplitOptions& options, int64_t batch,
   // A test fault on a link this forward never crosses could never fire: refuse it before
   // anything runs or is written.
   std::vector<DeviceId> running = plan.stage_device;
-  if (!head_runs(model.stage_modules(), capture, logits) && !running.empty()) running.pop_back();
+  if (!head_runs(model, capture, logits) && !running.empty()) running.pop_back();
   check_fault_links(options.faults, running);
   model.place(exec);
   return plan;

@@ -10,12 +10,21 @@
 
 #include "actcap/config.h"
 #include "actcap/error.h"
+#include "actcap/model.h"
 #include "models/module.h"
 
 namespace actcap {
 
+struct BuiltStage {
+  StageKind kind;
+  std::unique_ptr<Module> module;
+};
+
 struct BuiltModel {
-  std::vector<std::unique_ptr<Module>> stages;  // embeddings, blocks..., final norm, lm_head
+  std::vector<BuiltStage> stages;  // embeddings, blocks..., final norm, lm_head
+  // lm_head multiplies by the embedding matrix itself (tied): its bytes are resident once when
+  // both stages share a device.
+  bool head_shares_embedding = false;
   // Fills the per-forward tables this architecture needs (RoPE, masks) for st.seq positions.
   std::function<void(ForwardState&)> prepare;
 };

@@ -118,14 +118,16 @@ BuiltModel build_gpt2(const Gpt2Config& c, const std::map<std::string, at::Tenso
   BuiltModel m;
   auto emb = std::make_unique<Gpt2Embeddings>(w);
   at::Tensor wte = emb->wte_weight();
-  m.stages.push_back(std::move(emb));
+  m.stages.push_back({StageKind::kEmbeddings, std::move(emb)});
   for (int64_t i = 0; i < c.n_layer; ++i)
-    m.stages.push_back(gpt2_block(c, w, concat("transformer.h.", i), i));
+    m.stages.push_back({StageKind::kBlock, gpt2_block(c, w, concat("transformer.h.", i), i)});
   m.stages.push_back(
-      std::make_unique<LayerNorm>("transformer.ln_f", get(w, "transformer.ln_f.weight"),
-                                  get(w, "transformer.ln_f.bias"), c.layer_norm_epsilon));
+      {StageKind::kFinalNorm,
+       std::make_unique<LayerNorm>("transformer.ln_f", get(w, "transformer.ln_f.weight"),
+                                   get(w, "transformer.ln_f.bias"), c.layer_norm_epsilon)});
   at::Tensor head = c.tie_word_embeddings ? wte : get(w, "lm_head.weight");
-  m.stages.push_back(std::make_unique<Linear>("lm_head", head, at::Tensor()));
+  m.stages.push_back({StageKind::kHead, std::make_unique<Linear>("lm_head", head, at::Tensor())});
+  m.head_shares_embedding = c.tie_word_embeddings;
   m.prepare = [](ForwardState&) {};
   return m;
 }

@@ -108,13 +108,15 @@ BuiltModel build_llama(const LlamaConfig& c, const std::map<std::string, at::Ten
   BuiltModel m;
   auto embed = std::make_unique<Embedding>("model.embed_tokens", w.at("model.embed_tokens.weight"));
   at::Tensor embed_w = embed->weight();
-  m.stages.push_back(std::move(embed));
+  m.stages.push_back({StageKind::kEmbeddings, std::move(embed)});
   for (int64_t i = 0; i < c.num_hidden_layers; ++i)
-    m.stages.push_back(llama_layer(c, w, concat("model.layers.", i), i));
+    m.stages.push_back({StageKind::kBlock, llama_layer(c, w, concat("model.layers.", i), i)});
   m.stages.push_back(
-      std::make_unique<RMSNorm>("model.norm", w.at("model.norm.weight"), c.rms_norm_eps));
+      {StageKind::kFinalNorm,
+       std::make_unique<RMSNorm>("model.norm", w.at("model.norm.weight"), c.rms_norm_eps)});
   at::Tensor head = c.tie_word_embeddings ? embed_w : w.at("lm_head.weight");
-  m.stages.push_back(std::make_unique<Linear>("lm_head", head, at::Tensor()));
+  m.stages.push_back({StageKind::kHead, std::make_unique<Linear>("lm_head", head, at::Tensor())});
+  m.head_shares_embedding = c.tie_word_embeddings;
   auto rope = std::make_shared<const Rope>(c.rope, c.head_dim, c.max_position_embeddings);
   m.prepare = [rope](ForwardState& st) { rope->prepare(st); };
   return m;

@@ -91,6 +91,20 @@ bool HookHandle::active() const {
   return reg && reg->sites.count(id_);
 }
 
+const char* stage_kind_name(StageKind kind) {
+  switch (kind) {
+    case StageKind::kEmbeddings:
+      return "embeddings";
+    case StageKind::kBlock:
+      return "block";
+    case StageKind::kFinalNorm:
+      return "final_norm";
+    case StageKind::kHead:
+      return "head";
+  }
+  return "?";
+}
+
 // ---- Model ---------------------------------------------------------------------------------
 
 struct Model::Impl {
@@ -107,7 +121,6 @@ struct Model::Impl {
   std::set<std::string> bare_ref_warned;  // points the bare-reference guard warned about
 
   Arena& arena(const DeviceId& d) { return arenas.try_emplace(d, d).first->second; }
-  bool is_block(size_t i) const { return i >= 1 && i + 2 < built.stages.size(); }
 };
 
 Model::~Model() = default;
@@ -165,8 +178,9 @@ std::unique_ptr<Model> Model::from_tensors(const ModelConfig& config,
                                                : build_llama(config.llama, weights);
   std::vector<Module*> all;
   for (auto& s : m->impl_->built.stages) {
-    m->stages_.push_back(s.get());
-    s->collect(all);
+    m->stages_.push_back(s.module.get());
+    m->stage_kinds_.push_back(s.kind);
+    s.module->collect(all);
   }
   for (Module* mod : all)
     if (mod->has_points()) m->impl_->modules.push_back(mod);
@@ -244,7 +258,7 @@ void Model::place(const ExecutionOptions& options) {
     stages_[i]->to_device(devs[i].c10());
     weights[devs[i]] += stages_[i]->parameter_bytes();
   }
-  if (config_.tie_word_embeddings() && devs.front() == devs.back())
+  if (im.built.head_shares_embedding && devs.front() == devs.back())
     weights[devs.back()] -=
         stages_.back()->parameter_bytes();  // lm_head shares the embedding matrix
   for (const auto& [d, bytes] : weights) {
@@ -301,13 +315,13 @@ std::vector<StageCost> Model::stage_costs(int64_t batch, int64_t seq, bool logit
     StageCost c;
     c.modules = modules[i];
     c.weight_bytes = stages_[i]->parameter_bytes();
-    if (impl_->is_block(i)) {
+    if (stage_kinds_[i] == StageKind::kBlock) {
       // scores + probabilities [B, heads, T, T], q/k/v and context, MLP intermediates, residuals
       c.workspace_bytes =
           f * (2 * batch * heads * seq * seq + 4 * BT * H + 3 * BT * inner + 2 * BT * H);
-    } else if (i + 1 == stages_.size()) {
+    } else if (stage_kinds_[i] == StageKind::kHead) {
       c.workspace_bytes = logits ? f * BT * V : 0;
-      if (config_.tie_word_embeddings()) {
+      if (impl_->built.head_shares_embedding) {
         c.shared_weight_bytes = c.weight_bytes;
         c.weight_bytes = 0;
         c.shared_with = modules.front().front();
@@ -367,9 +381,9 @@ at::Tensor Model::forward(const Batch& batch, Logits logits) {
     return states.emplace(dev.str(), std::move(st)).first->second;
   };
 
-  // Every architecture ends with lm_head (gpt2.cpp, llama.cpp).
+  // Every architecture ends with its head (lm_head).
   size_t stages = stages_.size();
-  if (logits == Logits::kSkipIfUnhooked && stages_.back()->name() == "lm_head" &&
+  if (logits == Logits::kSkipIfUnhooked && stage_kinds_.back() == StageKind::kHead &&
       !stages_.back()->hooked())
     --stages;
 
@@ -391,7 +405,7 @@ at::Tensor Model::forward(const Batch& batch, Logits logits) {
       cur = d;
     }
     ForwardState& st = state_for(d);
-    if (im.is_block(i)) {
+    if (stage_kinds_[i] == StageKind::kBlock) {
       Arena& arena = im.arena(d);
       st.stage_out = arena.slot(ping[d]++ % 2 == 0 ? Arena::kPing : Arena::kPong, {B, T, H});
       const uint64_t used = im.weight_bytes[d] + arena.bytes();
