@@ -72,9 +72,9 @@ Command add_bench(CLI::App& app) {
             for (auto& s : seqs)
               for (auto& id : s) {
                 x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-                id = static_cast<int64_t>(x % static_cast<uint64_t>(model->config().vocab_size()));
+                id = static_cast<int64_t>(x % static_cast<uint64_t>(model->config().vocab_size));
               }
-            Batch batch = Batch::from_sequences(seqs, model->config().vocab_size(),
+            Batch batch = Batch::from_sequences(seqs, model->config().vocab_size,
                                                 model->config().max_positions());
             if (!o->ab.empty() && o->capture.empty()) throw InputError("--ab needs --capture");
             CaptureOptions copts;

@@ -33,7 +33,7 @@ Command add_compare(CLI::App& app) {
             auto model = Model::load(o->model);
             auto seqs =
                 o->tokens.empty() ? tokenize_text(*model, o->text) : parse_token_lists(o->tokens);
-            Batch batch = Batch::from_sequences(seqs, model->config().vocab_size(),
+            Batch batch = Batch::from_sequences(seqs, model->config().vocab_size,
                                                 model->config().max_positions());
             auto capture_run = [&](std::map<std::string, at::Tensor>& out) {
               SafeCapturer cap(*model, CaptureOptions{o->capture});

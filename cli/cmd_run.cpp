@@ -61,7 +61,7 @@ Command add_run(CLI::App& app) {
             auto model = Model::load(o->model);
             auto seqs =
                 o->tokens.empty() ? tokenize_text(*model, o->text) : parse_token_lists(o->tokens);
-            Batch batch = Batch::from_sequences(seqs, model->config().vocab_size(),
+            Batch batch = Batch::from_sequences(seqs, model->config().vocab_size,
                                                 model->config().max_positions());
             model->set_bare_ref_policy(parse_bare_ref_policy(o->cap.bare_ref));
             const CaptureOptions copts = capture_options(o->cap, o->capture);

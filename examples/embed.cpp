@@ -10,7 +10,7 @@ int main(int argc, char** argv) {
   try {
     auto model = actcap::Model::load("demo");  // or a Hugging Face checkpoint directory
     const actcap::Batch batch = actcap::Batch::from_sequences(
-        {{72, 101, 108, 108, 111}, {119, 111, 114}}, model->config().vocab_size(),
+        {{72, 101, 108, 108, 111}, {119, 111, 114}}, model->config().vocab_size,
         model->config().max_positions());
     const actcap::CaptureOptions capture{{"transformer.h.*", "transformer.h.1.mlp:input"}};
 

@@ -1,42 +1,16 @@
-// Hugging Face config.json, one struct per family, mirroring HF's field names and defaults
-// (transformers configuration_gpt2.py, configuration_llama.py, configuration_mistral.py,
-// configuration_qwen2.py). Defaults are written once, in config.cpp.
+// Hugging Face config.json: the fields every architecture has (sizes, tying, token ids) in one
+// struct, and each architecture's own fields in its own (src/models/arch/<name>.cpp). Names and
+// defaults mirror transformers' configuration_*.py; each is written once, in its architecture's
+// file.
 #pragma once
 
 #include <cstdint>
-#include <nlohmann/json_fwd.hpp>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace actcap {
-
-enum class Arch { kGpt2, kLlama, kMistral, kQwen2 };
-
-const char* arch_name(Arch a);  // "gpt2", "llama", "mistral", "qwen2"
-// Parses a model_type; throws InputError listing the supported ones.
-Arch parse_arch(const std::string& model_type, const std::string& origin);
-std::vector<std::string> supported_model_types();
-
-struct Gpt2Config {
-  int64_t vocab_size = 50257;
-  int64_t n_positions = 1024;      // alias max_position_embeddings
-  int64_t n_embd = 768;            // alias hidden_size
-  int64_t n_layer = 12;            // alias num_hidden_layers
-  int64_t n_head = 12;             // alias num_attention_heads
-  std::optional<int64_t> n_inner;  // None -> 4 * n_embd
-  std::string activation_function = "gelu_new";
-  double layer_norm_epsilon = 1e-5;
-  bool scale_attn_weights = true;
-  bool scale_attn_by_inverse_layer_idx = false;
-  bool reorder_and_upcast_attn = false;
-  bool tie_word_embeddings = true;
-  int64_t bos_token_id = 50256;
-  int64_t eos_token_id = 50256;
-
-  int64_t inner() const { return n_inner ? *n_inner : 4 * n_embd; }
-  int64_t head_dim() const { return n_embd / n_head; }
-};
 
 // RoPE parameters, from top-level rope_theta/rope_scaling (transformers v4) or rope_parameters
 // (v5), with HF's defaults (modeling_rope_utils.py). Fields a type does not use keep their
@@ -61,51 +35,68 @@ struct RopeConfig {
   std::vector<double> long_factor;         // longrope: used when a forward exceeds the original
 };
 
-// Llama, Mistral and Qwen2 share one structure; model_type picks HF's defaults for each.
-struct LlamaConfig {
-  Arch arch = Arch::kLlama;
-  int64_t vocab_size = 32000;
-  int64_t hidden_size = 4096;
-  int64_t intermediate_size = 11008;
-  int64_t num_hidden_layers = 32;
-  int64_t num_attention_heads = 32;
-  int64_t num_key_value_heads = 32;  // None in HF -> num_attention_heads
-  int64_t head_dim = 128;            // None in HF -> hidden_size / num_attention_heads
-  std::string hidden_act = "silu";
-  int64_t max_position_embeddings = 2048;
-  double rms_norm_eps = 1e-6;
-  RopeConfig rope;
-  bool tie_word_embeddings = false;
-  bool attention_bias = false;  // q/k/v/o biases (Llama); Qwen2 always has q/k/v biases
-  bool qkv_bias = false;        // effective q/k/v bias
-  bool o_bias = false;          // effective o_proj bias
-  bool mlp_bias = false;
-  // Sliding-window attention: key j is visible from query i iff i - window < j <= i.
-  std::optional<int64_t> sliding_window;  // Mistral: applies to every layer when set
-  bool use_sliding_window = false;        // Qwen2
-  int64_t max_window_layers = 28;         // Qwen2: layers >= this use the window
-  int64_t bos_token_id = 1;
-  int64_t eos_token_id = 2;
-
-  // The window a given layer uses, or nullopt for full causal attention.
-  std::optional<int64_t> window_for_layer(int64_t layer) const;
+// An architecture's own fields (GPT-2's activation and attention scaling, the Llama family's
+// head_dim, RoPE, biases and windows...). Each architecture derives its struct in its own file;
+// ModelConfig::params<T>() reads it back.
+struct ArchParams {
+  virtual ~ArchParams() = default;
+  virtual std::unique_ptr<ArchParams> clone() const = 0;
+  // The longest sequence a forward accepts, given config.json's max_position_embeddings.
+  virtual int64_t max_positions(int64_t max_position_embeddings) const {
+    return max_position_embeddings;
+  }
 };
 
 struct ModelConfig {
-  Arch arch = Arch::kGpt2;
-  std::string model_type;
-  Gpt2Config gpt2;    // valid when arch == kGpt2
-  LlamaConfig llama;  // valid otherwise
+  std::string arch;        // the registry's name: gpt2, llama, mistral, qwen2, qwen3
+  std::string model_type;  // as config.json says it
+  // Fields every architecture has, under transformers' common names (GPT-2's n_embd, n_layer,
+  // n_head and n_positions are read into them).
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t max_position_embeddings = 0;
+  bool tie_word_embeddings = false;
+  int64_t bos_token_id = 0;
+  int64_t eos_token_id = 0;
+  std::unique_ptr<ArchParams> arch_params;
 
-  int64_t vocab_size() const;
-  int64_t hidden_size() const;
-  int64_t num_layers() const;
-  // The longest sequence a forward accepts: n_positions / max_position_embeddings, except for
-  // dynamic NTK RoPE, whose purpose is to run past max_position_embeddings: factor times it (HF:
-  // "a factor of x enables sequences of length x * the original maximum").
-  int64_t max_positions() const;
-  bool tie_word_embeddings() const;
+  ModelConfig() = default;
+  ModelConfig(const ModelConfig& o);
+  ModelConfig& operator=(const ModelConfig& o);
+  ModelConfig(ModelConfig&&) = default;
+  ModelConfig& operator=(ModelConfig&&) = default;
+
+  int64_t num_layers() const { return num_hidden_layers; }
+  // The longest sequence a forward accepts: max_position_embeddings, except where the
+  // architecture's positions go further (dynamic NTK RoPE runs to factor times it: HF's "a factor
+  // of x enables sequences of length x * the original maximum").
+  int64_t max_positions() const {
+    return arch_params ? arch_params->max_positions(max_position_embeddings)
+                       : max_position_embeddings;
+  }
+
+  // The architecture's own fields; throws std::logic_error when they are another type.
+  template <typename T>
+  const T& params() const {
+    const T* p = dynamic_cast<const T*>(arch_params.get());
+    if (!p) wrong_params();
+    return *p;
+  }
+  template <typename T>
+  T& params() {
+    T* p = dynamic_cast<T*>(arch_params.get());
+    if (!p) wrong_params();
+    return *p;
+  }
+
+ private:
+  [[noreturn]] void wrong_params() const;
 };
+
+// The model_type values we run, in registry order ("gpt2", "llama", ...).
+std::vector<std::string> supported_model_types();
 
 // Parses config.json text. `origin` names the file in errors. Throws InputError for malformed JSON,
 // unknown model_type, missing required fields (the architecture's sizes have no sensible default),

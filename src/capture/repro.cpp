@@ -4,24 +4,20 @@
 
 #include "actcap/capture.h"
 #include "actcap/error.h"
+#include "actcap/init_model.h"
 #include "actcap/model.h"
 #include "actcap/planner.h"
-#include "models/weights.h"
 
 namespace actcap {
 
 namespace {
 
 std::unique_ptr<Model> repro_model() {
-  ModelConfig c;
-  c.arch = Arch::kGpt2;
-  c.model_type = "gpt2";
-  c.gpt2.vocab_size = 257;
-  c.gpt2.n_positions = 128;
-  c.gpt2.n_embd = 64;
-  c.gpt2.n_layer = 12;
-  c.gpt2.n_head = 4;
-  return Model::from_tensors(c, init_weights(weight_plan(c), 7, at::kFloat), "repro");
+  ModelConfig c = preset_config("gpt2", "tiny");
+  c.vocab_size = 257;
+  c.max_position_embeddings = 128;
+  c.num_hidden_layers = 12;
+  return Model::from_tensors(c, random_weights(c, 7, at::kFloat), "repro");
 }
 
 std::vector<Batch> repro_batches(const Model& m) {
@@ -30,8 +26,7 @@ std::vector<Batch> repro_batches(const Model& m) {
        {"activations must be what the layer computed", "and not what a later layer wrote"}) {
     std::vector<int64_t> ids;
     for (const char* p = text; *p; ++p) ids.push_back(static_cast<unsigned char>(*p));
-    out.push_back(
-        Batch::from_sequences({ids}, m.config().vocab_size(), m.config().max_positions()));
+    out.push_back(Batch::from_sequences({ids}, m.config().vocab_size, m.config().max_positions()));
   }
   return out;
 }
@@ -42,7 +37,7 @@ void place_on(Model& m, int n, const Batch& b) {
   for (int i = 0; i < n; ++i)
     req.devices.push_back(n == 1 ? DeviceId::cpu() : DeviceId::virtual_cpu(i));
   req.strategy = PlanStrategy::kBalanced;
-  req.hidden_bytes = b.size() * b.max_len() * m.config().hidden_size() * sizeof(float);
+  req.hidden_bytes = b.size() * b.max_len() * m.config().hidden_size * sizeof(float);
   ExecutionOptions opts;
   opts.stage_device = plan_devices(req).stage_device;
   m.place(opts);

@@ -63,7 +63,7 @@ DevicePlan plan_split(const Model& model, const SplitOptions& options, int64_t b
           concat("a memory budget names ", dev.str(), ", which is not among the devices"),
           {"max_memory", "devices"});
   req.hidden_bytes =
-      static_cast<uint64_t>(batch * seq * model.config().hidden_size()) * sizeof(float);
+      static_cast<uint64_t>(batch * seq * model.config().hidden_size) * sizeof(float);
   return plan_devices(req);
 }
 

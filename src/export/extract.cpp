@@ -298,7 +298,7 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
     throw InputError("resuming and overwriting exclude each other", {"resume", "overwrite"});
   FaultPoints faults(o.faults);
 
-  CorpusReader reader(o.input, tokenizer, model.config().vocab_size(), o.skip_bad_lines);
+  CorpusReader reader(o.input, tokenizer, model.config().vocab_size, o.skip_bad_lines);
   const int64_t total_docs = CorpusReader::count_documents(o.input);
   if (total_docs == 0)
     throw InputError(concat("input ", o.input, " holds no documents"), {"input"});
@@ -455,7 +455,7 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
         seqs.push_back(windows[order[k]].ids);
         positions.push_back(windows[order[k]].positions);
       }
-      Batch batch = Batch::from_sequences(seqs, model.config().vocab_size(), context);
+      Batch batch = Batch::from_sequences(seqs, model.config().vocab_size, context);
       if (!cap) {
         model.forward(batch, Model::Logits::kSkipIfUnhooked);  // as the capture runs
       } else {

@@ -11,7 +11,7 @@
 #include "actcap/hash.h"
 #include "dispatch/arena.h"
 #include "dispatch/transfer.h"
-#include "models/architectures.h"
+#include "models/arch/architecture.h"
 #include "models/weights.h"
 #include "util/strings.h"
 
@@ -130,15 +130,10 @@ namespace {
 constexpr uint64_t kDemoSeed = 0;
 
 ModelConfig demo_config() {
-  ModelConfig c;
-  c.arch = Arch::kGpt2;
-  c.model_type = "gpt2";
-  c.gpt2.vocab_size = 257;  // 256 bytes + <|endoftext|>
-  c.gpt2.n_positions = 512;
-  c.gpt2.n_embd = 64;
-  c.gpt2.n_layer = 4;
-  c.gpt2.n_head = 4;
-  c.gpt2.bos_token_id = c.gpt2.eos_token_id = 256;
+  ModelConfig c = architecture_for("gpt2", "demo").preset("tiny");
+  c.vocab_size = 257;  // 256 bytes + <|endoftext|>
+  c.max_position_embeddings = 512;
+  c.bos_token_id = c.eos_token_id = 256;
   return c;
 }
 
@@ -153,8 +148,9 @@ std::string fingerprint_tensors(const std::map<std::string, at::Tensor>& tensors
 std::unique_ptr<Model> Model::load(const std::string& path) {
   if (path == "demo") {
     ModelConfig c = demo_config();
-    auto tensors = init_weights(weight_plan(c), kDemoSeed, at::kFloat);
-    return from_tensors(c, tensors, "demo");
+    WeightSource random = WeightSource::random(kDemoSeed);
+    architecture_of(c).build(c, random);
+    return from_tensors(c, random.stored(), "demo");
   }
   Checkpoint ckpt = Checkpoint::open(path);
   ModelConfig c = load_config(ckpt.config_path());
@@ -172,10 +168,10 @@ std::unique_ptr<Model> Model::from_tensors(const ModelConfig& config,
   m->config_ = config;
   m->origin_ = origin;
   m->fingerprint_ = fingerprint_tensors(tensors);
-  auto weights = load_weights(weight_plan(config), tensors, origin);
+  WeightSource weights = WeightSource::load(tensors, origin);
   m->impl_ = std::make_unique<Impl>();
-  m->impl_->built = config.arch == Arch::kGpt2 ? build_gpt2(config.gpt2, weights)
-                                               : build_llama(config.llama, weights);
+  m->impl_->built = architecture_of(config).build(config, weights);
+  weights.warn_unused();
   std::vector<Module*> all;
   for (auto& s : m->impl_->built.stages) {
     m->stages_.push_back(s.module.get());
@@ -302,13 +298,8 @@ std::vector<std::vector<std::string>> Model::stage_modules() const {
 
 std::vector<StageCost> Model::stage_costs(int64_t batch, int64_t seq, bool logits) const {
   const uint64_t BT = static_cast<uint64_t>(batch * seq), f = sizeof(float);
-  const uint64_t H = config_.hidden_size(), V = config_.vocab_size();
-  uint64_t heads, inner;
-  if (config_.arch == Arch::kGpt2) {
-    heads = config_.gpt2.n_head, inner = config_.gpt2.inner();
-  } else {
-    heads = config_.llama.num_attention_heads, inner = config_.llama.intermediate_size;
-  }
+  const uint64_t H = config_.hidden_size, V = config_.vocab_size;
+  const uint64_t heads = config_.num_attention_heads, inner = impl_->built.mlp_width;
   auto modules = stage_modules();
   std::vector<StageCost> out;
   for (size_t i = 0; i < stages_.size(); ++i) {
@@ -355,7 +346,7 @@ std::vector<DeviceStats> Model::device_stats() const {
 at::Tensor Model::forward(const Batch& batch, Logits logits) {
   c10::InferenceMode guard;
   Impl& im = *impl_;
-  const int64_t B = batch.ids.size(0), T = batch.ids.size(1), H = config_.hidden_size();
+  const int64_t B = batch.ids.size(0), T = batch.ids.size(1), H = config_.hidden_size;
   if (T > config_.max_positions())
     throw InputError(concat("batch has ", T, " positions but ", origin_, " supports at most ",
                             config_.max_positions()));

@@ -31,30 +31,18 @@ void Module::collect(std::vector<Module*>& out) {
 }
 
 void Module::to_device(c10::Device device) {
+  for (at::Tensor* t : parameters_)
+    if (t->defined() && t->device() != device) *t = t->to(device);
   for (auto& c : children_) c->to_device(device);
 }
 
 uint64_t Module::parameter_bytes() const {
   uint64_t n = 0;
+  for (const at::Tensor* t : parameters_)
+    if (t->defined()) n += t->numel() * t->element_size();
   for (const auto& c : children_) n += c->parameter_bytes();
   return n;
 }
-
-namespace {
-uint64_t nbytes(const at::Tensor& t) { return t.defined() ? t.numel() * t.element_size() : 0; }
-void move(at::Tensor& t, c10::Device d) {
-  if (t.defined() && t.device() != d) t = t.to(d);
-}
-}  // namespace
-
-void Linear::to_device(c10::Device d) { move(weight_, d), move(bias_, d); }
-uint64_t Linear::parameter_bytes() const { return nbytes(weight_) + nbytes(bias_); }
-void Embedding::to_device(c10::Device d) { move(weight_, d); }
-uint64_t Embedding::parameter_bytes() const { return nbytes(weight_); }
-void LayerNorm::to_device(c10::Device d) { move(weight_, d), move(bias_, d); }
-uint64_t LayerNorm::parameter_bytes() const { return nbytes(weight_) + nbytes(bias_); }
-void RMSNorm::to_device(c10::Device d) { move(weight_, d); }
-uint64_t RMSNorm::parameter_bytes() const { return nbytes(weight_); }
 
 ModuleHooks& Module::hooks() {
   if (!hooks_) hooks_ = std::make_shared<ModuleHooks>();
@@ -136,7 +124,10 @@ Linear::Linear(const std::string& name, at::Tensor weight, at::Tensor bias)
     : Module(name, hidden_point(name + ":input", weight.size(1)),
              hidden_point(name, weight.size(0))),
       weight_(std::move(weight)),
-      bias_(std::move(bias)) {}
+      bias_(std::move(bias)) {
+  parameter(weight_);
+  parameter(bias_);
+}
 
 at::Tensor Linear::forward(const at::Tensor& x, ForwardState&) {
   return at::linear(x, weight_, bias_);
@@ -144,48 +135,12 @@ at::Tensor Linear::forward(const at::Tensor& x, ForwardState&) {
 
 Embedding::Embedding(const std::string& name, at::Tensor weight)
     : Module(name, ids_point(name + ":input"), hidden_point(name, weight.size(1))),
-      weight_(std::move(weight)) {}
+      weight_(std::move(weight)) {
+  parameter(weight_);
+}
 
 at::Tensor Embedding::forward(const at::Tensor& ids, ForwardState&) {
   return at::embedding(weight_, ids);
-}
-
-LayerNorm::LayerNorm(const std::string& name, at::Tensor weight, at::Tensor bias, double eps)
-    : Module(name, hidden_point(name + ":input", weight.size(0)),
-             hidden_point(name, weight.size(0))),
-      weight_(std::move(weight)),
-      bias_(std::move(bias)),
-      eps_(eps) {}
-
-at::Tensor LayerNorm::forward(const at::Tensor& x, ForwardState&) {
-  return at::layer_norm(x, {weight_.size(0)}, weight_, bias_, eps_, /*cudnn_enable=*/false);
-}
-
-PreNormBlock::PreNormBlock(const std::string& name, int64_t width, std::unique_ptr<Module> norm1,
-                           std::unique_ptr<Module> attn, std::unique_ptr<Module> norm2,
-                           std::unique_ptr<Module> mlp)
-    : Module(name, hidden_point(name + ":input", width), hidden_point(name, width)),
-      norm1_(add(std::move(norm1))),
-      attn_(add(std::move(attn))),
-      norm2_(add(std::move(norm2))),
-      mlp_(add(std::move(mlp))) {}
-
-at::Tensor PreNormBlock::forward(const at::Tensor& x, ForwardState& st) {
-  auto h = x + attn_->call(norm1_->call(x, st), st);
-  return st.residual_add(h, mlp_->call(norm2_->call(h, st), st));
-}
-
-RMSNorm::RMSNorm(const std::string& name, at::Tensor weight, double eps)
-    : Module(name, hidden_point(name + ":input", weight.size(0)),
-             hidden_point(name, weight.size(0))),
-      weight_(std::move(weight)),
-      eps_(eps) {}
-
-at::Tensor RMSNorm::forward(const at::Tensor& x, ForwardState&) {
-  // As LlamaRMSNorm: statistics in float32, then scale.
-  auto xf = x.to(at::kFloat);
-  auto var = xf.pow(2).mean(-1, /*keepdim=*/true);
-  return weight_ * (xf * at::rsqrt(var + eps_)).to(x.scalar_type());
 }
 
 Activation::Activation(const std::string& name, const std::string& kind, int64_t width)
@@ -215,24 +170,6 @@ at::Tensor Activation::forward(const at::Tensor& x, ForwardState&) {
       return at::silu(x);
   }
   return x;
-}
-
-at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                     const at::Tensor& bias, double scale) {
-  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
-  const int64_t Hkv = k.size(1);
-  at::Tensor kk = k, vv = v;
-  if (Hkv != H) {  // repeat_kv: each kv head serves H / Hkv consecutive query heads
-    kk = k.unsqueeze(2).expand({B, Hkv, H / Hkv, T, D}).reshape({B, H, T, D});
-    vv = v.unsqueeze(2).expand({B, Hkv, H / Hkv, T, D}).reshape({B, H, T, D});
-  }
-  // One GEMM computes bias + scale * q k^T: no separate passes over the [T, T] scores.
-  auto scores =
-      at::baddbmm(bias, q.reshape({B * H, T, D}), kk.reshape({B * H, T, D}).transpose(1, 2),
-                  /*beta=*/1.0, /*alpha=*/scale);
-  auto probs = at::softmax(scores, -1);
-  auto ctx = at::bmm(probs, vv.reshape({B * H, T, D}));  // [B*H, T, D]
-  return ctx.view({B, H, T, D}).transpose(1, 2).reshape({B, T, H * D});
 }
 
 }  // namespace actcap

@@ -16,7 +16,8 @@
 
 namespace actcap {
 
-// Per-forward tables shared by every module: sizes, positions, masks, RoPE.
+// Per-forward state shared by every module on one device: sizes, positions, masks, and the
+// tables parts compute once per forward (RoPE cos/sin), kept by the part that owns them.
 struct ForwardState {
   int64_t batch = 0;
   int64_t seq = 0;
@@ -28,7 +29,6 @@ struct ForwardState {
   at::Tensor positions;                       // [T] int64
   at::Tensor causal_bias;                     // [T, T] float32: 0 where visible, -inf where not
   std::map<int64_t, at::Tensor> window_bias;  // sliding-window variants, by window size
-  at::Tensor rope_cos, rope_sin;              // [T, head_dim] (Llama family)
   // Arena slot the running stage writes its output into (undefined: allocate). Set by the
   // executor for each stage; blocks write their final residual sum here.
   at::Tensor stage_out;
@@ -41,6 +41,18 @@ struct ForwardState {
 
   // Additive attention bias for full causal attention or a sliding window.
   const at::Tensor& bias(std::optional<int64_t> window);
+
+  // Tables `owner` computes once per forward (make() runs on first use; layers sharing an owner
+  // share the tables).
+  template <typename F>
+  const std::vector<at::Tensor>& table(const void* owner, F make) {
+    auto it = tables_.find(owner);
+    if (it == tables_.end()) it = tables_.emplace(owner, make()).first;
+    return it->second;
+  }
+
+ private:
+  std::map<const void*, std::vector<at::Tensor>> tables_;
 };
 
 struct HookEntry {
@@ -75,9 +87,9 @@ class Module {
   // This module and its descendants in execution order.
   void collect(std::vector<Module*>& out);
   // Moves parameters to a physical device (no-op when already there).
-  virtual void to_device(c10::Device device);
+  void to_device(c10::Device device);
   // Bytes of the parameters this module and its descendants hold (tied weights counted where held).
-  virtual uint64_t parameter_bytes() const;
+  uint64_t parameter_bytes() const;
   ModuleHooks& hooks();  // creates the lists on first use
   // Whether a hook is registered on this module (its output or its :input).
   bool hooked() const;
@@ -91,12 +103,16 @@ class Module {
     children_.push_back(std::move(child));
     return raw;
   }
+  // Registers a parameter tensor (a member of the derived module; undefined = absent) so
+  // to_device() moves it and parameter_bytes() counts it.
+  void parameter(at::Tensor& t) { parameters_.push_back(&t); }
 
  private:
   at::Tensor call_hooked(const at::Tensor& x, ForwardState& st);
   std::string name_;
   PointInfo in_, out_;
   std::vector<std::unique_ptr<Module>> children_;
+  std::vector<at::Tensor*> parameters_;
   std::shared_ptr<ModuleHooks> hooks_;  // null when no hook: call() stays one test
 };
 
@@ -104,15 +120,14 @@ class Module {
 PointInfo hidden_point(const std::string& name, int64_t width);
 PointInfo ids_point(const std::string& name);
 
-// ---- leaf modules shared by the architectures ----------------------------------------------
+// ---- leaf modules (norms, attention, MLPs and blocks: models/parts/)
+// ----------------------------------------------
 
 class Linear : public Module {
  public:
   // weight [out, in] (PyTorch nn.Linear layout), bias [out] or undefined.
   Linear(const std::string& name, at::Tensor weight, at::Tensor bias);
   const at::Tensor& weight() const { return weight_; }
-  void to_device(c10::Device device) override;
-  uint64_t parameter_bytes() const override;
 
  protected:
   at::Tensor forward(const at::Tensor& x, ForwardState& st) override;
@@ -125,42 +140,12 @@ class Embedding : public Module {
  public:
   Embedding(const std::string& name, at::Tensor weight);
   const at::Tensor& weight() const { return weight_; }
-  void to_device(c10::Device device) override;
-  uint64_t parameter_bytes() const override;
 
  protected:
   at::Tensor forward(const at::Tensor& ids, ForwardState& st) override;
 
  private:
   at::Tensor weight_;
-};
-
-class LayerNorm : public Module {
- public:
-  LayerNorm(const std::string& name, at::Tensor weight, at::Tensor bias, double eps);
-  void to_device(c10::Device device) override;
-  uint64_t parameter_bytes() const override;
-
- protected:
-  at::Tensor forward(const at::Tensor& x, ForwardState& st) override;
-
- private:
-  at::Tensor weight_, bias_;
-  double eps_;
-};
-
-class RMSNorm : public Module {
- public:
-  RMSNorm(const std::string& name, at::Tensor weight, double eps);
-  void to_device(c10::Device device) override;
-  uint64_t parameter_bytes() const override;
-
- protected:
-  at::Tensor forward(const at::Tensor& x, ForwardState& st) override;
-
- private:
-  at::Tensor weight_;
-  double eps_;
 };
 
 // HF ACT2FN by name: gelu_new / gelu_pytorch_tanh / gelu_fast (tanh GELU), gelu, relu, silu/swish.
@@ -174,27 +159,5 @@ class Activation : public Module {
  private:
   enum class Kind { kGeluTanh, kGelu, kRelu, kSilu } kind_;
 };
-
-// The pre-norm residual block GPT-2 and Llama share: h = x + attn(norm1(x)), out = h +
-// mlp(norm2(h)). The four parts are children with their own names and hook points, run in this
-// order (GPT-2: ln_1, attn, ln_2, mlp; Llama: input_layernorm, self_attn,
-// post_attention_layernorm, mlp).
-class PreNormBlock : public Module {
- public:
-  PreNormBlock(const std::string& name, int64_t width, std::unique_ptr<Module> norm1,
-               std::unique_ptr<Module> attn, std::unique_ptr<Module> norm2,
-               std::unique_ptr<Module> mlp);
-
- protected:
-  at::Tensor forward(const at::Tensor& x, ForwardState& st) override;
-
- private:
-  Module *norm1_, *attn_, *norm2_, *mlp_;
-};
-
-// softmax(q k^T * scale + bias) v with grouped-query heads: q [B, H, T, D], k/v [B, Hkv, T, D].
-// Returns [B, T, H * D].
-at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                     const at::Tensor& bias, double scale);
 
 }  // namespace actcap

@@ -11,139 +11,6 @@ namespace actcap {
 
 namespace {
 
-std::string shape_str(at::IntArrayRef s) { return concat(s); }
-
-void add_gpt2_prefix_aliases(WeightSpec& s) {
-  // openai-community/gpt2 stores `h.0.attn...` without the `transformer.` prefix.
-  const std::string p = "transformer.";
-  if (s.name.rfind(p, 0) == 0) s.aliases.push_back(s.name.substr(p.size()));
-}
-
-}  // namespace
-
-WeightPlan gpt2_weight_plan(const Gpt2Config& c) {
-  WeightPlan plan;
-  const int64_t H = c.n_embd, I = c.inner();
-  auto add = [&](std::string name, std::vector<int64_t> shape, Transform t, Init init) {
-    WeightSpec s{std::move(name), std::move(shape), t, init, {}};
-    add_gpt2_prefix_aliases(s);
-    plan.specs.push_back(std::move(s));
-  };
-  add("transformer.wte.weight", {c.vocab_size, H}, Transform::kNone, Init::kMatrix);
-  if (c.tie_word_embeddings) plan.specs.back().aliases.push_back("lm_head.weight");
-  add("transformer.wpe.weight", {c.n_positions, H}, Transform::kNone, Init::kMatrix);
-  for (int64_t i = 0; i < c.n_layer; ++i) {
-    const std::string b = concat("transformer.h.", i, ".");
-    add(b + "ln_1.weight", {H}, Transform::kNone, Init::kGain);
-    add(b + "ln_1.bias", {H}, Transform::kNone, Init::kBias);
-    add(b + "attn.c_attn.weight", {H, 3 * H}, Transform::kTranspose, Init::kMatrix);
-    add(b + "attn.c_attn.bias", {3 * H}, Transform::kNone, Init::kBias);
-    add(b + "attn.c_proj.weight", {H, H}, Transform::kTranspose, Init::kMatrix);
-    add(b + "attn.c_proj.bias", {H}, Transform::kNone, Init::kBias);
-    add(b + "ln_2.weight", {H}, Transform::kNone, Init::kGain);
-    add(b + "ln_2.bias", {H}, Transform::kNone, Init::kBias);
-    add(b + "mlp.c_fc.weight", {H, I}, Transform::kTranspose, Init::kMatrix);
-    add(b + "mlp.c_fc.bias", {I}, Transform::kNone, Init::kBias);
-    add(b + "mlp.c_proj.weight", {I, H}, Transform::kTranspose, Init::kMatrix);
-    add(b + "mlp.c_proj.bias", {H}, Transform::kNone, Init::kBias);
-  }
-  add("transformer.ln_f.weight", {H}, Transform::kNone, Init::kGain);
-  add("transformer.ln_f.bias", {H}, Transform::kNone, Init::kBias);
-  if (!c.tie_word_embeddings)
-    add("lm_head.weight", {c.vocab_size, H}, Transform::kNone, Init::kMatrix);
-  plan.ignored_suffixes = {".attn.bias", ".attn.masked_bias"};
-  return plan;
-}
-
-WeightPlan llama_weight_plan(const LlamaConfig& c) {
-  WeightPlan plan;
-  const int64_t H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
-  const int64_t Q = c.num_attention_heads * D, KV = c.num_key_value_heads * D;
-  auto add = [&](std::string name, std::vector<int64_t> shape, Init init) {
-    plan.specs.push_back(WeightSpec{std::move(name), std::move(shape), Transform::kNone, init, {}});
-  };
-  add("model.embed_tokens.weight", {c.vocab_size, H}, Init::kMatrix);
-  if (c.tie_word_embeddings) plan.specs.back().aliases.push_back("lm_head.weight");
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string b = concat("model.layers.", i, ".");
-    add(b + "input_layernorm.weight", {H}, Init::kGain);
-    add(b + "self_attn.q_proj.weight", {Q, H}, Init::kMatrix);
-    if (c.qkv_bias) add(b + "self_attn.q_proj.bias", {Q}, Init::kBias);
-    add(b + "self_attn.k_proj.weight", {KV, H}, Init::kMatrix);
-    if (c.qkv_bias) add(b + "self_attn.k_proj.bias", {KV}, Init::kBias);
-    add(b + "self_attn.v_proj.weight", {KV, H}, Init::kMatrix);
-    if (c.qkv_bias) add(b + "self_attn.v_proj.bias", {KV}, Init::kBias);
-    add(b + "self_attn.o_proj.weight", {H, Q}, Init::kMatrix);
-    if (c.o_bias) add(b + "self_attn.o_proj.bias", {H}, Init::kBias);
-    add(b + "post_attention_layernorm.weight", {H}, Init::kGain);
-    add(b + "mlp.gate_proj.weight", {I, H}, Init::kMatrix);
-    if (c.mlp_bias) add(b + "mlp.gate_proj.bias", {I}, Init::kBias);
-    add(b + "mlp.up_proj.weight", {I, H}, Init::kMatrix);
-    if (c.mlp_bias) add(b + "mlp.up_proj.bias", {I}, Init::kBias);
-    add(b + "mlp.down_proj.weight", {H, I}, Init::kMatrix);
-    if (c.mlp_bias) add(b + "mlp.down_proj.bias", {H}, Init::kBias);
-  }
-  add("model.norm.weight", {H}, Init::kGain);
-  if (!c.tie_word_embeddings) add("lm_head.weight", {c.vocab_size, H}, Init::kMatrix);
-  plan.ignored_suffixes = {".rotary_emb.inv_freq"};
-  return plan;
-}
-
-WeightPlan weight_plan(const ModelConfig& c) {
-  return c.arch == Arch::kGpt2 ? gpt2_weight_plan(c.gpt2) : llama_weight_plan(c.llama);
-}
-
-std::map<std::string, at::Tensor> load_weights(const WeightPlan& plan,
-                                               const std::map<std::string, at::Tensor>& tensors,
-                                               const std::string& origin) {
-  std::map<std::string, at::Tensor> out;
-  std::set<std::string> used;
-  for (const WeightSpec& spec : plan.specs) {
-    const std::string* found = nullptr;
-    if (tensors.count(spec.name)) found = &spec.name;
-    for (const std::string& alias : spec.aliases)
-      if (!found && tensors.count(alias)) found = &alias;
-    if (!found) {
-      std::string also;
-      for (const std::string& a : spec.aliases)
-        also += (also.empty() ? " (also looked for " : ", ") + a;
-      if (!also.empty()) also += ")";
-      throw InputError(concat(origin, ": missing tensor ", spec.name, also));
-    }
-    used.insert(*found);
-    const at::Tensor& t = tensors.at(*found);
-    if (!at::isFloatingType(t.scalar_type()))
-      throw InputError(concat(origin, ": tensor ", *found, " has dtype ", t.scalar_type(),
-                              "; weights must be floating point (F32, F16, BF16, F64)"));
-    if (t.sizes() != at::IntArrayRef(spec.shape))
-      throw InputError(concat(origin, ": tensor ", *found, " has shape ", shape_str(t.sizes()),
-                              " but config.json implies ", shape_str(spec.shape)));
-    // Own a float32 copy only when needed; f32 aligned tensors stay zero-copy over the mapping.
-    at::Tensor w = t.to(at::kFloat);
-    // A transposed view, not a copy: linear() then multiplies by the stored [in, out] matrix
-    // directly (BLAS takes either layout at the same speed), so GPT-2's Conv1D weights stay
-    // zero-copy over the mapping too and are resident once, not twice.
-    if (spec.transform == Transform::kTranspose) w = w.t();
-    out.emplace(spec.name, std::move(w));
-  }
-  std::vector<std::string> unused;
-  for (const auto& [name, t] : tensors) {
-    if (used.count(name)) continue;
-    bool ignored = false;
-    for (const std::string& suf : plan.ignored_suffixes) ignored |= ends_with(name, suf);
-    if (!ignored) unused.push_back(name);
-  }
-  if (!unused.empty()) {
-    std::string list;
-    for (size_t i = 0; i < unused.size() && i < 5; ++i) list += (i ? ", " : "") + unused[i];
-    if (unused.size() > 5) list += concat(", ... (", unused.size(), " in all)");
-    warn(concat(origin, ": ignoring tensors the model does not use: ", list));
-  }
-  return out;
-}
-
-namespace {
-
 // splitmix64: tiny, fast, and the same on every platform.
 struct SplitMix64 {
   uint64_t s;
@@ -164,27 +31,151 @@ uint64_t name_seed(uint64_t seed, const std::string& name) {
   return h;
 }
 
+// Box-Muller normals, N(base, 0.02), in the stored layout; the stream depends on the name only.
+at::Tensor random_tensor(uint64_t seed, const WeightSpec& spec) {
+  constexpr double kStd = 0.02;
+  at::Tensor t = at::empty(spec.shape, at::kFloat);
+  float* p = t.data_ptr<float>();
+  const int64_t n = t.numel();
+  SplitMix64 rng{name_seed(seed, spec.name)};
+  const double base = spec.init == Init::kGain ? 1.0 : 0.0;
+  for (int64_t i = 0; i < n; i += 2) {  // two normals per pair of uniforms
+    double r = std::sqrt(-2.0 * std::log(rng.uniform()));
+    double a = 6.283185307179586 * rng.uniform();
+    p[i] = static_cast<float>(base + kStd * r * std::cos(a));
+    if (i + 1 < n) p[i + 1] = static_cast<float>(base + kStd * r * std::sin(a));
+  }
+  return t;
+}
+
 }  // namespace
 
-std::map<std::string, at::Tensor> init_weights(const WeightPlan& plan, uint64_t seed,
-                                               at::ScalarType dtype) {
-  std::map<std::string, at::Tensor> out;
-  constexpr double kStd = 0.02;
-  for (const WeightSpec& spec : plan.specs) {
-    at::Tensor t = at::empty(spec.shape, at::kFloat);
-    float* p = t.data_ptr<float>();
-    const int64_t n = t.numel();
-    SplitMix64 rng{name_seed(seed, spec.name)};
-    const double base = spec.init == Init::kGain ? 1.0 : 0.0;
-    for (int64_t i = 0; i < n; i += 2) {  // Box-Muller: two normals per pair of uniforms
-      double r = std::sqrt(-2.0 * std::log(rng.uniform()));
-      double a = 6.283185307179586 * rng.uniform();
-      p[i] = static_cast<float>(base + kStd * r * std::cos(a));
-      if (i + 1 < n) p[i + 1] = static_cast<float>(base + kStd * r * std::sin(a));
+struct WeightSource::State {
+  const std::map<std::string, at::Tensor>* tensors = nullptr;  // load(); null for random()
+  std::string origin;
+  uint64_t seed = 0;
+  at::ScalarType stored_dtype = at::kFloat;
+  bool shapes_only = false;
+  std::vector<std::pair<std::string, std::string>> prefix_aliases;
+  std::vector<std::string> ignored_suffixes;
+  std::vector<WeightSpec> specs;
+  std::set<std::string> used;
+  std::map<std::string, at::Tensor> stored;
+
+  // The checkpoint tensor for `name`: the name itself, an alias, or a prefix alias of either.
+  const std::string* find(const std::string& name, const std::vector<std::string>& aliases,
+                          std::vector<std::string>& tried) const {
+    std::vector<std::string> names{name};
+    names.insert(names.end(), aliases.begin(), aliases.end());
+    for (const std::string& n : names) {
+      auto it = tensors->find(n);
+      if (it != tensors->end()) return &it->first;
+      if (n != name) tried.push_back(n);
+      for (const auto& [prefix, alt] : prefix_aliases) {
+        if (!starts_with(n, prefix)) continue;
+        const std::string other = alt + n.substr(prefix.size());
+        auto it2 = tensors->find(other);
+        if (it2 != tensors->end()) return &it2->first;
+        tried.push_back(other);
+      }
     }
-    out.emplace(spec.name, dtype == at::kFloat ? t : t.to(dtype));
+    return nullptr;
   }
-  return out;
+};
+
+WeightSource::WeightSource(std::shared_ptr<State> state, std::string prefix)
+    : state_(std::move(state)), prefix_(std::move(prefix)) {}
+
+WeightSource WeightSource::load(const std::map<std::string, at::Tensor>& tensors,
+                                std::string origin) {
+  auto s = std::make_shared<State>();
+  s->tensors = &tensors;
+  s->origin = std::move(origin);
+  return WeightSource(std::move(s), "");
 }
+
+WeightSource WeightSource::random(uint64_t seed, at::ScalarType stored) {
+  auto s = std::make_shared<State>();
+  s->seed = seed;
+  s->stored_dtype = stored;
+  return WeightSource(std::move(s), "");
+}
+
+WeightSource WeightSource::shapes() {
+  auto s = std::make_shared<State>();
+  s->shapes_only = true;
+  return WeightSource(std::move(s), "");
+}
+
+WeightSource WeightSource::pp(const std::string& part) const {
+  return WeightSource(state_, prefix_ + part + ".");
+}
+
+WeightSource WeightSource::pp(int64_t index) const { return pp(std::to_string(index)); }
+
+void WeightSource::alias_prefix(const std::string& prefix, const std::string& alternative) {
+  state_->prefix_aliases.emplace_back(prefix, alternative);
+}
+
+void WeightSource::ignore_suffix(const std::string& suffix) {
+  state_->ignored_suffixes.push_back(suffix);
+}
+
+at::Tensor WeightSource::get(const std::string& relative, const std::vector<int64_t>& shape,
+                             Init init, Layout layout, const std::vector<std::string>& aliases) {
+  State& s = *state_;
+  WeightSpec spec{prefix_ + relative, shape, init};
+  s.specs.push_back(spec);
+  at::Tensor w;
+  if (s.shapes_only) {
+    w = at::empty(shape, at::kFloat);  // large ones are mapped, not touched
+  } else if (!s.tensors) {
+    w = random_tensor(s.seed, spec);
+    s.stored.emplace(spec.name, s.stored_dtype == at::kFloat ? w : w.to(s.stored_dtype));
+  } else {
+    std::vector<std::string> tried;
+    const std::string* found = s.find(spec.name, aliases, tried);
+    if (!found) {
+      std::string also;
+      for (const std::string& a : tried) also += (also.empty() ? " (also looked for " : ", ") + a;
+      if (!also.empty()) also += ")";
+      throw InputError(concat(s.origin, ": missing tensor ", spec.name, also));
+    }
+    s.used.insert(*found);
+    const at::Tensor& t = s.tensors->at(*found);
+    if (!at::isFloatingType(t.scalar_type()))
+      throw InputError(concat(s.origin, ": tensor ", *found, " has dtype ", t.scalar_type(),
+                              "; weights must be floating point (F32, F16, BF16, F64)"));
+    if (t.sizes() != at::IntArrayRef(shape))
+      throw InputError(concat(s.origin, ": tensor ", *found, " has shape ", concat(t.sizes()),
+                              " but config.json implies ", concat(at::IntArrayRef(shape))));
+    // Own a float32 copy only when needed; f32 aligned tensors stay zero-copy over the mapping.
+    w = t.to(at::kFloat);
+  }
+  // A transposed view, not a copy: linear() then multiplies by the stored [in, out] matrix
+  // directly (BLAS takes either layout at the same speed), so GPT-2's Conv1D weights stay
+  // zero-copy over the mapping too and are resident once, not twice.
+  return layout == Layout::kTransposed ? w.t() : w;
+}
+
+void WeightSource::warn_unused() const {
+  const State& s = *state_;
+  if (!s.tensors) return;
+  std::vector<std::string> unused;
+  for (const auto& [name, t] : *s.tensors) {
+    if (s.used.count(name)) continue;
+    bool ignored = false;
+    for (const std::string& suf : s.ignored_suffixes) ignored |= ends_with(name, suf);
+    if (!ignored) unused.push_back(name);
+  }
+  if (unused.empty()) return;
+  std::string list;
+  for (size_t i = 0; i < unused.size() && i < 5; ++i) list += (i ? ", " : "") + unused[i];
+  if (unused.size() > 5) list += concat(", ... (", unused.size(), " in all)");
+  warn(concat(s.origin, ": ignoring tensors the model does not use: ", list));
+}
+
+const std::vector<WeightSpec>& WeightSource::specs() const { return state_->specs; }
+const std::map<std::string, at::Tensor>& WeightSource::stored() const { return state_->stored; }
 
 }  // namespace actcap

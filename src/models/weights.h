@@ -1,22 +1,20 @@
-// Weight loading as a declarative table: each architecture lists the HF tensors it needs (name,
-// HF shape, transform, init rule, other names it may be stored under) and the buffers to ignore.
-// The same table drives loading, shape checks and `init-model`.
+// Weights named once: a builder asks a WeightSource for each weight by its name relative to the
+// module being built, its shape as stored and how a fresh one is initialised, as it builds
+// (candle's VarBuilder: vb.pp("model").pp("layers").pp(i)). The same walk
+//   - loads a checkpoint: finds each tensor (or an alias), checks dtype and shape, converts to
+//     float32, and afterwards names the tensors nothing asked for;
+//   - makes init-model's deterministic random weights, exactly the names the builder asks for;
+//   - records the specs (name, shape, init), which tests and tools list.
 #pragma once
 
 #include <ATen/ATen.h>
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "actcap/config.h"
-
 namespace actcap {
-
-enum class Transform {
-  kNone,
-  kTranspose,  // GPT-2 Conv1D stores [in, out]; we use nn.Linear's [out, in] (as a transposed view)
-};
 
 enum class Init {
   kMatrix,  // N(0, 0.02) as HF's _init_weights
@@ -24,34 +22,61 @@ enum class Init {
   kGain,    // 1 + N(0, 0.02): HF uses ones; perturbed for the same reason
 };
 
+enum class Layout {
+  kAsStored,
+  kTransposed,  // GPT-2 Conv1D stores [in, out]; modules get nn.Linear's [out, in] as a view
+};
+
 struct WeightSpec {
-  std::string name;            // canonical HF name (the engine looks it up by this)
-  std::vector<int64_t> shape;  // shape as stored in the checkpoint
-  Transform transform = Transform::kNone;
+  std::string name;            // canonical HF name
+  std::vector<int64_t> shape;  // as stored in the checkpoint
   Init init = Init::kMatrix;
-  std::vector<std::string> aliases;  // other names the same tensor may be stored under
 };
 
-struct WeightPlan {
-  std::vector<WeightSpec> specs;
-  std::vector<std::string> ignored_suffixes;  // buffers that may be present and are not weights
+class WeightSource {
+ public:
+  // Weights from a checkpoint's tensors (any floating dtype); `origin` names it in errors.
+  static WeightSource load(const std::map<std::string, at::Tensor>& tensors, std::string origin);
+  // Deterministic random weights (init-model, the demo model): the same seed gives the same bytes
+  // on every build, whatever LibTorch's RNG; `stored` is the dtype stored() returns them in.
+  static WeightSource random(uint64_t seed, at::ScalarType stored = at::kFloat);
+  // Uninitialised tensors of the right shapes, for walking a model's weights without their values
+  // (counting parameters): nothing is read or written.
+  static WeightSource shapes();
+
+  // The same source under a longer prefix: pp("model").pp("layers").pp(3) asks for
+  // "model.layers.3.<name>".
+  WeightSource pp(const std::string& part) const;
+  WeightSource pp(int64_t index) const;
+  const std::string& prefix() const { return prefix_; }
+  // The module name the prefix stands for: "model.layers.3" for "model.layers.3.".
+  std::string path() const { return prefix_.empty() ? "" : prefix_.substr(0, prefix_.size() - 1); }
+
+  // The float32 weight `name` (relative to the prefix), stored with `shape`. `aliases` are other
+  // full names it may be stored under (a tied lm_head.weight). Throws InputError naming the tensor
+  // and the checkpoint when it is missing, not floating point or of another shape.
+  at::Tensor get(const std::string& name, const std::vector<int64_t>& shape,
+                 Init init = Init::kMatrix, Layout layout = Layout::kAsStored,
+                 const std::vector<std::string>& aliases = {});
+
+  // Every name beginning with `prefix` may also be stored with `alternative` in its place (GPT-2's
+  // hub checkpoint stores `h.0.attn...` without the `transformer.` prefix).
+  void alias_prefix(const std::string& prefix, const std::string& alternative);
+  // Tensors ending with `suffix` are buffers, not weights: present or not, never reported.
+  void ignore_suffix(const std::string& suffix);
+
+  // After the build: warns (actcap::warn) about checkpoint tensors nothing asked for.
+  void warn_unused() const;
+  // What the builder asked for, in order.
+  const std::vector<WeightSpec>& specs() const;
+  // random(): the weights in checkpoint layout and the stored dtype, by name.
+  const std::map<std::string, at::Tensor>& stored() const;
+
+ private:
+  struct State;
+  WeightSource(std::shared_ptr<State> state, std::string prefix);
+  std::shared_ptr<State> state_;
+  std::string prefix_;
 };
-
-WeightPlan gpt2_weight_plan(const Gpt2Config& c);
-WeightPlan llama_weight_plan(const LlamaConfig& c);
-WeightPlan weight_plan(const ModelConfig& c);
-
-// Resolves every spec in `tensors` (checkpoint names), checks dtype (floating) and shape against
-// the spec, converts to float32 on CPU and applies the transform. Returns canonical name -> tensor.
-// Throws InputError naming the tensor, `origin` and the config field behind an expected shape.
-// Unused tensors that are not ignored buffers are reported on stderr as one warning line.
-std::map<std::string, at::Tensor> load_weights(const WeightPlan& plan,
-                                               const std::map<std::string, at::Tensor>& tensors,
-                                               const std::string& origin);
-
-// Deterministic random tensors for every spec, in checkpoint layout and the given dtype.
-// Independent of LibTorch's RNG so the same seed gives the same bytes on every build.
-std::map<std::string, at::Tensor> init_weights(const WeightPlan& plan, uint64_t seed,
-                                               at::ScalarType dtype);
 
 }  // namespace actcap

@@ -22,6 +22,16 @@ inline std::vector<std::string> split(std::string_view s, char sep) {
   }
 }
 
+// "a, b, c" from {"a", "b", "c"} and ", ".
+inline std::string join(const std::vector<std::string>& items, std::string_view sep) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i) out += sep;
+    out += items[i];
+  }
+  return out;
+}
+
 inline bool starts_with(std::string_view s, std::string_view prefix) {
   return s.size() >= prefix.size() && s.compare(0, prefix.size(), prefix) == 0;
 }

@@ -35,17 +35,14 @@ namespace {
 
 std::unique_ptr<Model> model(const std::string& arch = "gpt2", int64_t layers = 8) {
   ModelConfig c = preset_config(arch, "tiny");
-  if (c.arch == Arch::kGpt2)
-    c.gpt2.n_layer = layers;
-  else
-    c.llama.num_hidden_layers = layers;
-  return Model::from_tensors(c, init_weights(weight_plan(c), 21, at::kFloat), arch);
+  c.num_hidden_layers = layers;
+  return Model::from_tensors(c, random_weights(c, 21, at::kFloat), arch);
 }
 
 Batch batch(const Model& m, int variant = 0) {
   std::vector<std::vector<int64_t>> seqs = {{4, 8, 15, 16, 23, 42, 7, 1}, {3, 1, 4}};
   if (variant) seqs = {{9, 9, 8, 2, 4, 4}, {5, 6, 7, 8, 9, 10, 11}};
-  return Batch::from_sequences(seqs, m.config().vocab_size(), m.config().max_positions());
+  return Batch::from_sequences(seqs, m.config().vocab_size, m.config().max_positions());
 }
 
 void split(Model& m, int n, const Batch& b) {
@@ -187,7 +184,7 @@ TEST(Hazards, H2_LaterInPlaceWritersDoNotReachSnapshots) {
   m->set_bare_ref_policy(BareRefPolicy::kOff);
   // Unpadded, every position: the capturer's one-copy path, where keeping a view is most tempting.
   const Batch b = Batch::from_sequences({{4, 8, 15, 16, 23}, {42, 7, 1, 3, 9}},
-                                        m->config().vocab_size(), m->config().max_positions());
+                                        m->config().vocab_size, m->config().max_positions());
   const std::string blocks = "model.layers.*";
   const HookFn writer = [](const HookContext&, const at::Tensor& t) { t.mul_(-1).add_(3); };
   // The truth: each block's output cloned before the writer (registered after) changes it.
@@ -429,8 +426,8 @@ TEST(CaptureOptions, PositionsDtypeAndBudget) {
 // bit for bit, in the stored dtype too; a padded batch and a position subset take the gather path.
 TEST(CaptureOptions, EveryTokenFastPathEqualsTheGather) {
   auto m = model("llama", 3);
-  const Batch full = Batch::from_sequences({{4, 8, 15, 16}, {23, 42, 7, 1}},
-                                           m->config().vocab_size(), m->config().max_positions());
+  const Batch full = Batch::from_sequences({{4, 8, 15, 16}, {23, 42, 7, 1}}, m->config().vocab_size,
+                                           m->config().max_positions());
   auto expected = truth(*m, full);
   for (auto dtype : {std::optional<c10::ScalarType>{}, std::optional<c10::ScalarType>{at::kHalf}}) {
     CaptureOptions o{{"**", "**:input"}};

@@ -1,11 +1,17 @@
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "actcap/config.h"
 #include "actcap/error.h"
+#include "models/arch/llama_family.h"
 
 using namespace actcap;
 
 namespace {
+// The fields config_to_json writes: how tests read an architecture's own fields.
+nlohmann::json fields(const ModelConfig& c) { return nlohmann::json::parse(config_to_json(c)); }
+
 std::string error_of(const std::string& json) {
   try {
     parse_config(json, "cfg.json");
@@ -21,13 +27,13 @@ TEST(Config, Gpt2DefaultsAndAliases) {
       parse_config(R"({"model_type":"gpt2","vocab_size":100,"hidden_size":64,"num_hidden_layers":2,
                             "num_attention_heads":4})",
                    "cfg");
-  EXPECT_EQ(c.arch, Arch::kGpt2);
-  EXPECT_EQ(c.gpt2.n_embd, 64);
-  EXPECT_EQ(c.gpt2.inner(), 256);
-  EXPECT_EQ(c.gpt2.n_positions, 1024);
-  EXPECT_EQ(c.gpt2.activation_function, "gelu_new");
-  EXPECT_DOUBLE_EQ(c.gpt2.layer_norm_epsilon, 1e-5);
-  EXPECT_TRUE(c.gpt2.tie_word_embeddings);
+  EXPECT_EQ(c.arch, "gpt2");
+  EXPECT_EQ(c.hidden_size, 64);
+  EXPECT_TRUE(fields(c)["n_inner"].is_null());  // 4 * n_embd
+  EXPECT_EQ(c.max_position_embeddings, 1024);
+  EXPECT_EQ(fields(c)["activation_function"], "gelu_new");
+  EXPECT_DOUBLE_EQ(fields(c)["layer_norm_epsilon"].get<double>(), 1e-5);
+  EXPECT_TRUE(c.tie_word_embeddings);
 }
 
 TEST(Config, LlamaDefaults) {
@@ -35,13 +41,13 @@ TEST(Config, LlamaDefaults) {
       R"({"model_type":"llama","vocab_size":100,"hidden_size":64,"intermediate_size":128,
                             "num_hidden_layers":2,"num_attention_heads":4})",
       "cfg");
-  EXPECT_EQ(c.llama.num_key_value_heads, 4);
-  EXPECT_EQ(c.llama.head_dim, 16);
-  EXPECT_DOUBLE_EQ(c.llama.rms_norm_eps, 1e-6);
-  EXPECT_DOUBLE_EQ(c.llama.rope.rope_theta, 10000.0);
-  EXPECT_FALSE(c.llama.tie_word_embeddings);
-  EXPECT_FALSE(c.llama.qkv_bias);
-  EXPECT_FALSE(c.llama.window_for_layer(0).has_value());
+  EXPECT_EQ(c.params<LlamaParams>().num_key_value_heads, 4);
+  EXPECT_EQ(c.params<LlamaParams>().head_dim, 16);
+  EXPECT_DOUBLE_EQ(c.params<LlamaParams>().rms_norm_eps, 1e-6);
+  EXPECT_DOUBLE_EQ(c.params<LlamaParams>().rope.rope_theta, 10000.0);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_FALSE(c.params<LlamaParams>().qkv_bias);
+  EXPECT_FALSE(c.params<LlamaParams>().window_for_layer(0).has_value());
 }
 
 TEST(Config, ExplicitHeadDimAndGqa) {
@@ -49,8 +55,8 @@ TEST(Config, ExplicitHeadDimAndGqa) {
       R"({"model_type":"llama","vocab_size":100,"hidden_size":64,"intermediate_size":128,
       "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":32})",
       "cfg");
-  EXPECT_EQ(c.llama.head_dim, 32);
-  EXPECT_EQ(c.llama.num_key_value_heads, 2);
+  EXPECT_EQ(c.params<LlamaParams>().head_dim, 32);
+  EXPECT_EQ(c.params<LlamaParams>().num_key_value_heads, 2);
 }
 
 TEST(Config, Llama3RopeScalingV4AndV5) {
@@ -66,17 +72,17 @@ TEST(Config, Llama3RopeScalingV4AndV5) {
                          "high_freq_factor":4.0,"original_max_position_embeddings":8192}})";
   for (const char* text : {v4, v5}) {
     auto c = parse_config(text, "cfg");
-    EXPECT_EQ(c.llama.rope.rope_type, "llama3");
-    EXPECT_DOUBLE_EQ(c.llama.rope.rope_theta, 500000.0);
-    EXPECT_DOUBLE_EQ(c.llama.rope.factor, 32.0);
-    EXPECT_EQ(c.llama.rope.original_max_position_embeddings, 8192);
+    EXPECT_EQ(c.params<LlamaParams>().rope.rope_type, "llama3");
+    EXPECT_DOUBLE_EQ(c.params<LlamaParams>().rope.rope_theta, 500000.0);
+    EXPECT_DOUBLE_EQ(c.params<LlamaParams>().rope.factor, 32.0);
+    EXPECT_EQ(c.params<LlamaParams>().rope.original_max_position_embeddings, 8192);
   }
   // v4 "type" spelling
   auto c = parse_config(
       R"({"model_type":"llama","vocab_size":100,"hidden_size":64,"intermediate_size":128,
       "num_hidden_layers":2,"num_attention_heads":4,"rope_scaling":{"type":"linear","factor":2.0}})",
       "cfg");
-  EXPECT_EQ(c.llama.rope.rope_type, "linear");
+  EXPECT_EQ(c.params<LlamaParams>().rope.rope_type, "linear");
 }
 
 namespace {
@@ -133,18 +139,19 @@ TEST(Config, DynamicYarnLongropeV4AndV5) {
     auto v5 = parse_config(llama_with(R"("rope_parameters":{"rope_type":")" + k.type +
                                       R"(","rope_theta":500.0,)" + k.fields + "}"),
                            "cfg.json");
-    EXPECT_EQ(v4.llama.rope.rope_type, k.type);
-    EXPECT_EQ(v4.llama.rope.rope_theta, 500.0);
-    expect_same_rope(v4.llama.rope, v5.llama.rope, k.type);
+    EXPECT_EQ(v4.params<LlamaParams>().rope.rope_type, k.type);
+    EXPECT_EQ(v4.params<LlamaParams>().rope.rope_theta, 500.0);
+    expect_same_rope(v4.params<LlamaParams>().rope, v5.params<LlamaParams>().rope, k.type);
   }
   auto dynamic = parse_config(llama_with(R"("rope_scaling":{"type":"dynamic","factor":2.0})"), "c");
-  EXPECT_EQ(dynamic.llama.rope.factor, 2.0);
+  EXPECT_EQ(dynamic.params<LlamaParams>().rope.factor, 2.0);
   // Dynamic NTK is there to run past max_position_embeddings: factor times it.
   EXPECT_EQ(dynamic.max_positions(), 128);
 
   const RopeConfig y =
       parse_config(llama_with(R"("rope_scaling":{"type":"yarn",)" + yarn_fields + "}"), "c")
-          .llama.rope;
+          .params<LlamaParams>()
+          .rope;
   EXPECT_EQ(y.factor, 4.0);
   EXPECT_EQ(y.original_max_position_embeddings, 16);
   EXPECT_EQ(y.beta_fast, 16.0);
@@ -158,10 +165,11 @@ TEST(Config, DynamicYarnLongropeV4AndV5) {
       "original_max_position_embeddings":16,"short_factor":)") +
                                          kShort + R"(,"long_factor":)" + kLong + "}"),
                               "c");
-  EXPECT_EQ(l.llama.rope.short_factor.size(), 8u);
-  EXPECT_EQ(l.llama.rope.long_factor[7], 5.5);
-  EXPECT_EQ(l.llama.rope.factor, 4.0);  // no factor: max_position_embeddings / original
-  EXPECT_FALSE(l.llama.rope.attention_factor.has_value());
+  EXPECT_EQ(l.params<LlamaParams>().rope.short_factor.size(), 8u);
+  EXPECT_EQ(l.params<LlamaParams>().rope.long_factor[7], 5.5);
+  EXPECT_EQ(l.params<LlamaParams>().rope.factor,
+            4.0);  // no factor: max_position_embeddings / original
+  EXPECT_FALSE(l.params<LlamaParams>().rope.attention_factor.has_value());
   EXPECT_EQ(l.max_positions(), 64);  // only dynamic widens the context
 }
 
@@ -171,13 +179,13 @@ TEST(Config, RopeScalingWinsOverRopeParameters) {
   const auto both = parse_config(llama_with(R"("rope_scaling":{"type":"linear","factor":2},
                     "rope_parameters":{"rope_type":"dynamic","factor":3,"rope_theta":7.0})"),
                                  "c");
-  EXPECT_EQ(both.llama.rope.rope_type, "linear");
-  EXPECT_EQ(both.llama.rope.factor, 2.0);
-  EXPECT_EQ(both.llama.rope.rope_theta, 10000.0);
+  EXPECT_EQ(both.params<LlamaParams>().rope.rope_type, "linear");
+  EXPECT_EQ(both.params<LlamaParams>().rope.factor, 2.0);
+  EXPECT_EQ(both.params<LlamaParams>().rope.rope_theta, 10000.0);
   const auto empty_scaling = parse_config(
       llama_with(R"("rope_scaling":{},"rope_parameters":{"rope_type":"dynamic","factor":3})"), "c");
-  EXPECT_EQ(empty_scaling.llama.rope.rope_type, "dynamic");
-  EXPECT_EQ(empty_scaling.llama.rope.factor, 3.0);
+  EXPECT_EQ(empty_scaling.params<LlamaParams>().rope.rope_type, "dynamic");
+  EXPECT_EQ(empty_scaling.params<LlamaParams>().rope.factor, 3.0);
 }
 
 // HF's defaults when the file leaves fields out (modeling_rope_utils.py and
@@ -185,7 +193,9 @@ TEST(Config, RopeScalingWinsOverRopeParameters) {
 // top level (Phi-3's layout, preferred), else the rope dict, else max_position_embeddings.
 TEST(Config, YarnDefaultsAndWhereTheOriginalContextComesFrom) {
   const RopeConfig y =
-      parse_config(llama_with(R"("rope_scaling":{"rope_type":"yarn","factor":4})"), "c").llama.rope;
+      parse_config(llama_with(R"("rope_scaling":{"rope_type":"yarn","factor":4})"), "c")
+          .params<LlamaParams>()
+          .rope;
   EXPECT_EQ(y.beta_fast, 32.0);
   EXPECT_EQ(y.beta_slow, 1.0);
   EXPECT_TRUE(y.truncate);
@@ -197,14 +207,14 @@ TEST(Config, YarnDefaultsAndWhereTheOriginalContextComesFrom) {
           "type":"longrope","original_max_position_embeddings":32,"short_factor":)") +
                               kShort + R"(,"long_factor":)" + kLong + "}"),
                    "c");
-  EXPECT_EQ(top.llama.rope.original_max_position_embeddings, 16);
-  EXPECT_EQ(top.llama.rope.factor, 4.0);
+  EXPECT_EQ(top.params<LlamaParams>().rope.original_max_position_embeddings, 16);
+  EXPECT_EQ(top.params<LlamaParams>().rope.factor, 4.0);
   const auto dict = parse_config(
       llama_with(
           R"("rope_scaling":{"type":"yarn","factor":2,"original_max_position_embeddings":32})"),
       "c");
-  EXPECT_EQ(dict.llama.rope.original_max_position_embeddings, 32);
-  EXPECT_EQ(dict.llama.rope.factor, 2.0);  // an explicit factor is kept
+  EXPECT_EQ(dict.params<LlamaParams>().rope.original_max_position_embeddings, 32);
+  EXPECT_EQ(dict.params<LlamaParams>().rope.factor, 2.0);  // an explicit factor is kept
 }
 
 // config_to_json writes every resolved rope field, so parse(config_to_json(c)) == c, and GPT-2's
@@ -224,7 +234,7 @@ TEST(Config, RopeTypesAndGpt2OptionsRoundTrip) {
     const auto c = parse_config(llama_with(rope), "cfg.json");
     const std::string json = config_to_json(c);
     const auto back = parse_config(json, "back.json");
-    expect_same_rope(c.llama.rope, back.llama.rope, json);
+    expect_same_rope(c.params<LlamaParams>().rope, back.params<LlamaParams>().rope, json);
     EXPECT_EQ(back.max_positions(), c.max_positions());
     EXPECT_EQ(config_to_json(back), json);
   }
@@ -232,18 +242,18 @@ TEST(Config, RopeTypesAndGpt2OptionsRoundTrip) {
       R"({"model_type":"gpt2","vocab_size":100,"n_embd":64,"n_layer":2,"n_head":4,
           "scale_attn_by_inverse_layer_idx":true,"reorder_and_upcast_attn":true})",
       "cfg.json");
-  EXPECT_TRUE(g.gpt2.scale_attn_by_inverse_layer_idx);
-  EXPECT_TRUE(g.gpt2.reorder_and_upcast_attn);
+  EXPECT_TRUE(fields(g)["scale_attn_by_inverse_layer_idx"].get<bool>());
+  EXPECT_TRUE(fields(g)["reorder_and_upcast_attn"].get<bool>());
   const auto back = parse_config(config_to_json(g), "back.json");
-  EXPECT_TRUE(back.gpt2.scale_attn_by_inverse_layer_idx);
-  EXPECT_TRUE(back.gpt2.reorder_and_upcast_attn);
+  EXPECT_TRUE(fields(back)["scale_attn_by_inverse_layer_idx"].get<bool>());
+  EXPECT_TRUE(fields(back)["reorder_and_upcast_attn"].get<bool>());
   const auto plain = parse_config(config_to_json(parse_config(
                                       R"({"model_type":"gpt2","vocab_size":100,"n_embd":64,
                                           "n_layer":2,"n_head":4})",
                                       "c")),
                                   "c");
-  EXPECT_FALSE(plain.gpt2.scale_attn_by_inverse_layer_idx);
-  EXPECT_FALSE(plain.gpt2.reorder_and_upcast_attn);
+  EXPECT_FALSE(fields(plain)["scale_attn_by_inverse_layer_idx"].get<bool>());
+  EXPECT_FALSE(fields(plain)["reorder_and_upcast_attn"].get<bool>());
 }
 
 // Malformed rope parameters: an InputError of one line naming the file and the field.
@@ -303,21 +313,21 @@ TEST(Config, MistralAndQwen2Windows) {
       R"({"model_type":"mistral","vocab_size":100,"hidden_size":64,"intermediate_size":128,
       "num_hidden_layers":2,"num_attention_heads":4})",
       "cfg");
-  EXPECT_EQ(m.llama.window_for_layer(1).value(), 4096);
+  EXPECT_EQ(m.params<LlamaParams>().window_for_layer(1).value(), 4096);
   auto m2 = parse_config(
       R"({"model_type":"mistral","vocab_size":100,"hidden_size":64,"intermediate_size":128,
       "num_hidden_layers":2,"num_attention_heads":4,"sliding_window":null})",
       "cfg");
-  EXPECT_FALSE(m2.llama.window_for_layer(1).has_value());
+  EXPECT_FALSE(m2.params<LlamaParams>().window_for_layer(1).has_value());
   auto q = parse_config(
       R"({"model_type":"qwen2","vocab_size":100,"hidden_size":64,"intermediate_size":128,
       "num_hidden_layers":4,"num_attention_heads":4,"use_sliding_window":true,"sliding_window":16,
       "max_window_layers":2})",
       "cfg");
-  EXPECT_TRUE(q.llama.qkv_bias);
-  EXPECT_FALSE(q.llama.o_bias);
-  EXPECT_FALSE(q.llama.window_for_layer(1).has_value());
-  EXPECT_EQ(q.llama.window_for_layer(2).value(), 16);
+  EXPECT_TRUE(q.params<LlamaParams>().qkv_bias);
+  EXPECT_FALSE(q.params<LlamaParams>().o_bias);
+  EXPECT_FALSE(q.params<LlamaParams>().window_for_layer(1).has_value());
+  EXPECT_EQ(q.params<LlamaParams>().window_for_layer(2).value(), 16);
 }
 
 // Like transformers: only Llama reads attention_bias / mlp_bias. Mistral has no biases and
@@ -328,18 +338,21 @@ TEST(Config, BiasFieldsAreLlamaOnly) {
       R"("vocab_size":100,"hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,)"
       R"("num_attention_heads":4,"attention_bias":true,"mlp_bias":true})";
   auto l = parse_config(R"({"model_type":"llama",)" + dims, "cfg");
-  EXPECT_TRUE(l.llama.qkv_bias && l.llama.o_bias && l.llama.mlp_bias);
+  EXPECT_TRUE(l.params<LlamaParams>().qkv_bias && l.params<LlamaParams>().o_bias &&
+              l.params<LlamaParams>().mlp_bias);
   auto m = parse_config(R"({"model_type":"mistral",)" + dims, "cfg");
-  EXPECT_FALSE(m.llama.attention_bias || m.llama.qkv_bias || m.llama.o_bias || m.llama.mlp_bias);
+  EXPECT_FALSE(m.params<LlamaParams>().attention_bias || m.params<LlamaParams>().qkv_bias ||
+               m.params<LlamaParams>().o_bias || m.params<LlamaParams>().mlp_bias);
   auto q = parse_config(R"({"model_type":"qwen2",)" + dims, "cfg");
-  EXPECT_TRUE(q.llama.qkv_bias);
-  EXPECT_FALSE(q.llama.attention_bias || q.llama.o_bias || q.llama.mlp_bias);
+  EXPECT_TRUE(q.params<LlamaParams>().qkv_bias);
+  EXPECT_FALSE(q.params<LlamaParams>().attention_bias || q.params<LlamaParams>().o_bias ||
+               q.params<LlamaParams>().mlp_bias);
   for (const auto& c : {l, m, q}) {
     auto back = parse_config(config_to_json(c), "cfg2");
-    EXPECT_EQ(back.llama.attention_bias, c.llama.attention_bias);
-    EXPECT_EQ(back.llama.qkv_bias, c.llama.qkv_bias);
-    EXPECT_EQ(back.llama.o_bias, c.llama.o_bias);
-    EXPECT_EQ(back.llama.mlp_bias, c.llama.mlp_bias);
+    EXPECT_EQ(back.params<LlamaParams>().attention_bias, c.params<LlamaParams>().attention_bias);
+    EXPECT_EQ(back.params<LlamaParams>().qkv_bias, c.params<LlamaParams>().qkv_bias);
+    EXPECT_EQ(back.params<LlamaParams>().o_bias, c.params<LlamaParams>().o_bias);
+    EXPECT_EQ(back.params<LlamaParams>().mlp_bias, c.params<LlamaParams>().mlp_bias);
   }
 }
 
@@ -349,9 +362,9 @@ TEST(Config, RoundTripThroughJson) {
       "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2})",
       "cfg");
   auto back = parse_config(config_to_json(c), "cfg2");
-  EXPECT_EQ(back.llama.num_key_value_heads, 2);
-  EXPECT_EQ(back.llama.head_dim, 16);
-  EXPECT_TRUE(back.llama.qkv_bias);
+  EXPECT_EQ(back.params<LlamaParams>().num_key_value_heads, 2);
+  EXPECT_EQ(back.params<LlamaParams>().head_dim, 16);
+  EXPECT_TRUE(back.params<LlamaParams>().qkv_bias);
 }
 
 TEST(Config, Errors) {

@@ -24,12 +24,12 @@ void with_faults(Model& m, const std::string& spec) {
 
 std::unique_ptr<Model> tiny(const std::string& arch) {
   ModelConfig c = preset_config(arch, "tiny");
-  return Model::from_tensors(c, init_weights(weight_plan(c), 11, at::kFloat), arch);
+  return Model::from_tensors(c, random_weights(c, 11, at::kFloat), arch);
 }
 
 Batch padded(const Model& m) {
   return Batch::from_sequences({{5, 9, 2, 7, 11, 3, 8, 1, 4, 6, 10, 12}, {7, 3}, {1, 2, 3, 4, 5}},
-                               m.config().vocab_size(), m.config().max_positions());
+                               m.config().vocab_size, m.config().max_positions());
 }
 
 // Every point's value (cloned inside the hook) plus logits.
@@ -53,7 +53,7 @@ void place(Model& m, PlanStrategy strategy, int n, const Batch& b,
   for (int i = 0; i < n; ++i) req.devices.push_back(DeviceId::virtual_cpu(i));
   req.strategy = strategy;
   req.explicit_map = std::move(explicit_map);
-  req.hidden_bytes = b.size() * b.max_len() * m.config().hidden_size() * 4;
+  req.hidden_bytes = b.size() * b.max_len() * m.config().hidden_size * 4;
   DevicePlan plan = plan_devices(req);
   ExecutionOptions opts;
   opts.stage_device = plan.stage_device;

@@ -24,12 +24,12 @@ namespace {
 
 std::unique_ptr<Model> split_llama(int devices) {
   ModelConfig c = preset_config("llama", "tiny");
-  auto m = Model::from_tensors(c, init_weights(weight_plan(c), 5, at::kFloat), "llama");
+  auto m = Model::from_tensors(c, random_weights(c, 5, at::kFloat), "llama");
   PlanRequest req;
   req.stages = m->stage_costs(2, 8);
   for (int i = 0; i < devices; ++i) req.devices.push_back(DeviceId::virtual_cpu(i));
   req.strategy = PlanStrategy::kBalanced;
-  req.hidden_bytes = 2 * 8 * c.hidden_size() * 4;
+  req.hidden_bytes = 2 * 8 * c.hidden_size * 4;
   ExecutionOptions opts;
   opts.stage_device = plan_devices(req).stage_device;
   m->place(opts);
@@ -37,7 +37,7 @@ std::unique_ptr<Model> split_llama(int devices) {
 }
 
 Batch batch_for(const Model& m) {
-  return Batch::from_sequences({{5, 9, 2, 7, 11, 3, 8, 1}, {7, 3, 4}}, m.config().vocab_size(),
+  return Batch::from_sequences({{5, 9, 2, 7, 11, 3, 8, 1}, {7, 3, 4}}, m.config().vocab_size,
                                m.config().max_positions());
 }
 

@@ -14,11 +14,11 @@ namespace {
 
 std::unique_ptr<Model> tiny(const std::string& arch, uint64_t seed = 3) {
   ModelConfig c = preset_config(arch, "tiny");
-  return Model::from_tensors(c, init_weights(weight_plan(c), seed, at::kFloat), arch + "-tiny");
+  return Model::from_tensors(c, random_weights(c, seed, at::kFloat), arch + "-tiny");
 }
 
 Batch batch_of(const Model& m, std::vector<std::vector<int64_t>> seqs) {
-  return Batch::from_sequences(seqs, m.config().vocab_size(), m.config().max_positions());
+  return Batch::from_sequences(seqs, m.config().vocab_size, m.config().max_positions());
 }
 
 class EveryArch : public ::testing::TestWithParam<std::string> {};
@@ -111,9 +111,9 @@ TEST_P(EveryArch, SkippingAnUnhookedHeadReturnsTheFinalNormOutput) {
       norm, [&](const HookContext&, const at::Tensor& t) { norm_out = t.clone(); });
   auto logits = m->forward(batch);
   auto hidden = m->forward(batch, Model::Logits::kSkipIfUnhooked);
-  EXPECT_EQ(hidden.sizes(), (std::vector<int64_t>{2, 5, m->config().hidden_size()}));
+  EXPECT_EQ(hidden.sizes(), (std::vector<int64_t>{2, 5, m->config().hidden_size}));
   EXPECT_TRUE(at::equal(hidden, norm_out));
-  EXPECT_EQ(logits.size(2), m->config().vocab_size());
+  EXPECT_EQ(logits.size(2), m->config().vocab_size);
   // A hook on the head, output or input, makes it run.
   for (const char* point : {"lm_head", "lm_head:input"}) {
     auto on_head = m->register_forward_hook(
@@ -122,7 +122,7 @@ TEST_P(EveryArch, SkippingAnUnhookedHeadReturnsTheFinalNormOutput) {
     on_head.remove();
   }
   EXPECT_EQ(head_calls, 2);
-  EXPECT_EQ(m->forward(batch, Model::Logits::kSkipIfUnhooked).size(2), m->config().hidden_size());
+  EXPECT_EQ(m->forward(batch, Model::Logits::kSkipIfUnhooked).size(2), m->config().hidden_size);
   h.remove();
 }
 
@@ -131,7 +131,7 @@ TEST(Model, StageCostsLeaveOutTheLogitsOfASkippedHead) {
   auto with = m->stage_costs(4, 32), without = m->stage_costs(4, 32, /*logits=*/false);
   ASSERT_EQ(with.size(), without.size());
   EXPECT_EQ(with.back().workspace_bytes,
-            sizeof(float) * 4 * 32 * static_cast<uint64_t>(m->config().vocab_size()));
+            sizeof(float) * 4 * 32 * static_cast<uint64_t>(m->config().vocab_size));
   EXPECT_EQ(without.back().workspace_bytes, 0u);
   for (size_t i = 0; i + 1 < with.size(); ++i)
     EXPECT_EQ(with[i].workspace_bytes, without[i].workspace_bytes) << i;
@@ -199,8 +199,8 @@ TEST(Model, BadTokensAreInputErrors) {
 
 TEST(Model, TiedAndUntiedHeads) {
   ModelConfig c = preset_config("llama", "tiny");
-  c.llama.tie_word_embeddings = true;
-  auto tensors = init_weights(weight_plan(c), 1, at::kFloat);
+  c.tie_word_embeddings = true;
+  auto tensors = random_weights(c, 1, at::kFloat);
   EXPECT_EQ(tensors.count("lm_head.weight"), 0u);
   // Tied weight stored under lm_head.weight only (seen in some Llama 3.2 exports) still loads.
   tensors["lm_head.weight"] = tensors.at("model.embed_tokens.weight");
@@ -212,7 +212,7 @@ TEST(Model, TiedAndUntiedHeads) {
 
 TEST(Model, ShapeMismatchNamesTensor) {
   ModelConfig c = preset_config("gpt2", "tiny");
-  auto tensors = init_weights(weight_plan(c), 1, at::kFloat);
+  auto tensors = random_weights(c, 1, at::kFloat);
   tensors["transformer.h.1.mlp.c_fc.weight"] = at::zeros({64, 100});
   try {
     Model::from_tensors(c, tensors, "ckpt");
@@ -225,8 +225,8 @@ TEST(Model, ShapeMismatchNamesTensor) {
 
 TEST(Model, HalfPrecisionWeightsAreUpcast) {
   ModelConfig c = preset_config("qwen2", "tiny");
-  auto f32 = Model::from_tensors(c, init_weights(weight_plan(c), 4, at::kFloat), "f32");
-  auto bf16 = Model::from_tensors(c, init_weights(weight_plan(c), 4, at::kBFloat16), "bf16");
+  auto f32 = Model::from_tensors(c, random_weights(c, 4, at::kFloat), "f32");
+  auto bf16 = Model::from_tensors(c, random_weights(c, 4, at::kBFloat16), "bf16");
   auto a = f32->forward(batch_of(*f32, {{1, 2, 3}}));
   auto b = bf16->forward(batch_of(*bf16, {{1, 2, 3}}));
   EXPECT_EQ(b.scalar_type(), at::kFloat);

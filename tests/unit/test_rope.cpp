@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "models/rope.h"
+#include "models/parts/rope.h"
 
 using namespace actcap;
 
@@ -79,9 +79,26 @@ TEST(Rope, YarnAttentionFactorAndScaledCosSin) {
   ForwardState st;
   st.seq = 5;
   st.positions = at::arange(5, at::kLong);
-  rope.prepare(st);
+  const auto& cos_sin = rope.cos_sin(st);
   auto emb = st.positions.to(at::kFloat).unsqueeze(1) * rope.inv_freq(5).unsqueeze(0);
   emb = at::cat({emb, emb}, -1);
-  EXPECT_TRUE(at::allclose(st.rope_cos, emb.cos() * 0.5));
-  EXPECT_TRUE(at::allclose(st.rope_sin, emb.sin() * 0.5));
+  EXPECT_TRUE(at::allclose(cos_sin[0], emb.cos() * 0.5));
+  EXPECT_TRUE(at::allclose(cos_sin[1], emb.sin() * 0.5));
+  EXPECT_EQ(&rope.cos_sin(st), &cos_sin);  // computed once per forward
+}
+
+// Partial rotary (GPT-NeoX, Phi): the first rotary-dim features of each head rotate as a head of
+// that width would; the rest pass through unchanged.
+TEST(Rope, PartialRotaryRotatesTheLeadingFeaturesOnly) {
+  RopeConfig r;
+  Rope partial(r, 8, 64), full(r, 8, 64);
+  ForwardState st, st_full;
+  st.seq = st_full.seq = 5;
+  st.positions = st_full.positions = at::arange(5, at::kLong);
+  at::Tensor x = at::randn({2, 3, 5, 12});
+  at::Tensor y = partial.apply(x, st);
+  at::Tensor lead = full.apply(x.narrow(-1, 0, 8).contiguous(), st_full);
+  EXPECT_TRUE(at::equal(y.narrow(-1, 0, 8), lead));
+  EXPECT_TRUE(at::equal(y.narrow(-1, 8, 4), x.narrow(-1, 8, 4)));
+  EXPECT_FALSE(at::allclose(y.narrow(-1, 0, 8), x.narrow(-1, 0, 8)));
 }

@@ -43,7 +43,7 @@ void write_file(const std::string& path, const std::string& bytes) {
 std::string small_run_folder(const std::vector<std::string>& points = {"transformer.h.0"}) {
   auto m = Model::load("demo");
   SafeCapturer cap(*m, CaptureOptions{points});
-  cap.run(Batch::from_sequences({{72, 101, 108}, {108, 111}}, m->config().vocab_size(),
+  cap.run(Batch::from_sequences({{72, 101, 108}, {108, 111}}, m->config().vocab_size,
                                 m->config().max_positions()));
   const std::string dir = temp_dir();
   export_run(dir, cap, *m);

@@ -1,4 +1,4 @@
-// Rotary position embeddings of the Llama family, as transformers computes them
+// Rotary position embeddings, as transformers computes them
 // (modeling_rope_utils.py and LlamaRotaryEmbedding): inv_freq and the attention factor from the
 // config, cos/sin per forward. Every RoPE type lives here: default, linear, dynamic (NTK), yarn,
 // longrope, llama3.
@@ -7,16 +7,26 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 
 #include "actcap/config.h"
 #include "models/module.h"
 
 namespace actcap {
 
+class ConfigReader;
+
+// RoPE from config.json, as transformers resolves it (standardize_rope_params and the
+// _compute_*_parameters functions of modeling_rope_utils.py): top-level rope_theta and
+// rope_scaling (v4) or rope_parameters (v5). head_dim is the rotated width.
+RopeConfig parse_rope(const ConfigReader& f, int64_t head_dim, int64_t max_position_embeddings);
+// rope_scaling as transformers v4 writes it (null for default), every resolved field explicit.
+nlohmann::json rope_to_json(const RopeConfig& r);
+
 class Rope {
  public:
-  // head_dim: the rotated width; max_position_embeddings: the config's (dynamic scaling starts
-  // past it). The config was validated by parse_config.
+  // head_dim: the rotated width (the head's, or less for partial rotary); max_position_embeddings:
+  // the config's (dynamic scaling starts past it). The config was validated by parse_config.
   Rope(const RopeConfig& config, int64_t head_dim, int64_t max_position_embeddings);
 
   // inv_freq [head_dim / 2] float32 for a forward over positions 0..seq_len-1, as a fresh HF
@@ -28,8 +38,11 @@ class Rope {
   // HF's attention_scaling, which multiplies cos and sin: yarn's and longrope's attention factor,
   // 1 for the other types.
   double attention_factor() const { return attention_factor_; }
-  // st.rope_cos / st.rope_sin [T, head_dim] for st.positions (T = st.seq).
-  void prepare(ForwardState& st) const;
+  // {cos, sin} [T, rotary dim] for st.positions (T = st.seq), computed once per forward and device.
+  const std::vector<at::Tensor>& cos_sin(ForwardState& st) const;
+  // x [B, heads, T, head_dim] rotated; when head_dim exceeds the rotary dim, only the first
+  // rotary-dim features rotate and the rest pass through (partial rotary).
+  at::Tensor apply(const at::Tensor& x, ForwardState& st) const;
 
  private:
   at::Tensor dynamic_inv_freq(int64_t seq_len) const;

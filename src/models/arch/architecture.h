@@ -1,0 +1,69 @@
+// One Architecture per file in this folder holds everything architecture-specific: the model_type
+// values and `architectures` class names it accepts, reading its config.json (common fields into
+// ModelConfig, its own into its ArchParams), writing it back (init-model), its presets, and
+// building its modules from the parts in models/parts/. registry.cpp names them all in one table;
+// adding an architecture is one new file and one line there (docs/architecture.md walks through
+// Qwen3's).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "actcap/config.h"
+#include "actcap/model.h"
+#include "models/module.h"
+#include "models/weights.h"
+
+namespace actcap {
+
+class ConfigReader;
+
+struct BuiltStage {
+  StageKind kind;
+  std::unique_ptr<Module> module;
+};
+
+struct BuiltModel {
+  std::vector<BuiltStage> stages;  // embeddings, blocks..., final norm, lm_head
+  // lm_head multiplies by the embedding matrix itself (tied): its bytes are resident once when
+  // both stages share a device.
+  bool head_shares_embedding = false;
+  int64_t mlp_width = 0;  // the MLP's inner width (the planner's workspace estimate)
+  // Per-forward preparation beyond what parts compute themselves (none of today's architectures
+  // needs one: RoPE tables are computed by the Rope part on first use).
+  std::function<void(ForwardState&)> prepare = [](ForwardState&) {};
+};
+
+class Architecture {
+ public:
+  virtual ~Architecture() = default;
+  virtual std::string name() const = 0;                      // "qwen3"
+  virtual std::vector<std::string> model_types() const = 0;  // config.json model_type values
+  // config.json `architectures` class names; the first is written back.
+  virtual std::vector<std::string> class_names() const = 0;
+  // Reads config.json into c: the common fields and c.arch_params. c.arch and c.model_type are set.
+  virtual void parse(const ConfigReader& f, ModelConfig& c) const = 0;
+  // Writes the architecture's fields in HF's layout (model_type, architectures and torch_dtype are
+  // written by config_to_json).
+  virtual void write(const ModelConfig& c, nlohmann::json& j) const = 0;
+  virtual std::vector<std::string> presets() const = 0;
+  // The config a preset (one of presets()) stands for.
+  virtual ModelConfig preset(const std::string& name) const = 0;
+  // The modules, asking `w` for every weight by name as it builds.
+  virtual BuiltModel build(const ModelConfig& c, WeightSource& w) const = 0;
+};
+
+// Every architecture, in the registry's order.
+const std::vector<const Architecture*>& architectures();
+// The architecture of a model_type; throws InputError naming `origin` and the supported types.
+const Architecture& architecture_for(const std::string& model_type, const std::string& origin);
+// The architecture a parsed config belongs to (by c.arch).
+const Architecture& architecture_of(const ModelConfig& c);
+
+// lm_head: its own weight, or the embedding matrix when tied (`embedding` is that weight).
+BuiltStage head_stage(const ModelConfig& c, WeightSource& w, const at::Tensor& embedding);
+
+}  // namespace actcap

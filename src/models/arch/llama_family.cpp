@@ -1,0 +1,237 @@
+#include "models/arch/llama_family.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "models/config_reader.h"
+#include "models/parts/attention.h"
+#include "models/parts/block.h"
+#include "models/parts/mlp.h"
+#include "models/parts/norm.h"
+#include "models/parts/rope.h"
+
+namespace actcap {
+
+std::optional<int64_t> LlamaParams::window_for_layer(int64_t layer) const {
+  switch (windows) {
+    case Windows::kNone:
+      return std::nullopt;
+    case Windows::kEveryLayer:
+      return sliding_window;
+    case Windows::kQwen:
+      if (!use_sliding_window) return std::nullopt;
+      if (!layer_types.empty())
+        return layer < static_cast<int64_t>(layer_types.size()) &&
+                       layer_types[layer] == "sliding_attention"
+                   ? sliding_window
+                   : std::nullopt;
+      return layer >= max_window_layers ? sliding_window : std::nullopt;
+  }
+  return std::nullopt;
+}
+
+// Dynamic NTK RoPE exists to run past max_position_embeddings: factor times it.
+int64_t LlamaParams::max_positions(int64_t max_position_embeddings) const {
+  if (rope.rope_type != "dynamic") return max_position_embeddings;
+  const double n = std::floor(rope.factor * static_cast<double>(max_position_embeddings));
+  return n >= 2147483647.0 ? int64_t{2147483647} : static_cast<int64_t>(n);
+}
+
+void parse_llama_family(const ConfigReader& f, const LlamaDefaults& d, ModelConfig& c,
+                        LlamaParams& p) {
+  c.vocab_size = f.positive({"vocab_size"}, std::nullopt);
+  c.hidden_size = f.positive({"hidden_size"}, std::nullopt);
+  p.intermediate_size = f.positive({"intermediate_size"}, std::nullopt);
+  c.num_hidden_layers = f.positive({"num_hidden_layers"}, std::nullopt);
+  c.num_attention_heads = f.positive({"num_attention_heads"}, std::nullopt);
+  p.num_key_value_heads = f.positive({"num_key_value_heads"}, c.num_attention_heads);
+  if (c.num_attention_heads % p.num_key_value_heads != 0)
+    throw InputError(concat(f.origin(), ": num_key_value_heads=", p.num_key_value_heads,
+                            " does not divide num_attention_heads=", c.num_attention_heads));
+  if (f.has("head_dim") || d.head_dim) {
+    p.head_dim = f.positive({"head_dim"}, d.head_dim);
+  } else {
+    if (c.hidden_size % c.num_attention_heads != 0)
+      throw InputError(concat(f.origin(), ": num_attention_heads=", c.num_attention_heads,
+                              " does not divide hidden_size=", c.hidden_size));
+    p.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  if (p.head_dim % 2 != 0)
+    throw InputError(concat(f.origin(), ": head_dim=", p.head_dim, " must be even for RoPE"));
+  p.hidden_act = f.string({"hidden_act"}, p.hidden_act);
+  check_activation(p.hidden_act, "hidden_act", f.origin());
+  c.max_position_embeddings = f.positive({"max_position_embeddings"}, d.max_position_embeddings);
+  p.rms_norm_eps = f.number({"rms_norm_eps"}, p.rms_norm_eps);
+  // These attentions rotate the whole head (their apply_rotary_pos_emb has no pass-through part),
+  // so transformers cannot run a smaller rotary width for them.
+  for (const char* key : {"", "rope_parameters", "rope_scaling"}) {
+    const json* where = *key ? f.find({key}) : &f.root();
+    if (!where || !where->is_object()) continue;
+    auto it = where->find("partial_rotary_factor");
+    if (it == where->end() || it->is_null()) continue;
+    if (!it->is_number() || it->get<double>() != 1.0)
+      throw InputError(concat(
+          f.origin(), *key ? concat(" (", key, ")") : "", ": field 'partial_rotary_factor' is ",
+          it->dump(), "; only 1.0 is supported (", c.model_type, " rotates the whole head)"));
+  }
+  p.rope = parse_rope(f, p.head_dim, c.max_position_embeddings);
+  c.tie_word_embeddings = f.boolean({"tie_word_embeddings"}, false);
+  c.bos_token_id = f.token_id("bos_token_id", d.bos_token_id);
+  c.eos_token_id = f.token_id("eos_token_id", d.eos_token_id);
+}
+
+void parse_qwen_windows(const ConfigReader& f, const ModelConfig& c, LlamaParams& p) {
+  p.windows = LlamaParams::Windows::kQwen;
+  p.use_sliding_window = f.boolean({"use_sliding_window"}, false);
+  p.sliding_window = f.has("sliding_window") ? f.positive({"sliding_window"}, std::nullopt) : 4096;
+  p.max_window_layers = f.integer({"max_window_layers"}, 28);
+  p.layer_types.clear();
+  const json* types = f.find({"layer_types"});
+  if (!types) return;
+  if (!types->is_array() || static_cast<int64_t>(types->size()) != c.num_hidden_layers)
+    throw InputError(concat(f.origin(), ": field 'layer_types' must list one type per layer (",
+                            c.num_hidden_layers, " layers)"));
+  for (const json& t : *types) {
+    if (!t.is_string() || (t != "full_attention" && t != "sliding_attention"))
+      throw InputError(concat(f.origin(), ": field 'layer_types' holds ", t.dump(),
+                              "; supported: \"full_attention\", \"sliding_attention\""));
+    // HF leaves sliding_window None without use_sliding_window and refuses a sliding layer then.
+    if (t == "sliding_attention" && !p.use_sliding_window)
+      throw InputError(concat(f.origin(),
+                              ": layer_types has a sliding_attention layer but use_sliding_window "
+                              "is false (transformers refuses this config)"));
+    p.layer_types.push_back(t.get<std::string>());
+  }
+}
+
+void write_llama_family(const ModelConfig& c, nlohmann::json& j) {
+  const auto& p = c.params<LlamaParams>();
+  j["vocab_size"] = c.vocab_size;
+  j["hidden_size"] = c.hidden_size;
+  j["intermediate_size"] = p.intermediate_size;
+  j["num_hidden_layers"] = c.num_hidden_layers;
+  j["num_attention_heads"] = c.num_attention_heads;
+  j["num_key_value_heads"] = p.num_key_value_heads;
+  j["head_dim"] = p.head_dim;
+  j["hidden_act"] = p.hidden_act;
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  j["rms_norm_eps"] = p.rms_norm_eps;
+  j["rope_theta"] = p.rope.rope_theta;
+  j["rope_scaling"] = rope_to_json(p.rope);
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j["initializer_range"] = 0.02;
+  j["bos_token_id"] = c.bos_token_id;
+  j["eos_token_id"] = c.eos_token_id;
+}
+
+void write_qwen_windows(const LlamaParams& p, nlohmann::json& j) {
+  j["use_sliding_window"] = p.use_sliding_window;
+  j["sliding_window"] = p.sliding_window ? json(*p.sliding_window) : json(nullptr);
+  j["max_window_layers"] = p.max_window_layers;
+  if (!p.layer_types.empty()) j["layer_types"] = p.layer_types;
+}
+
+std::vector<std::string> llama_family_presets() { return {"tiny", "small", "gpt2-small"}; }
+
+ModelConfig llama_family_preset(const std::string& arch, const std::string& preset) {
+  ModelConfig c;
+  c.arch = c.model_type = arch;
+  auto p = std::make_unique<LlamaParams>();
+  if (preset == "tiny") {
+    c.vocab_size = 512, c.hidden_size = 64, p->intermediate_size = 160, c.num_hidden_layers = 4;
+    c.num_attention_heads = 4, p->num_key_value_heads = 2, c.max_position_embeddings = 256;
+  } else if (preset == "small") {
+    c.vocab_size = 2048, c.hidden_size = 256, p->intermediate_size = 688, c.num_hidden_layers = 6;
+    c.num_attention_heads = 8, p->num_key_value_heads = 2, c.max_position_embeddings = 1024;
+  } else {  // gpt2-small: a Llama-style model of GPT-2 124M's size
+    c.vocab_size = 32000, c.hidden_size = 768, p->intermediate_size = 2048;
+    c.num_hidden_layers = 12, c.num_attention_heads = 12, p->num_key_value_heads = 4;
+    c.max_position_embeddings = 2048;
+  }
+  p->head_dim = c.hidden_size / c.num_attention_heads;
+  c.bos_token_id = 1;
+  c.eos_token_id = 2;
+  c.arch_params = std::move(p);
+  return c;
+}
+
+namespace {
+
+std::unique_ptr<Linear> linear(WeightSource w, const std::string& name, int64_t in, int64_t out,
+                               bool bias) {
+  WeightSource v = w.pp(name);
+  at::Tensor weight = v.get("weight", {out, in});
+  return std::make_unique<Linear>(v.path(), weight,
+                                  bias ? v.get("bias", {out}, Init::kBias) : at::Tensor());
+}
+
+std::unique_ptr<RMSNorm> rms_norm(const LlamaParams& p, WeightSource w, const std::string& name,
+                                  int64_t width, int64_t heads = 0) {
+  WeightSource v = w.pp(name);
+  RMSNormOptions o;
+  o.heads = heads;
+  return std::make_unique<RMSNorm>(v.path(), v.get("weight", {width}, Init::kGain), p.rms_norm_eps,
+                                   o);
+}
+
+std::unique_ptr<Module> decoder_layer(const ModelConfig& c, WeightSource w, int64_t layer,
+                                      const std::shared_ptr<const Rope>& rope) {
+  const auto& p = c.params<LlamaParams>();
+  const int64_t H = c.hidden_size, I = p.intermediate_size, D = p.head_dim;
+  const int64_t Q = c.num_attention_heads * D, KV = p.num_key_value_heads * D;
+  const std::string name = w.path();
+  auto in_norm = rms_norm(p, w, "input_layernorm", H);
+  WeightSource a = w.pp("self_attn");
+  AttentionParts parts;
+  parts.q = linear(a, "q_proj", H, Q, p.qkv_bias);
+  if (p.qk_norm) parts.q_norm = rms_norm(p, a, "q_norm", D, c.num_attention_heads);
+  parts.k = linear(a, "k_proj", H, KV, p.qkv_bias);
+  if (p.qk_norm) parts.k_norm = rms_norm(p, a, "k_norm", D, p.num_key_value_heads);
+  parts.v = linear(a, "v_proj", H, KV, p.qkv_bias);
+  parts.o = linear(a, "o_proj", Q, H, p.o_bias);
+  AttentionShape shape;
+  shape.hidden = H;
+  shape.heads = c.num_attention_heads;
+  shape.kv_heads = p.num_key_value_heads;
+  shape.head_dim = D;
+  shape.scale = 1.0 / std::sqrt(static_cast<double>(D));
+  shape.window = p.window_for_layer(layer);
+  shape.rope = rope;
+  auto attn = std::make_unique<Attention>(a.path(), shape, std::move(parts));
+  auto post_norm = rms_norm(p, w, "post_attention_layernorm", H);
+  WeightSource m = w.pp("mlp");
+  auto gate = linear(m, "gate_proj", H, I, p.mlp_bias);
+  auto act = std::make_unique<Activation>(m.path() + ".act_fn", p.hidden_act, I);
+  auto up = linear(m, "up_proj", H, I, p.mlp_bias);
+  auto down = linear(m, "down_proj", I, H, p.mlp_bias);
+  auto mlp = std::make_unique<GatedMlp>(m.path(), H, std::move(gate), std::move(act), std::move(up),
+                                        std::move(down));
+  return std::make_unique<PreNormBlock>(name, H, std::move(in_norm), std::move(attn),
+                                        std::move(post_norm), std::move(mlp));
+}
+
+}  // namespace
+
+BuiltModel build_llama_family(const ModelConfig& c, WeightSource& w) {
+  const auto& p = c.params<LlamaParams>();
+  w.ignore_suffix(".rotary_emb.inv_freq");  // a buffer older checkpoints saved
+  WeightSource model = w.pp("model");
+  std::vector<std::string> tied;
+  if (c.tie_word_embeddings) tied.push_back("lm_head.weight");
+  at::Tensor embed = model.get("embed_tokens.weight", {c.vocab_size, c.hidden_size}, Init::kMatrix,
+                               Layout::kAsStored, tied);
+  BuiltModel m;
+  m.stages.push_back(
+      {StageKind::kEmbeddings, std::make_unique<Embedding>("model.embed_tokens", embed)});
+  // One table for every layer: these architectures rotate all layers alike.
+  auto rope = std::make_shared<const Rope>(p.rope, p.head_dim, c.max_position_embeddings);
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+    m.stages.push_back({StageKind::kBlock, decoder_layer(c, model.pp("layers").pp(i), i, rope)});
+  m.stages.push_back({StageKind::kFinalNorm, rms_norm(p, model, "norm", c.hidden_size)});
+  m.stages.push_back(head_stage(c, w, embed));
+  m.head_shares_embedding = c.tie_word_embeddings;
+  m.mlp_width = p.intermediate_size;
+  return m;
+}
+
+}  // namespace actcap

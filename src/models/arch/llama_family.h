@@ -1,0 +1,95 @@
+// What the Llama-style decoders share (Llama, Mistral, Qwen2, Qwen3): the config fields
+// (LlamaParams), reading and writing them, three shared presets, and the builder composing
+// RMSNorm, RoPE, grouped-query attention (optional biases, per-head q/k norms, per-layer windows)
+// and the gated MLP. Each architecture's file sets its HF defaults and its own fields, then calls
+// these.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actcap/config.h"
+#include "models/arch/architecture.h"
+
+namespace actcap {
+
+class ConfigReader;
+
+struct LlamaParams : ArchParams {
+  int64_t intermediate_size = 0;
+  int64_t num_key_value_heads = 0;  // None in HF -> num_attention_heads
+  int64_t head_dim = 0;             // None in HF -> the architecture's default
+  std::string hidden_act = "silu";
+  double rms_norm_eps = 1e-6;
+  RopeConfig rope;
+  bool attention_bias = false;  // config.json's field, where the architecture reads it
+  bool qkv_bias = false;        // effective q/k/v projection biases
+  bool o_bias = false;          // effective o_proj bias
+  bool mlp_bias = false;
+  bool qk_norm = false;  // RMSNorm over head_dim on each q and k head, before RoPE (Qwen3)
+
+  // Sliding-window attention: key j is visible from query i iff i - window < j <= i.
+  enum class Windows {
+    kNone,
+    kEveryLayer,  // Mistral: sliding_window on every layer (when set)
+    kQwen,        // use_sliding_window and layers >= max_window_layers, or as layer_types says
+  } windows = Windows::kNone;
+  std::optional<int64_t> sliding_window;
+  bool use_sliding_window = false;
+  int64_t max_window_layers = 28;
+  std::vector<std::string> layer_types;  // transformers 5: per layer, full_ or sliding_attention
+
+  // The window a layer uses, or nullopt for full causal attention.
+  std::optional<int64_t> window_for_layer(int64_t layer) const;
+  int64_t max_positions(int64_t max_position_embeddings) const override;
+  std::unique_ptr<ArchParams> clone() const override {
+    return std::make_unique<LlamaParams>(*this);
+  }
+};
+
+// HF defaults that differ per architecture, for fields config.json may leave out.
+struct LlamaDefaults {
+  int64_t max_position_embeddings = 2048;
+  std::optional<int64_t> head_dim;  // nullopt: hidden_size / num_attention_heads
+  int64_t bos_token_id = 1;
+  int64_t eos_token_id = 2;
+};
+
+// Reads the shared fields into c and p (sizes, kv heads, head_dim, activation, eps, RoPE, tying,
+// token ids). Biases and windows are the architecture's to read.
+void parse_llama_family(const ConfigReader& f, const LlamaDefaults& d, ModelConfig& c,
+                        LlamaParams& p);
+// Reads Qwen2/Qwen3's window fields (use_sliding_window, sliding_window, max_window_layers,
+// layer_types) and sets p.windows = kQwen.
+void parse_qwen_windows(const ConfigReader& f, const ModelConfig& c, LlamaParams& p);
+void write_llama_family(const ModelConfig& c, nlohmann::json& j);
+void write_qwen_windows(const LlamaParams& p, nlohmann::json& j);
+
+// tiny, small and gpt2-small (a Llama-style model of GPT-2 124M's size): sizes only; the caller
+// sets its architecture's fields.
+std::vector<std::string> llama_family_presets();
+ModelConfig llama_family_preset(const std::string& arch, const std::string& preset);
+
+BuiltModel build_llama_family(const ModelConfig& c, WeightSource& w);
+
+// The presets and the builder every Llama-style architecture shares; each sets its own fields on
+// the shared presets in preset_fields().
+class LlamaFamilyArchitecture : public Architecture {
+ public:
+  std::vector<std::string> presets() const override { return llama_family_presets(); }
+  ModelConfig preset(const std::string& name) const override {
+    ModelConfig c = llama_family_preset(this->name(), name);
+    preset_fields(name, c.params<LlamaParams>());
+    return c;
+  }
+  BuiltModel build(const ModelConfig& c, WeightSource& w) const override {
+    return build_llama_family(c, w);
+  }
+
+ protected:
+  virtual void preset_fields(const std::string& preset, LlamaParams& p) const {}
+};
+
+}  // namespace actcap

@@ -1,0 +1,52 @@
+// The registry: every architecture actcap runs, one line each.
+#include "actcap/error.h"
+#include "models/arch/architecture.h"
+#include "models/module.h"
+#include "util/strings.h"
+
+namespace actcap {
+
+const Architecture& gpt2_architecture();
+const Architecture& llama_architecture();
+const Architecture& mistral_architecture();
+const Architecture& qwen2_architecture();
+
+const std::vector<const Architecture*>& architectures() {
+  static const std::vector<const Architecture*> all = {
+      &gpt2_architecture(),
+      &llama_architecture(),
+      &mistral_architecture(),
+      &qwen2_architecture(),
+  };
+  return all;
+}
+
+std::vector<std::string> supported_model_types() {
+  std::vector<std::string> out;
+  for (const Architecture* a : architectures())
+    for (const std::string& t : a->model_types()) out.push_back(t);
+  return out;
+}
+
+const Architecture& architecture_for(const std::string& model_type, const std::string& origin) {
+  for (const Architecture* a : architectures())
+    for (const std::string& t : a->model_types())
+      if (t == model_type) return *a;
+  throw InputError(concat(origin, ": unsupported model_type '", model_type,
+                          "'; supported: ", join(supported_model_types(), ", ")));
+}
+
+const Architecture& architecture_of(const ModelConfig& c) {
+  for (const Architecture* a : architectures())
+    if (a->name() == c.arch) return *a;
+  throw InputError(concat("unknown architecture '", c.arch,
+                          "'; supported: ", join(supported_model_types(), ", ")));
+}
+
+BuiltStage head_stage(const ModelConfig& c, WeightSource& w, const at::Tensor& embedding) {
+  at::Tensor weight =
+      c.tie_word_embeddings ? embedding : w.get("lm_head.weight", {c.vocab_size, c.hidden_size});
+  return {StageKind::kHead, std::make_unique<Linear>("lm_head", weight, at::Tensor())};
+}
+
+}  // namespace actcap

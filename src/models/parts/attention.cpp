@@ -1,0 +1,65 @@
+#include "models/parts/attention.h"
+
+namespace actcap {
+
+Attention::Attention(const std::string& name, AttentionShape shape, AttentionParts p)
+    : Module(name, hidden_point(name + ":input", shape.hidden), hidden_point(name, shape.hidden)),
+      s_(std::move(shape)) {
+  auto take = [&](std::unique_ptr<Module>& m) { return m ? add(std::move(m)) : nullptr; };
+  qkv_ = take(p.qkv);
+  q_ = take(p.q);
+  q_norm_ = take(p.q_norm);
+  k_ = take(p.k);
+  k_norm_ = take(p.k_norm);
+  v_ = take(p.v);
+  o_ = take(p.o);
+}
+
+at::Tensor Attention::forward(const at::Tensor& x, ForwardState& st) {
+  const int64_t B = x.size(0), T = x.size(1), D = s_.head_dim;
+  at::Tensor q, k, v;
+  if (qkv_) {  // one projection, rows [q; k; v], heads of equal count (GPT-2)
+    auto qkv = qkv_->call(x, st).view({B, T, 3, s_.heads, D}).permute({2, 0, 3, 1, 4});
+    q = qkv[0], k = qkv[1], v = qkv[2];
+  } else {
+    // [B, T, heads, D]: the per-head norms see each head's features (HF views before the norm).
+    q = q_->call(x, st).view({B, T, s_.heads, D});
+    if (q_norm_) q = q_norm_->call(q, st);
+    k = k_->call(x, st).view({B, T, s_.kv_heads, D});
+    if (k_norm_) k = k_norm_->call(k, st);
+    v = v_->call(x, st).view({B, T, s_.kv_heads, D}).transpose(1, 2);
+    q = q.transpose(1, 2);
+    k = k.transpose(1, 2);
+  }
+  if (s_.rope) {
+    q = s_.rope->apply(q, st);
+    k = s_.rope->apply(k, st);
+  }
+  auto ctx = attention(q, k, v, st.bias(s_.window), s_.scale, s_.softcap);
+  return o_->call(ctx, st);
+}
+
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     const at::Tensor& bias, double scale, std::optional<double> softcap) {
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+  const int64_t Hkv = k.size(1);
+  at::Tensor kk = k, vv = v;
+  if (Hkv != H) {  // repeat_kv: each kv head serves H / Hkv consecutive query heads
+    kk = k.unsqueeze(2).expand({B, Hkv, H / Hkv, T, D}).reshape({B, H, T, D});
+    vv = v.unsqueeze(2).expand({B, Hkv, H / Hkv, T, D}).reshape({B, H, T, D});
+  }
+  at::Tensor scores;
+  if (softcap) {  // HF: scores * scaling, then softcap * tanh(scores / softcap), then the mask
+    scores = at::bmm(q.reshape({B * H, T, D}), kk.reshape({B * H, T, D}).transpose(1, 2)) * scale;
+    scores = (scores / *softcap).tanh_().mul_(*softcap).add_(bias);
+  } else {
+    // One GEMM computes bias + scale * q k^T: no separate passes over the [T, T] scores.
+    scores = at::baddbmm(bias, q.reshape({B * H, T, D}), kk.reshape({B * H, T, D}).transpose(1, 2),
+                         /*beta=*/1.0, /*alpha=*/scale);
+  }
+  auto probs = at::softmax(scores, -1);
+  auto ctx = at::bmm(probs, vv.reshape({B * H, T, D}));  // [B*H, T, D]
+  return ctx.view({B, H, T, D}).transpose(1, 2).reshape({B, T, H * D});
+}
+
+}  // namespace actcap

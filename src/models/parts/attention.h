@@ -1,0 +1,53 @@
+// Self-attention as the architectures compose it: separate q/k/v projections or one fused
+// projection, grouped-query heads, an explicit head_dim, RoPE (full or partial), per-layer sliding
+// windows, a custom scale, logit soft-capping and optional q/k norms, each part a child module with
+// its HF name and hook points.
+#pragma once
+
+#include <memory>
+#include <optional>
+
+#include "models/module.h"
+#include "models/parts/rope.h"
+
+namespace actcap {
+
+struct AttentionShape {
+  int64_t hidden = 0;  // the block's width (input and output of the attention)
+  int64_t heads = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+  double scale = 0;                  // multiplies q k^T (usually 1 / sqrt(head_dim))
+  std::optional<int64_t> window;     // sliding window of this layer; nullopt = full causal
+  std::optional<double> softcap;     // scores -> softcap * tanh(scores / softcap) (Gemma 2)
+  std::shared_ptr<const Rope> rope;  // null: no rotary (GPT-2)
+};
+
+// The projections, in the order the forward runs them. Either `qkv` (fused [q; k; v] rows, GPT-2's
+// c_attn) or q, k and v. q_norm / k_norm (optional) normalise each head after its projection,
+// before RoPE (Qwen3, OLMo 2 per-head norms: RMSNorm over head_dim).
+struct AttentionParts {
+  std::unique_ptr<Module> qkv;
+  std::unique_ptr<Module> q, q_norm, k, k_norm, v;
+  std::unique_ptr<Module> o;
+};
+
+class Attention : public Module {
+ public:
+  Attention(const std::string& name, AttentionShape shape, AttentionParts parts);
+
+ protected:
+  at::Tensor forward(const at::Tensor& x, ForwardState& st) override;
+
+ private:
+  AttentionShape s_;
+  Module *qkv_ = nullptr, *q_ = nullptr, *q_norm_ = nullptr, *k_ = nullptr, *k_norm_ = nullptr,
+         *v_ = nullptr, *o_ = nullptr;
+};
+
+// softmax(q k^T * scale + bias) v with grouped-query heads: q [B, H, T, D], k/v [B, Hkv, T, D].
+// Returns [B, T, H * D]. `softcap` caps the scores before the bias, as Gemma 2.
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     const at::Tensor& bias, double scale, std::optional<double> softcap = {});
+
+}  // namespace actcap

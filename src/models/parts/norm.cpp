@@ -1,0 +1,42 @@
+#include "models/parts/norm.h"
+
+namespace actcap {
+
+namespace {
+// The point's per-token shape: the normalised width, with the heads in front when per head.
+PointInfo norm_point(const std::string& name, const at::Tensor& weight, int64_t heads = 0) {
+  PointInfo p = hidden_point(name, weight.size(0));
+  if (heads > 0) p.shape.insert(p.shape.begin(), heads);
+  return p;
+}
+}  // namespace
+
+LayerNorm::LayerNorm(const std::string& name, at::Tensor weight, at::Tensor bias, double eps)
+    : Module(name, norm_point(name + ":input", weight), norm_point(name, weight)),
+      weight_(std::move(weight)),
+      bias_(std::move(bias)),
+      eps_(eps) {
+  parameter(weight_);
+  parameter(bias_);
+}
+
+at::Tensor LayerNorm::forward(const at::Tensor& x, ForwardState&) {
+  return at::layer_norm(x, {weight_.size(0)}, weight_, bias_, eps_, /*cudnn_enable=*/false);
+}
+
+RMSNorm::RMSNorm(const std::string& name, at::Tensor weight, double eps, RMSNormOptions o)
+    : Module(name, norm_point(name + ":input", weight, o.heads), norm_point(name, weight, o.heads)),
+      weight_(std::move(weight)),
+      eps_(eps),
+      unit_offset_(o.unit_offset) {
+  parameter(weight_);
+}
+
+at::Tensor RMSNorm::forward(const at::Tensor& x, ForwardState&) {
+  auto xf = x.to(at::kFloat);
+  auto var = xf.pow(2).mean(-1, /*keepdim=*/true);
+  auto normed = (xf * at::rsqrt(var + eps_)).to(x.scalar_type());
+  return unit_offset_ ? (weight_ + 1.0) * normed : weight_ * normed;
+}
+
+}  // namespace actcap
