@@ -83,7 +83,12 @@ void parse_llama_family(const ConfigReader& f, const LlamaDefaults& d, ModelConf
 void parse_qwen_windows(const ConfigReader& f, const ModelConfig& c, LlamaParams& p) {
   p.windows = LlamaParams::Windows::kQwen;
   p.use_sliding_window = f.boolean({"use_sliding_window"}, false);
-  p.sliding_window = f.has("sliding_window") ? f.positive({"sliding_window"}, std::nullopt) : 4096;
+  // Absent: HF's default 4096. null: no window on any layer (HF sets sliding_window None).
+  if (f.has("sliding_window"))
+    p.sliding_window = f.positive({"sliding_window"}, std::nullopt);
+  else
+    p.sliding_window =
+        f.root().contains("sliding_window") ? std::nullopt : std::optional<int64_t>(4096);
   p.max_window_layers = f.integer({"max_window_layers"}, 28);
   p.layer_types.clear();
   const json* types = f.find({"layer_types"});
