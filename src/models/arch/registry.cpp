@@ -10,13 +10,12 @@ const Architecture& gpt2_architecture();
 const Architecture& llama_architecture();
 const Architecture& mistral_architecture();
 const Architecture& qwen2_architecture();
+const Architecture& qwen3_architecture();
 
 const std::vector<const Architecture*>& architectures() {
   static const std::vector<const Architecture*> all = {
-      &gpt2_architecture(),
-      &llama_architecture(),
-      &mistral_architecture(),
-      &qwen2_architecture(),
+      &gpt2_architecture(),  &llama_architecture(), &mistral_architecture(),
+      &qwen2_architecture(), &qwen3_architecture(),
   };
   return all;
 }
