@@ -81,30 +81,31 @@ struct Cost {
 class Planner {
  public:
   explicit Planner(const PlanRequest& r) : req_(r), n_(r.stages.size()) {
-    pw_.assign(n_ + 1, 0);
-    pc_.assign(n_ + 1, 0);
+    weight_prefix_.assign(n_ + 1, 0);
+    capture_prefix_.assign(n_ + 1, 0);
     for (size_t i = 0; i < n_; ++i) {
-      pw_[i + 1] = sat_add(pw_[i], r.stages[i].weight_bytes);
-      pc_[i + 1] = sat_add(pc_[i], r.stages[i].capture_bytes);
+      weight_prefix_[i + 1] = sat_add(weight_prefix_[i], r.stages[i].weight_bytes);
+      capture_prefix_[i + 1] = sat_add(capture_prefix_[i], r.stages[i].capture_bytes);
     }
     // Sparse table for the largest workspace over a range of stages.
     size_t levels = 1;
     while ((size_t{1} << levels) <= n_) ++levels;
-    ws_.assign(levels, std::vector<uint64_t>(n_, 0));
-    for (size_t i = 0; i < n_; ++i) ws_[0][i] = r.stages[i].workspace_bytes;
+    workspace_max_.assign(levels, std::vector<uint64_t>(n_, 0));
+    for (size_t i = 0; i < n_; ++i) workspace_max_[0][i] = r.stages[i].workspace_bytes;
     for (size_t k = 1; k < levels; ++k)
       for (size_t i = 0; i + (size_t{1} << k) <= n_; ++i)
-        ws_[k][i] = std::max(ws_[k - 1][i], ws_[k - 1][i + (size_t{1} << (k - 1))]);
+        workspace_max_[k][i] =
+            std::max(workspace_max_[k - 1][i], workspace_max_[k - 1][i + (size_t{1} << (k - 1))]);
     // Tied weights: which stage holds the module a stage's shared weight belongs to.
-    owner_.assign(n_, -1);
+    tied_owner_.assign(n_, -1);
     for (size_t t = 0; t < n_; ++t) {
       const StageCost& s = r.stages[t];
       if (s.shared_with.empty() || s.shared_weight_bytes == 0) continue;
-      tied_.push_back(t);
-      for (size_t o = 0; o < n_ && owner_[t] < 0; ++o)
+      tied_stages_.push_back(t);
+      for (size_t o = 0; o < n_ && tied_owner_[t] < 0; ++o)
         for (const auto& m : r.stages[o].modules)
           if (covers(m, s.shared_with) || covers(s.shared_with, m)) {
-            owner_[t] = static_cast<long>(o);
+            tied_owner_[t] = static_cast<long>(o);
             break;
           }
     }
@@ -112,7 +113,9 @@ class Planner {
 
   size_t n() const { return n_; }
   size_t devices() const { return req_.devices.size(); }
-  uint64_t weights_between(size_t a, size_t b) const { return pw_[b] - pw_[a]; }
+  uint64_t weights_between(size_t a, size_t b) const {
+    return weight_prefix_[b] - weight_prefix_[a];
+  }
 
   std::optional<uint64_t> budget(size_t d) const {
     auto it = req_.budgets.find(req_.devices[d]);
@@ -124,11 +127,11 @@ class Planner {
   Cost segment(size_t a, size_t b) const {
     Cost c;
     if (a >= b) return c;
-    c.weights = pw_[b] - pw_[a];
+    c.weights = weight_prefix_[b] - weight_prefix_[a];
     std::vector<const std::string*> counted;  // tied weights already counted (usually none)
-    for (size_t t : tied_) {
+    for (size_t t : tied_stages_) {
       if (t < a || t >= b) continue;
-      const long o = owner_[t];
+      const long o = tied_owner_[t];
       const bool elsewhere = o < 0 || static_cast<size_t>(o) < a || static_cast<size_t>(o) >= b;
       const std::string& name = req_.stages[t].shared_with;
       if (!elsewhere || std::any_of(counted.begin(), counted.end(),
@@ -137,8 +140,8 @@ class Planner {
       counted.push_back(&name);
       c.weights = sat_add(c.weights, req_.stages[t].shared_weight_bytes);
     }
-    c.workspace = sat_add(arena_bytes(req_.hidden_bytes), range_max_ws(a, b));
-    c.reserve = pc_[b] - pc_[a];
+    c.workspace = sat_add(arena_bytes(req_.hidden_bytes), max_workspace_between(a, b));
+    c.reserve = capture_prefix_[b] - capture_prefix_[a];
     return c;
   }
 
@@ -167,7 +170,7 @@ class Planner {
         u.reserve = sat_add(u.reserve, st.capture_bytes);
         max_ws = std::max(max_ws, st.workspace_bytes);
         if (!st.shared_with.empty() && st.shared_weight_bytes > 0) {
-          const long o = owner_[s];
+          const long o = tied_owner_[s];
           const bool elsewhere = o < 0 || stage_device[static_cast<size_t>(o)] != d;
           if (elsewhere && counted.insert(st.shared_with).second)
             u.weights = sat_add(u.weights, st.shared_weight_bytes);
@@ -309,18 +312,21 @@ class Planner {
   }
 
  private:
-  uint64_t range_max_ws(size_t a, size_t b) const {
+  uint64_t max_workspace_between(size_t a, size_t b) const {
     size_t k = 0;
     while ((size_t{2} << k) <= b - a) ++k;
-    return std::max(ws_[k][a], ws_[k][b - (size_t{1} << k)]);
+    return std::max(workspace_max_[k][a], workspace_max_[k][b - (size_t{1} << k)]);
   }
 
   const PlanRequest& req_;
   size_t n_;
-  std::vector<uint64_t> pw_, pc_;
-  std::vector<std::vector<uint64_t>> ws_;
-  std::vector<long> owner_;
-  std::vector<size_t> tied_;
+  // Prefix sums: weight_prefix_[i] / capture_prefix_[i] = weight / capture bytes of stages [0, i).
+  std::vector<uint64_t> weight_prefix_, capture_prefix_;
+  // Sparse table: workspace_max_[k][i] = largest workspace of stages [i, i + 2^k).
+  std::vector<std::vector<uint64_t>> workspace_max_;
+  // Per stage: the stage holding the module its tied weight belongs to (-1: none or not found).
+  std::vector<long> tied_owner_;
+  std::vector<size_t> tied_stages_;  // stages with a tied (shared) weight
 };
 
 // Explicit map (accelerate's JSON) -> device per stage; fills `devices` when it is empty.
