@@ -329,16 +329,16 @@ class Planner {
   std::vector<size_t> tied_stages_;  // stages with a tied (shared) weight
 };
 
-// Explicit map (accelerate's JSON) -> device per stage; fills `devices` when it is empty.
-std::vector<DeviceId> explicit_assignment(const PlanRequest& req, std::vector<DeviceId>& devices) {
-  const nlohmann::json& map = req.explicit_map;
+using KeyDevices = std::vector<std::pair<std::string, DeviceId>>;  // map key -> its device
+
+// The explicit map's devices, parsed (accelerate's integer N is cuda:N).
+KeyDevices parse_map_devices(const nlohmann::json& map) {
   if (!map.is_object() || map.empty())
     throw InputError(
         concat("device map must be a non-empty JSON object mapping module names to "
                "devices (e.g. {\"model.layers.0\": \"cpu:0\"}), got ",
                map.dump()));
-  // Devices.
-  std::vector<std::pair<std::string, DeviceId>> keys;
+  KeyDevices keys;
   for (auto it = map.begin(); it != map.end(); ++it) {
     const auto& v = it.value();
     std::string text;
@@ -356,7 +356,11 @@ std::vector<DeviceId> explicit_assignment(const PlanRequest& req, std::vector<De
       throw InputError(concat("device map entry '", it.key(), "': ", e.what()));
     }
   }
-  // Keys: each must cover at least one module; keys inside a stage's module would split it.
+  return keys;
+}
+
+// Keys: each must cover at least one module; keys inside a stage's module would split it.
+void check_map_keys(const PlanRequest& req, const KeyDevices& keys) {
   std::vector<std::string> unknown, splitting;
   for (const auto& [key, dev] : keys) {
     bool covering = false;
@@ -377,7 +381,10 @@ std::vector<DeviceId> explicit_assignment(const PlanRequest& req, std::vector<De
                             "; map the whole block (a stage is never split across devices)"));
   if (!unknown.empty())
     throw InputError(concat("unknown module names in device map: ", list_names(unknown)));
-  // Modules: the longest covering key decides.
+}
+
+// Modules: the longest covering key decides; all modules of a stage must land on one device.
+std::vector<DeviceId> assign_stages(const PlanRequest& req, const KeyDevices& keys) {
   std::vector<std::string> left_out, split_stages;
   std::vector<DeviceId> stage_device(req.stages.size());
   for (size_t s = 0; s < req.stages.size(); ++s) {
@@ -412,28 +419,42 @@ std::vector<DeviceId> explicit_assignment(const PlanRequest& req, std::vector<De
   if (!split_stages.empty())
     throw InputError(concat("device map would split a block: ", list_names(split_stages),
                             "; map all modules of a stage to one device"));
-  // Devices must be listed.
+  return stage_device;
+}
+
+// Devices must be listed: fills `devices` (first use first) when it is empty, else refuses
+// devices of the map that it does not list.
+void check_map_devices(const std::vector<DeviceId>& stage_device, const KeyDevices& keys,
+                       std::vector<DeviceId>& devices) {
   if (devices.empty()) {
     for (const auto& d : stage_device)
       if (std::find(devices.begin(), devices.end(), d) == devices.end()) devices.push_back(d);
     for (const auto& kd : keys)
       if (std::find(devices.begin(), devices.end(), kd.second) == devices.end())
         devices.push_back(kd.second);
-  } else {
-    std::vector<std::string> missing;
-    for (const auto& kd : keys)
-      if (std::find(devices.begin(), devices.end(), kd.second) == devices.end() &&
-          std::find(missing.begin(), missing.end(), kd.second.str()) == missing.end())
-        missing.push_back(kd.second.str());
-    if (!missing.empty()) {
-      std::vector<std::string> listed;
-      for (const auto& d : devices) listed.push_back(d.str());
-      throw InputError(concat(missing.size() == 1 ? "device " : "devices ", list_names(missing),
-                              missing.size() == 1 ? " is" : " are",
-                              " not among the devices to plan on (", list_names(listed), ")"),
-                       {"devices", "device_map"});
-    }
+    return;
   }
+  std::vector<std::string> missing;
+  for (const auto& kd : keys)
+    if (std::find(devices.begin(), devices.end(), kd.second) == devices.end() &&
+        std::find(missing.begin(), missing.end(), kd.second.str()) == missing.end())
+      missing.push_back(kd.second.str());
+  if (!missing.empty()) {
+    std::vector<std::string> listed;
+    for (const auto& d : devices) listed.push_back(d.str());
+    throw InputError(concat(missing.size() == 1 ? "device " : "devices ", list_names(missing),
+                            missing.size() == 1 ? " is" : " are",
+                            " not among the devices to plan on (", list_names(listed), ")"),
+                     {"devices", "device_map"});
+  }
+}
+
+// Explicit map (accelerate's JSON) -> device per stage; fills `devices` when it is empty.
+std::vector<DeviceId> explicit_assignment(const PlanRequest& req, std::vector<DeviceId>& devices) {
+  const KeyDevices keys = parse_map_devices(req.explicit_map);
+  check_map_keys(req, keys);
+  std::vector<DeviceId> stage_device = assign_stages(req, keys);
+  check_map_devices(stage_device, keys, devices);
   return stage_device;
 }
 
