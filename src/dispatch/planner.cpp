@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
@@ -332,28 +333,17 @@ class Planner {
 using KeyDevices = std::vector<std::pair<std::string, DeviceId>>;  // map key -> its device
 
 // The explicit map's devices, parsed (accelerate's integer N is cuda:N).
-KeyDevices parse_map_devices(const nlohmann::json& map) {
-  if (!map.is_object() || map.empty())
+KeyDevices parse_map_devices(const DeviceMap& map) {
+  if (map.empty())
     throw InputError(
-        concat("device map must be a non-empty JSON object mapping module names to "
-               "devices (e.g. {\"model.layers.0\": \"cpu:0\"}), got ",
-               map.dump()));
+        "device map must be a non-empty JSON object mapping module names to devices (e.g. "
+        "{\"model.layers.0\": \"cpu:0\"}), got {}");
   KeyDevices keys;
-  for (auto it = map.begin(); it != map.end(); ++it) {
-    const auto& v = it.value();
-    std::string text;
-    if (v.is_string()) {
-      text = v.get<std::string>();
-    } else if (v.is_number_integer()) {
-      text = v.dump();
-    } else {
-      throw InputError(concat("device map entry '", it.key(),
-                              "' must be a device string or an integer (cuda:N), got ", v.dump()));
-    }
+  for (const auto& [key, text] : map) {
     try {
-      keys.emplace_back(it.key(), parse_device(text, /*integer_is_cuda=*/true));
+      keys.emplace_back(key, parse_device(text, /*integer_is_cuda=*/true));
     } catch (const InputError& e) {
-      throw InputError(concat("device map entry '", it.key(), "': ", e.what()));
+      throw InputError(concat("device map entry '", key, "': ", e.what()));
     }
   }
   return keys;
@@ -449,7 +439,7 @@ void check_map_devices(const std::vector<DeviceId>& stage_device, const KeyDevic
   }
 }
 
-// Explicit map (accelerate's JSON) -> device per stage; fills `devices` when it is empty.
+// Explicit map -> device per stage; fills `devices` when it is empty.
 std::vector<DeviceId> explicit_assignment(const PlanRequest& req, std::vector<DeviceId>& devices) {
   const KeyDevices keys = parse_map_devices(req.explicit_map);
   check_map_keys(req, keys);
@@ -460,8 +450,8 @@ std::vector<DeviceId> explicit_assignment(const PlanRequest& req, std::vector<De
 
 }  // namespace
 
-nlohmann::json DevicePlan::device_map() const {
-  nlohmann::json out = nlohmann::json::object();
+DeviceMap DevicePlan::device_map() const {
+  DeviceMap out;
   for (size_t s = 0; s < stage_device.size() && s < stage_modules.size(); ++s)
     for (const auto& m : stage_modules[s]) out[m] = stage_device[s].str();
   return out;
@@ -551,18 +541,37 @@ DevicePlan plan_devices(const PlanRequest& request) {
   return plan;
 }
 
-nlohmann::json load_device_map(const std::string& path) {
+DeviceMap device_map_from_json(const nlohmann::json& map) {
+  if (!map.is_object())
+    throw InputError("device map: expected an object of module name -> device", {"device_map"});
+  DeviceMap out;
+  for (auto it = map.begin(); it != map.end(); ++it) {
+    const auto& v = it.value();
+    if (v.is_string())
+      out[it.key()] = v.get<std::string>();
+    else if (v.is_number_integer())
+      out[it.key()] = v.dump();
+    else
+      throw InputError(concat("device map entry '", it.key(),
+                              "' must be a device string or an integer (cuda:N), got ", v.dump()));
+  }
+  return out;
+}
+
+DeviceMap load_device_map(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))
     throw InputError(concat("device map: cannot read ", path,
                             " (expected auto, balanced, sequential or a JSON file)"),
                      {"device_map"});
+  nlohmann::json map;
   try {
-    return nlohmann::json::parse(read_text_file(path, kMaxConfigBytes, "device map"));
+    map = nlohmann::json::parse(read_text_file(path, kMaxConfigBytes, "device map"));
   } catch (const nlohmann::json::exception& e) {
     throw InputError(concat("device map ", path, ": not valid JSON (", e.what(), ")"),
                      {"device_map"});
   }
+  return device_map_from_json(map);
 }
 
 PlanStrategy parse_strategy(const std::string& text) {

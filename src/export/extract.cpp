@@ -338,13 +338,14 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
                          {"resume", "overwrite"});
       // Keep exactly the shards the manifest (and its journal) claims, after checking them all;
       // drop anything else.
-      VerifyReport check = verify_output(o.out);
+      json claimed_shards;
+      VerifyReport check = verify_output(o.out, claimed_shards);
       for (const VerifyIssue& i : check.issues)
         if (i.kind != VerifyIssue::Kind::kIncomplete)
           throw RunError(concat("cannot resume: ", o.out, "/", i.file,
                                 (i.tensor.empty() ? "" : " " + i.tensor), ": ", i.problem),
                          {"resume"});
-      manifest["shards"] = check.claimed;
+      manifest["shards"] = claimed_shards;
       std::set<std::string> claimed;
       int64_t rows = 0;
       for (const json& s : manifest["shards"]) {

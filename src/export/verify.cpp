@@ -33,6 +33,12 @@ bool plain_file_name(const std::string& name) {
 }  // namespace
 
 VerifyReport verify_output(const std::string& dir) {
+  json claimed;
+  return verify_output(dir, claimed);
+}
+
+VerifyReport verify_output(const std::string& dir, json& claimed) {
+  claimed = json::array();
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw InputError(concat(dir, " is not a folder"));
   VerifyReport r;
@@ -84,7 +90,11 @@ VerifyReport verify_output(const std::string& dir) {
   }
   if (!complete)  // an unfinished extract claims shards in its journal
     for (const std::string& p : merge_journal(dir, manifest["shards"])) issue(kJournalName, "", p);
-  r.claimed = manifest["shards"];
+  claimed = manifest["shards"];
+  for (const json& shard : claimed)
+    r.claimed.push_back(shard.is_object() && shard.contains("file") && shard["file"].is_string()
+                            ? shard["file"].get<std::string>()
+                            : std::string());
   for (const json& shard : manifest["shards"]) {
     if (!shard.is_object() || !shard.contains("file") || !shard["file"].is_string()) {
       issue(kManifestName, "", "malformed shard entry");
