@@ -10,48 +10,54 @@
 
 namespace actcap::cli {
 
+namespace {
+
+// The flags of `actcap doctor`.
+struct DoctorCommand {
+  std::string devices = "3";
+  bool json = false;
+};
+
+// Probes copies between every pair of devices; exit 1 when a link is broken.
+int run_doctor_command(const DoctorCommand& o) {
+  auto devices = parse_device_list(o.devices);
+  if (devices.size() < 2) throw InputError("--devices: doctor needs at least two devices");
+  auto probes = probe_links(devices, {4096, 1 << 20, 16 << 20}, transfer_faults_from_env());
+  bool all_ok = true;
+  nlohmann::json arr = nlohmann::json::array();
+  for (const LinkProbe& p : probes) {
+    all_ok = all_ok && p.ok();
+    nlohmann::json sizes = nlohmann::json::array();
+    for (const LinkResult& r : p.results)
+      sizes.push_back(
+          {{"bytes", r.bytes}, {"ok", r.ok}, {"retried", r.retried}, {"detail", r.detail}});
+    arr.push_back({{"src", p.src.str()}, {"dst", p.dst.str()}, {"ok", p.ok()}, {"sizes", sizes}});
+    if (!o.json) {
+      std::cout << std::left << std::setw(18) << (p.src.str() + " -> " + p.dst.str());
+      for (const LinkResult& r : p.results)
+        std::cout << std::setw(22)
+                  << (format_bytes(r.bytes) + (r.ok ? (r.retried ? " FLAKY" : " ok") : " BROKEN"));
+      std::cout << (p.ok() ? "OK" : "BROKEN") << "\n";
+    }
+  }
+  if (o.json) {
+    std::cout << nlohmann::json({{"ok", all_ok}, {"links", arr}}).dump(2) << "\n";
+  } else {
+    std::cout << (all_ok ? "all links intact\n"
+                         : "BROKEN links: copies between them are damaged\n");
+  }
+  return all_ok ? 0 : 1;
+}
+
+}  // namespace
+
 Command add_doctor(CLI::App& app) {
   auto* sub =
       app.add_subcommand("doctor", "Check that copies between every pair of devices arrive intact");
-  struct Opts {
-    std::string devices = "3";
-    bool json = false;
-  };
-  auto o = std::make_shared<Opts>();
+  auto o = std::make_shared<DoctorCommand>();
   sub->add_option("--devices", o->devices, "Devices to probe (default 3 = cpu:0,cpu:1,cpu:2)");
   sub->add_flag("--json", o->json, "Machine-readable output");
-  return {
-      sub, [o]() {
-        auto devices = parse_device_list(o->devices);
-        if (devices.size() < 2) throw InputError("--devices: doctor needs at least two devices");
-        auto probes = probe_links(devices, {4096, 1 << 20, 16 << 20}, transfer_faults_from_env());
-        bool all_ok = true;
-        nlohmann::json arr = nlohmann::json::array();
-        for (const LinkProbe& p : probes) {
-          all_ok = all_ok && p.ok();
-          nlohmann::json sizes = nlohmann::json::array();
-          for (const LinkResult& r : p.results)
-            sizes.push_back(
-                {{"bytes", r.bytes}, {"ok", r.ok}, {"retried", r.retried}, {"detail", r.detail}});
-          arr.push_back(
-              {{"src", p.src.str()}, {"dst", p.dst.str()}, {"ok", p.ok()}, {"sizes", sizes}});
-          if (!o->json) {
-            std::cout << std::left << std::setw(18) << (p.src.str() + " -> " + p.dst.str());
-            for (const LinkResult& r : p.results)
-              std::cout << std::setw(22)
-                        << (format_bytes(r.bytes) +
-                            (r.ok ? (r.retried ? " FLAKY" : " ok") : " BROKEN"));
-            std::cout << (p.ok() ? "OK" : "BROKEN") << "\n";
-          }
-        }
-        if (o->json) {
-          std::cout << nlohmann::json({{"ok", all_ok}, {"links", arr}}).dump(2) << "\n";
-        } else {
-          std::cout << (all_ok ? "all links intact\n"
-                               : "BROKEN links: copies between them are damaged\n");
-        }
-        return all_ok ? 0 : 1;
-      }};
+  return {sub, [o] { return run_doctor_command(*o); }};
 }
 
 }  // namespace actcap::cli

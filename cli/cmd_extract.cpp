@@ -60,21 +60,90 @@ class ProgressPrinter {
   std::chrono::steady_clock::time_point last_{};
 };
 
+// The flags of `actcap extract`.
+struct ExtractCommand {
+  std::string model = "demo", input, out, shard_size = "256MiB";
+  CaptureFlags cap;
+  std::vector<std::string> capture;
+  int64_t batch_size = 8, max_length = 0, stride = 0;
+  bool resume = false, overwrite = false, skip_bad = false, quiet = false, forward_only = false,
+       json = false;
+  DeviceOptions dev;
+};
+
+// A corpus through a (split) model into a verified, resumable activation dataset; prints the
+// summary.
+int run_extract_command(const ExtractCommand& o) {
+  if (!o.forward_only && o.capture.empty())
+    throw InputError("--capture is required (e.g. --capture 'transformer.h.*')");
+  if (!o.forward_only && o.out.empty()) throw InputError("--out is required");
+  auto model = Model::load(o.model);
+  model->set_bare_ref_policy(parse_bare_ref_policy(o.cap.bare_ref));
+  auto tokenizer = tokenizer_for(o.model);
+  ExtractOptions x;
+  x.input = o.input;
+  x.out = o.out;
+  x.capture = capture_options(
+      o.cap, o.forward_only && o.capture.empty() ? std::vector<std::string>{"lm_head"} : o.capture);
+  x.batch_size = o.batch_size;
+  x.max_length = o.max_length;
+  x.stride = o.stride;
+  x.shard_bytes = parse_bytes(o.shard_size);
+  if (x.shard_bytes == 0) throw InputError("--shard-size must be positive");
+  x.resume = o.resume;
+  x.overwrite = o.overwrite;
+  x.skip_bad_lines = o.skip_bad;
+  x.forward_only = o.forward_only;
+  x.faults = export_faults_from_env();
+  const int64_t len = x.max_length > 0 ? x.max_length : model->config().max_positions();
+  std::vector<PointInfo> plan;
+  if (!o.forward_only) plan = plan_capture(*model, x.capture);
+  split_model(*model, split_options(o.dev), x.batch_size, len, plan,
+              Model::Logits::kSkipIfUnhooked);
+  ProgressPrinter printer(o.quiet);
+  ExtractResult r = run_extract(*model, tokenizer.get(), x, std::ref(printer));
+  printer.done();
+  const auto& p = r.progress;
+  const TransferStats& transfers = model->transfer_stats();
+  if (o.json) {
+    std::cout << nlohmann::json({{"forward_only", o.forward_only},
+                                 {"documents", p.documents_done},
+                                 {"tokens", p.tokens_done},
+                                 {"seconds", p.seconds},
+                                 {"shards", p.shards_written},
+                                 {"bytes_written", p.bytes_written},
+                                 {"out", o.out},
+                                 {"skipped_lines", r.skipped_lines},
+                                 {"resumed_at_line", r.resumed_from_line
+                                                         ? nlohmann::json(r.resumed_from_line + 1)
+                                                         : nlohmann::json()},
+                                 {"transfers", transfer_json(transfers)}})
+                     .dump(2)
+              << "\n";
+    return 0;
+  }
+  std::cout << (o.forward_only ? "forward-only: " : "extracted ") << p.documents_done
+            << " documents, " << p.tokens_done << " tokens in " << p.seconds << " s ("
+            << static_cast<int64_t>(p.tokens_done / std::max(p.seconds, 1e-9)) << " tokens/s)";
+  if (!o.forward_only)
+    std::cout << "; " << p.shards_written << " shards, " << format_bytes(p.bytes_written) << " in "
+              << o.out
+              << (r.skipped_lines ? concat("; skipped ", r.skipped_lines, " bad lines")
+                                  : std::string())
+              << (r.resumed_from_line ? concat("; resumed at line ", r.resumed_from_line + 1)
+                                      : std::string());
+  if (transfers.transfers > 0 || transfers.injected > 0)
+    std::cout << "; " << transfer_summary(transfers);
+  std::cout << "\n";
+  return 0;
+}
+
 }  // namespace
 
 Command add_extract(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "extract", "Capture activations of a whole corpus into verified safetensors shards");
-  struct Opts {
-    std::string model = "demo", input, out, shard_size = "256MiB";
-    CaptureFlags cap;
-    std::vector<std::string> capture;
-    int64_t batch_size = 8, max_length = 0, stride = 0;
-    bool resume = false, overwrite = false, skip_bad = false, quiet = false, forward_only = false,
-         json = false;
-    DeviceOptions dev;
-  };
-  auto o = std::make_shared<Opts>();
+  auto o = std::make_shared<ExtractCommand>();
   sub->add_option("MODEL", o->model, "Checkpoint directory or 'demo'");
   sub->add_option("--input", o->input,
                   ".txt (one document per line) or .jsonl (\"text\" or \"input_ids\")")
@@ -96,74 +165,7 @@ Command add_extract(CLI::App& app) {
   sub->add_flag("--forward-only", o->forward_only,
                 "Benchmark: run the same batches without capturing or writing");
   sub->add_flag("--json", o->json, "Machine-readable summary");
-  return {sub, [o]() {
-            if (!o->forward_only && o->capture.empty())
-              throw InputError("--capture is required (e.g. --capture 'transformer.h.*')");
-            if (!o->forward_only && o->out.empty()) throw InputError("--out is required");
-            auto model = Model::load(o->model);
-            model->set_bare_ref_policy(parse_bare_ref_policy(o->cap.bare_ref));
-            auto tokenizer = tokenizer_for(o->model);
-            ExtractOptions x;
-            x.input = o->input;
-            x.out = o->out;
-            x.capture = capture_options(o->cap, o->forward_only && o->capture.empty()
-                                                    ? std::vector<std::string>{"lm_head"}
-                                                    : o->capture);
-            x.batch_size = o->batch_size;
-            x.max_length = o->max_length;
-            x.stride = o->stride;
-            x.shard_bytes = parse_bytes(o->shard_size);
-            if (x.shard_bytes == 0) throw InputError("--shard-size must be positive");
-            x.resume = o->resume;
-            x.overwrite = o->overwrite;
-            x.skip_bad_lines = o->skip_bad;
-            x.forward_only = o->forward_only;
-            x.faults = export_faults_from_env();
-            const int64_t len = x.max_length > 0 ? x.max_length : model->config().max_positions();
-            std::vector<PointInfo> plan;
-            if (!o->forward_only) plan = plan_capture(*model, x.capture);
-            split_model(*model, split_options(o->dev), x.batch_size, len, plan,
-                        Model::Logits::kSkipIfUnhooked);
-            ProgressPrinter printer(o->quiet);
-            ExtractResult r = run_extract(*model, tokenizer.get(), x, std::ref(printer));
-            printer.done();
-            const auto& p = r.progress;
-            const TransferStats& transfers = model->transfer_stats();
-            if (o->json) {
-              std::cout << nlohmann::json(
-                               {{"forward_only", o->forward_only},
-                                {"documents", p.documents_done},
-                                {"tokens", p.tokens_done},
-                                {"seconds", p.seconds},
-                                {"shards", p.shards_written},
-                                {"bytes_written", p.bytes_written},
-                                {"out", o->out},
-                                {"skipped_lines", r.skipped_lines},
-                                {"resumed_at_line", r.resumed_from_line
-                                                        ? nlohmann::json(r.resumed_from_line + 1)
-                                                        : nlohmann::json()},
-                                {"transfers", transfer_json(transfers)}})
-                               .dump(2)
-                        << "\n";
-              return 0;
-            }
-            std::cout << (o->forward_only ? "forward-only: " : "extracted ") << p.documents_done
-                      << " documents, " << p.tokens_done << " tokens in " << p.seconds << " s ("
-                      << static_cast<int64_t>(p.tokens_done / std::max(p.seconds, 1e-9))
-                      << " tokens/s)";
-            if (!o->forward_only)
-              std::cout << "; " << p.shards_written << " shards, " << format_bytes(p.bytes_written)
-                        << " in " << o->out
-                        << (r.skipped_lines ? concat("; skipped ", r.skipped_lines, " bad lines")
-                                            : std::string())
-                        << (r.resumed_from_line
-                                ? concat("; resumed at line ", r.resumed_from_line + 1)
-                                : std::string());
-            if (transfers.transfers > 0 || transfers.injected > 0)
-              std::cout << "; " << transfer_summary(transfers);
-            std::cout << "\n";
-            return 0;
-          }};
+  return {sub, [o] { return run_extract_command(*o); }};
 }
 
 }  // namespace actcap::cli

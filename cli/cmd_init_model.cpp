@@ -6,15 +6,33 @@
 
 namespace actcap::cli {
 
+namespace {
+
+// The flags of `actcap init-model`.
+struct InitModelCommand {
+  InitModelOptions init;
+  std::string tie, out;
+};
+
+// Writes the checkpoint to --out and prints what it holds.
+int run_init_model_command(const InitModelCommand& o) {
+  InitModelOptions init = o.init;
+  if (!o.tie.empty()) init.tie_word_embeddings = o.tie == "true";
+  InitModelResult r = init_model(o.out, init);
+  std::cout << "wrote " << o.out << ": " << init.arch << " " << init.preset << ", "
+            << r.config.num_layers() << " layers, " << r.parameters << " parameters, " << init.dtype
+            << ", seed " << init.seed << (r.config.tie_word_embeddings ? ", tied" : ", untied")
+            << " embeddings\n";
+  return 0;
+}
+
+}  // namespace
+
 Command add_init_model(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "init-model",
       "Write a deterministic random-init HF checkpoint (config.json + model.safetensors)");
-  struct Opts {
-    InitModelOptions init;
-    std::string tie, out;
-  };
-  auto o = std::make_shared<Opts>();
+  auto o = std::make_shared<InitModelCommand>();
   sub->add_option("--arch", o->init.arch, "Architecture")
       ->required()
       ->check(CLI::IsMember(supported_model_types()));
@@ -28,16 +46,7 @@ Command add_init_model(CLI::App& app) {
       ->check(CLI::IsMember({"true", "false"}));
   sub->add_option("--out", o->out, "Output directory")->required();
   sub->add_flag("--config-only", o->init.config_only, "Write config.json only, no weights");
-  return {sub, [o]() {
-            if (!o->tie.empty()) o->init.tie_word_embeddings = o->tie == "true";
-            InitModelResult r = init_model(o->out, o->init);
-            std::cout << "wrote " << o->out << ": " << o->init.arch << " " << o->init.preset << ", "
-                      << r.config.num_layers() << " layers, " << r.parameters << " parameters, "
-                      << o->init.dtype << ", seed " << o->init.seed
-                      << (r.config.tie_word_embeddings ? ", tied" : ", untied")
-                      << " embeddings\n";
-            return 0;
-          }};
+  return {sub, [o] { return run_init_model_command(*o); }};
 }
 
 }  // namespace actcap::cli

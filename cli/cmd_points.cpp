@@ -8,41 +8,49 @@
 
 namespace actcap::cli {
 
+namespace {
+
+// The flags of `actcap points`.
+struct PointsCommand {
+  std::string model = "demo";
+  bool json = false;
+};
+
+// Lists every hook point of MODEL with its per-token shape and dtype.
+int run_points_command(const PointsCommand& o) {
+  auto model = Model::load(o.model);
+  const auto points = model->points();
+  if (o.json) {
+    nlohmann::json arr = nlohmann::json::array();
+    for (const PointInfo& p : points)
+      arr.push_back(
+          {{"name", p.name}, {"shape", p.shape}, {"dtype", safetensors_dtype_name(p.dtype)}});
+    nlohmann::json out = {
+        {"model", o.model}, {"model_type", model->config().model_type}, {"points", arr}};
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  size_t width = 5;
+  for (const PointInfo& p : points) width = std::max(width, p.name.size());
+  std::cout << std::left << std::setw(width + 2) << "point" << std::setw(12) << "per-token"
+            << "dtype\n";
+  for (const PointInfo& p : points)
+    std::cout << std::left << std::setw(width + 2) << p.name << std::setw(12)
+              << shape_string(p.shape) << safetensors_dtype_name(p.dtype) << "\n";
+  std::cout << points.size() << " hook points (" << model->config().model_type << ", "
+            << model->config().num_layers() << " layers)\n";
+  return 0;
+}
+
+}  // namespace
+
 Command add_points(CLI::App& app) {
   auto* sub =
       app.add_subcommand("points", "List every hook point of MODEL (per-token shape, dtype)");
-  struct Opts {
-    std::string model = "demo";
-    bool json = false;
-  };
-  auto o = std::make_shared<Opts>();
+  auto o = std::make_shared<PointsCommand>();
   sub->add_option("MODEL", o->model, "Checkpoint directory or 'demo'");
   sub->add_flag("--json", o->json, "Machine-readable output");
-  return {
-      sub, [o]() {
-        auto model = Model::load(o->model);
-        const auto points = model->points();
-        if (o->json) {
-          nlohmann::json arr = nlohmann::json::array();
-          for (const PointInfo& p : points)
-            arr.push_back(
-                {{"name", p.name}, {"shape", p.shape}, {"dtype", safetensors_dtype_name(p.dtype)}});
-          nlohmann::json out = {
-              {"model", o->model}, {"model_type", model->config().model_type}, {"points", arr}};
-          std::cout << out.dump(2) << "\n";
-          return 0;
-        }
-        size_t width = 5;
-        for (const PointInfo& p : points) width = std::max(width, p.name.size());
-        std::cout << std::left << std::setw(width + 2) << "point" << std::setw(12) << "per-token"
-                  << "dtype\n";
-        for (const PointInfo& p : points)
-          std::cout << std::left << std::setw(width + 2) << p.name << std::setw(12)
-                    << shape_string(p.shape) << safetensors_dtype_name(p.dtype) << "\n";
-        std::cout << points.size() << " hook points (" << model->config().model_type << ", "
-                  << model->config().num_layers() << " layers)\n";
-        return 0;
-      }};
+  return {sub, [o] { return run_points_command(*o); }};
 }
 
 }  // namespace actcap::cli

@@ -11,64 +11,71 @@
 
 namespace actcap::cli {
 
+namespace {
+
+// The flags of `actcap repro`.
+struct ReproCommand {
+  std::string devices = "1,2,3,4";
+  bool json = false;
+};
+
+// Runs the kept-hook-reference reproduction for each device count and prints each variant.
+int run_repro_command(const ReproCommand& o) {
+  std::vector<int> counts;
+  std::stringstream ss(o.devices);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const std::optional<int64_t> v = parse_int64(item);
+    if (!v || *v < 1 || *v > 64)
+      throw InputError(
+          concat("--devices: '", item, "' is not a device count between 1 and 64 (e.g. 1,2,3,4)"));
+    counts.push_back(static_cast<int>(*v));
+  }
+  auto results = run_repro(counts);
+  if (o.json) {
+    nlohmann::json arr = nlohmann::json::array();
+    for (const auto& r : results)
+      arr.push_back(
+          {{"name", r.name},
+           {"devices", r.devices},
+           {"mismatched",
+            r.mismatched < 0 ? nlohmann::json(nullptr) : nlohmann::json(r.mismatched)},
+           {"total", r.total},
+           {"max_abs_err", r.max_abs_err},
+           {"error", r.error.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.error)}});
+    std::cout << nlohmann::json({{"variants", arr}}).dump(2) << "\n";
+    return 0;
+  }
+  std::cout << "12-block GPT-2-style model, 2 steps, hooks on every block output, inference mode\n";
+  std::cout << std::left << std::setw(9) << "devices" << std::setw(9) << "variant" << std::setw(12)
+            << "mismatched" << std::setw(13) << "max_abs_err"
+            << "result\n";
+  for (const auto& r : results) {
+    std::ostringstream mm, err;
+    if (r.mismatched < 0)
+      mm << "-";
+    else
+      mm << r.mismatched << "/" << r.total;
+    err << std::setprecision(3) << r.max_abs_err;
+    std::string verdict = !r.error.empty()   ? "stopped: " + r.error.substr(0, 70) + "..."
+                          : r.mismatched > 0 ? "CORRUPTED"
+                                             : "exact";
+    std::cout << std::left << std::setw(9) << r.devices << std::setw(9) << r.name << std::setw(12)
+              << mm.str() << std::setw(13) << (r.mismatched < 0 ? "-" : err.str()) << verdict
+              << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
 Command add_repro(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "repro", "Reproduce the kept-hook-reference corruption and show each defence");
-  struct Opts {
-    std::string devices = "1,2,3,4";
-    bool json = false;
-  };
-  auto o = std::make_shared<Opts>();
+  auto o = std::make_shared<ReproCommand>();
   sub->add_option("--devices", o->devices, "Device counts to try, e.g. 1,2,3,4");
   sub->add_flag("--json", o->json, "Machine-readable output");
-  return {
-      sub, [o]() {
-        std::vector<int> counts;
-        std::stringstream ss(o->devices);
-        std::string item;
-        while (std::getline(ss, item, ',')) {
-          const std::optional<int64_t> v = parse_int64(item);
-          if (!v || *v < 1 || *v > 64)
-            throw InputError(concat("--devices: '", item,
-                                    "' is not a device count between 1 and 64 (e.g. 1,2,3,4)"));
-          counts.push_back(static_cast<int>(*v));
-        }
-        auto results = run_repro(counts);
-        if (o->json) {
-          nlohmann::json arr = nlohmann::json::array();
-          for (const auto& r : results)
-            arr.push_back(
-                {{"name", r.name},
-                 {"devices", r.devices},
-                 {"mismatched",
-                  r.mismatched < 0 ? nlohmann::json(nullptr) : nlohmann::json(r.mismatched)},
-                 {"total", r.total},
-                 {"max_abs_err", r.max_abs_err},
-                 {"error", r.error.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.error)}});
-          std::cout << nlohmann::json({{"variants", arr}}).dump(2) << "\n";
-          return 0;
-        }
-        std::cout
-            << "12-block GPT-2-style model, 2 steps, hooks on every block output, inference mode\n";
-        std::cout << std::left << std::setw(9) << "devices" << std::setw(9) << "variant"
-                  << std::setw(12) << "mismatched" << std::setw(13) << "max_abs_err"
-                  << "result\n";
-        for (const auto& r : results) {
-          std::ostringstream mm, err;
-          if (r.mismatched < 0)
-            mm << "-";
-          else
-            mm << r.mismatched << "/" << r.total;
-          err << std::setprecision(3) << r.max_abs_err;
-          std::string verdict = !r.error.empty()   ? "stopped: " + r.error.substr(0, 70) + "..."
-                                : r.mismatched > 0 ? "CORRUPTED"
-                                                   : "exact";
-          std::cout << std::left << std::setw(9) << r.devices << std::setw(9) << r.name
-                    << std::setw(12) << mm.str() << std::setw(13)
-                    << (r.mismatched < 0 ? "-" : err.str()) << verdict << "\n";
-        }
-        return 0;
-      }};
+  return {sub, [o] { return run_repro_command(*o); }};
 }
 
 }  // namespace actcap::cli

@@ -29,18 +29,58 @@ nlohmann::json summary_json(const std::string& out, const std::vector<ExportedTe
           {"transfers", transfer_json(transfers)}};
 }
 
+// The flags of `actcap run`.
+struct RunCommand {
+  std::string model = "demo", tokens, text, out;
+  std::vector<std::string> capture;
+  bool overwrite = false, json = false;
+  DeviceOptions dev;
+  CaptureFlags cap;
+};
+
+// One forward over the given sequences, capturing the chosen points into --out; prints the summary.
+int run_run_command(const RunCommand& o) {
+  if (o.tokens.empty() && o.text.empty())
+    throw InputError("give the input with --tokens or --text");
+  auto model = Model::load(o.model);
+  auto seqs = o.tokens.empty() ? tokenize_text(*model, o.text) : parse_token_lists(o.tokens);
+  Batch batch =
+      Batch::from_sequences(seqs, model->config().vocab_size, model->config().max_positions());
+  model->set_bare_ref_policy(parse_bare_ref_policy(o.cap.bare_ref));
+  const CaptureOptions copts = capture_options(o.cap, o.capture);
+  SafeCapturer capturer(*model, copts);
+  const uint64_t need = capturer.check_budget(batch);
+  split_model(*model, split_options(o.dev), batch.size(), batch.max_len(), capturer.plan(),
+              Model::Logits::kSkipIfUnhooked);
+  prepare_output_dir(o.out, o.overwrite);
+  capturer.run(batch, Model::Logits::kSkipIfUnhooked);
+  auto exported = export_run(o.out, capturer, *model, export_faults_from_env());
+  const TransferStats& moved = model->transfer_stats();
+  if (o.json) {
+    std::cout << summary_json(o.out, exported, capturer, need, moved).dump(2) << "\n";
+    return 0;
+  }
+  size_t width = 5;
+  for (const auto& e : exported) width = std::max(width, e.name.size());
+  std::cout << std::left << std::setw(width + 2) << "point" << std::setw(14) << "shape"
+            << std::setw(7) << "dtype"
+            << "xxh3\n";
+  for (const auto& e : exported)
+    std::cout << std::left << std::setw(width + 2) << e.name << std::setw(14)
+              << shape_string(e.shape) << std::setw(7) << e.dtype << e.checksum << "\n";
+  std::cout << "wrote " << exported.size() << " tensors (" << capturer.row_seq().size()
+            << " rows) to " << o.out << "/shard-00000.safetensors and manifest.json ("
+            << capturer.plan().size() << " points, " << capturer.bytes_per_token()
+            << " bytes per token, " << format_bytes(need) << ")\n";
+  if (moved.transfers > 0 || moved.injected > 0) std::cout << transfer_summary(moved) << "\n";
+  return 0;
+}
+
 }  // namespace
 
 Command add_run(CLI::App& app) {
   auto* sub = app.add_subcommand("run", "Run one forward and capture hook points into DIR");
-  struct Opts {
-    std::string model = "demo", tokens, text, out;
-    std::vector<std::string> capture;
-    bool overwrite = false, json = false;
-    DeviceOptions dev;
-    CaptureFlags cap;
-  };
-  auto o = std::make_shared<Opts>();
+  auto o = std::make_shared<RunCommand>();
   sub->add_option("MODEL", o->model, "Checkpoint directory or 'demo'");
   auto* tok = sub->add_option("--tokens", o->tokens,
                               "Token ids: \"1,2,3;4,5\" (sequences separated by ';')");
@@ -55,44 +95,7 @@ Command add_run(CLI::App& app) {
   add_device_options(sub, o->dev);
   add_capture_options(sub, o->cap);
   sub->add_flag("--json", o->json, "Machine-readable summary");
-  return {sub, [o]() {
-            if (o->tokens.empty() && o->text.empty())
-              throw InputError("give the input with --tokens or --text");
-            auto model = Model::load(o->model);
-            auto seqs =
-                o->tokens.empty() ? tokenize_text(*model, o->text) : parse_token_lists(o->tokens);
-            Batch batch = Batch::from_sequences(seqs, model->config().vocab_size,
-                                                model->config().max_positions());
-            model->set_bare_ref_policy(parse_bare_ref_policy(o->cap.bare_ref));
-            const CaptureOptions copts = capture_options(o->cap, o->capture);
-            SafeCapturer capturer(*model, copts);
-            const uint64_t need = capturer.check_budget(batch);
-            split_model(*model, split_options(o->dev), batch.size(), batch.max_len(),
-                        capturer.plan(), Model::Logits::kSkipIfUnhooked);
-            prepare_output_dir(o->out, o->overwrite);
-            capturer.run(batch, Model::Logits::kSkipIfUnhooked);
-            auto exported = export_run(o->out, capturer, *model, export_faults_from_env());
-            const TransferStats& moved = model->transfer_stats();
-            if (o->json) {
-              std::cout << summary_json(o->out, exported, capturer, need, moved).dump(2) << "\n";
-              return 0;
-            }
-            size_t width = 5;
-            for (const auto& e : exported) width = std::max(width, e.name.size());
-            std::cout << std::left << std::setw(width + 2) << "point" << std::setw(14) << "shape"
-                      << std::setw(7) << "dtype"
-                      << "xxh3\n";
-            for (const auto& e : exported)
-              std::cout << std::left << std::setw(width + 2) << e.name << std::setw(14)
-                        << shape_string(e.shape) << std::setw(7) << e.dtype << e.checksum << "\n";
-            std::cout << "wrote " << exported.size() << " tensors (" << capturer.row_seq().size()
-                      << " rows) to " << o->out << "/shard-00000.safetensors and manifest.json ("
-                      << capturer.plan().size() << " points, " << capturer.bytes_per_token()
-                      << " bytes per token, " << format_bytes(need) << ")\n";
-            if (moved.transfers > 0 || moved.injected > 0)
-              std::cout << transfer_summary(moved) << "\n";
-            return 0;
-          }};
+  return {sub, [o] { return run_run_command(*o); }};
 }
 
 }  // namespace actcap::cli

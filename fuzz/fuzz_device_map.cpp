@@ -149,7 +149,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     nlohmann::json map = nlohmann::json::parse(rest, nullptr, /*allow_exceptions=*/false);
     if (map.is_discarded()) continue;
     req.strategy = PlanStrategy::kExplicit;
-    req.explicit_map = map;
+    if (!fuzz::clean([&] { req.explicit_map = actcap::device_map_from_json(map); })) continue;
     plan(req);
     req.devices.clear();
     req.budgets.clear();

@@ -5,7 +5,7 @@
 // manifest takes them all in when the run completes (or is resumed).
 #pragma once
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -76,9 +76,10 @@ struct VerifyIssue {
 };
 struct VerifyReport {
   int64_t shards = 0;
-  // The shard entries the folder claims, in order: the manifest's, then (while the run is not
-  // complete) the journal's. What `extract --resume` continues from once the report is clean.
-  nlohmann::json claimed = nlohmann::json::array();
+  // The files of the shard entries the folder claims, in order: the manifest's, then (while the
+  // run is not complete) the journal's ("" for an entry without a file name). What
+  // `extract --resume` continues from once the report is clean.
+  std::vector<std::string> claimed;
   int64_t tensors = 0;
   uint64_t bytes = 0;
   std::vector<VerifyIssue> issues;

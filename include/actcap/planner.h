@@ -5,7 +5,7 @@
 
 #include <cstdint>
 #include <map>
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,13 +28,17 @@ struct StageCost {
 
 enum class PlanStrategy { kAuto, kBalanced, kSequential, kExplicit };
 
+// accelerate's device map: module name (or a dot-prefix of module names; "" maps everything) ->
+// device as written: "cpu:0", "cuda:1", or accelerate's integer N ("1" = cuda:1).
+using DeviceMap = std::map<std::string, std::string>;
+
 struct PlanRequest {
   std::vector<StageCost> stages;         // in execution order
   std::vector<DeviceId> devices;         // listed order = fill order
   std::map<DeviceId, uint64_t> budgets;  // absent = unlimited
   PlanStrategy strategy = PlanStrategy::kAuto;
-  nlohmann::json explicit_map;  // accelerate format, for kExplicit
-  uint64_t hidden_bytes = 0;    // one hidden state [B, T, H] in f32: arena slot size
+  DeviceMap explicit_map;     // for kExplicit
+  uint64_t hidden_bytes = 0;  // one hidden state [B, T, H] in f32: arena slot size
 };
 
 struct DeviceUsage {
@@ -53,7 +57,7 @@ struct DevicePlan {
   std::vector<DeviceUsage> usage;                       // one per listed device, in listed order
   std::vector<std::vector<std::string>> stage_modules;  // HF module names per stage (device_map())
   // accelerate's format: module name -> device string, every module of every stage.
-  nlohmann::json device_map() const;
+  DeviceMap device_map() const;
   // Per-device table: device, stages, weights, workspace, reserve, total, budget.
   std::string table() const;
   nlohmann::json to_json() const;  // {"device_map": {...}, "devices": [{...}]}
@@ -66,7 +70,10 @@ DevicePlan plan_devices(const PlanRequest& request);
 PlanStrategy parse_strategy(
     const std::string& text);  // auto | balanced | sequential (else FILE.json)
 // An accelerate-style device map file (read with a size bound); InputError naming it when
-// unreadable.
-nlohmann::json load_device_map(const std::string& path);
+// unreadable, not JSON, or not a device map (device_map_from_json).
+DeviceMap load_device_map(const std::string& path);
+// accelerate's JSON device map (an object of module name -> device string or integer) as a
+// DeviceMap; InputError when it is not an object or an entry is neither a string nor an integer.
+DeviceMap device_map_from_json(const nlohmann::json& map);
 
 }  // namespace actcap

@@ -18,7 +18,7 @@ struct SplitOptions {
   std::vector<DeviceId> devices;         // in fill order; empty: the CPU alone
   std::map<DeviceId, uint64_t> budgets;  // per-device memory budgets; absent = unlimited
   PlanStrategy strategy = PlanStrategy::kAuto;
-  nlohmann::json explicit_map;        // accelerate format (module name -> device), for kExplicit
+  DeviceMap explicit_map;             // accelerate format (module name -> device), for kExplicit
   bool verify_transfers = true;       // checksum both sides of every inter-device copy
   std::vector<TransferFault> faults;  // test-only: damage copies over these links (executor.h)
 };

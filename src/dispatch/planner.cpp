@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
@@ -81,30 +82,31 @@ struct Cost {
 class Planner {
  public:
   explicit Planner(const PlanRequest& r) : req_(r), n_(r.stages.size()) {
-    pw_.assign(n_ + 1, 0);
-    pc_.assign(n_ + 1, 0);
+    weight_prefix_.assign(n_ + 1, 0);
+    capture_prefix_.assign(n_ + 1, 0);
     for (size_t i = 0; i < n_; ++i) {
-      pw_[i + 1] = sat_add(pw_[i], r.stages[i].weight_bytes);
-      pc_[i + 1] = sat_add(pc_[i], r.stages[i].capture_bytes);
+      weight_prefix_[i + 1] = sat_add(weight_prefix_[i], r.stages[i].weight_bytes);
+      capture_prefix_[i + 1] = sat_add(capture_prefix_[i], r.stages[i].capture_bytes);
     }
     // Sparse table for the largest workspace over a range of stages.
     size_t levels = 1;
     while ((size_t{1} << levels) <= n_) ++levels;
-    ws_.assign(levels, std::vector<uint64_t>(n_, 0));
-    for (size_t i = 0; i < n_; ++i) ws_[0][i] = r.stages[i].workspace_bytes;
+    workspace_max_.assign(levels, std::vector<uint64_t>(n_, 0));
+    for (size_t i = 0; i < n_; ++i) workspace_max_[0][i] = r.stages[i].workspace_bytes;
     for (size_t k = 1; k < levels; ++k)
       for (size_t i = 0; i + (size_t{1} << k) <= n_; ++i)
-        ws_[k][i] = std::max(ws_[k - 1][i], ws_[k - 1][i + (size_t{1} << (k - 1))]);
+        workspace_max_[k][i] =
+            std::max(workspace_max_[k - 1][i], workspace_max_[k - 1][i + (size_t{1} << (k - 1))]);
     // Tied weights: which stage holds the module a stage's shared weight belongs to.
-    owner_.assign(n_, -1);
+    tied_owner_.assign(n_, -1);
     for (size_t t = 0; t < n_; ++t) {
       const StageCost& s = r.stages[t];
       if (s.shared_with.empty() || s.shared_weight_bytes == 0) continue;
-      tied_.push_back(t);
-      for (size_t o = 0; o < n_ && owner_[t] < 0; ++o)
+      tied_stages_.push_back(t);
+      for (size_t o = 0; o < n_ && tied_owner_[t] < 0; ++o)
         for (const auto& m : r.stages[o].modules)
           if (covers(m, s.shared_with) || covers(s.shared_with, m)) {
-            owner_[t] = static_cast<long>(o);
+            tied_owner_[t] = static_cast<long>(o);
             break;
           }
     }
@@ -112,7 +114,9 @@ class Planner {
 
   size_t n() const { return n_; }
   size_t devices() const { return req_.devices.size(); }
-  uint64_t weights_between(size_t a, size_t b) const { return pw_[b] - pw_[a]; }
+  uint64_t weights_between(size_t a, size_t b) const {
+    return weight_prefix_[b] - weight_prefix_[a];
+  }
 
   std::optional<uint64_t> budget(size_t d) const {
     auto it = req_.budgets.find(req_.devices[d]);
@@ -124,11 +128,11 @@ class Planner {
   Cost segment(size_t a, size_t b) const {
     Cost c;
     if (a >= b) return c;
-    c.weights = pw_[b] - pw_[a];
+    c.weights = weight_prefix_[b] - weight_prefix_[a];
     std::vector<const std::string*> counted;  // tied weights already counted (usually none)
-    for (size_t t : tied_) {
+    for (size_t t : tied_stages_) {
       if (t < a || t >= b) continue;
-      const long o = owner_[t];
+      const long o = tied_owner_[t];
       const bool elsewhere = o < 0 || static_cast<size_t>(o) < a || static_cast<size_t>(o) >= b;
       const std::string& name = req_.stages[t].shared_with;
       if (!elsewhere || std::any_of(counted.begin(), counted.end(),
@@ -137,8 +141,8 @@ class Planner {
       counted.push_back(&name);
       c.weights = sat_add(c.weights, req_.stages[t].shared_weight_bytes);
     }
-    c.workspace = sat_add(arena_bytes(req_.hidden_bytes), range_max_ws(a, b));
-    c.reserve = pc_[b] - pc_[a];
+    c.workspace = sat_add(arena_bytes(req_.hidden_bytes), max_workspace_between(a, b));
+    c.reserve = capture_prefix_[b] - capture_prefix_[a];
     return c;
   }
 
@@ -167,7 +171,7 @@ class Planner {
         u.reserve = sat_add(u.reserve, st.capture_bytes);
         max_ws = std::max(max_ws, st.workspace_bytes);
         if (!st.shared_with.empty() && st.shared_weight_bytes > 0) {
-          const long o = owner_[s];
+          const long o = tied_owner_[s];
           const bool elsewhere = o < 0 || stage_device[static_cast<size_t>(o)] != d;
           if (elsewhere && counted.insert(st.shared_with).second)
             u.weights = sat_add(u.weights, st.shared_weight_bytes);
@@ -309,48 +313,44 @@ class Planner {
   }
 
  private:
-  uint64_t range_max_ws(size_t a, size_t b) const {
+  uint64_t max_workspace_between(size_t a, size_t b) const {
     size_t k = 0;
     while ((size_t{2} << k) <= b - a) ++k;
-    return std::max(ws_[k][a], ws_[k][b - (size_t{1} << k)]);
+    return std::max(workspace_max_[k][a], workspace_max_[k][b - (size_t{1} << k)]);
   }
 
   const PlanRequest& req_;
   size_t n_;
-  std::vector<uint64_t> pw_, pc_;
-  std::vector<std::vector<uint64_t>> ws_;
-  std::vector<long> owner_;
-  std::vector<size_t> tied_;
+  // Prefix sums: weight_prefix_[i] / capture_prefix_[i] = weight / capture bytes of stages [0, i).
+  std::vector<uint64_t> weight_prefix_, capture_prefix_;
+  // Sparse table: workspace_max_[k][i] = largest workspace of stages [i, i + 2^k).
+  std::vector<std::vector<uint64_t>> workspace_max_;
+  // Per stage: the stage holding the module its tied weight belongs to (-1: none or not found).
+  std::vector<long> tied_owner_;
+  std::vector<size_t> tied_stages_;  // stages with a tied (shared) weight
 };
 
-// Explicit map (accelerate's JSON) -> device per stage; fills `devices` when it is empty.
-std::vector<DeviceId> explicit_assignment(const PlanRequest& req, std::vector<DeviceId>& devices) {
-  const nlohmann::json& map = req.explicit_map;
-  if (!map.is_object() || map.empty())
+using KeyDevices = std::vector<std::pair<std::string, DeviceId>>;  // map key -> its device
+
+// The explicit map's devices, parsed (accelerate's integer N is cuda:N).
+KeyDevices parse_map_devices(const DeviceMap& map) {
+  if (map.empty())
     throw InputError(
-        concat("device map must be a non-empty JSON object mapping module names to "
-               "devices (e.g. {\"model.layers.0\": \"cpu:0\"}), got ",
-               map.dump()));
-  // Devices.
-  std::vector<std::pair<std::string, DeviceId>> keys;
-  for (auto it = map.begin(); it != map.end(); ++it) {
-    const auto& v = it.value();
-    std::string text;
-    if (v.is_string()) {
-      text = v.get<std::string>();
-    } else if (v.is_number_integer()) {
-      text = v.dump();
-    } else {
-      throw InputError(concat("device map entry '", it.key(),
-                              "' must be a device string or an integer (cuda:N), got ", v.dump()));
-    }
+        "device map must be a non-empty JSON object mapping module names to devices (e.g. "
+        "{\"model.layers.0\": \"cpu:0\"}), got {}");
+  KeyDevices keys;
+  for (const auto& [key, text] : map) {
     try {
-      keys.emplace_back(it.key(), parse_device(text, /*integer_is_cuda=*/true));
+      keys.emplace_back(key, parse_device(text, /*integer_is_cuda=*/true));
     } catch (const InputError& e) {
-      throw InputError(concat("device map entry '", it.key(), "': ", e.what()));
+      throw InputError(concat("device map entry '", key, "': ", e.what()));
     }
   }
-  // Keys: each must cover at least one module; keys inside a stage's module would split it.
+  return keys;
+}
+
+// Keys: each must cover at least one module; keys inside a stage's module would split it.
+void check_map_keys(const PlanRequest& req, const KeyDevices& keys) {
   std::vector<std::string> unknown, splitting;
   for (const auto& [key, dev] : keys) {
     bool covering = false;
@@ -371,7 +371,10 @@ std::vector<DeviceId> explicit_assignment(const PlanRequest& req, std::vector<De
                             "; map the whole block (a stage is never split across devices)"));
   if (!unknown.empty())
     throw InputError(concat("unknown module names in device map: ", list_names(unknown)));
-  // Modules: the longest covering key decides.
+}
+
+// Modules: the longest covering key decides; all modules of a stage must land on one device.
+std::vector<DeviceId> assign_stages(const PlanRequest& req, const KeyDevices& keys) {
   std::vector<std::string> left_out, split_stages;
   std::vector<DeviceId> stage_device(req.stages.size());
   for (size_t s = 0; s < req.stages.size(); ++s) {
@@ -406,35 +409,49 @@ std::vector<DeviceId> explicit_assignment(const PlanRequest& req, std::vector<De
   if (!split_stages.empty())
     throw InputError(concat("device map would split a block: ", list_names(split_stages),
                             "; map all modules of a stage to one device"));
-  // Devices must be listed.
+  return stage_device;
+}
+
+// Devices must be listed: fills `devices` (first use first) when it is empty, else refuses
+// devices of the map that it does not list.
+void check_map_devices(const std::vector<DeviceId>& stage_device, const KeyDevices& keys,
+                       std::vector<DeviceId>& devices) {
   if (devices.empty()) {
     for (const auto& d : stage_device)
       if (std::find(devices.begin(), devices.end(), d) == devices.end()) devices.push_back(d);
     for (const auto& kd : keys)
       if (std::find(devices.begin(), devices.end(), kd.second) == devices.end())
         devices.push_back(kd.second);
-  } else {
-    std::vector<std::string> missing;
-    for (const auto& kd : keys)
-      if (std::find(devices.begin(), devices.end(), kd.second) == devices.end() &&
-          std::find(missing.begin(), missing.end(), kd.second.str()) == missing.end())
-        missing.push_back(kd.second.str());
-    if (!missing.empty()) {
-      std::vector<std::string> listed;
-      for (const auto& d : devices) listed.push_back(d.str());
-      throw InputError(concat(missing.size() == 1 ? "device " : "devices ", list_names(missing),
-                              missing.size() == 1 ? " is" : " are",
-                              " not among the devices to plan on (", list_names(listed), ")"),
-                       {"devices", "device_map"});
-    }
+    return;
   }
+  std::vector<std::string> missing;
+  for (const auto& kd : keys)
+    if (std::find(devices.begin(), devices.end(), kd.second) == devices.end() &&
+        std::find(missing.begin(), missing.end(), kd.second.str()) == missing.end())
+      missing.push_back(kd.second.str());
+  if (!missing.empty()) {
+    std::vector<std::string> listed;
+    for (const auto& d : devices) listed.push_back(d.str());
+    throw InputError(concat(missing.size() == 1 ? "device " : "devices ", list_names(missing),
+                            missing.size() == 1 ? " is" : " are",
+                            " not among the devices to plan on (", list_names(listed), ")"),
+                     {"devices", "device_map"});
+  }
+}
+
+// Explicit map -> device per stage; fills `devices` when it is empty.
+std::vector<DeviceId> explicit_assignment(const PlanRequest& req, std::vector<DeviceId>& devices) {
+  const KeyDevices keys = parse_map_devices(req.explicit_map);
+  check_map_keys(req, keys);
+  std::vector<DeviceId> stage_device = assign_stages(req, keys);
+  check_map_devices(stage_device, keys, devices);
   return stage_device;
 }
 
 }  // namespace
 
-nlohmann::json DevicePlan::device_map() const {
-  nlohmann::json out = nlohmann::json::object();
+DeviceMap DevicePlan::device_map() const {
+  DeviceMap out;
   for (size_t s = 0; s < stage_device.size() && s < stage_modules.size(); ++s)
     for (const auto& m : stage_modules[s]) out[m] = stage_device[s].str();
   return out;
@@ -524,18 +541,37 @@ DevicePlan plan_devices(const PlanRequest& request) {
   return plan;
 }
 
-nlohmann::json load_device_map(const std::string& path) {
+DeviceMap device_map_from_json(const nlohmann::json& map) {
+  if (!map.is_object())
+    throw InputError("device map: expected an object of module name -> device", {"device_map"});
+  DeviceMap out;
+  for (auto it = map.begin(); it != map.end(); ++it) {
+    const auto& v = it.value();
+    if (v.is_string())
+      out[it.key()] = v.get<std::string>();
+    else if (v.is_number_integer())
+      out[it.key()] = v.dump();
+    else
+      throw InputError(concat("device map entry '", it.key(),
+                              "' must be a device string or an integer (cuda:N), got ", v.dump()));
+  }
+  return out;
+}
+
+DeviceMap load_device_map(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))
     throw InputError(concat("device map: cannot read ", path,
                             " (expected auto, balanced, sequential or a JSON file)"),
                      {"device_map"});
+  nlohmann::json map;
   try {
-    return nlohmann::json::parse(read_text_file(path, kMaxConfigBytes, "device map"));
+    map = nlohmann::json::parse(read_text_file(path, kMaxConfigBytes, "device map"));
   } catch (const nlohmann::json::exception& e) {
     throw InputError(concat("device map ", path, ": not valid JSON (", e.what(), ")"),
                      {"device_map"});
   }
+  return device_map_from_json(map);
 }
 
 PlanStrategy parse_strategy(const std::string& text) {

@@ -50,8 +50,6 @@ DevicePlan plan_split(const Model& model, const SplitOptions& options, int64_t b
   req.budgets = options.budgets;
   req.strategy = options.strategy;
   if (options.strategy == PlanStrategy::kExplicit) {
-    if (!options.explicit_map.is_object())
-      throw InputError("device map: expected an object of module name -> device", {"device_map"});
     req.explicit_map = options.explicit_map;
   } else if (req.devices.empty()) {
     req.devices = {DeviceId::cpu()};

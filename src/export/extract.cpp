@@ -279,12 +279,9 @@ json read_manifest(const std::string& dir) {
   return m;
 }
 
-}  // namespace
-
-ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const ExtractOptions& o,
-                          const std::function<void(const ExtractProgress&)>& on_progress) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const int64_t context = model.config().max_positions();
+// The longest window a run cuts documents into: the options' max length (else the model's
+// context), after checking the options against it.
+int64_t checked_max_length(const ExtractOptions& o, int64_t context) {
   const int64_t max_len = o.max_length > 0 ? o.max_length : context;
   if (max_len > context)
     throw InputError(concat("max length ", max_len, " exceeds the model's context of ", context),
@@ -296,6 +293,217 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
   if (o.batch_size <= 0) throw InputError("batch size must be positive", {"batch_size"});
   if (o.resume && o.overwrite)
     throw InputError("resuming and overwriting exclude each other", {"resume", "overwrite"});
+  return max_len;
+}
+
+// What a resumed run must agree on to produce the same files.
+struct RunIdentity {
+  json head;      // manifest_head: format, model, device map, points
+  json settings;  // the options that shape the shards
+  json input;     // the corpus: path and XXH3
+};
+
+RunIdentity run_identity(const Model& model, const SafeCapturer* cap, const ExtractOptions& o,
+                         int64_t max_len) {
+  RunIdentity id;
+  id.head = manifest_head(model, cap ? cap->plan() : std::vector<PointInfo>{});
+  id.settings = {{"capture", o.capture.patterns}, {"batch_size", o.batch_size},
+                 {"max_length", max_len},         {"stride", o.stride},
+                 {"shard_bytes", o.shard_bytes},  {"skip_bad_lines", o.skip_bad_lines}};
+  id.input = {{"path", o.input}, {"xxh3", CorpusReader::fingerprint(o.input)}};
+  return id;
+}
+
+// Where the run starts writing: its manifest, the next shard's index and the last input line
+// already claimed (-1: none).
+struct StartPoint {
+  json manifest;
+  int64_t next_shard = 0;
+  int64_t resume_after = -1;
+};
+
+// --resume: checks that the run in o.out is this run and that everything it claims is intact, takes
+// the journal into the manifest and removes whatever of ours is not claimed.
+StartPoint resume_run(const ExtractOptions& o, const Model& model, const RunIdentity& id,
+                      FaultPoints& faults) {
+  StartPoint start;
+  json& manifest = start.manifest;
+  manifest = read_manifest(o.out);
+  for (const char* key : {"format", "settings", "points", "input"}) {
+    const json& want = std::string(key) == "format"     ? id.head["format"]
+                       : std::string(key) == "settings" ? id.settings
+                       : std::string(key) == "points"   ? id.head["points"]
+                                                        : id.input;
+    if (manifest.value(key, json()) != want)
+      throw InputError(concat("cannot resume: ", key, " differ from the run in ", o.out, " (",
+                              manifest.value(key, json()).dump(), " there, ", want.dump(),
+                              " now); overwrite it to start again"),
+                       {"resume", "overwrite"});
+  }
+  if (manifest["model"].value("fingerprint", "") != model.fingerprint())
+    throw InputError(concat("cannot resume: ", o.out,
+                            " was written from other weights; overwrite it to start again"),
+                     {"resume", "overwrite"});
+  // Keep exactly the shards the manifest (and its journal) claims, after checking them all;
+  // drop anything else.
+  json claimed_shards;
+  VerifyReport check = verify_output(o.out, claimed_shards);
+  for (const VerifyIssue& i : check.issues)
+    if (i.kind != VerifyIssue::Kind::kIncomplete)
+      throw RunError(concat("cannot resume: ", o.out, "/", i.file,
+                            (i.tensor.empty() ? "" : " " + i.tensor), ": ", i.problem),
+                     {"resume"});
+  manifest["shards"] = claimed_shards;
+  std::set<std::string> claimed;
+  int64_t rows = 0;
+  for (const json& s : manifest["shards"]) {
+    if (!s.contains("last_line") || !s["last_line"].is_number_integer() || !s.contains("rows") ||
+        !s["rows"].is_number_integer())
+      throw InputError(concat("cannot resume: shard entry ", s.value("file", "?"), " in ", o.out,
+                              " has no integer rows/last_line: not written by extract; "
+                              "overwrite it to start again"),
+                       {"resume", "overwrite"});
+    claimed.insert(s["file"].get<std::string>());
+    start.resume_after = s["last_line"].get<int64_t>();
+    rows += s["rows"].get<int64_t>();
+    ++start.next_shard;
+  }
+  // The manifest takes in the journal's entries first; only then is the journal dropped,
+  // with anything else of ours that is not claimed.
+  manifest["complete"] = false;
+  manifest["rows"] = rows;
+  write_manifest(o.out, manifest, &faults);
+  faults.reached(ExportFaults::Moment::kResume);
+  for (const auto& e : fs::directory_iterator(o.out)) {
+    const std::string n = e.path().filename().string();
+    if (n != kManifestName && !claimed.count(n) && is_output_file(n)) fs::remove(e.path());
+  }
+  return start;
+}
+
+// A new run: prepares o.out and writes the manifest's head.
+StartPoint start_run(const ExtractOptions& o, const RunIdentity& id, FaultPoints& faults) {
+  prepare_output_dir(o.out, o.overwrite);
+  StartPoint start;
+  start.manifest = id.head;
+  start.manifest["settings"] = id.settings;
+  start.manifest["input"] = id.input;
+  write_manifest(o.out, start.manifest, &faults);
+  return start;
+}
+
+// The writer for the run's shards, with the schema of its manifest.
+std::unique_ptr<ShardWriter> open_writer(const ExtractOptions& o, const json& manifest,
+                                         FaultPoints& faults) {
+  std::string problem;
+  std::optional<ShardSchema> schema = shard_schema(manifest, problem);
+  if (!schema)
+    throw InputError(
+        concat(o.out, "/", kManifestName, " ", problem, "; overwrite it to start again"),
+        {"overwrite"});
+  return std::make_unique<ShardWriter>(o.out, manifest, std::move(*schema),
+                                       static_cast<size_t>(o.queue_shards), faults);
+}
+
+// One shard's worth of whole documents, cut into windows.
+struct ShardInput {
+  std::vector<Window> windows;
+  int64_t first_line = -1, last_line = -1, documents = 0;
+};
+
+// Reads whole documents until their captured rows reach the shard size (or the input ends, which
+// clears `more`), skipping lines up to `resume_after` (counted as done). Cuts each document into
+// windows of at most `max_len` tokens, starting every stride tokens.
+ShardInput gather_shard(CorpusReader& reader, Document& doc, bool& more, const ExtractOptions& o,
+                        int64_t max_len, int64_t bytes_per_row, int64_t resume_after,
+                        ExtractProgress& progress) {
+  ShardInput in;
+  int64_t shard_bytes = 0;
+  while (shard_bytes < static_cast<int64_t>(o.shard_bytes) && (more = reader.next(doc))) {
+    if (doc.line <= resume_after) {
+      ++progress.documents_done;
+      continue;
+    }
+    const int64_t len = static_cast<int64_t>(doc.ids.size());
+    if (len > max_len && o.stride == 0)
+      throw InputError(concat(o.input, ":", doc.line + 1, ": document has ", len,
+                              " tokens, over the max length of ", max_len,
+                              "; set a stride to cut long documents into overlapping windows"),
+                       {"max_length", "stride"});
+    const std::vector<int64_t> keep = o.capture.positions.select(len);
+    int64_t covered = 0;
+    for (int64_t start = 0;; start += o.stride) {
+      const int64_t end = std::min(len, start + max_len);
+      Window w{doc.line,
+               start,
+               std::vector<int64_t>(doc.ids.begin() + start, doc.ids.begin() + end),
+               {}};
+      for (int64_t p : keep)
+        if (p >= covered && p < end) w.positions.push_back(p - start);
+      covered = end;
+      shard_bytes += static_cast<int64_t>(w.positions.size()) * bytes_per_row;
+      in.windows.push_back(std::move(w));
+      if (end == len) break;
+    }
+    if (in.first_line < 0) in.first_line = doc.line;
+    in.last_line = doc.line;
+    ++in.documents;
+  }
+  return in;
+}
+
+// One shard's captured rows: each point's verified parts, batch after batch, and the document
+// line and position of each row.
+struct ShardRows {
+  std::map<std::string, std::vector<Part>> parts;
+  std::vector<int64_t> row_line, row_pos;
+};
+
+// Runs the windows in batches grouped by length (longest first, so padding stays small),
+// capturing with `cap` (or, without one, only the forward); `report` after each batch.
+ShardRows run_batches(Model& model, SafeCapturer* cap, const std::vector<Window>& windows,
+                      const ExtractOptions& o, int64_t context, ExtractProgress& progress,
+                      const std::function<void()>& report) {
+  std::vector<size_t> order(windows.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return windows[a].ids.size() > windows[b].ids.size();
+  });
+  ShardRows out;
+  for (size_t begin = 0; begin < order.size(); begin += o.batch_size) {
+    const size_t end = std::min(order.size(), begin + static_cast<size_t>(o.batch_size));
+    std::vector<std::vector<int64_t>> seqs, positions;
+    for (size_t k = begin; k < end; ++k) {
+      seqs.push_back(windows[order[k]].ids);
+      positions.push_back(windows[order[k]].positions);
+    }
+    Batch batch = Batch::from_sequences(seqs, model.config().vocab_size, context);
+    if (!cap) {
+      model.forward(batch, Model::Logits::kSkipIfUnhooked);  // as the capture runs
+    } else {
+      cap->run(batch, positions, Model::Logits::kSkipIfUnhooked);
+      for (size_t r = 0; r < cap->row_seq().size(); ++r) {
+        const Window& w = windows[order[begin + cap->row_seq()[r]]];
+        out.row_line.push_back(w.doc_line);
+        out.row_pos.push_back(w.start + cap->row_pos()[r]);
+      }
+      for (const PointInfo& p : cap->plan())
+        out.parts[p.name].push_back(verified_part(*cap, p.name, o.capture.fingerprint));
+      cap->clear();
+    }
+    progress.tokens_done += batch.tokens();
+    report();
+  }
+  return out;
+}
+
+}  // namespace
+
+ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const ExtractOptions& o,
+                          const std::function<void(const ExtractProgress&)>& on_progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t context = model.config().max_positions();
+  const int64_t max_len = checked_max_length(o, context);
   FaultPoints faults(o.faults);
 
   CorpusReader reader(o.input, tokenizer, model.config().vocab_size, o.skip_bad_lines);
@@ -306,89 +514,15 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
   std::unique_ptr<SafeCapturer> cap;
   if (!o.forward_only) cap = std::make_unique<SafeCapturer>(model, o.capture);
   const int64_t bytes_per_row = cap ? std::max<int64_t>(1, cap->bytes_per_token()) : 1;
-
-  // What a resumed run must agree on to produce the same files.
-  const json head = manifest_head(model, cap ? cap->plan() : std::vector<PointInfo>{});
-  const json& points = head["points"];
-  json settings = {{"capture", o.capture.patterns}, {"batch_size", o.batch_size},
-                   {"max_length", max_len},         {"stride", o.stride},
-                   {"shard_bytes", o.shard_bytes},  {"skip_bad_lines", o.skip_bad_lines}};
-  json input = {{"path", o.input}, {"xxh3", CorpusReader::fingerprint(o.input)}};
+  const RunIdentity id = run_identity(model, cap.get(), o, max_len);
 
   ExtractResult result;
-  json manifest;
-  int64_t next_shard = 0, resume_after = -1;
-  if (!o.forward_only) {
-    if (o.resume) {
-      manifest = read_manifest(o.out);
-      for (const char* key : {"format", "settings", "points", "input"}) {
-        const json& want = std::string(key) == "format"     ? head["format"]
-                           : std::string(key) == "settings" ? settings
-                           : std::string(key) == "points"   ? points
-                                                            : input;
-        if (manifest.value(key, json()) != want)
-          throw InputError(concat("cannot resume: ", key, " differ from the run in ", o.out, " (",
-                                  manifest.value(key, json()).dump(), " there, ", want.dump(),
-                                  " now); overwrite it to start again"),
-                           {"resume", "overwrite"});
-      }
-      if (manifest["model"].value("fingerprint", "") != model.fingerprint())
-        throw InputError(concat("cannot resume: ", o.out,
-                                " was written from other weights; overwrite it to start again"),
-                         {"resume", "overwrite"});
-      // Keep exactly the shards the manifest (and its journal) claims, after checking them all;
-      // drop anything else.
-      VerifyReport check = verify_output(o.out);
-      for (const VerifyIssue& i : check.issues)
-        if (i.kind != VerifyIssue::Kind::kIncomplete)
-          throw RunError(concat("cannot resume: ", o.out, "/", i.file,
-                                (i.tensor.empty() ? "" : " " + i.tensor), ": ", i.problem),
-                         {"resume"});
-      manifest["shards"] = check.claimed;
-      std::set<std::string> claimed;
-      int64_t rows = 0;
-      for (const json& s : manifest["shards"]) {
-        if (!s.contains("last_line") || !s["last_line"].is_number_integer() ||
-            !s.contains("rows") || !s["rows"].is_number_integer())
-          throw InputError(
-              concat("cannot resume: shard entry ", s.value("file", "?"), " in ", o.out,
-                     " has no integer rows/last_line: not written by extract; "
-                     "overwrite it to start again"),
-              {"resume", "overwrite"});
-        claimed.insert(s["file"].get<std::string>());
-        resume_after = s["last_line"].get<int64_t>();
-        rows += s["rows"].get<int64_t>();
-        ++next_shard;
-      }
-      // The manifest takes in the journal's entries first; only then is the journal dropped,
-      // with anything else of ours that is not claimed.
-      manifest["complete"] = false;
-      manifest["rows"] = rows;
-      write_manifest(o.out, manifest, &faults);
-      faults.reached(ExportFaults::Moment::kResume);
-      for (const auto& e : fs::directory_iterator(o.out)) {
-        const std::string n = e.path().filename().string();
-        if (n != kManifestName && !claimed.count(n) && is_output_file(n)) fs::remove(e.path());
-      }
-      result.resumed_from_line = resume_after + 1;
-    } else {
-      prepare_output_dir(o.out, o.overwrite);
-      manifest = head;
-      manifest["settings"] = settings;
-      manifest["input"] = input;
-      write_manifest(o.out, manifest, &faults);
-    }
-  }
+  StartPoint start;
   std::unique_ptr<ShardWriter> writer;
   if (!o.forward_only) {
-    std::string problem;
-    std::optional<ShardSchema> schema = shard_schema(manifest, problem);
-    if (!schema)
-      throw InputError(
-          concat(o.out, "/", kManifestName, " ", problem, "; overwrite it to start again"),
-          {"overwrite"});
-    writer = std::make_unique<ShardWriter>(o.out, manifest, std::move(*schema),
-                                           static_cast<size_t>(o.queue_shards), faults);
+    start = o.resume ? resume_run(o, model, id, faults) : start_run(o, id, faults);
+    if (o.resume) result.resumed_from_line = start.resume_after + 1;
+    writer = open_writer(o, start.manifest, faults);
   }
 
   ExtractProgress progress;
@@ -404,82 +538,21 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
 
   Document doc;
   bool more = true;
+  int64_t next_shard = start.next_shard;
   while (more) {
-    // Gather one shard's worth of whole documents.
-    std::vector<Window> windows;
-    int64_t shard_bytes = 0, first_line = -1, last_line = -1, docs = 0;
-    while (shard_bytes < static_cast<int64_t>(o.shard_bytes) && (more = reader.next(doc))) {
-      if (doc.line <= resume_after) {
-        ++progress.documents_done;
-        continue;
-      }
-      const int64_t len = static_cast<int64_t>(doc.ids.size());
-      if (len > max_len && o.stride == 0)
-        throw InputError(concat(o.input, ":", doc.line + 1, ": document has ", len,
-                                " tokens, over the max length of ", max_len,
-                                "; set a stride to cut long documents into overlapping windows"),
-                         {"max_length", "stride"});
-      const std::vector<int64_t> keep = o.capture.positions.select(len);
-      int64_t covered = 0;
-      for (int64_t start = 0;; start += o.stride) {
-        const int64_t end = std::min(len, start + max_len);
-        Window w{doc.line,
-                 start,
-                 std::vector<int64_t>(doc.ids.begin() + start, doc.ids.begin() + end),
-                 {}};
-        for (int64_t p : keep)
-          if (p >= covered && p < end) w.positions.push_back(p - start);
-        covered = end;
-        shard_bytes += static_cast<int64_t>(w.positions.size()) * bytes_per_row;
-        windows.push_back(std::move(w));
-        if (end == len) break;
-      }
-      if (first_line < 0) first_line = doc.line;
-      last_line = doc.line;
-      ++docs;
-    }
-    if (windows.empty()) break;
-
-    // Batches grouped by length (longest first), so padding stays small.
-    std::vector<size_t> order(windows.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-      return windows[a].ids.size() > windows[b].ids.size();
-    });
-    std::map<std::string, std::vector<Part>> parts;
-    std::vector<int64_t> row_line, row_pos;
-    for (size_t begin = 0; begin < order.size(); begin += o.batch_size) {
-      const size_t end = std::min(order.size(), begin + static_cast<size_t>(o.batch_size));
-      std::vector<std::vector<int64_t>> seqs, positions;
-      for (size_t k = begin; k < end; ++k) {
-        seqs.push_back(windows[order[k]].ids);
-        positions.push_back(windows[order[k]].positions);
-      }
-      Batch batch = Batch::from_sequences(seqs, model.config().vocab_size, context);
-      if (!cap) {
-        model.forward(batch, Model::Logits::kSkipIfUnhooked);  // as the capture runs
-      } else {
-        cap->run(batch, positions, Model::Logits::kSkipIfUnhooked);
-        for (size_t r = 0; r < cap->row_seq().size(); ++r) {
-          const Window& w = windows[order[begin + cap->row_seq()[r]]];
-          row_line.push_back(w.doc_line);
-          row_pos.push_back(w.start + cap->row_pos()[r]);
-        }
-        for (const PointInfo& p : cap->plan())
-          parts[p.name].push_back(verified_part(*cap, p.name, o.capture.fingerprint));
-        cap->clear();
-      }
-      progress.tokens_done += batch.tokens();
-      report();
-    }
-    progress.documents_done += docs;
+    ShardInput in =
+        gather_shard(reader, doc, more, o, max_len, bytes_per_row, start.resume_after, progress);
+    if (in.windows.empty()) break;
+    ShardRows rows = run_batches(model, cap.get(), in.windows, o, context, progress, report);
+    progress.documents_done += in.documents;
     if (cap) {
       ShardJob job;
       job.index = next_shard++;
-      job.contents = assemble_shard(job.index, cap->plan(), parts, row_line, row_pos, o.faults);
-      job.first_line = first_line;
-      job.last_line = last_line;
-      job.documents = docs;
+      job.contents =
+          assemble_shard(job.index, cap->plan(), rows.parts, rows.row_line, rows.row_pos, o.faults);
+      job.first_line = in.first_line;
+      job.last_line = in.last_line;
+      job.documents = in.documents;
       writer->push(std::move(job));
     }
     report();

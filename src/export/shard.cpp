@@ -128,44 +128,34 @@ json write_checked_shard(const std::string& dir, int64_t index, const ShardConte
   return entry;
 }
 
-std::vector<VerifyIssue> check_shard(const SafetensorsFile& shard, const std::string& file,
-                                     const json& entry, const ShardSchema& schema,
-                                     const ShardCheckOptions& options) {
-  std::vector<VerifyIssue> out;
-  auto bad = [&](const std::string& tensor, const std::string& problem) {
+namespace {
+
+// Collects one shard's issues, each named by the shard's file.
+struct ShardIssues {
+  const std::string& file;
+  std::vector<VerifyIssue>& out;
+  void operator()(const std::string& tensor, const std::string& problem) const {
     out.push_back({file, tensor, problem});
-  };
-  if (!entry.contains("rows") || !entry["rows"].is_number_integer() ||
-      entry["rows"].get<int64_t>() < 0) {
-    bad("", "its manifest entry has no row count");
-    return out;
   }
-  const int64_t rows = entry["rows"].get<int64_t>();
-  if (!entry.contains("checksums") || !entry["checksums"].is_object()) {
-    bad("", "its manifest entry has no checksums");
-    return out;
-  }
-  const json& sums = entry["checksums"];
+};
 
-  if (!entry.contains("bytes") || entry["bytes"] != shard.file_size())
-    bad("", concat("is ", shard.file_size(), " bytes, manifest says ",
-                   entry.contains("bytes") ? entry["bytes"].dump() : "nothing"));
+// The header as bytes: dtypes, shapes, offsets, names and metadata exactly as written.
+void check_header_bytes(const SafetensorsFile& shard, const json& entry, const ShardIssues& bad) {
+  const uint64_t header_bytes = shard.header().data_offset;
+  const std::string got = hex64(xxh3(shard.file_bytes(), header_bytes));
+  if (!entry.contains("header_xxh3") || !entry["header_xxh3"].is_string())
+    bad("",
+        "its manifest entry has no header_xxh3, so its header cannot be proven (written "
+        "before format actcap/2?); write it again");
+  else if (got != entry["header_xxh3"].get<std::string>())
+    bad("",
+        concat("header checksum ", got, ", manifest says ", entry["header_xxh3"].get<std::string>(),
+               ": the header (dtypes, shapes, offsets) is not what was written"));
+}
 
-  // The header as bytes: dtypes, shapes, offsets, names and metadata exactly as written.
-  if (options.header_checksum) {
-    const uint64_t header_bytes = shard.header().data_offset;
-    const std::string got = hex64(xxh3(shard.file_bytes(), header_bytes));
-    if (!entry.contains("header_xxh3") || !entry["header_xxh3"].is_string())
-      bad("",
-          "its manifest entry has no header_xxh3, so its header cannot be proven (written "
-          "before format actcap/2?); write it again");
-    else if (got != entry["header_xxh3"].get<std::string>())
-      bad("", concat("header checksum ", got, ", manifest says ",
-                     entry["header_xxh3"].get<std::string>(),
-                     ": the header (dtypes, shapes, offsets) is not what was written"));
-  }
-
-  // The header field by field, so that the problem is named.
+// The __metadata__ field by field: exactly the keys and values the manifest implies.
+void check_metadata(const SafetensorsFile& shard, const ShardSchema& schema, const json& sums,
+                    const ShardIssues& bad) {
   const std::map<std::string, std::string>& meta = shard.metadata();
   std::map<std::string, std::string> want_meta = shard_metadata(schema, sums);
   want_meta["format"] = "pt";
@@ -185,6 +175,12 @@ std::vector<VerifyIssue> check_shard(const SafetensorsFile& shard, const std::st
           concat("__metadata__ '", key, "' is '", it->second, "', manifest says '", value, "'"));
     }
   }
+}
+
+// The tensors field by field: exactly the schema's, each with its dtype and [rows, ...row_shape],
+// and a checksum for each in the manifest.
+void check_tensor_set(const SafetensorsFile& shard, const ShardSchema& schema, int64_t rows,
+                      const json& sums, const ShardIssues& bad) {
   for (const auto& [name, want] : schema.tensors) {
     const TensorInfo* info = shard.find(name);
     if (!info) {
@@ -205,8 +201,10 @@ std::vector<VerifyIssue> check_shard(const SafetensorsFile& shard, const std::st
   for (const auto& [name, sum] : sums.items())
     if (!schema.tensors.count(name))
       bad(name, "has a checksum in the manifest but is no point of the manifest");
+}
 
-  // Every tensor's bytes.
+// Every tensor's bytes against its checksum in the manifest.
+void check_tensor_bytes(const SafetensorsFile& shard, const json& sums, const ShardIssues& bad) {
   for (const TensorInfo& info : shard.tensors()) {
     if (!sums.contains(info.name)) {
       bad(info.name, "has no checksum in the manifest");
@@ -216,6 +214,34 @@ std::vector<VerifyIssue> check_shard(const SafetensorsFile& shard, const std::st
     const std::string got = hex64(xxh3(shard.data(info), info.end - info.begin));
     if (got != want) bad(info.name, concat("checksum ", got, ", manifest says ", want));
   }
+}
+
+}  // namespace
+
+std::vector<VerifyIssue> check_shard(const SafetensorsFile& shard, const std::string& file,
+                                     const json& entry, const ShardSchema& schema,
+                                     const ShardCheckOptions& options) {
+  std::vector<VerifyIssue> out;
+  const ShardIssues bad{file, out};
+  if (!entry.contains("rows") || !entry["rows"].is_number_integer() ||
+      entry["rows"].get<int64_t>() < 0) {
+    bad("", "its manifest entry has no row count");
+    return out;
+  }
+  const int64_t rows = entry["rows"].get<int64_t>();
+  if (!entry.contains("checksums") || !entry["checksums"].is_object()) {
+    bad("", "its manifest entry has no checksums");
+    return out;
+  }
+  const json& sums = entry["checksums"];
+
+  if (!entry.contains("bytes") || entry["bytes"] != shard.file_size())
+    bad("", concat("is ", shard.file_size(), " bytes, manifest says ",
+                   entry.contains("bytes") ? entry["bytes"].dump() : "nothing"));
+  if (options.header_checksum) check_header_bytes(shard, entry, bad);
+  check_metadata(shard, schema, sums, bad);
+  check_tensor_set(shard, schema, rows, sums, bad);
+  check_tensor_bytes(shard, sums, bad);
   return out;
 }
 

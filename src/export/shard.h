@@ -73,6 +73,10 @@ std::vector<VerifyIssue> check_shard(const SafetensorsFile& shard, const std::st
                                      const nlohmann::json& entry, const ShardSchema& schema,
                                      const ShardCheckOptions& options = {});
 
+// verify_output, also handing back the shard entries the folder claims (VerifyReport::claimed
+// holds their files): what `extract --resume` keeps.
+VerifyReport verify_output(const std::string& dir, nlohmann::json& claimed);
+
 // format, complete (false), model (path, model_type, fingerprint), device_map, points (dtype
 // and per-token shape of each planned point), rows (0), shards ([]).
 nlohmann::json manifest_head(const Model& model, const std::vector<PointInfo>& plan);

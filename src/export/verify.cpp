@@ -16,84 +16,81 @@ namespace actcap {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string seal_manifest(json manifest) {
+namespace {
+
+// XXH3 of the manifest without its manifest_checksum field, dumped canonically: what sealing
+// writes and verifying recomputes.
+std::string manifest_checksum(json manifest) {
   manifest.erase("manifest_checksum");
   const std::string canonical = manifest.dump();
-  manifest["manifest_checksum"] = hex64(xxh3(canonical.data(), canonical.size()));
-  return manifest.dump(2) + "\n";
+  return hex64(xxh3(canonical.data(), canonical.size()));
 }
-
-namespace {
 
 bool plain_file_name(const std::string& name) {
   return !name.empty() && name.find('/') == std::string::npos &&
          name.find('\\') == std::string::npos && name != "." && name != "..";
 }
 
-}  // namespace
+// Adds an issue, its kind from the file it names.
+void add_issue(VerifyReport& r, const std::string& file, const std::string& tensor,
+               const std::string& problem) {
+  const VerifyIssue::Kind kind = file == kManifestName  ? VerifyIssue::Kind::kManifest
+                                 : file == kJournalName ? VerifyIssue::Kind::kJournal
+                                                        : VerifyIssue::Kind::kShard;
+  r.issues.push_back({file, tensor, problem, kind});
+}
 
-VerifyReport verify_output(const std::string& dir) {
+// The manifest itself: present, JSON, sealed and unaltered, complete, with a shard list and a
+// schema. Reports what is wrong; the schema when the shards can be checked against it.
+std::optional<ShardSchema> check_manifest(const std::string& dir, json& manifest, bool& complete,
+                                          VerifyReport& r) {
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) throw InputError(concat(dir, " is not a folder"));
-  VerifyReport r;
   const std::string manifest_path = (fs::path(dir) / kManifestName).string();
-  auto issue = [&](const std::string& file, const std::string& tensor, const std::string& problem) {
-    const VerifyIssue::Kind kind = file == kManifestName  ? VerifyIssue::Kind::kManifest
-                                   : file == kJournalName ? VerifyIssue::Kind::kJournal
-                                                          : VerifyIssue::Kind::kShard;
-    r.issues.push_back({file, tensor, problem, kind});
-  };
-  json manifest;
   if (!fs::exists(manifest_path, ec)) {
-    issue(kManifestName, "", "missing: nothing in this folder is claimed complete");
-    return r;
+    add_issue(r, kManifestName, "", "missing: nothing in this folder is claimed complete");
+    return std::nullopt;
   }
   try {
     manifest = json::parse(read_text_file(manifest_path, kMaxManifestBytes, "manifest"));
   } catch (const json::exception& e) {
-    issue(kManifestName, "", concat("not valid JSON (", e.what(), ")"));
-    return r;
+    add_issue(r, kManifestName, "", concat("not valid JSON (", e.what(), ")"));
+    return std::nullopt;
   }
   if (!manifest.is_object() || !manifest.contains("manifest_checksum") ||
       !manifest["manifest_checksum"].is_string()) {
-    issue(kManifestName, "", "has no manifest_checksum");
-    return r;
+    add_issue(r, kManifestName, "", "has no manifest_checksum");
+    return std::nullopt;
   }
-  {
-    json body = manifest;
-    body.erase("manifest_checksum");
-    const std::string canonical = body.dump();
-    if (hex64(xxh3(canonical.data(), canonical.size())) !=
-        manifest["manifest_checksum"].get<std::string>())
-      issue(kManifestName, "",
-            "contents do not match manifest_checksum (the manifest was altered)");
-  }
-  const bool complete = manifest.contains("complete") && manifest["complete"] == true;
+  if (manifest_checksum(manifest) != manifest["manifest_checksum"].get<std::string>())
+    add_issue(r, kManifestName, "",
+              "contents do not match manifest_checksum (the manifest was altered)");
+  complete = manifest.contains("complete") && manifest["complete"] == true;
   if (!complete)
     r.issues.push_back(
         {kManifestName, "", "run is not marked complete", VerifyIssue::Kind::kIncomplete});
   if (!manifest.contains("shards") || !manifest["shards"].is_array()) {
-    issue(kManifestName, "", "has no shard list");
-    return r;
+    add_issue(r, kManifestName, "", "has no shard list");
+    return std::nullopt;
   }
   std::string problem;
-  const std::optional<ShardSchema> schema = shard_schema(manifest, problem);
-  if (!schema) {
-    issue(kManifestName, "", problem);
-    return r;
-  }
-  if (!complete)  // an unfinished extract claims shards in its journal
-    for (const std::string& p : merge_journal(dir, manifest["shards"])) issue(kJournalName, "", p);
-  r.claimed = manifest["shards"];
-  for (const json& shard : manifest["shards"]) {
+  std::optional<ShardSchema> schema = shard_schema(manifest, problem);
+  if (!schema) add_issue(r, kManifestName, "", problem);
+  return schema;
+}
+
+// Every claimed shard: a well-formed entry naming a plain file, which opens and holds what its
+// entry and the schema say.
+void check_shards(const std::string& dir, const json& shards, const ShardSchema& schema,
+                  VerifyReport& r) {
+  for (const json& shard : shards) {
     if (!shard.is_object() || !shard.contains("file") || !shard["file"].is_string()) {
-      issue(kManifestName, "", "malformed shard entry");
+      add_issue(r, kManifestName, "", "malformed shard entry");
       continue;
     }
     const std::string file = shard["file"].get<std::string>();
     if (!plain_file_name(file)) {
-      issue(kManifestName, "",
-            concat("shard name '", file, "' is not a plain file name inside the folder"));
+      add_issue(r, kManifestName, "",
+                concat("shard name '", file, "' is not a plain file name inside the folder"));
       continue;
     }
     ++r.shards;
@@ -101,13 +98,45 @@ VerifyReport verify_output(const std::string& dir) {
     try {
       st = SafetensorsFile::open((fs::path(dir) / file).string());
     } catch (const Error& e) {
-      issue(file, "", e.what());
+      add_issue(r, file, "", e.what());
       continue;
     }
     r.bytes += st->file_size();
     r.tensors += static_cast<int64_t>(st->tensors().size());
-    for (VerifyIssue& i : check_shard(*st, file, shard, *schema)) r.issues.push_back(std::move(i));
+    for (VerifyIssue& i : check_shard(*st, file, shard, schema)) r.issues.push_back(std::move(i));
   }
+}
+
+}  // namespace
+
+std::string seal_manifest(json manifest) {
+  manifest["manifest_checksum"] = manifest_checksum(manifest);
+  return manifest.dump(2) + "\n";
+}
+
+VerifyReport verify_output(const std::string& dir) {
+  json claimed;
+  return verify_output(dir, claimed);
+}
+
+VerifyReport verify_output(const std::string& dir, json& claimed) {
+  claimed = json::array();
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw InputError(concat(dir, " is not a folder"));
+  VerifyReport r;
+  json manifest;
+  bool complete = false;
+  const std::optional<ShardSchema> schema = check_manifest(dir, manifest, complete, r);
+  if (!schema) return r;
+  if (!complete)  // an unfinished extract claims shards in its journal
+    for (const std::string& p : merge_journal(dir, manifest["shards"]))
+      add_issue(r, kJournalName, "", p);
+  claimed = manifest["shards"];
+  for (const json& shard : claimed)
+    r.claimed.push_back(shard.is_object() && shard.contains("file") && shard["file"].is_string()
+                            ? shard["file"].get<std::string>()
+                            : std::string());
+  check_shards(dir, manifest["shards"], *schema, r);
   return r;
 }
 

@@ -46,8 +46,7 @@ std::map<std::string, at::Tensor> capture_all(Model& m, const Batch& b) {
   return out;
 }
 
-void place(Model& m, PlanStrategy strategy, int n, const Batch& b,
-           nlohmann::json explicit_map = {}) {
+void place(Model& m, PlanStrategy strategy, int n, const Batch& b, DeviceMap explicit_map = {}) {
   PlanRequest req;
   req.stages = m.stage_costs(b.size(), b.max_len());
   for (int i = 0; i < n; ++i) req.devices.push_back(DeviceId::virtual_cpu(i));
@@ -113,7 +112,7 @@ TEST(Executor, ScrambledExplicitMapIsBitIdentical) {
     auto m = tiny(arch);
     Batch b = padded(*m);
     auto reference = capture_all(*m, b);
-    nlohmann::json map;
+    DeviceMap map;
     const std::vector<std::string> devs = {"cpu:2", "cpu:0", "cpu:3", "cpu:1",
                                            "cpu:0", "cpu:2", "cpu:1", "cpu:3"};
     auto mods = m->stage_modules();

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "actcap/error.h"
@@ -309,7 +310,8 @@ TEST(Planner, ExplicitErrors) {
   e = plan_error(r);
   EXPECT_TRUE(has(e, "device cuda:3 is not among the devices to plan on")) << e;
 
-  r.explicit_map = {{"model.layers", 1}};  // accelerate's integer = cuda:1
+  r.explicit_map =
+      device_map_from_json(json{{"model.layers", 1}});  // accelerate's integer = cuda:1
   e = plan_error(r);
   EXPECT_TRUE(has(e, "cuda:1 is not among the devices to plan on")) << e;
 
@@ -318,13 +320,24 @@ TEST(Planner, ExplicitErrors) {
   EXPECT_TRUE(has(e, "does not offload")) << e;
   EXPECT_TRUE(has(e, "model.layers")) << e;
 
-  r.explicit_map = {{"model.layers", true}};
-  e = plan_error(r);
+  auto from_json_error = [](const json& map) {
+    try {
+      device_map_from_json(map);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  e = from_json_error(json{{"model.layers", true}});
   EXPECT_TRUE(has(e, "model.layers")) << e;
+  EXPECT_TRUE(has(e, "must be a device string or an integer")) << e;
 
-  r.explicit_map = json::array();
+  e = from_json_error(json::array());
+  EXPECT_TRUE(has(e, "expected an object")) << e;
+
+  r.explicit_map = {};
   e = plan_error(r);
-  EXPECT_TRUE(has(e, "JSON object")) << e;
+  EXPECT_TRUE(has(e, "non-empty JSON object")) << e;
 
   // GPT-2's embedding stage covers wte and wpe: they must go together.
   r = request(gpt2(1), cpus(2), PlanStrategy::kExplicit);
@@ -345,7 +358,8 @@ TEST(Planner, ExplicitErrors) {
 
 TEST(Planner, ExplicitIntegerDevicesAndDerivedDeviceList) {
   auto r = request(layers(3), {}, PlanStrategy::kExplicit);
-  r.explicit_map = {{"model.layers.0", 1}, {"model.layers.1", 0}, {"model.layers.2", "cuda:1"}};
+  r.explicit_map = device_map_from_json(
+      json{{"model.layers.0", 1}, {"model.layers.1", 0}, {"model.layers.2", "cuda:1"}});
   const auto p = plan_devices(r);
   EXPECT_EQ(p.stage_device,
             (std::vector<DeviceId>{DeviceId::cuda(1), DeviceId::cuda(0), DeviceId::cuda(1)}));

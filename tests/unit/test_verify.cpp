@@ -318,7 +318,7 @@ TEST(Verify, ExtractChecksumsFollowFromVerifiedData) {
     }
     const VerifyReport r = verify_output(bad.out);
     ASSERT_EQ(r.claimed.size(), 1u) << c.var;  // shard 0 only
-    EXPECT_EQ(r.claimed[0]["file"], "shard-00000.safetensors");
+    EXPECT_EQ(r.claimed[0], "shard-00000.safetensors");
     EXPECT_FALSE(fs::exists(bad.out + "/shard-00001.safetensors")) << c.var;
     bad.resume = true;
     bad.faults = {};
