@@ -30,6 +30,12 @@ TINY = {
                   hidden_act="silu", max_position_embeddings=128, rms_norm_eps=1e-6, rope_theta=10000.0,
                   use_sliding_window=False, sliding_window=None, max_window_layers=2,
                   tie_word_embeddings=False),
+    # head_dim 16 != hidden_size / num_attention_heads (8), as Qwen3-0.6B (128 vs 1024 / 16)
+    "qwen3": dict(model_type="qwen3", architectures=["Qwen3ForCausalLM"], vocab_size=384, hidden_size=32,
+                  intermediate_size=80, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  head_dim=16, hidden_act="silu", max_position_embeddings=128, rms_norm_eps=1e-6,
+                  rope_theta=1000000.0, rope_scaling=None, attention_bias=False, use_sliding_window=False,
+                  sliding_window=None, max_window_layers=2, tie_word_embeddings=True),
 }
 
 
