@@ -41,6 +41,28 @@ def test_split_run_files_identical_to_single_device(llama, tmp_path):
     assert manifest["device_map"]["model.layers.3"] in {"cpu:1", "cpu:2"}
 
 
+@pytest.mark.parametrize("arch,layers", [("gpt2", "transformer.h"), ("mistral", "model.layers"),
+                                         ("qwen2", "model.layers"), ("qwen3", "model.layers")])
+def test_split_run_files_identical_to_single_device_per_arch(actcap_bin, tmp_path, arch, layers):
+    """As above for the other families: 3 devices write the same shard bytes as one (every point,
+    Qwen3's q_norm / k_norm included)."""
+    m = tmp_path / "m"
+    run("init-model", "--arch", arch, "--preset", "tiny", "--seed", "5", "--out", m, check=0)
+    outs = []
+    for devices in ["cpu", "3"]:
+        out = tmp_path / f"o{devices}"
+        run("run", m, "--tokens", "1,2,3,4,5,6,7,8,9,10,11;7,8", "--capture", "**", "**:input", "--devices", devices,
+            "--out", out, check=0)
+        outs.append(out)
+    shards = [open(o / "shard-00000.safetensors", "rb").read() for o in outs]
+    assert shards[0] == shards[1]
+    manifest = json.loads(open(outs[1] / "manifest.json").read())
+    assert set(manifest["device_map"].values()) == {"cpu:0", "cpu:1", "cpu:2"}
+    assert manifest["device_map"][f"{layers}.3"] in {"cpu:1", "cpu:2"}
+    if arch == "qwen3":
+        assert "model.layers.3.self_attn.q_norm" in manifest["points"]
+
+
 def test_impossible_budget_is_exit_2_with_per_device_needs(llama, tmp_path):
     p = run("run", llama, "--tokens", "1,2,3", "--capture", "lm_head", "--devices", "2",
             "--max-memory", "cpu:0=10KiB,cpu:1=10KiB", "--out", tmp_path / "o")

@@ -1,8 +1,10 @@
 """Independent float32 reference forward for the actcap parity tests.
 
 Written from the semantics of Hugging Face transformers' modeling_gpt2.py, modeling_llama.py,
-modeling_mistral.py, modeling_qwen2.py and modeling_rope_utils.py (eager attention, no padding, no
-cache, eval mode), using only torch + numpy + the minimal safetensors reader in st.py.
+modeling_mistral.py, modeling_qwen2.py, modeling_qwen3.py and modeling_rope_utils.py (eager
+attention, no padding, no cache, eval mode), using only torch + numpy + the minimal safetensors
+reader in st.py. config.json may be in transformers 4.x form (rope_theta / rope_scaling,
+torch_dtype) or 5.x form (rope_parameters, layer_types, dtype); the dtype fields are not read.
 
 RoPE types: default, linear, dynamic (NTK, recomputed for a forward longer than
 max_position_embeddings), yarn, longrope (short/long factors), llama3; attention factors scale cos
@@ -17,9 +19,13 @@ Values are float32 except the token / position ids fed to the embeddings (int64)
 Hook points (N = layer index):
   gpt2:  transformer.wte, transformer.wpe, transformer.h.N, .ln_1, .attn, .attn.c_attn,
          .attn.c_proj, .ln_2, .mlp, .mlp.c_fc, .mlp.act, .mlp.c_proj, transformer.ln_f, lm_head
-  llama/mistral/qwen2: model.embed_tokens, model.layers.N, .input_layernorm, .self_attn,
+  llama/mistral/qwen2/qwen3: model.embed_tokens, model.layers.N, .input_layernorm, .self_attn,
          .self_attn.{q,k,v,o}_proj, .post_attention_layernorm, .mlp, .mlp.{gate,up,down}_proj,
          .mlp.act_fn, model.norm, lm_head
+  qwen3 adds .self_attn.q_norm and .self_attn.k_norm (RMSNorm over head_dim, applied per head to
+         q_proj / k_proj output viewed [T, heads, head_dim], before RoPE): their input and output
+         are [T, num_attention_heads, head_dim] and [T, num_key_value_heads, head_dim], i.e. the
+         per-token shape is [heads, head_dim], not flattened.
 """
 import json
 import math
@@ -32,7 +38,7 @@ import torch.nn.functional as F
 
 import st
 
-ARCHS = ("gpt2", "llama", "mistral", "qwen2")
+ARCHS = ("gpt2", "llama", "mistral", "qwen2", "qwen3")
 
 
 class ReferenceError(ValueError):
@@ -93,6 +99,16 @@ def _get(cfg, *keys, default=None, required=False):
     return default
 
 
+# Qwen3Config's defaults (transformers 4.51+ and 5.x agree): every field may be absent.
+QWEN3_DEFAULTS = dict(vocab_size=151936, hidden_size=4096, intermediate_size=22016,
+                      num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32,
+                      head_dim=128, hidden_act="silu", max_position_embeddings=32768,
+                      rms_norm_eps=1e-6, tie_word_embeddings=False, rope_theta=10000.0,
+                      attention_bias=False, use_sliding_window=False, sliding_window=4096,
+                      max_window_layers=28)
+LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
 class Config:
     """Resolved hyper-parameters, with HF defaults for optional fields."""
 
@@ -119,6 +135,8 @@ class Config:
             if self.hidden % self.heads:
                 raise ReferenceError("n_embd not divisible by n_head")
             self.head_dim = self.hidden // self.heads
+        elif mt == "qwen3":
+            self._qwen3(cfg)
         else:
             self.vocab_size = _get(cfg, "vocab_size", required=True)
             self.hidden = _get(cfg, "hidden_size", required=True)
@@ -146,6 +164,39 @@ class Config:
             self.rope = self._rope(cfg)
             self.windows = self._windows(cfg)
 
+    def _qwen3(self, cfg):
+        """Qwen3Config: every field has a default (QWEN3_DEFAULTS); head_dim is its own field,
+        128 when absent (never hidden_size // num_attention_heads); attention_bias gives q, k, v
+        AND o biases; no MLP bias."""
+        d = QWEN3_DEFAULTS
+
+        def get(k):
+            return cfg[k] if cfg.get(k) is not None else d[k]
+
+        self.vocab_size = int(get("vocab_size"))
+        self.hidden = int(get("hidden_size"))
+        self.layers = int(get("num_hidden_layers"))
+        self.heads = int(get("num_attention_heads"))
+        # absent -> 32 (the dataclass default); explicit null -> num_attention_heads
+        if "num_key_value_heads" not in cfg:
+            self.kv_heads = d["num_key_value_heads"]
+        else:
+            self.kv_heads = int(_get(cfg, "num_key_value_heads", default=self.heads))
+        self.inner = int(get("intermediate_size"))
+        self.act = get("hidden_act")
+        self.eps = float(get("rms_norm_eps"))
+        self.tie = bool(get("tie_word_embeddings"))
+        if "head_dim" in cfg and cfg["head_dim"] is None:
+            # Qwen3Attention builds nn.Linear(hidden, heads * head_dim): null cannot run in HF
+            raise ReferenceError("qwen3 head_dim is null")
+        self.head_dim = int(get("head_dim"))
+        if self.heads % self.kv_heads:
+            raise ReferenceError("num_attention_heads not divisible by num_key_value_heads")
+        self.attention_bias = bool(get("attention_bias"))
+        self.mlp_bias = False
+        self.rope = self._rope(cfg)
+        self.windows = self._windows(cfg)
+
     # -- RoPE ----------------------------------------------------------------------------------
     @staticmethod
     def _rope(cfg):
@@ -171,7 +222,7 @@ class Config:
         params["max_position_embeddings"] = _get(
             cfg, "max_position_embeddings", default=MAX_POSITIONS_DEFAULT.get(mt, 2048))
         prf = params.get("partial_rotary_factor", cfg.get("partial_rotary_factor"))
-        # LlamaAttention / MistralAttention / Qwen2Attention rotate the whole head (their
+        # LlamaAttention / MistralAttention / Qwen2Attention / Qwen3Attention rotate the whole head (their
         # apply_rotary_pos_emb has no pass-through part): a smaller rotary dim cannot run in HF.
         if prf is not None and float(prf) != 1.0:
             raise ReferenceError(f"partial_rotary_factor {prf} is not supported by {mt}")
@@ -187,18 +238,40 @@ class Config:
 
     # -- sliding window per layer -------------------------------------------------------------
     def _windows(self, cfg):
-        """sliding window (int) or None for each layer, as HF decides it."""
+        """sliding window (int) or None for each layer, as HF decides it.
+
+        Qwen2 and Qwen3 (Qwen2Config / Qwen3Config, transformers 4.53+ and 5.x):
+          sliding_window = config sliding_window (default 4096) if use_sliding_window else None;
+          layer_types = config layer_types if given, else "sliding_attention" for layers
+            i >= max_window_layers (default 28) when sliding_window is not None, else
+            "full_attention";
+          a "sliding_attention" layer attends within sliding_window, a "full_attention" layer
+            causally.
+        So use_sliding_window false means no window anywhere, and layer_types overrides
+        max_window_layers. A "sliding_attention" layer without a window (use_sliding_window false
+        or sliding_window null) makes HF's create_sliding_window_causal_mask raise: refused here
+        ("with all full_attention" is the only list HF runs with use_sliding_window false)."""
         sw = cfg.get("sliding_window")
         if self.arch == "mistral":
             return [sw] * self.layers
-        if self.arch == "qwen2":
+        if self.arch in ("qwen2", "qwen3"):
+            if "sliding_window" not in cfg:
+                sw = 4096
             if not cfg.get("use_sliding_window", False):
-                return [None] * self.layers
+                sw = None
             layer_types = cfg.get("layer_types")
             if layer_types is None:
-                mwl = cfg.get("max_window_layers", 28)
+                mwl = _get(cfg, "max_window_layers", default=28)
                 layer_types = ["sliding_attention" if sw is not None and i >= mwl else "full_attention"
                                for i in range(self.layers)]
+            if not isinstance(layer_types, list) or len(layer_types) != self.layers:
+                raise ReferenceError(f"layer_types must list {self.layers} layer types")
+            bad = [t for t in layer_types if t not in LAYER_TYPES]
+            if bad:
+                raise ReferenceError(f"unsupported layer type {bad[0]!r}")
+            if "sliding_attention" in layer_types and sw is None:
+                raise ReferenceError("layer_types has sliding_attention layers but no sliding window "
+                                     "(use_sliding_window false or sliding_window null)")
             return [sw if t == "sliding_attention" else None for t in layer_types]
         return [None] * self.layers  # llama
 
@@ -335,7 +408,7 @@ def _rope_llama3(rope, head_dim, seq_len=None):
 ROPE_FUNCTIONS = {"default": _rope_default, "linear": _rope_linear, "dynamic": _rope_dynamic,
                   "yarn": _rope_yarn, "longrope": _rope_longrope, "llama3": _rope_llama3}
 ROPE_TYPES = tuple(ROPE_FUNCTIONS)
-MAX_POSITIONS_DEFAULT = {"llama": 2048, "mistral": 4096 * 32, "qwen2": 32768}
+MAX_POSITIONS_DEFAULT = {"llama": 2048, "mistral": 4096 * 32, "qwen2": 32768, "qwen3": 32768}
 
 
 def rope_parameters(rope, head_dim, seq_len=None):
@@ -454,6 +527,9 @@ def expected_shapes(cfg):
                 s[p + f"self_attn.{nm}.weight"] = [rows, H]
                 if c.attention_bias:
                     s[p + f"self_attn.{nm}.bias"] = [rows]
+            if c.arch == "qwen3":
+                s[p + "self_attn.q_norm.weight"] = [c.head_dim]
+                s[p + "self_attn.k_norm.weight"] = [c.head_dim]
             s[p + "self_attn.o_proj.weight"] = [H, q]
             if c.attention_bias and c.arch != "qwen2":
                 s[p + "self_attn.o_proj.bias"] = [H]
@@ -640,14 +716,26 @@ class Model:
             layer_in = h
             x = rms(h, p + ".input_layernorm")
             rec(p + ".input_layernorm", h, x)
+            # Module order as Qwen3Attention.forward calls them: q_proj, q_norm, k_proj, k_norm,
+            # v_proj (the other families have no q_norm / k_norm).
             q = lin(x, p + ".self_attn.q_proj")
             rec(p + ".self_attn.q_proj", x, q)
+            q = q.view(T, nh, hd)
+            if c.arch == "qwen3":
+                qn = rms(q, p + ".self_attn.q_norm")  # over head_dim, per head
+                rec(p + ".self_attn.q_norm", q, qn)
+                q = qn
             k = lin(x, p + ".self_attn.k_proj")
             rec(p + ".self_attn.k_proj", x, k)
+            k = k.view(T, nkv, hd)
+            if c.arch == "qwen3":
+                kn = rms(k, p + ".self_attn.k_norm")
+                rec(p + ".self_attn.k_norm", k, kn)
+                k = kn
             v = lin(x, p + ".self_attn.v_proj")
             rec(p + ".self_attn.v_proj", x, v)
-            qh = q.view(T, nh, hd).transpose(0, 1)
-            kh = k.view(T, nkv, hd).transpose(0, 1)
+            qh = q.transpose(0, 1)
+            kh = k.transpose(0, 1)
             vh = v.view(T, nkv, hd).transpose(0, 1)
             qh = apply_rope(qh, cos, sin)
             kh = apply_rope(kh, cos, sin)

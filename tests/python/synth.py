@@ -30,6 +30,12 @@ TINY = {
                   hidden_act="silu", max_position_embeddings=128, rms_norm_eps=1e-6, rope_theta=10000.0,
                   use_sliding_window=False, sliding_window=None, max_window_layers=2,
                   tie_word_embeddings=False),
+    # head_dim 16 != hidden_size / num_attention_heads (8), as Qwen3-0.6B (128 vs 1024 / 16)
+    "qwen3": dict(model_type="qwen3", architectures=["Qwen3ForCausalLM"], vocab_size=384, hidden_size=32,
+                  intermediate_size=80, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  head_dim=16, hidden_act="silu", max_position_embeddings=128, rms_norm_eps=1e-6,
+                  rope_theta=1000000.0, rope_scaling=None, attention_bias=False, use_sliding_window=False,
+                  sliding_window=None, max_window_layers=2, tie_word_embeddings=True),
 }
 
 
@@ -86,3 +92,64 @@ def write_checkpoint(ckpt_dir, cfg, seed=0, dtype="f32", sharded=0):
         st.save(os.path.join(ckpt_dir, "model.safetensors"), w, metadata={"format": "pt"},
                 dtype_names=dtype_names)
     return w
+
+
+# Qwen/Qwen3-0.6B's config.json as published on the Hugging Face Hub (transformers 4.51 layout):
+# what `actcap init-model --arch qwen3 --preset qwen3-0.6b` must reproduce, and a real 4.x config
+# for the parser (nulls included).
+QWEN3_0_6B_CONFIG = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 151643,
+    "eos_token_id": 151645,
+    "head_dim": 128,
+    "hidden_act": "silu",
+    "hidden_size": 1024,
+    "initializer_range": 0.02,
+    "intermediate_size": 3072,
+    "max_position_embeddings": 40960,
+    "max_window_layers": 28,
+    "model_type": "qwen3",
+    "num_attention_heads": 16,
+    "num_hidden_layers": 28,
+    "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": None,
+    "rope_theta": 1000000,
+    "sliding_window": None,
+    "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.51.0",
+    "use_cache": True,
+    "use_sliding_window": False,
+    "vocab_size": 151936,
+}
+
+
+def to_v5(cfg):
+    """The same model's config.json as transformers 5.x writes it: `dtype` instead of
+    `torch_dtype`; RoPE in `rope_parameters` (rope_theta folded in, `type` renamed rope_type, no
+    top-level rope_theta / rope_scaling); Qwen2 / Qwen3 with an explicit `layer_types` list,
+    computed from use_sliding_window / sliding_window / max_window_layers as Qwen2Config and
+    Qwen3Config do (HF's defaults for absent fields)."""
+    cfg = dict(cfg)
+    if "torch_dtype" in cfg:
+        cfg["dtype"] = cfg.pop("torch_dtype")
+    cfg["transformers_version"] = "5.0.0"
+    if cfg.get("model_type") == "gpt2":
+        return cfg
+    rs = cfg.pop("rope_scaling", None) or {}
+    rp = dict(rs)
+    if "type" in rp:
+        rp.setdefault("rope_type", rp.pop("type"))
+    rp.setdefault("rope_type", "default")
+    theta = cfg.pop("rope_theta", None)
+    rp["rope_theta"] = float(10000.0 if theta is None else theta)
+    cfg["rope_parameters"] = rp
+    if cfg.get("model_type") in ("qwen2", "qwen3") and cfg.get("layer_types") is None:
+        sw = cfg.get("sliding_window", 4096) if cfg.get("use_sliding_window") else None
+        mwl = cfg.get("max_window_layers", 28)
+        cfg["layer_types"] = ["sliding_attention" if sw is not None and i >= mwl else "full_attention"
+                              for i in range(cfg["num_hidden_layers"])]
+    return cfg

@@ -17,8 +17,8 @@ import reference
 import st
 import synth
 
-ARCHS = ["gpt2", "llama", "mistral", "qwen2"]
-LLAMA_FAMILY = ["llama", "mistral", "qwen2"]
+ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3"]
+LLAMA_FAMILY = ["llama", "mistral", "qwen2", "qwen3"]
 
 pytestmark = pytest.mark.usefixtures("actcap_bin")
 
@@ -135,6 +135,10 @@ def test_init_model_hf_layout(models, arch):
         assert all(f"model.layers.{i}.self_attn.{p}.bias" in tensors
                    for i in range(c.layers) for p in ("q_proj", "k_proj", "v_proj"))
         assert not any(k.endswith("o_proj.bias") for k in tensors)
+    if arch == "qwen3":
+        assert all(f"model.layers.{i}.self_attn.{p}.weight" in tensors
+                   for i in range(c.layers) for p in ("q_norm", "k_norm"))
+        assert not any(k.endswith(".bias") for k in tensors), "attention_bias defaults to false"
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
@@ -205,6 +209,198 @@ def test_parity_qwen2_use_sliding_window(models, tmp_path):
     plain = H.copy_model(models("qwen2"), tmp_path / "plain")
     assert ref_differs(m, plain, seqs)
     check_parity(m, seqs, tmp_path / "out")
+
+
+# ---------------------------------------------------------------------------------------------
+# Qwen3: q_norm / k_norm, head_dim default, windows, 4.x / 5.x configs
+# ---------------------------------------------------------------------------------------------
+
+def _set_qk_norm(src, dst, value):
+    m = H.copy_model(src, dst)
+    w = st.load_checkpoint(str(m))
+    for k in w:
+        if k.endswith(("self_attn.q_norm.weight", "self_attn.k_norm.weight")):
+            w[k] = np.full_like(w[k], value)
+    st.save(str(m / "model.safetensors"), w, metadata={"format": "pt"})
+    return m
+
+
+def test_parity_qwen3_qk_norm_points(models, tmp_path):
+    """model.layers.N.self_attn.{q,k}_norm and their :input are captured with per-token shape
+    [num_attention_heads | num_key_value_heads, head_dim] (HF's q_proj(x).view(..., -1, head_dim)),
+    in the manifest, in `points --json` and when captured alone; the norms' weights matter."""
+    m = models("qwen3")
+    c = reference.Config(H.load_config(m))
+    seqs = tokens_for(m, [13, 6], seed=40)
+    assert ref_differs(m, _set_qk_norm(m, tmp_path / "unit", 1.0), seqs), "q/k norm weights have no effect"
+    manifest, _, refs = check_parity(m, seqs, tmp_path / "out")
+    listed = {p["name"]: p["shape"] for p in json.loads(H.actcap("points", m, "--json", check=True).stdout)["points"]}
+    for i in range(c.layers):
+        for nm, n in (("q_norm", c.heads), ("k_norm", c.kv_heads)):
+            for suffix in ("", ":input"):
+                name = f"model.layers.{i}.self_attn.{nm}{suffix}"
+                assert manifest["points"][name]["shape"] == [n, c.head_dim], name
+                assert listed[name] == [n, c.head_dim], name
+    pats = ["model.layers.*.self_attn.q_norm", "model.layers.*.self_attn.k_norm:input"]
+    _, got, _ = H.run_capture(m, tmp_path / "alone", seqs, capture=pats)
+    want = {f"model.layers.{i}.self_attn.q_norm" for i in range(c.layers)} | {
+        f"model.layers.{i}.self_attn.k_norm:input" for i in range(c.layers)}
+    assert set(got) - {H.ROWS_SEQ, H.ROWS_POS} == want
+    for i in range(len(seqs)):
+        sel = got[H.ROWS_SEQ] == i
+        fails = H.compare_points({k: refs[i][k] for k in want}, {k: got[k][sel] for k in want}, label=f"seq {i}: ")
+        assert not fails, "\n".join(fails)
+
+
+def test_parity_qwen3_head_dim_absent_is_128(actcap_bin, tmp_path):
+    """Qwen3Config.head_dim defaults to 128 (not hidden_size / num_attention_heads = 8): a config
+    without head_dim and a checkpoint whose q_proj is [4 * 128, 32]."""
+    cfg = synth.tiny_config("qwen3", hidden_size=32, num_attention_heads=4, num_key_value_heads=2)
+    del cfg["head_dim"]
+    m = tmp_path / "m"
+    w = synth.write_checkpoint(str(m), cfg, seed=41)
+    assert "head_dim" not in H.load_config(m)
+    assert w["model.layers.0.self_attn.q_proj.weight"].shape == (512, 32)
+    assert w["model.layers.0.self_attn.k_proj.weight"].shape == (256, 32)
+    assert w["model.layers.0.self_attn.q_norm.weight"].shape == (128,)
+    check_parity(m, tokens_for(m, [10, 4], seed=42), tmp_path / "out")
+
+
+@pytest.mark.parametrize("bias", [False, True], ids=["no_bias", "attention_bias"])
+def test_parity_qwen3_real_config_layout(actcap_bin, tmp_path, bias):
+    """Qwen3-0.6B's config.json fields, nulls included (rope_scaling, sliding_window), at tiny
+    size; attention_bias true adds q/k/v AND o_proj biases."""
+    real = synth.QWEN3_0_6B_CONFIG
+    cfg = dict(real, vocab_size=384, hidden_size=32, intermediate_size=80, num_hidden_layers=2,
+               num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
+               bos_token_id=1, eos_token_id=2, attention_bias=bias)
+    m = tmp_path / "m"
+    w = synth.write_checkpoint(str(m), cfg, seed=43, dtype="bf16")
+    assert ("model.layers.0.self_attn.o_proj.bias" in w) == bias
+    written = H.load_config(m)
+    assert written["rope_scaling"] is None and written["sliding_window"] is None
+    check_parity(m, tokens_for(m, [12, 5], seed=44), tmp_path / "out")
+
+
+def test_parity_qwen3_use_sliding_window(models, tmp_path):
+    """use_sliding_window true: layers i >= max_window_layers use the window; false: none do,
+    whatever sliding_window and max_window_layers say."""
+    src = models("qwen3")
+    m = with_config(src, tmp_path / "m", use_sliding_window=True, sliding_window=4, max_window_layers=2,
+                    layer_types=None)
+    assert reference.Config(H.load_config(m)).windows == [None, None, 4, 4]
+    seqs = tokens_for(m, [14, 9], seed=45)
+    assert ref_differs(m, src, seqs)
+    check_parity(m, seqs, tmp_path / "out")
+    off = with_config(src, tmp_path / "off", use_sliding_window=False, sliding_window=4, max_window_layers=0,
+                      layer_types=None)
+    assert not ref_differs(off, src, seqs, min_diff=0.0)
+    check_parity(off, seqs, tmp_path / "out-off")
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
+def test_parity_layer_types_override_max_window_layers(models, tmp_path, arch):
+    """transformers 5.x writes layer_types; it decides which layers slide, not max_window_layers
+    (Qwen2Config / Qwen3Config only derive layer_types from max_window_layers when absent)."""
+    src = models(arch)
+    L = reference.Config(H.load_config(src)).layers
+    types = ["sliding_attention", "full_attention"] * (L // 2) + ["sliding_attention"] * (L % 2)
+    m = with_config(src, tmp_path / "m", use_sliding_window=True, sliding_window=4, max_window_layers=2,
+                    layer_types=types)
+    by_mwl = with_config(src, tmp_path / "mwl", use_sliding_window=True, sliding_window=4, max_window_layers=2,
+                         layer_types=None)
+    assert reference.Config(H.load_config(m)).windows == [4 if t == "sliding_attention" else None for t in types]
+    seqs = tokens_for(m, [14, 9], seed=46)
+    assert ref_differs(m, by_mwl, seqs), "layer_types has no effect beyond max_window_layers"
+    check_parity(m, seqs, tmp_path / "out")
+
+
+def _bit_identical(a, b):
+    assert set(a) == set(b), sorted(set(a) ^ set(b))
+    diff = [k for k in a if not np.array_equal(a[k], b[k])]
+    assert not diff, f"captures differ at {diff[:10]}"
+
+
+@pytest.mark.parametrize("rope", ["yarn", "llama3"])
+def test_parity_qwen3_v4_and_v5_configs_identical(models, tmp_path, rope):
+    """One Qwen3 model written as transformers 4.x does (rope_theta + rope_scaling,
+    use_sliding_window + max_window_layers, torch_dtype) and as 5.x does (rope_parameters with
+    rope_theta inside, layer_types, dtype; max_window_layers left at 28 so only layer_types can
+    give the window): same reference, bit-identical captures, parity for both."""
+    src = models("qwen3")
+    cfg = H.load_config(src)
+    if rope == "yarn":
+        scaling = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}
+        theta = 100.0
+    else:
+        theta = 500000.0
+        scaling = llama3_scaling(cfg, theta=theta)
+    v4 = with_config(src, tmp_path / "v4", rope_theta=theta, rope_scaling=scaling, rope_parameters=None,
+                     use_sliding_window=True, sliding_window=6, max_window_layers=2, layer_types=None,
+                     dtype=None, torch_dtype="float32")
+    cfg5 = synth.to_v5(H.load_config(v4))
+    cfg5["max_window_layers"] = 28
+    assert "torch_dtype" not in cfg5 and "rope_theta" not in cfg5 and "rope_scaling" not in cfg5
+    v5 = H.copy_model(v4, tmp_path / "v5")
+    H.save_config(v5, cfg5)
+    seqs = tokens_for(src, [24, 7], seed=47)
+    plain = with_config(src, tmp_path / "plain", rope_theta=theta, rope_scaling=None, rope_parameters=None)
+    assert ref_differs(v4, plain, seqs), f"{rope} scaling and the window have no effect"
+    ra, rb = reference.run(str(v4), seqs), reference.run(str(v5), seqs)
+    for x, y in zip(ra, rb):
+        _bit_identical(x, y)
+    _, ta, _ = check_parity(v4, seqs, tmp_path / "out4", rel_tol=1e-5)
+    _, tb, _ = check_parity(v5, seqs, tmp_path / "out5", rel_tol=1e-5)
+    _bit_identical(ta, tb)
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "mistral", "qwen2"])
+def test_parity_v5_config_other_archs(models, tmp_path, arch):
+    """transformers 5.x config.json for the other families: dtype instead of torch_dtype,
+    rope_parameters (rope_theta 500 inside, so ignoring it shows), Qwen2 with layer_types (here
+    the list max_window_layers gives, so this test needs no layer_types support). Same captures,
+    bit for bit, as the 4.x form of the same config."""
+    src = models(arch)
+    changes = {} if arch == "gpt2" else dict(rope_theta=500.0, rope_scaling=None, rope_parameters=None)
+    if arch == "qwen2":
+        changes.update(use_sliding_window=True, sliding_window=4, max_window_layers=2, layer_types=None)
+    v4 = with_config(src, tmp_path / "v4", **changes)
+    cfg5 = synth.to_v5(H.load_config(v4))
+    assert "torch_dtype" not in cfg5 and cfg5["dtype"] == "float32"
+    if arch != "gpt2":
+        assert cfg5["rope_parameters"] == {"rope_type": "default", "rope_theta": 500.0}
+    if arch == "qwen2":
+        assert cfg5["layer_types"] == ["full_attention"] * 2 + ["sliding_attention"] * 2
+    v5 = H.copy_model(v4, tmp_path / "v5")
+    H.save_config(v5, cfg5)
+    seqs = tokens_for(src, [12, 5], seed=48)
+    if arch != "gpt2":
+        assert ref_differs(v5, src, seqs)
+    _, ta, _ = check_parity(v4, seqs, tmp_path / "out4")
+    _, tb, _ = check_parity(v5, seqs, tmp_path / "out5")
+    _bit_identical(ta, tb)
+
+
+QWEN3_0_6B_KEYS = ["architectures", "model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
+                   "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
+                   "max_position_embeddings", "rms_norm_eps", "tie_word_embeddings", "bos_token_id",
+                   "eos_token_id", "hidden_act", "attention_bias", "use_sliding_window"]
+
+
+def test_init_model_qwen3_0_6b_preset_config(actcap_bin, tmp_path):
+    """`init-model --arch qwen3 --preset qwen3-0.6b` describes Qwen/Qwen3-0.6B (synth.QWEN3_0_6B_CONFIG).
+    The weights would be 2.4 GB, so only config.json is written (--config-only)."""
+    out = tmp_path / "m"
+    H.actcap("init-model", "--arch", "qwen3", "--preset", "qwen3-0.6b", "--seed", 0, "--config-only",
+             "--out", out, check=True)
+    assert not (out / "model.safetensors").exists(), "--config-only wrote weights"
+    cfg = H.load_config(out)
+    real = synth.QWEN3_0_6B_CONFIG
+    bad = {k: (cfg.get(k), real[k]) for k in QWEN3_0_6B_KEYS if cfg.get(k) != real[k]}
+    assert not bad, f"(init-model, Qwen3-0.6B): {bad}"
+    c, r = reference.Config(cfg), reference.Config(real)
+    assert (c.rope, c.windows) == (r.rope, r.windows)
+    assert reference.expected_shapes(c) == reference.expected_shapes(r)
 
 
 # ---------------------------------------------------------------------------------------------

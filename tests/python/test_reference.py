@@ -18,7 +18,7 @@ import reference
 import st
 import synth
 
-ARCHS = ["gpt2", "llama", "mistral", "qwen2"]
+ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3"]
 
 
 def _ckpt(tmp_path, arch, name="m", seed=0, **overrides):
@@ -115,6 +115,9 @@ def test_point_names_and_shapes(tmp_path, arch):
         want = {"model.embed_tokens": ([H], "F32"), "model.embed_tokens:input": ([], "I64"),
                 "model.norm": ([H], "F32"), "model.norm:input": ([H], "F32"),
                 "lm_head": ([V], "F32"), "lm_head:input": ([H], "F32")}
+        if arch == "qwen3":  # [heads, head_dim] per token, input and output
+            for nm, n in (("q_norm", c.heads), ("k_norm", c.kv_heads)):
+                per_layer[f".self_attn.{nm}"] = inputs[f".self_attn.{nm}"] = [n, c.head_dim]
         prefix = "model.layers."
     for i in range(c.layers):
         for suf, shape in per_layer.items():
@@ -162,6 +165,9 @@ def test_residual_wiring(tmp_path, arch):
             for proj in ("q_proj", "k_proj", "v_proj"):
                 assert eq(r[f"{p}.self_attn.{proj}:input"], r[p + ".input_layernorm"])
             assert eq(r[p + ".self_attn:input"], r[p + ".input_layernorm"])
+            if arch == "qwen3":  # q_proj / k_proj output viewed [T, heads, head_dim]
+                assert eq(r[p + ".self_attn.q_norm:input"], r[p + ".self_attn.q_proj"].reshape(7, c.heads, -1))
+                assert eq(r[p + ".self_attn.k_norm:input"], r[p + ".self_attn.k_proj"].reshape(7, c.kv_heads, -1))
             assert eq(r[p + ".self_attn"], r[p + ".self_attn.o_proj"])
             assert eq(r[p + ".post_attention_layernorm:input"], prev + r[p + ".self_attn"])
             assert eq(r[p + ".mlp:input"], r[p + ".post_attention_layernorm"])
@@ -270,7 +276,11 @@ def _llama_attention_independent(x, w, p, cfg, window, wrong=None):
     """Returns (o_proj input [T, nh*hd], attention output [T, hidden]) in float64.
 
     wrong: None, or one deliberate error ("scale", "tile", "rope_v", "no_rope_k", "no_scaling",
-    "theta", "no_window") used to show that the comparison can tell it apart."""
+    "theta", "no_window", and for Qwen3 "no_qk_norm", "qk_norm_after_rope", "qk_norm_flat" (over
+    all heads at once)) used to show that the comparison can tell it apart.
+
+    Qwen3 (checkpoint has q_norm / k_norm weights): RMSNorm over head_dim of each head of q and k,
+    in float64, before RoPE."""
     T, hidden = x.shape
     nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     hd = cfg.get("head_dim") or hidden // nh
@@ -285,6 +295,18 @@ def _llama_attention_independent(x, w, p, cfg, window, wrong=None):
     q = proj("q_proj").reshape(T, nh, hd)
     k = proj("k_proj").reshape(T, nkv, hd)
     v = proj("v_proj").reshape(T, nkv, hd)
+    qk_norm = f"{p}.q_norm.weight" in w and wrong != "no_qk_norm"
+    eps = float(cfg.get("rms_norm_eps", 1e-6))
+
+    def headnorm(t, name):
+        g = w[f"{p}.{name}.weight"].astype(np.float64)
+        if wrong == "qk_norm_flat":
+            flat = t.reshape(T, -1)
+            return (flat / np.sqrt((flat ** 2).mean(-1, keepdims=True) + eps)).reshape(t.shape) * g
+        return t / np.sqrt((t ** 2).mean(-1, keepdims=True) + eps) * g
+
+    if qk_norm and wrong != "qk_norm_after_rope":
+        q, k = headnorm(q, "q_norm"), headnorm(k, "k_norm")
     rcfg = dict(cfg)
     if wrong == "no_scaling":
         rcfg.pop("rope_scaling", None)
@@ -299,6 +321,8 @@ def _llama_attention_independent(x, w, p, cfg, window, wrong=None):
     q = rope(q)
     if wrong != "no_rope_k":
         k = rope(k)
+    if qk_norm and wrong == "qk_norm_after_rope":
+        q, k = headnorm(q, "q_norm"), headnorm(k, "k_norm")
     if wrong == "rope_v":
         v = rope(v)
     if wrong == "tile":
@@ -340,6 +364,11 @@ LLAMA_ATTENTION_CASES = {
                                           head_dim=16, attention_bias=True)),
     "qwen2-qkv-bias": ("qwen2", {}),
     "mistral-window5": ("mistral", dict(sliding_window=5)),
+    # Qwen3: q_norm / k_norm per head before RoPE, head_dim 16 != 32 / 4, theta 1e6
+    "qwen3-qk-norm": ("qwen3", {}),
+    # Qwen3's attention_bias: q, k, v and o biases; windows from layer_types
+    "qwen3-bias-layer-types": ("qwen3", dict(attention_bias=True, use_sliding_window=True, sliding_window=5,
+                                             layer_types=["sliding_attention", "full_attention"])),
 }
 
 
@@ -362,8 +391,9 @@ def test_llama_attention_matches_independent_formulation(tmp_path, case):
         assert _maxdiff(a, r[p]) < tol, (p, _maxdiff(a, r[p]))
     # power: each error the comparison is meant to catch moves layer 0's result far outside tol here
     p = "model.layers.0.self_attn"
-    wrongs = ["scale", "tile", "rope_v", "no_rope_k", "theta"] + (["no_scaling"] if "rope_scaling" in cfg else []) + (
-        ["no_window"] if c.windows[0] is not None else [])
+    wrongs = ["scale", "tile", "rope_v", "no_rope_k", "theta"] + (["no_scaling"] if cfg.get("rope_scaling") else []) + (
+        ["no_window"] if c.windows[0] is not None else []) + (
+        ["no_qk_norm", "qk_norm_after_rope", "qk_norm_flat"] if arch == "qwen3" else [])
     for wrong in wrongs:
         o, _ = _llama_attention_independent(r[p + ":input"], w, p, cfg, c.windows[0], wrong=wrong)
         assert _maxdiff(o, r[p + ".o_proj:input"]) > 100 * tol, wrong
@@ -670,6 +700,162 @@ def test_qwen2_sliding_window_layers(tmp_path):
     assert reference.Config(cfg).windows == [None] * 4
     cfg.update(use_sliding_window=True, layer_types=["sliding_attention", "full_attention"] * 2)
     assert reference.Config(cfg).windows == [4, None, 4, None]
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
+def test_qwen_layer_types_rules(arch):
+    """Qwen2Config / Qwen3Config: no window unless use_sliding_window; then layers >=
+    max_window_layers (default 28) slide with sliding_window (default 4096) unless layer_types
+    says otherwise; layer_types overrides max_window_layers; a sliding layer without a window,
+    unknown types and a wrong length are refused (HF cannot run them)."""
+    cfg = synth.tiny_config(arch, num_hidden_layers=4, use_sliding_window=True, sliding_window=4,
+                            max_window_layers=2)
+    W = lambda **kw: reference.Config(dict(cfg, **kw)).windows  # noqa: E731
+    assert W() == [None, None, 4, 4]
+    assert W(max_window_layers=0) == [4] * 4
+    assert W(max_window_layers=4) == [None] * 4
+    assert W(use_sliding_window=False) == [None] * 4
+    assert W(layer_types=["sliding_attention", "full_attention"] * 2) == [4, None, 4, None]
+    assert W(layer_types=["full_attention"] * 4, max_window_layers=0) == [None] * 4
+    assert W(use_sliding_window=False, layer_types=["full_attention"] * 4) == [None] * 4
+    cfg.pop("max_window_layers")
+    assert W() == [None] * 4  # default 28
+    cfg.pop("sliding_window")
+    assert W(max_window_layers=3) == [None, None, None, 4096]  # default window 4096
+    for bad, msg in [(dict(use_sliding_window=False, layer_types=["sliding_attention"] * 4), "no sliding window"),
+                     (dict(sliding_window=None, layer_types=["sliding_attention"] * 4), "no sliding window"),
+                     (dict(layer_types=["full_attention"] * 3), "4 layer types"),
+                     (dict(layer_types=["full_attention"] * 3 + ["chunked_attention"]), "chunked_attention")]:
+        with pytest.raises(reference.ReferenceError, match=msg):
+            W(**bad)
+
+
+def test_qwen3_config_defaults():
+    """Qwen3Config's defaults for absent fields; head_dim 128, not hidden_size / heads."""
+    c = reference.Config({"model_type": "qwen3"})
+    assert (c.vocab_size, c.hidden, c.inner, c.layers, c.heads, c.kv_heads, c.head_dim) == (
+        151936, 4096, 22016, 32, 32, 32, 128)
+    assert (c.act, c.eps, c.tie, c.attention_bias, c.mlp_bias) == ("silu", 1e-6, False, False, False)
+    assert c.rope["rope_type"] == "default" and c.rope["rope_theta"] == 10000.0
+    assert c.rope["max_position_embeddings"] == 32768
+    assert c.windows == [None] * 32
+    cfg = synth.tiny_config("qwen3", hidden_size=64, num_attention_heads=4)
+    del cfg["head_dim"]
+    c = reference.Config(cfg)
+    assert c.head_dim == 128  # not 64 / 4
+    c = reference.Config({"model_type": "qwen3", "num_attention_heads": 8, "num_key_value_heads": None})
+    assert c.kv_heads == 8  # null -> num_attention_heads (absent -> 32)
+    with pytest.raises(reference.ReferenceError, match="head_dim"):
+        reference.Config({"model_type": "qwen3", "head_dim": None})
+
+
+def test_qwen3_attention_bias_covers_o_proj():
+    """Qwen3Attention: bias=config.attention_bias on q, k, v AND o (Qwen2: q/k/v always, o never)."""
+    for bias in (False, True):
+        shapes = reference.expected_shapes(synth.tiny_config("qwen3", attention_bias=bias))
+        for nm in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            assert (f"model.layers.0.self_attn.{nm}.bias" in shapes) == bias, (nm, bias)
+        assert shapes["model.layers.1.self_attn.q_norm.weight"] == [16]
+        assert shapes["model.layers.1.self_attn.k_norm.weight"] == [16]
+        assert not any(".mlp." in k and k.endswith(".bias") for k in shapes)
+    q2 = reference.expected_shapes(synth.tiny_config("qwen2", attention_bias=False))
+    assert "model.layers.0.self_attn.q_proj.bias" in q2 and "model.layers.0.self_attn.o_proj.bias" not in q2
+
+
+@pytest.mark.parametrize("unit", [True, False], ids=["unit_weights", "weights"])
+def test_qwen3_qk_norm_matches_manual_rmsnorm(tmp_path, unit):
+    """q_norm / k_norm = weight * x / sqrt(mean(x^2 over head_dim) + eps), per token and head, on
+    q_proj / k_proj output viewed [T, heads, head_dim] (float64 here)."""
+    d = _ckpt(tmp_path, "qwen3", seed=5, rms_norm_eps=1e-3)
+    c = reference.Config(reference.load_config(str(d)))
+    w = st.load_checkpoint(str(d))
+    if unit:
+        for k in w:
+            if k.endswith(("q_norm.weight", "k_norm.weight")):
+                w[k] = np.ones_like(w[k])
+        st.save(str(d / "model.safetensors"), w)
+    else:
+        assert not np.allclose(w["model.layers.0.self_attn.q_norm.weight"], 1.0)
+    T = 9
+    r = reference.run(str(d), [[int(t) for t in np.random.default_rng(2).integers(0, c.vocab_size, T)]])[0]
+    for i in range(c.layers):
+        for nm, proj, n in (("q_norm", "q_proj", c.heads), ("k_norm", "k_proj", c.kv_heads)):
+            p = f"model.layers.{i}.self_attn."
+            x = r[p + proj].astype(np.float64).reshape(T, n, c.head_dim)
+            want = x / np.sqrt((x ** 2).mean(-1, keepdims=True) + 1e-3) * w[p + nm + ".weight"].astype(np.float64)
+            assert r[p + nm].shape == (T, n, c.head_dim)
+            assert _maxdiff(r[p + nm], want) < 1e-5, (p + nm, _maxdiff(r[p + nm], want))
+            if unit:  # unit RMS per head
+                assert np.allclose((r[p + nm].astype(np.float64) ** 2).mean(-1),
+                                   (x ** 2).mean(-1) / ((x ** 2).mean(-1) + 1e-3), atol=1e-5)
+
+
+def test_qwen3_v4_and_v5_configs_agree(tmp_path):
+    """The same Qwen3 model as transformers 4.x writes it (rope_theta + rope_scaling yarn,
+    use_sliding_window + max_window_layers, torch_dtype) and as 5.x does (rope_parameters,
+    layer_types, dtype) gives identical outputs; so do llama3 RoPE and the v4 `type` key."""
+    for name, rope in (("yarn", {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}),
+                       ("llama3", {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                   "high_freq_factor": 4.0, "original_max_position_embeddings": 32})):
+        v4 = synth.tiny_config("qwen3", num_hidden_layers=3, rope_theta=100.0, rope_scaling=rope,
+                               use_sliding_window=True, sliding_window=5, max_window_layers=1)
+        d4 = tmp_path / f"{name}-v4"
+        synth.write_checkpoint(str(d4), v4, seed=6)
+        v5 = synth.to_v5(reference.load_config(str(d4)))
+        assert "torch_dtype" not in v5 and v5["dtype"] == "float32" and "rope_theta" not in v5
+        assert v5["rope_parameters"]["rope_theta"] == 100.0 and "rope_scaling" not in v5
+        assert v5["layer_types"] == ["full_attention", "sliding_attention", "sliding_attention"]
+        v5["max_window_layers"] = 28  # ignored: layer_types decides
+        d5 = tmp_path / f"{name}-v5"
+        os.makedirs(d5)
+        with open(d5 / "config.json", "w") as f:
+            json.dump(v5, f)
+        os.link(d4 / "model.safetensors", d5 / "model.safetensors")
+        r4 = {k: v for k, v in reference.Config(v4).rope.items() if k != "type"}
+        assert reference.Config(v5).rope == r4
+        assert reference.Config(v5).windows == [None, 5, 5]
+        _same_run(d4, d5, seq=list(range(3, 30)))
+        # and the scaling / windows matter
+        plain = tmp_path / f"{name}-plain"
+        synth.write_checkpoint(str(plain), dict(v4, rope_scaling=None, use_sliding_window=False), seed=6)
+        a, b = reference.run(str(d4), [list(range(3, 30))])[0], reference.run(str(plain), [list(range(3, 30))])[0]
+        assert _maxdiff(a["lm_head"], b["lm_head"]) > 1e-4
+
+
+def test_qwen3_0_6b_config():
+    """Qwen/Qwen3-0.6B's real config.json: 596,049,920 parameters (tied), head_dim 128 though
+    1024 / 16 = 64, no window (use_sliding_window false, sliding_window null)."""
+    cfg = synth.QWEN3_0_6B_CONFIG
+    c = reference.Config(cfg)
+    assert (c.hidden, c.inner, c.layers, c.heads, c.kv_heads, c.head_dim, c.vocab_size) == (
+        1024, 3072, 28, 16, 8, 128, 151936)
+    assert c.tie and c.windows == [None] * 28 and not c.attention_bias
+    assert c.rope == {"rope_type": "default", "rope_theta": 1e6, "max_position_embeddings": 40960,
+                      "partial_rotary_factor": 1.0}
+    shapes = reference.expected_shapes(cfg)
+    del shapes["lm_head.weight"]
+    assert sum(int(np.prod(s)) for s in shapes.values()) == 596049920
+    assert shapes["model.layers.0.self_attn.q_proj.weight"] == [2048, 1024]
+    assert shapes["model.layers.0.self_attn.o_proj.weight"] == [1024, 2048]
+    assert reference.Config(synth.to_v5(cfg)).__dict__.keys() == c.__dict__.keys()
+    v5 = reference.Config(synth.to_v5(cfg))
+    assert (v5.rope, v5.windows, v5.head_dim) == (c.rope, c.windows, c.head_dim)
+
+
+@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2"])
+def test_v5_config_forms_agree(tmp_path, arch):
+    """rope_parameters / dtype / layer_types (synth.to_v5) give the same outputs as the 4.x form."""
+    extra = dict(use_sliding_window=True, sliding_window=3, max_window_layers=1) if arch == "qwen2" else {}
+    d = _ckpt(tmp_path, arch, rope_theta=500.0, **extra)
+    v5 = synth.to_v5(reference.load_config(str(d)))
+    if arch == "qwen2":
+        assert v5["layer_types"] == ["full_attention", "sliding_attention"]
+    d5 = tmp_path / "v5"
+    os.makedirs(d5)
+    with open(d5 / "config.json", "w") as f:
+        json.dump(v5, f)
+    os.link(d / "model.safetensors", d5 / "model.safetensors")
+    _same_run(d, d5)
 
 
 def test_gqa_equals_expanded_mha(tmp_path):
