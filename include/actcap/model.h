@@ -19,6 +19,7 @@ namespace actcap {
 
 class Module;
 class HookRegistry;
+class Executor;
 
 // What a top-level stage (a unit a device map places) is. Every architecture builds, in order:
 // one kEmbeddings, its kBlocks, one kFinalNorm and one kHead (lm_head).
@@ -109,7 +110,7 @@ class Model {
   std::vector<std::vector<std::string>> stage_modules() const;
   std::vector<DeviceStats> device_stats() const;
   const TransferStats& transfer_stats() const;
-  int64_t steps() const { return steps_; }
+  int64_t steps() const;  // forward() calls so far
   // Bare-reference guard policy for hooks (default kError), see hooks.h.
   void set_bare_ref_policy(BareRefPolicy p) { bare_ref_ = p; }
   BareRefPolicy bare_ref_policy() const { return bare_ref_; }
@@ -121,6 +122,12 @@ class Model {
   struct Impl;
 
  private:
+  friend struct ModelParts;  // src/models/model_parts.h: what the executor needs beyond this API
+  // Placement and forward live in src/executor/ (Executor); this file and model.cpp see it only as
+  // an opaque pointer with a deleter defined there.
+  struct ExecutorDeleter {
+    void operator()(Executor* executor) const;
+  };
   Model() = default;
   ModelConfig config_;
   std::string origin_;
@@ -129,8 +136,8 @@ class Model {
   std::vector<Module*> stages_;
   std::vector<StageKind> stage_kinds_;
   std::shared_ptr<HookRegistry> hooks_;
-  int64_t steps_ = 0;
   BareRefPolicy bare_ref_ = BareRefPolicy::kError;
+  std::unique_ptr<Executor, ExecutorDeleter> executor_;  // set by the first place()
 };
 
 }  // namespace actcap
