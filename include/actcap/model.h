@@ -20,6 +20,7 @@ namespace actcap {
 class Module;
 class HookRegistry;
 class Executor;
+class Observer;
 
 // What a top-level stage (a unit a device map places) is. Every architecture builds, in order:
 // one kEmbeddings, its kBlocks, one kFinalNorm and one kHead (lm_head).
@@ -83,8 +84,14 @@ class Model {
   // the nearest names.
   HookHandle register_forward_hook(const std::string& pattern, HookFn fn);
   HookHandle register_forward_pre_hook(const std::string& pattern, HookFn fn);
-  // Number of hooks currently registered.
+  // Number of hooks currently registered (observers' points included).
   size_t hook_count() const;
+
+  // Attaches an observer (observer.h): every forward then tells it its events, and its on_point
+  // sees each point matching one of `patterns` (routed as register_forward_hook routes them; a
+  // point matched twice is seen once). Throws InputError when a pattern matches nothing. The
+  // handle's remove() detaches it; so does destroying the observer.
+  HookHandle attach_observer(Observer& observer, const std::vector<std::string>& patterns = {});
 
   // Whether forward runs lm_head. kSkipIfUnhooked leaves it out when no hook is registered on it
   // (lm_head or lm_head:input) and returns the final norm's output [B, T, hidden] instead: the

@@ -6,10 +6,32 @@
 #include <limits>
 
 #include "actcap/error.h"
+#include "actcap/observer.h"
 #include "executor/transfer.h"
 #include "models/model_parts.h"
 
 namespace actcap {
+
+namespace {
+
+// The observers attached when a forward begins; each is called only while it is still attached
+// (an observer may detach itself or another while being called).
+class Observers {
+ public:
+  explicit Observers(const Model& model)
+      : live_(ModelParts::observers(model)), list_(live_.begin(), live_.end()) {}
+  template <typename Event>
+  void notify(const Event& event) const {
+    for (const auto& [id, observer] : list_)
+      if (live_.count(id)) event(*observer);
+  }
+
+ private:
+  const std::map<int64_t, Observer*>& live_;
+  std::vector<std::pair<int64_t, Observer*>> list_;
+};
+
+}  // namespace
 
 void Executor::place(const ExecutionOptions& options) {
   const std::vector<Module*>& stages = model_.stages();
@@ -109,7 +131,10 @@ at::Tensor Executor::forward(const Batch& batch, Model::Logits logits) {
   if (T > config.max_positions())
     throw InputError(concat("batch has ", T, " positions but ", model_.origin(),
                             " supports at most ", config.max_positions()));
-  const int64_t step = steps_++;
+  const int64_t step = steps_;
+  const Observers observers(model_);
+  observers.notify([&](Observer& o) { o.on_forward_begin(ForwardBegin{step, batch, B, T}); });
+  ++steps_;  // counted once no observer refused it
 
   // Per-forward tables, built once per physical device (virtual devices on the host share one).
   std::map<std::string, ForwardState> states;
@@ -143,9 +168,13 @@ at::Tensor Executor::forward(const Batch& batch, Model::Logits logits) {
     }
     ForwardState& st = state_of(lane);
     if (model_.stage_kind(i) == StageKind::kBlock) st.stage_out = block_output(lane, i, {B, T, H});
+    const StageEvent event{step, i, model_.stage_kind(i), lane.device};
+    observers.notify([&](Observer& o) { o.on_stage_begin(event); });
     h = stages[i]->call(h, st);
     st.stage_out = at::Tensor();
+    observers.notify([&](Observer& o) { o.on_stage_end(event); });
   }
+  observers.notify([&](Observer& o) { o.on_forward_end(ForwardEnd{step, h}); });
   return h;
 }
 

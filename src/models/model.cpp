@@ -1,10 +1,13 @@
 #include "actcap/model.h"
 
 #include <algorithm>
+#include <set>
+#include <utility>
 
 #include "actcap/checkpoint.h"
 #include "actcap/error.h"
 #include "actcap/hash.h"
+#include "actcap/observer.h"
 #include "models/architectures.h"
 #include "models/model_parts.h"
 #include "models/weights.h"
@@ -59,7 +62,8 @@ class HookRegistry {
     Module* module;
     bool pre;
   };
-  std::map<int64_t, std::vector<Site>> sites;
+  std::map<int64_t, std::vector<Site>> sites;  // by handle id: a hook's, or an observer's points
+  std::map<int64_t, Observer*> observers;      // by handle id
   int64_t next_id = 0;
 
   void remove(int64_t id) {
@@ -73,6 +77,18 @@ class HookRegistry {
       s.module->drop_hooks_if_empty();
     }
     sites.erase(it);
+    observers.erase(id);
+  }
+
+  // Registers `fn` on `sites` under a new handle id.
+  int64_t add(std::vector<Site> add_sites, const HookFn& fn) {
+    const int64_t id = next_id++;
+    for (const auto& s : add_sites) {
+      auto& list = s.pre ? s.module->hooks().pre : s.module->hooks().post;
+      list.push_back(HookEntry{id, fn, 0});
+    }
+    sites.emplace(id, std::move(add_sites));
+    return id;
   }
 };
 
@@ -84,6 +100,10 @@ void HookHandle::remove() {
 bool HookHandle::active() const {
   auto reg = reg_.lock();
   return reg && reg->sites.count(id_);
+}
+
+Observer::~Observer() {
+  for (HookHandle& h : attachments_) h.remove();
 }
 
 const char* stage_kind_name(StageKind kind) {
@@ -105,6 +125,10 @@ const char* stage_kind_name(StageKind kind) {
 struct Model::Impl {
   BuiltModel built;
   std::vector<Module*> modules;  // every named module, pre-order
+
+  // The hook lists `pattern` names: the pre-hooks of the modules it matches when it ends in
+  // ":input", their forward hooks otherwise.
+  std::vector<HookRegistry::Site> sites(const std::string& pattern) const;
 };
 
 Model::~Model() = default;
@@ -114,6 +138,10 @@ bool ModelParts::head_shares_embedding(const Model& model) {
 }
 
 void ModelParts::prepare(const Model& model, ForwardState& st) { model.impl_->built.prepare(st); }
+
+const std::map<int64_t, Observer*>& ModelParts::observers(const Model& model) {
+  return model.hooks_->observers;
+}
 
 namespace {
 
@@ -209,20 +237,39 @@ std::vector<PointInfo> Model::resolve(const std::string& pattern) const {
   return out;
 }
 
-HookHandle Model::register_forward_hook(const std::string& pattern, HookFn fn) {
+std::vector<HookRegistry::Site> Model::Impl::sites(const std::string& pattern) const {
   const bool input = pattern.size() > 6 && ends_with(pattern, ":input");
-  resolve(pattern);  // loud on zero matches
-  std::vector<HookRegistry::Site> sites;
-  for (Module* m : impl_->modules)
+  std::vector<HookRegistry::Site> out;
+  for (Module* m : modules)
     if (match_point(pattern, input ? m->input_point().name : m->output_point().name))
-      sites.push_back({m, input});
-  const int64_t id = hooks_->next_id++;
-  for (const auto& s : sites) {
-    auto& list = s.pre ? s.module->hooks().pre : s.module->hooks().post;
-    list.push_back(HookEntry{id, fn, 0});
+      out.push_back({m, input});
+  return out;
+}
+
+HookHandle Model::register_forward_hook(const std::string& pattern, HookFn fn) {
+  resolve(pattern);  // loud on zero matches
+  return HookHandle(hooks_, hooks_->add(impl_->sites(pattern), fn));
+}
+
+HookHandle Model::attach_observer(Observer& observer, const std::vector<std::string>& patterns) {
+  std::vector<HookRegistry::Site> sites;
+  std::set<std::pair<Module*, bool>> seen;
+  for (const std::string& pattern : patterns) {
+    resolve(pattern);  // loud on zero matches
+    for (const HookRegistry::Site& s : impl_->sites(pattern))
+      if (seen.insert({s.module, s.pre}).second) sites.push_back(s);
   }
-  hooks_->sites.emplace(id, std::move(sites));
-  return HookHandle(hooks_, id);
+  Observer* o = &observer;
+  const int64_t id = hooks_->add(
+      std::move(sites), [o](const HookContext& ctx, const at::Tensor& t) { o->on_point(ctx, t); });
+  hooks_->observers.emplace(id, o);
+  HookHandle handle(hooks_, id);
+  auto& mine = observer.attachments_;
+  mine.erase(
+      std::remove_if(mine.begin(), mine.end(), [](const HookHandle& h) { return !h.active(); }),
+      mine.end());
+  mine.push_back(handle);
+  return handle;
 }
 
 HookHandle Model::register_forward_pre_hook(const std::string& pattern, HookFn fn) {

@@ -3,6 +3,9 @@
 // includes src/executor/ or src/dispatch/.
 #pragma once
 
+#include <cstdint>
+#include <map>
+
 #include "actcap/model.h"
 #include "models/module.h"
 
@@ -15,6 +18,9 @@ struct ModelParts {
   // Fills the architecture's per-forward tables (RoPE, masks) for st.seq positions on the device
   // of st.positions.
   static void prepare(const Model& model, ForwardState& st);
+  // The observers attached now, by handle id (attach order). Detaching erases an entry, so a
+  // caller that may detach while iterating copies the entries and looks each id up before use.
+  static const std::map<int64_t, Observer*>& observers(const Model& model);
 };
 
 }  // namespace actcap
