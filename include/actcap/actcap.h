@@ -1,7 +1,7 @@
 // actcap's public API in one include: load a Hugging Face checkpoint (model.h), split it across
 // devices for a run (split.h, planner.h, devices.h, executor.h), capture hook points safely
-// (capture.h, hooks.h), export and verify activation folders (export.h, extract.h), and the
-// building blocks under them (safetensors.h, checkpoint.h, config.h, tokenizer.h, hash.h).
+// (capture.h, hooks.h, observer.h), export and verify activation folders (export.h, extract.h), and
+// the building blocks under them (safetensors.h, checkpoint.h, config.h, tokenizer.h, hash.h).
 // examples/embed.cpp is a short program over it.
 #pragma once
 
@@ -19,6 +19,7 @@
 #include "actcap/init_model.h"
 #include "actcap/model.h"
 #include "actcap/numbers.h"
+#include "actcap/observer.h"
 #include "actcap/planner.h"
 #include "actcap/repro.h"
 #include "actcap/safetensors.h"

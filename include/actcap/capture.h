@@ -9,11 +9,13 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "actcap/model.h"
+#include "actcap/observer.h"
 
 namespace actcap {
 
@@ -55,11 +57,14 @@ struct Snapshot {
 // pattern matches no point (listing the nearest names) or no pattern is given.
 std::vector<PointInfo> plan_capture(const Model& model, const CaptureOptions& options);
 
-class SafeCapturer {
+// An observer (observer.h) of the planned points: once constructed, every forward of the model
+// captures, run() or a plain Model::forward, until the capturer is destroyed.
+class SafeCapturer : public Observer {
  public:
-  // Throws InputError when a pattern matches no point (listing the nearest names).
+  // Attaches to `model`. Throws InputError when a pattern matches no point (listing the nearest
+  // names).
   SafeCapturer(Model& model, CaptureOptions options);
-  ~SafeCapturer();  // removes its hooks
+  ~SafeCapturer() override;  // detaches
   SafeCapturer(const SafeCapturer&) = delete;
   SafeCapturer& operator=(const SafeCapturer&) = delete;
 
@@ -69,17 +74,25 @@ class SafeCapturer {
   // Bytes the snapshots of `batch` will take; throws InputError when over the budget.
   uint64_t check_budget(const Batch& batch) const;
   // The same for `rows` captured tokens.
-  uint64_t check_rows(uint64_t rows) const;
+  uint64_t checked_bytes_for_rows(uint64_t rows) const;
 
-  // Runs one forward of `batch` with the hooks attached, capturing the selected real (unpadded)
-  // tokens in (sequence, position) order. Throws RunError if a planned point never fired.
-  // Returns what Model::forward returns: the logits, unless `logits` lets it skip lm_head.
+  // Every forward captures the selected real (unpadded) tokens of its batch in (sequence,
+  // position) order: the positions CaptureOptions::positions selects, or these, given per
+  // sequence (increasing, < its length), for the next forward only. They are checked, with the
+  // budget, when that forward begins (InputError, and the forward does not run); a planned point
+  // that never fired is a RunError when it ends.
+  void set_positions(std::vector<std::vector<int64_t>> positions);
+
+  // Runs one forward of `batch`, checking the budget and the positions before it runs. Throws
+  // RunError if a planned point never fired. Returns what Model::forward returns: the logits,
+  // unless `logits` lets it skip lm_head.
   at::Tensor run(const Batch& batch, Model::Logits logits = Model::Logits::kCompute);
-  // As run(batch), with the positions to keep given per sequence (increasing, < its length).
+  // As run(batch), with the positions to keep given per sequence (increasing, < its length). A
+  // set_positions() still pending is dropped.
   at::Tensor run(const Batch& batch, const std::vector<std::vector<int64_t>>& positions,
                  Model::Logits logits = Model::Logits::kCompute);
 
-  // Row provenance of the last run: sequence index and position of each captured row.
+  // Row provenance of the last forward: sequence index and position of each captured row.
   const std::vector<int64_t>& row_seq() const { return row_seq_; }
   const std::vector<int64_t>& row_pos() const { return row_pos_; }
 
@@ -93,16 +106,33 @@ class SafeCapturer {
   void clear() { snapshots_.clear(); }
 
  private:
-  // Tests only (tests/unit/test_capture.cpp): detaches a planned point's hook, the one way to make
-  // a planned point not fire, so the never-fired check in run() can be exercised.
+  // Tests only (tests/unit/test_capture.cpp): stops observing a planned point, the one way to make
+  // a planned point not fire, so the never-fired check can be exercised.
   friend struct SafeCapturerTestPeer;
+  // The observer events: select the rows when a forward begins, copy them at each planned point,
+  // check every planned point fired when it ends.
+  void on_forward_begin(const ForwardBegin& event) override;
+  void on_point(const HookContext& ctx, const at::Tensor& borrowed) override;
+  void on_forward_end(const ForwardEnd& event) override;
+  // CaptureOptions::positions for each sequence of `batch`.
+  std::vector<std::vector<int64_t>> default_positions(const Batch& batch) const;
+  // Checks `positions` against `batch` and the budget; makes them the rows the forward captures.
+  void select_rows(const Batch& batch, const std::vector<std::vector<int64_t>>& positions);
+  // Throws RunError naming the first planned point with no snapshot from `first` on.
+  void check_all_fired(size_t first) const;
+
   Model& model_;
   CaptureOptions options_;
   std::vector<PointInfo> plan_;
-  std::vector<HookHandle> handles_;
+  std::map<std::string, c10::ScalarType> dtype_;  // each planned point's stored dtype
+  ObserverHandle handle_;
   std::vector<Snapshot> snapshots_;
-  at::Tensor row_index_;   // flat b*T + t of the selected tokens of the current batch
-  bool all_rows_ = false;  // row_index_ is every token in order (no padding, all positions)
+  std::optional<std::vector<std::vector<int64_t>>> next_positions_;  // set_positions()
+  bool rows_selected_ = false;  // run() selected the rows of the forward it is starting
+  bool forward_ended_ = false;  // the forward run() started reached its end event
+  size_t forward_first_ = 0;    // snapshots_.size() when the current forward began
+  at::Tensor row_index_;        // flat b*T + t of the selected tokens of the current batch
+  bool all_rows_ = false;       // row_index_ is every token in order (no padding, all positions)
   std::vector<int64_t> row_seq_, row_pos_;
 };
 

@@ -19,6 +19,8 @@ namespace actcap {
 
 class Module;
 class HookRegistry;
+class Executor;
+class Observer;
 
 // What a top-level stage (a unit a device map places) is. Every architecture builds, in order:
 // one kEmbeddings, its kBlocks, one kFinalNorm and one kHead (lm_head).
@@ -82,8 +84,14 @@ class Model {
   // the nearest names.
   HookHandle register_forward_hook(const std::string& pattern, HookFn fn);
   HookHandle register_forward_pre_hook(const std::string& pattern, HookFn fn);
-  // Number of hooks currently registered.
+  // Number of hooks currently registered (observers' points included).
   size_t hook_count() const;
+
+  // Attaches an observer (observer.h): every forward then tells it its events, and its on_point
+  // sees each point matching one of `patterns` (routed as register_forward_hook routes them; a
+  // point matched twice is seen once). Throws InputError when a pattern matches nothing. The
+  // handle's remove() detaches it; so does destroying the observer.
+  HookHandle attach_observer(Observer& observer, const std::vector<std::string>& patterns = {});
 
   // Whether forward runs lm_head. kSkipIfUnhooked leaves it out when no hook is registered on it
   // (lm_head or lm_head:input) and returns the final norm's output [B, T, hidden] instead: the
@@ -109,7 +117,7 @@ class Model {
   std::vector<std::vector<std::string>> stage_modules() const;
   std::vector<DeviceStats> device_stats() const;
   const TransferStats& transfer_stats() const;
-  int64_t steps() const { return steps_; }
+  int64_t steps() const;  // forward() calls so far
   // Bare-reference guard policy for hooks (default kError), see hooks.h.
   void set_bare_ref_policy(BareRefPolicy p) { bare_ref_ = p; }
   BareRefPolicy bare_ref_policy() const { return bare_ref_; }
@@ -121,6 +129,12 @@ class Model {
   struct Impl;
 
  private:
+  friend struct ModelParts;  // src/models/model_parts.h: what the executor needs beyond this API
+  // Placement and forward live in src/executor/ (Executor); this file and model.cpp see it only as
+  // an opaque pointer with a deleter defined there.
+  struct ExecutorDeleter {
+    void operator()(Executor* executor) const;
+  };
   Model() = default;
   ModelConfig config_;
   std::string origin_;
@@ -129,8 +143,8 @@ class Model {
   std::vector<Module*> stages_;
   std::vector<StageKind> stage_kinds_;
   std::shared_ptr<HookRegistry> hooks_;
-  int64_t steps_ = 0;
   BareRefPolicy bare_ref_ = BareRefPolicy::kError;
+  std::unique_ptr<Executor, ExecutorDeleter> executor_;  // set by the first place()
 };
 
 }  // namespace actcap

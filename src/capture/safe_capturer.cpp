@@ -104,42 +104,16 @@ std::vector<PointInfo> plan_capture(const Model& model, const CaptureOptions& op
 SafeCapturer::SafeCapturer(Model& model, CaptureOptions options)
     : model_(model), options_(std::move(options)) {
   plan_ = plan_capture(model_, options_);
-  // One hook per point (not per pattern), so overlapping patterns never capture twice.
+  // Observe each planned point once (not per pattern), so overlapping patterns never capture twice.
+  std::vector<std::string> points;
   for (const PointInfo& p : plan_) {
-    const c10::ScalarType dtype = p.dtype;
-    handles_.push_back(model_.register_forward_hook(
-        p.name, [this, dtype](const HookContext& ctx, const at::Tensor& t) {
-          // Snapshot on the producing device: index_select writes fresh memory, so nothing here
-          // aliases the borrowed tensor. Then move to the stable device with a blocking copy, so
-          // the snapshot is complete before the hook returns. Every token selected (no padding, all
-          // positions): one contiguous copy, converting on the way, which is 2-4x faster than
-          // index_select's row gather on CPU; on CPU without conversion, our own parallel copy
-          // that fingerprints each chunk while it is in cache. All of these write fresh memory,
-          // never a view of `t`.
-          const at::Tensor flat = t.flatten(0, 1);
-          at::Tensor rows;
-          uint64_t fingerprint = 0;
-          if (all_rows_ && flat.scalar_type() == dtype && flat.is_contiguous() &&
-              flat.device().is_cpu() && options_.stable_device.is_cpu()) {
-            rows = at::empty(flat.sizes(), flat.options());
-            fingerprint = copy_chunked(flat.data_ptr(), rows.data_ptr(),
-                                       static_cast<size_t>(flat.numel()) * flat.element_size(),
-                                       options_.fingerprint);
-          } else {
-            rows = all_rows_ ? flat.to(dtype, /*non_blocking=*/false, /*copy=*/true)
-                             : flat.index_select(0, row_index_.to(t.device()));
-            if (rows.scalar_type() != dtype) rows = rows.to(dtype);
-            rows = rows.to(options_.stable_device, /*non_blocking=*/false, /*copy=*/false);
-            if (options_.fingerprint) fingerprint = tensor_chunked_xxh3(rows);
-          }
-          snapshots_.push_back(Snapshot{ctx.point, ctx.call_index, ctx.step, rows, fingerprint});
-        }));
+    points.push_back(p.name);
+    dtype_.emplace(p.name, p.dtype);
   }
+  handle_ = model_.attach_observer(*this, points);
 }
 
-SafeCapturer::~SafeCapturer() {
-  for (auto& h : handles_) h.remove();
-}
+SafeCapturer::~SafeCapturer() { handle_.remove(); }
 
 int64_t SafeCapturer::bytes_per_token() const {
   int64_t total = 0;
@@ -155,10 +129,10 @@ uint64_t SafeCapturer::check_budget(const Batch& batch) const {
   uint64_t rows = 0;
   for (int64_t b = 0; b < batch.size(); ++b)
     rows += options_.positions.select(batch.lengths[b]).size();
-  return check_rows(rows);
+  return checked_bytes_for_rows(rows);
 }
 
-uint64_t SafeCapturer::check_rows(uint64_t rows) const {
+uint64_t SafeCapturer::checked_bytes_for_rows(uint64_t rows) const {
   const uint64_t need = rows * static_cast<uint64_t>(bytes_per_token());
   if (options_.budget_bytes && need > *options_.budget_bytes)
     throw InputError(concat("capturing ", plan_.size(), " points x ", rows, " tokens (",
@@ -170,16 +144,15 @@ uint64_t SafeCapturer::check_rows(uint64_t rows) const {
   return need;
 }
 
-at::Tensor SafeCapturer::run(const Batch& batch, Model::Logits logits) {
-  check_budget(batch);
+std::vector<std::vector<int64_t>> SafeCapturer::default_positions(const Batch& batch) const {
   std::vector<std::vector<int64_t>> positions;
   for (int64_t b = 0; b < batch.size(); ++b)
     positions.push_back(options_.positions.select(batch.lengths[b]));
-  return run(batch, positions, logits);
+  return positions;
 }
 
-at::Tensor SafeCapturer::run(const Batch& batch, const std::vector<std::vector<int64_t>>& positions,
-                             Model::Logits logits) {
+void SafeCapturer::select_rows(const Batch& batch,
+                               const std::vector<std::vector<int64_t>>& positions) {
   if (static_cast<int64_t>(positions.size()) != batch.size())
     throw InputError(
         concat("positions given for ", positions.size(), " sequences, batch has ", batch.size()));
@@ -196,19 +169,89 @@ at::Tensor SafeCapturer::run(const Batch& batch, const std::vector<std::vector<i
       row_seq_.push_back(b);
       row_pos_.push_back(t);
     }
-  check_rows(idx.size());  // before anything runs or is kept
+  checked_bytes_for_rows(idx.size());  // before anything runs or is kept
   row_index_ = at::tensor(idx, at::kLong);
   all_rows_ = static_cast<int64_t>(idx.size()) == batch.size() * T;
   for (size_t i = 0; all_rows_ && i < idx.size(); ++i)
     all_rows_ = idx[i] == static_cast<int64_t>(i);
-  const size_t before = snapshots_.size();
-  at::Tensor out = model_.forward(batch, logits);
+}
+
+void SafeCapturer::set_positions(std::vector<std::vector<int64_t>> positions) {
+  next_positions_ = std::move(positions);
+}
+
+void SafeCapturer::on_forward_begin(const ForwardBegin& event) {
+  std::optional<std::vector<std::vector<int64_t>>> positions = std::move(next_positions_);
+  next_positions_.reset();
+  if (!rows_selected_) {
+    if (!positions) {
+      check_budget(event.batch);
+      positions = default_positions(event.batch);
+    }
+    select_rows(event.batch, *positions);
+  }
+  rows_selected_ = false;
+  forward_first_ = snapshots_.size();
+}
+
+void SafeCapturer::on_point(const HookContext& ctx, const at::Tensor& t) {
+  const c10::ScalarType dtype = dtype_.at(ctx.point);
+  // Snapshot on the producing device: index_select writes fresh memory, so nothing here aliases
+  // the borrowed tensor. Then move to the stable device with a blocking copy, so the snapshot is
+  // complete before the hook returns. Every token selected (no padding, all positions): one
+  // contiguous copy, converting on the way, which is 2-4x faster than index_select's row gather
+  // on CPU; on CPU without conversion, our own parallel copy that fingerprints each chunk while it
+  // is in cache. All of these write fresh memory, never a view of `t`.
+  const at::Tensor flat = t.flatten(0, 1);
+  at::Tensor rows;
+  uint64_t fingerprint = 0;
+  if (all_rows_ && flat.scalar_type() == dtype && flat.is_contiguous() && flat.device().is_cpu() &&
+      options_.stable_device.is_cpu()) {
+    rows = at::empty(flat.sizes(), flat.options());
+    fingerprint =
+        copy_chunked(flat.data_ptr(), rows.data_ptr(),
+                     static_cast<size_t>(flat.numel()) * flat.element_size(), options_.fingerprint);
+  } else {
+    rows = all_rows_ ? flat.to(dtype, /*non_blocking=*/false, /*copy=*/true)
+                     : flat.index_select(0, row_index_.to(t.device()));
+    if (rows.scalar_type() != dtype) rows = rows.to(dtype);
+    rows = rows.to(options_.stable_device, /*non_blocking=*/false, /*copy=*/false);
+    if (options_.fingerprint) fingerprint = tensor_chunked_xxh3(rows);
+  }
+  snapshots_.push_back(Snapshot{ctx.point, ctx.call_index, ctx.step, rows, fingerprint});
+}
+
+void SafeCapturer::on_forward_end(const ForwardEnd&) {
+  forward_ended_ = true;
+  check_all_fired(forward_first_);
+}
+
+void SafeCapturer::check_all_fired(size_t first) const {
   // Silent misses are errors: every planned point must have fired in this forward.
   std::set<std::string> fired;
-  for (size_t i = before; i < snapshots_.size(); ++i) fired.insert(snapshots_[i].point);
+  for (size_t i = first; i < snapshots_.size(); ++i) fired.insert(snapshots_[i].point);
   for (const PointInfo& p : plan_)
     if (!fired.count(p.name))
       throw RunError(concat("hook point '", p.name, "' never fired during the forward pass"));
+}
+
+at::Tensor SafeCapturer::run(const Batch& batch, Model::Logits logits) {
+  check_budget(batch);
+  return run(batch, default_positions(batch), logits);
+}
+
+at::Tensor SafeCapturer::run(const Batch& batch, const std::vector<std::vector<int64_t>>& positions,
+                             Model::Logits logits) {
+  select_rows(batch, positions);
+  const size_t before = snapshots_.size();
+  rows_selected_ = true;
+  forward_ended_ = false;
+  struct Unselect {  // a forward that never began must not leave these rows to the next one
+    bool& selected;
+    ~Unselect() { selected = false; }
+  } unselect{rows_selected_};
+  at::Tensor out = model_.forward(batch, logits);
+  if (!forward_ended_) check_all_fired(before);  // not attached: nothing fired
   return out;
 }
 

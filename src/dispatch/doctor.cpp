@@ -1,6 +1,6 @@
 #include "actcap/error.h"
 #include "actcap/executor.h"
-#include "dispatch/transfer.h"
+#include "executor/transfer.h"
 
 namespace actcap {
 

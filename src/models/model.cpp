@@ -1,17 +1,15 @@
 #include "actcap/model.h"
 
-#include <c10/core/InferenceMode.h>
-
 #include <algorithm>
-#include <limits>
 #include <set>
+#include <utility>
 
 #include "actcap/checkpoint.h"
 #include "actcap/error.h"
 #include "actcap/hash.h"
-#include "dispatch/arena.h"
-#include "dispatch/transfer.h"
+#include "actcap/observer.h"
 #include "models/arch/architecture.h"
+#include "models/model_parts.h"
 #include "models/weights.h"
 #include "util/strings.h"
 
@@ -64,7 +62,8 @@ class HookRegistry {
     Module* module;
     bool pre;
   };
-  std::map<int64_t, std::vector<Site>> sites;
+  std::map<int64_t, std::vector<Site>> sites;  // by handle id: a hook's, or an observer's points
+  std::map<int64_t, Observer*> observers;      // by handle id
   int64_t next_id = 0;
 
   void remove(int64_t id) {
@@ -78,6 +77,18 @@ class HookRegistry {
       s.module->drop_hooks_if_empty();
     }
     sites.erase(it);
+    observers.erase(id);
+  }
+
+  // Registers `fn` on `sites` under a new handle id.
+  int64_t add(std::vector<Site> add_sites, const HookFn& fn) {
+    const int64_t id = next_id++;
+    for (const auto& s : add_sites) {
+      auto& list = s.pre ? s.module->hooks().pre : s.module->hooks().post;
+      list.push_back(HookEntry{id, fn, 0});
+    }
+    sites.emplace(id, std::move(add_sites));
+    return id;
   }
 };
 
@@ -89,6 +100,10 @@ void HookHandle::remove() {
 bool HookHandle::active() const {
   auto reg = reg_.lock();
   return reg && reg->sites.count(id_);
+}
+
+Observer::~Observer() {
+  for (HookHandle& h : attachments_) h.remove();
 }
 
 const char* stage_kind_name(StageKind kind) {
@@ -110,20 +125,21 @@ const char* stage_kind_name(StageKind kind) {
 struct Model::Impl {
   BuiltModel built;
   std::vector<Module*> modules;  // every named module, pre-order
-  ExecutionOptions exec;
-  std::vector<DeviceId> stage_device;  // resolved placement, one per stage
-  std::map<DeviceId, Arena> arenas;
-  std::map<DeviceId, uint64_t> weight_bytes;
-  std::map<DeviceId, uint64_t> peak_bytes;
-  std::map<DeviceId, int64_t> transfers_in;
-  std::map<DeviceId, uint64_t> bytes_in;
-  TransferStats transfers;
-  std::set<std::string> bare_ref_warned;  // points the bare-reference guard warned about
 
-  Arena& arena(const DeviceId& d) { return arenas.try_emplace(d, d).first->second; }
+  // The hook lists `pattern` names: the pre-hooks of the modules it matches when it ends in
+  // ":input", their forward hooks otherwise.
+  std::vector<HookRegistry::Site> sites(const std::string& pattern) const;
 };
 
 Model::~Model() = default;
+
+bool ModelParts::head_shares_embedding(const Model& model) {
+  return model.impl_->built.head_shares_embedding;
+}
+
+const std::map<int64_t, Observer*>& ModelParts::observers(const Model& model) {
+  return model.hooks_->observers;
+}
 
 namespace {
 
@@ -215,20 +231,39 @@ std::vector<PointInfo> Model::resolve(const std::string& pattern) const {
   return out;
 }
 
-HookHandle Model::register_forward_hook(const std::string& pattern, HookFn fn) {
+std::vector<HookRegistry::Site> Model::Impl::sites(const std::string& pattern) const {
   const bool input = pattern.size() > 6 && ends_with(pattern, ":input");
-  resolve(pattern);  // loud on zero matches
-  std::vector<HookRegistry::Site> sites;
-  for (Module* m : impl_->modules)
+  std::vector<HookRegistry::Site> out;
+  for (Module* m : modules)
     if (match_point(pattern, input ? m->input_point().name : m->output_point().name))
-      sites.push_back({m, input});
-  const int64_t id = hooks_->next_id++;
-  for (const auto& s : sites) {
-    auto& list = s.pre ? s.module->hooks().pre : s.module->hooks().post;
-    list.push_back(HookEntry{id, fn, 0});
+      out.push_back({m, input});
+  return out;
+}
+
+HookHandle Model::register_forward_hook(const std::string& pattern, HookFn fn) {
+  resolve(pattern);  // loud on zero matches
+  return HookHandle(hooks_, hooks_->add(impl_->sites(pattern), fn));
+}
+
+HookHandle Model::attach_observer(Observer& observer, const std::vector<std::string>& patterns) {
+  std::vector<HookRegistry::Site> sites;
+  std::set<std::pair<Module*, bool>> seen;
+  for (const std::string& pattern : patterns) {
+    resolve(pattern);  // loud on zero matches
+    for (const HookRegistry::Site& s : impl_->sites(pattern))
+      if (seen.insert({s.module, s.pre}).second) sites.push_back(s);
   }
-  hooks_->sites.emplace(id, std::move(sites));
-  return HookHandle(hooks_, id);
+  Observer* o = &observer;
+  const int64_t id = hooks_->add(
+      std::move(sites), [o](const HookContext& ctx, const at::Tensor& t) { o->on_point(ctx, t); });
+  hooks_->observers.emplace(id, o);
+  HookHandle handle(hooks_, id);
+  auto& mine = observer.attachments_;
+  mine.erase(
+      std::remove_if(mine.begin(), mine.end(), [](const HookHandle& h) { return !h.active(); }),
+      mine.end());
+  mine.push_back(handle);
+  return handle;
 }
 
 HookHandle Model::register_forward_pre_hook(const std::string& pattern, HookFn fn) {
@@ -241,43 +276,6 @@ size_t Model::hook_count() const {
   for (const auto& [id, sites] : hooks_->sites) n += sites.size();
   return n;
 }
-
-void Model::place(const ExecutionOptions& options) {
-  Impl& im = *impl_;
-  std::vector<DeviceId> devs = options.stage_device;
-  if (devs.empty()) devs.assign(stages_.size(), DeviceId::cpu());
-  if (devs.size() != stages_.size())
-    throw InputError(
-        concat("placement has ", devs.size(), " devices for ", stages_.size(), " stages"));
-  std::map<DeviceId, uint64_t> weights;
-  for (size_t i = 0; i < stages_.size(); ++i) {
-    stages_[i]->to_device(devs[i].c10());
-    weights[devs[i]] += stages_[i]->parameter_bytes();
-  }
-  if (im.built.head_shares_embedding && devs.front() == devs.back())
-    weights[devs.back()] -=
-        stages_.back()->parameter_bytes();  // lm_head shares the embedding matrix
-  for (const auto& [d, bytes] : weights) {
-    auto b = options.budgets.find(d);
-    if (b != options.budgets.end() && bytes > b->second)
-      throw RunError(concat("weights placed on ", d.str(), " take ", format_bytes(bytes),
-                            ", over its budget of ", format_bytes(b->second),
-                            "; raise the memory budget of ", d.str(), " or use more devices"),
-                     {"max_memory", "devices"});
-  }
-  im.exec = options;
-  im.stage_device = devs;
-  im.weight_bytes = weights;
-  im.arenas.clear();
-  im.peak_bytes.clear();
-  im.transfers_in.clear();
-  im.bytes_in.clear();
-  im.transfers = TransferStats{};
-}
-
-const ExecutionOptions& Model::placement() const { return impl_->exec; }
-DeviceId Model::stage_device(size_t stage) const { return impl_->stage_device.at(stage); }
-const TransferStats& Model::transfer_stats() const { return impl_->transfers; }
 
 std::vector<std::vector<std::string>> Model::stage_modules() const {
   std::vector<std::vector<std::string>> out;
@@ -323,97 +321,6 @@ std::vector<StageCost> Model::stage_costs(int64_t batch, int64_t seq, bool logit
     out.push_back(std::move(c));
   }
   return out;
-}
-
-std::vector<DeviceStats> Model::device_stats() const {
-  std::vector<DeviceStats> out;
-  std::set<DeviceId> devs(impl_->stage_device.begin(), impl_->stage_device.end());
-  for (const DeviceId& d : devs) {
-    DeviceStats s;
-    s.device = d;
-    s.weight_bytes = impl_->weight_bytes.count(d) ? impl_->weight_bytes.at(d) : 0;
-    auto a = impl_->arenas.find(d);
-    s.arena_bytes = a == impl_->arenas.end() ? 0 : a->second.bytes();
-    s.slot_reuses = a == impl_->arenas.end() ? 0 : a->second.reuses();
-    s.peak_bytes = impl_->peak_bytes.count(d) ? impl_->peak_bytes.at(d) : s.weight_bytes;
-    s.transfers_in = impl_->transfers_in.count(d) ? impl_->transfers_in.at(d) : 0;
-    s.bytes_in = impl_->bytes_in.count(d) ? impl_->bytes_in.at(d) : 0;
-    out.push_back(s);
-  }
-  return out;
-}
-
-at::Tensor Model::forward(const Batch& batch, Logits logits) {
-  c10::InferenceMode guard;
-  Impl& im = *impl_;
-  const int64_t B = batch.ids.size(0), T = batch.ids.size(1), H = config_.hidden_size;
-  if (T > config_.max_positions())
-    throw InputError(concat("batch has ", T, " positions but ", origin_, " supports at most ",
-                            config_.max_positions()));
-  const int64_t step = steps_++;
-
-  // Per-forward tables, built once per physical device.
-  std::map<std::string, ForwardState> states;
-  auto state_for = [&](const DeviceId& d) -> ForwardState& {
-    const c10::Device dev = d.c10();
-    auto it = states.find(dev.str());
-    if (it != states.end()) return it->second;
-    ForwardState st;
-    st.batch = B;
-    st.seq = T;
-    st.step = step;
-    st.bare_ref = bare_ref_;
-    st.bare_ref_warned = &im.bare_ref_warned;
-    st.positions = at::arange(T, at::TensorOptions().dtype(at::kLong).device(dev));
-    st.causal_bias = at::full({T, T}, -std::numeric_limits<float>::infinity(),
-                              at::TensorOptions().dtype(at::kFloat).device(dev))
-                         .triu_(1);
-    im.built.prepare(st);
-    return states.emplace(dev.str(), std::move(st)).first->second;
-  };
-
-  // Every architecture ends with its head (lm_head).
-  size_t stages = stages_.size();
-  if (logits == Logits::kSkipIfUnhooked && stage_kinds_.back() == StageKind::kHead &&
-      !stages_.back()->hooked())
-    --stages;
-
-  std::map<DeviceId, int64_t> ping;  // alternates the output slot per device
-  DeviceId cur = im.stage_device.front();
-  at::Tensor h = batch.ids.to(cur.c10());
-  for (size_t i = 0; i < stages; ++i) {
-    const DeviceId& d = im.stage_device[i];
-    if (d != cur) {
-      at::Tensor dst = im.arena(d).slot(Arena::kTransferIn, h.sizes());
-      transfer(TransferRequest{&h, dst, cur, d,
-                               stages_[i]->name().empty() ? "stage " + std::to_string(i)
-                                                          : stages_[i]->name(),
-                               im.exec.verify_transfers},
-               im.exec.faults, im.transfers);
-      ++im.transfers_in[d];
-      im.bytes_in[d] += h.numel() * h.element_size();
-      h = dst;
-      cur = d;
-    }
-    ForwardState& st = state_for(d);
-    if (stage_kinds_[i] == StageKind::kBlock) {
-      Arena& arena = im.arena(d);
-      st.stage_out = arena.slot(ping[d]++ % 2 == 0 ? Arena::kPing : Arena::kPong, {B, T, H});
-      const uint64_t used = im.weight_bytes[d] + arena.bytes();
-      im.peak_bytes[d] = std::max(im.peak_bytes[d], used);
-      auto budget = im.exec.budgets.find(d);
-      if (budget != im.exec.budgets.end() && used > budget->second)
-        throw RunError(
-            concat(d.str(), " ran out of its memory budget at ", stages_[i]->name(), ": weights ",
-                   format_bytes(im.weight_bytes[d]), " + activation arena ",
-                   format_bytes(arena.bytes()), " > ", format_bytes(budget->second),
-                   "; raise its memory budget or run smaller batches"),
-            {"max_memory"});
-    }
-    h = stages_[i]->call(h, st);
-    st.stage_out = at::Tensor();
-  }
-  return h;
 }
 
 }  // namespace actcap

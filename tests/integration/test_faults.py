@@ -87,7 +87,7 @@ def job(llama, tmp_path_factory):
 
 def test_corrupted_transfer_every_time_stops_the_run_naming_the_link(job, tmp_path):
     # Fails without the defence: checked (session 5) by dropping the device pair from the message in
-    # src/dispatch/transfer.cpp.
+    # src/executor/transfer.cpp.
     p = run(*job["args"], "--out", tmp_path / "o", env={"ACTCAP_FAULT": "transfer:cpu:0->cpu:1:bitflip"})
     assert p.returncode == 1
     line = one_error_line(p)

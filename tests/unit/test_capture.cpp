@@ -16,7 +16,7 @@
 #include "actcap/init_model.h"
 #include "actcap/model.h"
 #include "actcap/planner.h"
-#include "dispatch/transfer.h"
+#include "executor/transfer.h"
 #include "models/weights.h"
 
 using namespace actcap;
@@ -24,10 +24,16 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 namespace actcap {
-// SafeCapturer's test seam (capture.h): detaching a planned point's hook is the one way to make a
-// planned point not fire in a forward.
+// SafeCapturer's test seam (capture.h): no longer observing a planned point is the one way to make
+// a planned point not fire in a forward.
 struct SafeCapturerTestPeer {
-  static void detach(SafeCapturer& cap, size_t plan_index) { cap.handles_.at(plan_index).remove(); }
+  static void detach(SafeCapturer& cap, size_t plan_index) {
+    std::vector<std::string> keep;
+    for (size_t i = 0; i < cap.plan_.size(); ++i)
+      if (i != plan_index) keep.push_back(cap.plan_[i].name);
+    cap.handle_.remove();
+    cap.handle_ = cap.model_.attach_observer(cap, keep);
+  }
 };
 }  // namespace actcap
 

@@ -8,7 +8,7 @@
 #include "actcap/init_model.h"
 #include "actcap/model.h"
 #include "actcap/planner.h"
-#include "dispatch/transfer.h"
+#include "executor/transfer.h"
 #include "models/weights.h"
 
 using namespace actcap;

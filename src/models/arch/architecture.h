@@ -6,7 +6,6 @@
 // Qwen3's).
 #pragma once
 
-#include <functional>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
@@ -32,9 +31,6 @@ struct BuiltModel {
   // both stages share a device.
   bool head_shares_embedding = false;
   int64_t mlp_width = 0;  // the MLP's inner width (the planner's workspace estimate)
-  // Per-forward preparation beyond what parts compute themselves (none of today's architectures
-  // needs one: RoPE tables are computed by the Rope part on first use).
-  std::function<void(ForwardState&)> prepare = [](ForwardState&) {};
 };
 
 class Architecture {

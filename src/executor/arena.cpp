@@ -1,4 +1,4 @@
-#include "dispatch/arena.h"
+#include "executor/arena.h"
 
 namespace actcap {
 

@@ -1,4 +1,4 @@
-#include "dispatch/transfer.h"
+#include "executor/transfer.h"
 
 #include <c10/core/DeviceGuard.h>
 
