@@ -642,7 +642,7 @@ def test_points_json_matches_reference(models, arch):
 # implementation ignoring it fails), and requires parity on every point, 1e-5 absolute and 1e-5
 # relative to the point's largest value. The figures line (pytest -s) gives the worst differences.
 #
-# Checked to fail by mutating the C++ temporarily (src/models/rope.cpp, src/models/gpt2.cpp), each
+# Checked to fail by mutating the C++ temporarily (src/models/parts/rope.cpp, src/models/arch/gpt2.cpp), each
 # mutation failing the tests named:
 #   - dynamic never recomputed past max_position_embeddings: dynamic_ntk_past_context (3 archs),
 #     dynamic_ntk_padded_batch
