@@ -1,9 +1,9 @@
 """Independent float32 reference forward for the actcap parity tests.
 
 Written from the semantics of Hugging Face transformers' modeling_gpt2.py, modeling_llama.py,
-modeling_mistral.py, modeling_qwen2.py, modeling_qwen3.py and modeling_rope_utils.py (eager
-attention, no padding, no cache, eval mode), using only torch + numpy + the minimal safetensors
-reader in st.py. config.json may be in transformers 4.x form (rope_theta / rope_scaling,
+modeling_mistral.py, modeling_qwen2.py, modeling_qwen3.py, modeling_olmo2.py and
+modeling_rope_utils.py (eager attention, no padding, no cache, eval mode), using only torch +
+numpy + the minimal safetensors reader in st.py. config.json may be in transformers 4.x form (rope_theta / rope_scaling,
 torch_dtype) or 5.x form (rope_parameters, layer_types, dtype); the dtype fields are not read.
 
 RoPE types: default, linear, dynamic (NTK, recomputed for a forward longer than
@@ -22,6 +22,8 @@ Hook points (N = layer index):
   llama/mistral/qwen2/qwen3: model.embed_tokens, model.layers.N, .input_layernorm, .self_attn,
          .self_attn.{q,k,v,o}_proj, .post_attention_layernorm, .mlp, .mlp.{gate,up,down}_proj,
          .mlp.act_fn, model.norm, lm_head
+  olmo2: as llama without .input_layernorm, plus .post_feedforward_layernorm (after .mlp) and
+         .self_attn.q_norm / .k_norm over the whole projection ([heads * head_dim] per token)
   qwen3 adds .self_attn.q_norm and .self_attn.k_norm (RMSNorm over head_dim, applied per head to
          q_proj / k_proj output viewed [T, heads, head_dim], before RoPE): their input and output
          are [T, num_attention_heads, head_dim] and [T, num_key_value_heads, head_dim], i.e. the
@@ -38,7 +40,7 @@ import torch.nn.functional as F
 
 import st
 
-ARCHS = ("gpt2", "llama", "mistral", "qwen2", "qwen3")
+ARCHS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2")
 
 
 class ReferenceError(ValueError):
@@ -107,6 +109,11 @@ QWEN3_DEFAULTS = dict(vocab_size=151936, hidden_size=4096, intermediate_size=220
                       attention_bias=False, use_sliding_window=False, sliding_window=4096,
                       max_window_layers=28)
 LAYER_TYPES = ("full_attention", "sliding_attention")
+# Olmo2Config's defaults (configuration_olmo2.py).
+OLMO2_DEFAULTS = dict(vocab_size=50304, hidden_size=4096, intermediate_size=11008,
+                      num_hidden_layers=32, num_attention_heads=32, hidden_act="silu",
+                      max_position_embeddings=2048, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                      attention_bias=False)
 
 
 class Config:
@@ -137,6 +144,8 @@ class Config:
             self.head_dim = self.hidden // self.heads
         elif mt == "qwen3":
             self._qwen3(cfg)
+        elif mt == "olmo2":
+            self._olmo2(cfg)
         else:
             self.vocab_size = _get(cfg, "vocab_size", required=True)
             self.hidden = _get(cfg, "hidden_size", required=True)
@@ -196,6 +205,37 @@ class Config:
         self.mlp_bias = False
         self.rope = self._rope(cfg)
         self.windows = self._windows(cfg)
+
+    def _olmo2(self, cfg):
+        """Olmo2Config: every field has a default; num_key_value_heads None -> num_attention_heads;
+        head_dim is not a config field (getattr(config, "head_dim", hidden // heads): a head_dim in
+        config.json is used); attention_bias gives q, k, v and o biases; rms_norm_eps 1e-5."""
+        d = OLMO2_DEFAULTS
+
+        def get(k):
+            return cfg[k] if cfg.get(k) is not None else d[k]
+
+        self.vocab_size = int(get("vocab_size"))
+        self.hidden = int(get("hidden_size"))
+        self.layers = int(get("num_hidden_layers"))
+        self.heads = int(get("num_attention_heads"))
+        self.kv_heads = int(_get(cfg, "num_key_value_heads", default=self.heads))
+        self.inner = int(get("intermediate_size"))
+        self.act = get("hidden_act")
+        self.eps = float(get("rms_norm_eps"))
+        self.tie = bool(get("tie_word_embeddings"))
+        hd = cfg.get("head_dim")
+        if hd is None:
+            if self.hidden % self.heads:
+                raise ReferenceError("hidden_size not divisible by num_attention_heads")
+            hd = self.hidden // self.heads
+        self.head_dim = int(hd)
+        if self.heads % self.kv_heads:
+            raise ReferenceError("num_attention_heads not divisible by num_key_value_heads")
+        self.attention_bias = bool(get("attention_bias"))
+        self.mlp_bias = False
+        self.rope = self._rope(cfg)
+        self.windows = [None] * self.layers
 
     # -- RoPE ----------------------------------------------------------------------------------
     @staticmethod
@@ -517,6 +557,26 @@ def expected_shapes(cfg):
             s[p + "mlp.c_proj.bias"] = [H]
         s["transformer.ln_f.weight"] = [H]
         s["transformer.ln_f.bias"] = [H]
+    elif c.arch == "olmo2":
+        q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
+        s["model.embed_tokens.weight"] = [V, H]
+        for i in range(c.layers):
+            p = f"model.layers.{i}."
+            for nm, rows in (("q_proj", q), ("k_proj", kv), ("v_proj", kv)):
+                s[p + f"self_attn.{nm}.weight"] = [rows, H]
+                if c.attention_bias:
+                    s[p + f"self_attn.{nm}.bias"] = [rows]
+            s[p + "self_attn.o_proj.weight"] = [H, q]
+            if c.attention_bias:
+                s[p + "self_attn.o_proj.bias"] = [H]
+            s[p + "self_attn.q_norm.weight"] = [q]  # over the whole projection
+            s[p + "self_attn.k_norm.weight"] = [kv]
+            s[p + "post_attention_layernorm.weight"] = [H]
+            s[p + "mlp.gate_proj.weight"] = [I, H]
+            s[p + "mlp.up_proj.weight"] = [I, H]
+            s[p + "mlp.down_proj.weight"] = [H, I]
+            s[p + "post_feedforward_layernorm.weight"] = [H]
+        s["model.norm.weight"] = [H]
     else:
         q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
         s["model.embed_tokens.weight"] = [V, H]
@@ -591,6 +651,8 @@ class Model:
         with torch.no_grad():
             if self.cfg.arch == "gpt2":
                 pts = self._gpt2(ids)
+            elif self.cfg.arch == "olmo2":
+                pts = self._olmo2(ids, rope_seq_len)
             else:
                 pts = self._llama(ids, rope_seq_len)
         return OrderedDict((k, v.detach().cpu().contiguous().numpy()) for k, v in pts.items())
@@ -768,6 +830,99 @@ class Model:
         rec("model.norm", h, hn)
         logits = F.linear(hn, w["lm_head.weight"])
         rec("lm_head", hn, logits)
+        return pts
+
+    def _lin(self, x, p):
+        return F.linear(x, self.w[p + ".weight"], self.w.get(p + ".bias"))
+
+    def _attend(self, q, k, v, cos, sin, scale, window=None, softcap=None):
+        """eager_attention_forward on q [T, heads * head_dim], k / v [T, kv_heads * head_dim]:
+        RoPE, repeat_kv, scores * scale, optional softcap * tanh(scores / softcap), the causal (and
+        sliding: i - window < j <= i) mask, softmax in float32; returns the context
+        [T, heads * head_dim] (o_proj's input)."""
+        c = self.cfg
+        T, nh, nkv, hd = q.shape[0], c.heads, c.kv_heads, c.head_dim
+        qh = apply_rope(q.view(T, nh, hd).transpose(0, 1), cos, sin)
+        kh = apply_rope(k.view(T, nkv, hd).transpose(0, 1), cos, sin)
+        vh = v.view(T, nkv, hd).transpose(0, 1)
+        groups = nh // nkv
+        kh = kh[:, None].expand(nkv, groups, T, hd).reshape(nh, T, hd)
+        vh = vh[:, None].expand(nkv, groups, T, hd).reshape(nh, T, hd)
+        att = torch.matmul(qh, kh.transpose(1, 2)) * scale
+        if softcap is not None:
+            att = torch.tanh(att / softcap) * softcap
+        qi, kj = torch.arange(T)[:, None], torch.arange(T)[None, :]
+        allowed = kj <= qi
+        if window is not None:
+            allowed = allowed & (kj > qi - int(window))
+        att = torch.where(allowed, att, torch.tensor(torch.finfo(torch.float32).min))
+        att = F.softmax(att, dim=-1, dtype=torch.float32)
+        return torch.matmul(att, vh).transpose(0, 1).contiguous().view(T, nh * hd)
+
+    def _gated_mlp(self, x, p, rec):
+        """down_proj(act_fn(gate_proj(x)) * up_proj(x)), recording each module in call order."""
+        g = self._lin(x, p + ".gate_proj")
+        rec(p + ".gate_proj", x, g)
+        ga = _act(self.cfg.act)(g)
+        rec(p + ".act_fn", g, ga)
+        u = self._lin(x, p + ".up_proj")
+        rec(p + ".up_proj", x, u)
+        d = self._lin(ga * u, p + ".down_proj")
+        rec(p + ".down_proj", ga * u, d)
+        rec(p, x, d)
+        return d
+
+    def _olmo2(self, ids, rope_seq_len=None):
+        """Olmo2DecoderLayer: no norm before the sublayers; each sublayer's output is normalised
+        (post_attention_layernorm, post_feedforward_layernorm) before its residual add.
+        Olmo2Attention: q_norm(q_proj(x)) and k_norm(k_proj(x)) over the whole projection, then
+        the head split, RoPE, eager attention with scaling head_dim**-0.5, o_proj. Olmo2RMSNorm
+        multiplies by the weight in float32 before casting back (all float32 here)."""
+        c, w, lin = self.cfg, self.w, self._lin
+        T = ids.shape[0]
+        pts = OrderedDict()
+
+        def rec(name, inp, out):
+            pts[name + ":input"] = inp
+            pts[name] = out
+
+        def rms(x, p):
+            var = x.pow(2).mean(-1, keepdim=True)
+            return w[p + ".weight"] * (x * torch.rsqrt(var + c.eps))
+
+        cos, sin = rope_cos_sin(c.rope, c.head_dim, T, seq_len=rope_seq_len)
+        h = F.embedding(ids, w["model.embed_tokens.weight"])
+        rec("model.embed_tokens", ids, h)
+        for i in range(c.layers):
+            p = f"model.layers.{i}"
+            A = p + ".self_attn"
+            layer_in = h
+            q = lin(h, A + ".q_proj")
+            rec(A + ".q_proj", h, q)
+            qn = rms(q, A + ".q_norm")  # over heads * head_dim, before the head split
+            rec(A + ".q_norm", q, qn)
+            k = lin(h, A + ".k_proj")
+            rec(A + ".k_proj", h, k)
+            kn = rms(k, A + ".k_norm")
+            rec(A + ".k_norm", k, kn)
+            v = lin(h, A + ".v_proj")
+            rec(A + ".v_proj", h, v)
+            o = self._attend(qn, kn, v, cos, sin, c.head_dim ** -0.5, c.windows[i])
+            a = lin(o, A + ".o_proj")
+            rec(A + ".o_proj", o, a)
+            rec(A, h, a)
+            an = rms(a, p + ".post_attention_layernorm")
+            rec(p + ".post_attention_layernorm", a, an)
+            h = layer_in + an
+            d = self._gated_mlp(h, p + ".mlp", rec)
+            dn = rms(d, p + ".post_feedforward_layernorm")
+            rec(p + ".post_feedforward_layernorm", d, dn)
+            out = h + dn
+            rec(p, layer_in, out)
+            h = out
+        hn = rms(h, "model.norm")
+        rec("model.norm", h, hn)
+        rec("lm_head", hn, F.linear(hn, w["lm_head.weight"]))
         return pts
 
     # -- point catalogue ----------------------------------------------------------------------

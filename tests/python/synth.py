@@ -36,6 +36,10 @@ TINY = {
                   head_dim=16, hidden_act="silu", max_position_embeddings=128, rms_norm_eps=1e-6,
                   rope_theta=1000000.0, rope_scaling=None, attention_bias=False, use_sliding_window=False,
                   sliding_window=None, max_window_layers=2, tie_word_embeddings=True),
+    "olmo2": dict(model_type="olmo2", architectures=["Olmo2ForCausalLM"], vocab_size=384, hidden_size=32,
+                  intermediate_size=80, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  hidden_act="silu", max_position_embeddings=128, rms_norm_eps=1e-6, rope_theta=10000.0,
+                  rope_scaling=None, attention_bias=False, tie_word_embeddings=False),
 }
 
 
@@ -124,6 +128,33 @@ QWEN3_0_6B_CONFIG = {
     "use_cache": True,
     "use_sliding_window": False,
     "vocab_size": 151936,
+}
+
+
+# allenai/OLMo-2-0425-1B's config.json (transformers 4.x layout): what `actcap init-model --arch
+# olmo2 --preset olmo-2-1b` must reproduce.
+OLMO2_1B_CONFIG = {
+    "architectures": ["Olmo2ForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "eos_token_id": 100257,
+    "hidden_act": "silu",
+    "hidden_size": 2048,
+    "initializer_range": 0.02,
+    "intermediate_size": 8192,
+    "max_position_embeddings": 4096,
+    "model_type": "olmo2",
+    "num_attention_heads": 16,
+    "num_hidden_layers": 16,
+    "num_key_value_heads": 16,
+    "pad_token_id": 100277,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": None,
+    "rope_theta": 500000,
+    "tie_word_embeddings": False,
+    "torch_dtype": "float32",
+    "use_cache": True,
+    "vocab_size": 100352,
 }
 
 

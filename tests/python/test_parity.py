@@ -17,7 +17,7 @@ import reference
 import st
 import synth
 
-ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3"]
+ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2"]
 LLAMA_FAMILY = ["llama", "mistral", "qwen2", "qwen3"]
 
 pytestmark = pytest.mark.usefixtures("actcap_bin")
@@ -354,7 +354,7 @@ def test_parity_qwen3_v4_and_v5_configs_identical(models, tmp_path, rope):
     _bit_identical(ta, tb)
 
 
-@pytest.mark.parametrize("arch", ["gpt2", "llama", "mistral", "qwen2"])
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "mistral", "qwen2", "olmo2"])
 def test_parity_v5_config_other_archs(models, tmp_path, arch):
     """transformers 5.x config.json for the other families: dtype instead of torch_dtype,
     rope_parameters (rope_theta 500 inside, so ignoring it shows), Qwen2 with layer_types (here
@@ -401,6 +401,120 @@ def test_init_model_qwen3_0_6b_preset_config(actcap_bin, tmp_path):
     c, r = reference.Config(cfg), reference.Config(real)
     assert (c.rope, c.windows) == (r.rope, r.windows)
     assert reference.expected_shapes(c) == reference.expected_shapes(r)
+
+
+# ---------------------------------------------------------------------------------------------
+# OLMo 2: norms on the sublayer outputs, q_norm / k_norm over the whole projection
+# ---------------------------------------------------------------------------------------------
+
+def _scale_weights(src, dst, suffixes, value):
+    m = H.copy_model(src, dst)
+    w = st.load_checkpoint(str(m))
+    for k in w:
+        if k.endswith(suffixes):
+            w[k] = np.full_like(w[k], value)
+    st.save(str(m / "model.safetensors"), w, metadata={"format": "pt"})
+    return m
+
+
+def test_parity_olmo2_norm_points(models, tmp_path):
+    """q_norm / k_norm points are [heads * head_dim] per token (one RMSNorm over the projection,
+    before the head split), in the manifest and `points --json`; each of the four norm weights
+    of a layer changes the result (so a pre-norm block or per-head q/k norms would fail)."""
+    m = models("olmo2")
+    c = reference.Config(H.load_config(m))
+    seqs = tokens_for(m, [13, 6], seed=60)
+    for i, suffixes in enumerate([("self_attn.q_norm.weight", "self_attn.k_norm.weight"),
+                                  ("post_attention_layernorm.weight",), ("post_feedforward_layernorm.weight",)]):
+        assert ref_differs(m, _scale_weights(m, tmp_path / f"w{i}", suffixes, 1.0), seqs), suffixes
+    manifest, _, _ = check_parity(m, seqs, tmp_path / "out")
+    listed = {p["name"]: p["shape"] for p in json.loads(H.actcap("points", m, "--json", check=True).stdout)["points"]}
+    assert not any(n.endswith("input_layernorm") for n in listed), "OLMo 2 has no pre-norm"
+    for i in range(c.layers):
+        for nm, n in (("q_norm", c.heads), ("k_norm", c.kv_heads)):
+            for suffix in ("", ":input"):
+                name = f"model.layers.{i}.self_attn.{nm}{suffix}"
+                assert manifest["points"][name]["shape"] == [n * c.head_dim], name
+                assert listed[name] == [n * c.head_dim], name
+
+
+@pytest.mark.parametrize("bias", [False, True], ids=["no_bias", "attention_bias"])
+def test_parity_olmo2_real_config_layout(actcap_bin, tmp_path, bias):
+    """OLMo-2-0425-1B's config.json fields at tiny size (rope_scaling null, no head_dim, pad id),
+    bf16; attention_bias true adds q/k/v and o_proj biases."""
+    cfg = dict(synth.OLMO2_1B_CONFIG, vocab_size=384, hidden_size=32, intermediate_size=80, num_hidden_layers=2,
+               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, eos_token_id=2,
+               pad_token_id=1, attention_bias=bias)
+    m = tmp_path / "m"
+    w = synth.write_checkpoint(str(m), cfg, seed=61, dtype="bf16")
+    assert ("model.layers.0.self_attn.o_proj.bias" in w) == bias
+    check_parity(m, tokens_for(m, [12, 5], seed=62), tmp_path / "out")
+
+
+OLMO2_1B_KEYS = ["architectures", "model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
+                 "num_attention_heads", "num_key_value_heads", "vocab_size", "max_position_embeddings",
+                 "rms_norm_eps", "tie_word_embeddings", "eos_token_id", "hidden_act", "attention_bias",
+                 "rope_theta"]
+
+
+def check_preset_config(tmp_path, arch, preset, real, keys):
+    """`init-model --arch ARCH --preset PRESET --config-only` writes only config.json, and it agrees
+    with the real model's on `keys`, RoPE, windows and every weight shape."""
+    out = tmp_path / "m"
+    H.actcap("init-model", "--arch", arch, "--preset", preset, "--seed", 0, "--config-only", "--out", out,
+             check=True)
+    assert not (out / "model.safetensors").exists(), "--config-only wrote weights"
+    cfg = H.load_config(out)
+    bad = {k: (cfg.get(k), real[k]) for k in keys if cfg.get(k) != real[k]}
+    assert not bad, f"(init-model, {preset}): {bad}"
+    c, r = reference.Config(cfg), reference.Config(real)
+    assert (c.rope, c.windows, c.tie) == (r.rope, r.windows, r.tie)
+    assert reference.expected_shapes(c) == reference.expected_shapes(r)
+
+
+def test_init_model_olmo2_1b_preset_config(actcap_bin, tmp_path):
+    """`init-model --arch olmo2 --preset olmo-2-1b` describes allenai/OLMo-2-0425-1B."""
+    check_preset_config(tmp_path, "olmo2", "olmo-2-1b", synth.OLMO2_1B_CONFIG, OLMO2_1B_KEYS)
+
+
+# Bad input: one line on stderr, exit 2.
+BAD_CONFIGS = {
+    "olmo2_missing_hidden_size": ("olmo2", dict(hidden_size=None)),
+    "olmo2_kv_heads": ("olmo2", dict(num_key_value_heads=3)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
+def test_bad_config_is_one_line_exit_2(models, tmp_path, case):
+    arch, changes = BAD_CONFIGS[case]
+    m = H.copy_model(models(arch), tmp_path / "m")
+    cfg = H.load_config(m)
+    for k, v in changes.items():
+        if v is None and k == "hidden_size":
+            cfg.pop(k)
+        else:
+            cfg[k] = v
+    H.save_config(m, cfg)
+    p = H.actcap("run", m, "--tokens", "1,2,3", "--capture", "lm_head", "--out", tmp_path / "o")
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2 and len(lines) == 1, (p.returncode, p.stderr)
+    assert "config.json" in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("arch,tensor", [("olmo2", "model.layers.0.self_attn.q_norm.weight")])
+@pytest.mark.parametrize("fault", ["missing", "shape"])
+def test_bad_checkpoint_is_one_line_exit_2(models, tmp_path, arch, tensor, fault):
+    m = H.copy_model(models(arch), tmp_path / "m")
+    w = st.load_checkpoint(str(m))
+    if fault == "missing":
+        del w[tensor]
+    else:
+        w[tensor] = np.zeros(w[tensor].shape[0] + 1, dtype=np.float32)
+    st.save(str(m / "model.safetensors"), w, metadata={"format": "pt"})
+    p = H.actcap("run", m, "--tokens", "1,2,3", "--capture", "lm_head", "--out", tmp_path / "o")
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2 and len(lines) == 1, (p.returncode, p.stderr)
+    assert tensor in lines[0], lines[0]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -629,7 +629,7 @@ def test_rope_config_forms_agree():
 # masking: causality, sliding window, GQA
 # ---------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", ARCHS + ["olmo2"])
 def test_causality(tmp_path, arch):
     d = _ckpt(tmp_path, arch)
     a, b = reference.run(str(d), [[7, 8, 9, 10, 11, 12, 13, 14, 15, 16], [7, 8, 9, 10, 11, 12, 200, 14, 15, 16]])
@@ -961,3 +961,44 @@ def test_half_checkpoint_equals_f32_of_rounded_weights(tmp_path, dtype):
     up = {k: (v.astype(np.float32) if dtype == "f16" else st.bf16_bits_to_f32(v)) for k, v in w.items()}
     st.save(str(d2 / "model.safetensors"), up)
     _same_run(d, d2)
+
+
+# ---------------------------------------------------------------------------------------------
+# OLMo 2
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("arch", ["olmo2"])
+def test_sublayer_norm_wiring(tmp_path, arch):
+    """Olmo2DecoderLayer / Gemma2DecoderLayer: the norms act on the sublayer outputs before the
+    residual add (Gemma 2 also before each sublayer); OLMo 2's q_norm / k_norm see the whole
+    projection."""
+    d = _ckpt(tmp_path, arch)
+    c = reference.Config(reference.load_config(str(d)))
+    r = reference.run(str(d), [[5, 17, 2, 99, 3, 3, 250]])[0]
+    eq = np.array_equal
+    for i in range(c.layers):
+        p = f"model.layers.{i}"
+        prev = r[f"model.layers.{i - 1}"] if i else r["model.embed_tokens"]
+        assert eq(r[p + ":input"], prev)
+        attn_in = r[p + ".input_layernorm"] if arch == "gemma2" else prev
+        if arch == "gemma2":
+            assert eq(r[p + ".input_layernorm:input"], prev)
+        else:
+            assert p + ".input_layernorm" not in r
+            assert eq(r[p + ".self_attn.q_norm:input"], r[p + ".self_attn.q_proj"])
+            assert r[p + ".self_attn.k_norm"].shape == (7, c.kv_heads * c.head_dim)
+        assert eq(r[p + ".self_attn:input"], attn_in)
+        assert eq(r[p + ".post_attention_layernorm:input"], r[p + ".self_attn"])
+        h = prev + r[p + ".post_attention_layernorm"]
+        mlp_in = r[p + ".pre_feedforward_layernorm"] if arch == "gemma2" else h
+        if arch == "gemma2":
+            assert eq(r[p + ".pre_feedforward_layernorm:input"], h)
+        assert eq(r[p + ".mlp:input"], mlp_in)
+        assert eq(r[p + ".post_feedforward_layernorm:input"], r[p + ".mlp"])
+        assert eq(r[p], h + r[p + ".post_feedforward_layernorm"])
+    assert eq(r["lm_head:input"], r["model.norm"])
+
+
+def test_olmo2_config_defaults():
+    c = reference.Config({"model_type": "olmo2", "num_attention_heads": 8})
+    assert (c.hidden, c.heads, c.kv_heads, c.head_dim, c.eps, c.tie) == (4096, 8, 8, 512, 1e-5, False)

@@ -139,7 +139,8 @@ TEST(Model, StageCostsLeaveOutTheLogitsOfASkippedHead) {
             without.back().weight_bytes + without.back().shared_weight_bytes);
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, EveryArch, ::testing::Values("gpt2", "llama", "mistral", "qwen2"));
+INSTANTIATE_TEST_SUITE_P(Archs, EveryArch,
+                         ::testing::Values("gpt2", "llama", "mistral", "qwen2", "olmo2"));
 
 TEST(Model, CallIndexCountsEveryCallAndRemovalStopsHook) {
   auto m = Model::load("demo");
