@@ -17,7 +17,7 @@ import reference
 import st
 import synth
 
-ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2"]
+ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2"]
 LLAMA_FAMILY = ["llama", "mistral", "qwen2", "qwen3"]
 
 pytestmark = pytest.mark.usefixtures("actcap_bin")
@@ -354,7 +354,7 @@ def test_parity_qwen3_v4_and_v5_configs_identical(models, tmp_path, rope):
     _bit_identical(ta, tb)
 
 
-@pytest.mark.parametrize("arch", ["gpt2", "llama", "mistral", "qwen2", "olmo2"])
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "mistral", "qwen2", "olmo2", "gemma2"])
 def test_parity_v5_config_other_archs(models, tmp_path, arch):
     """transformers 5.x config.json for the other families: dtype instead of torch_dtype,
     rope_parameters (rope_theta 500 inside, so ignoring it shows), Qwen2 with layer_types (here
@@ -371,6 +371,8 @@ def test_parity_v5_config_other_archs(models, tmp_path, arch):
         assert cfg5["rope_parameters"] == {"rope_type": "default", "rope_theta": 500.0}
     if arch == "qwen2":
         assert cfg5["layer_types"] == ["full_attention"] * 2 + ["sliding_attention"] * 2
+    if arch == "gemma2":
+        assert cfg5["layer_types"] == ["sliding_attention", "full_attention"] * 2
     v5 = H.copy_model(v4, tmp_path / "v5")
     H.save_config(v5, cfg5)
     seqs = tokens_for(src, [12, 5], seed=48)
@@ -477,10 +479,94 @@ def test_init_model_olmo2_1b_preset_config(actcap_bin, tmp_path):
     check_preset_config(tmp_path, "olmo2", "olmo-2-1b", synth.OLMO2_1B_CONFIG, OLMO2_1B_KEYS)
 
 
+# ---------------------------------------------------------------------------------------------
+# Gemma 2: (1 + w) norms, scaled embedding, four norms per layer, soft-caps, windows on even layers
+# ---------------------------------------------------------------------------------------------
+
+def _gemma2_synth(tmp_path, name, seed=70, dtype="f32", **changes):
+    """A synth.py Gemma 2 (3 layers, layers 0 and 2 slide with window 4, head_dim 16 != 32 / 4)."""
+    m = tmp_path / name
+    synth.write_checkpoint(str(m), synth.tiny_config("gemma2", **changes), seed=seed, dtype=dtype)
+    return m
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "f16"])
+def test_parity_gemma2_softcap_bites_and_window(actcap_bin, tmp_path, dtype):
+    """attn_logit_softcapping 0.3 (scores reach several units, so tanh saturates) and sliding
+    window 4 on layers 0 and 2 over 14 tokens: each changes the reference's points, and actcap
+    matches it on every point, 1e-5 absolute and relative."""
+    m = _gemma2_synth(tmp_path, "m", dtype=dtype, attn_logit_softcapping=0.3)
+    seqs = tokens_for(m, [14, 9], seed=71)
+    assert reference.Config(H.load_config(m)).windows == [4, None, 4]
+    assert ref_differs(m, _gemma2_synth(tmp_path, "nocap", dtype=dtype, attn_logit_softcapping=None), seqs)
+    assert ref_differs(m, _gemma2_synth(tmp_path, "nowin", dtype=dtype, attn_logit_softcapping=0.3,
+                                        sliding_window=64), seqs)
+    check_parity(m, seqs, tmp_path / "out", rel_tol=1e-5)
+
+
+def test_parity_gemma2_norms_embedding_and_scale(actcap_bin, tmp_path):
+    """Each Gemma 2 specific changes the points, so ignoring it fails parity: the four norms'
+    (1 + w), query_pre_attn_scalar (not head_dim), hidden_activation (not hidden_act), and the
+    model.embed_tokens point, which is the embedding times sqrt(hidden_size)."""
+    m = _gemma2_synth(tmp_path, "m", hidden_act="silu", query_pre_attn_scalar=7)
+    seqs = tokens_for(m, [12, 5], seed=72)
+    assert ref_differs(m, _gemma2_synth(tmp_path, "scalar", hidden_act="silu"), seqs)
+    assert not ref_differs(m, _gemma2_synth(tmp_path, "act", query_pre_attn_scalar=7), seqs, min_diff=0.0)
+    for i, suffix in enumerate(["input_layernorm.weight", "post_attention_layernorm.weight",
+                                "pre_feedforward_layernorm.weight", "post_feedforward_layernorm.weight"]):
+        assert ref_differs(m, _scale_weights(m, tmp_path / f"n{i}", (suffix,), 0.0), seqs), suffix
+    _, got, refs = check_parity(m, seqs, tmp_path / "out", rel_tol=1e-5)
+    w = st.load_checkpoint(str(m))["model.embed_tokens.weight"]
+    np.testing.assert_allclose(refs[0]["model.embed_tokens"], w[seqs[0]] * np.float32(32 ** 0.5), rtol=1e-6)
+
+
+def test_parity_gemma2_layer_types(models, tmp_path):
+    """transformers 5.x layer_types decides which layers slide (here the odd ones, the opposite
+    of the default), with a window shorter than the sequence."""
+    src = models("gemma2")
+    L = reference.Config(H.load_config(src)).layers
+    types = ["full_attention", "sliding_attention"] * (L // 2)
+    m = with_config(src, tmp_path / "m", layer_types=types, sliding_window=3)
+    dflt = with_config(src, tmp_path / "d", sliding_window=3)
+    assert reference.Config(H.load_config(m)).windows == [None, 3] * (L // 2)
+    seqs = tokens_for(m, [15, 6], seed=73)
+    assert ref_differs(m, dflt, seqs), "layer_types has no effect"
+    check_parity(m, seqs, tmp_path / "out")
+    check_parity(dflt, seqs, tmp_path / "out-d")
+
+
+def test_parity_gemma2_real_config_layout(actcap_bin, tmp_path):
+    """gemma-2-2b's config.json fields at tiny size (hidden_act and hidden_activation, both caps,
+    pad id, cache_implementation), bf16, tied."""
+    cfg = dict(synth.GEMMA2_2B_CONFIG, vocab_size=384, hidden_size=32, intermediate_size=80, num_hidden_layers=3,
+               num_attention_heads=4, num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16,
+               max_position_embeddings=128, sliding_window=5, attn_logit_softcapping=1.0)
+    m = tmp_path / "m"
+    synth.write_checkpoint(str(m), cfg, seed=74, dtype="bf16")
+    check_parity(m, tokens_for(m, [12, 7], seed=75), tmp_path / "out")
+
+
+GEMMA2_2B_KEYS = ["architectures", "model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
+                  "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
+                  "max_position_embeddings", "rms_norm_eps", "bos_token_id", "eos_token_id",
+                  "hidden_activation", "attention_bias", "query_pre_attn_scalar", "sliding_window",
+                  "attn_logit_softcapping", "final_logit_softcapping", "rope_theta"]
+
+
+def test_init_model_gemma2_2b_preset_config(actcap_bin, tmp_path):
+    """`init-model --arch gemma2 --preset gemma-2-2b` describes google/gemma-2-2b."""
+    check_preset_config(tmp_path, "gemma2", "gemma-2-2b", synth.GEMMA2_2B_CONFIG, GEMMA2_2B_KEYS)
+
+
 # Bad input: one line on stderr, exit 2.
 BAD_CONFIGS = {
     "olmo2_missing_hidden_size": ("olmo2", dict(hidden_size=None)),
     "olmo2_kv_heads": ("olmo2", dict(num_key_value_heads=3)),
+    "gemma2_null_window": ("gemma2", dict(sliding_window=None)),
+    "gemma2_layer_types_length": ("gemma2", dict(layer_types=["full_attention"])),
+    "gemma2_bad_softcap": ("gemma2", dict(attn_logit_softcapping=-1.0)),
+    "gemma2_activation": ("gemma2", dict(hidden_activation="tanhish")),
+    "gemma2_bidirectional": ("gemma2", dict(use_bidirectional_attention=True)),
 }
 
 
@@ -501,7 +587,8 @@ def test_bad_config_is_one_line_exit_2(models, tmp_path, case):
     assert "config.json" in lines[0], lines[0]
 
 
-@pytest.mark.parametrize("arch,tensor", [("olmo2", "model.layers.0.self_attn.q_norm.weight")])
+@pytest.mark.parametrize("arch,tensor", [("olmo2", "model.layers.0.self_attn.q_norm.weight"),
+                                         ("gemma2", "model.layers.1.pre_feedforward_layernorm.weight")])
 @pytest.mark.parametrize("fault", ["missing", "shape"])
 def test_bad_checkpoint_is_one_line_exit_2(models, tmp_path, arch, tensor, fault):
     m = H.copy_model(models(arch), tmp_path / "m")
