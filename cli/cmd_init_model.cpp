@@ -38,7 +38,7 @@ Command add_init_model(CLI::App& app) {
       ->check(CLI::IsMember(supported_model_types()));
   sub->add_option("--preset", o->init.preset,
                   "Size: tiny (tests), small, gpt2-small (GPT-2 124M's shape), or the "
-                  "architecture's own (qwen3-0.6b)");
+                  "architecture's own (qwen3-0.6b, olmo-2-1b, gemma-2-2b)");
   sub->add_option("--seed", o->init.seed, "Random seed")->required();
   sub->add_option("--dtype", o->init.dtype, "Stored dtype")
       ->check(CLI::IsMember({"f32", "f16", "bf16"}));

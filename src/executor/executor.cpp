@@ -153,8 +153,16 @@ at::Tensor Executor::forward(const Batch& batch, Model::Logits logits) {
   // Every architecture ends with its head (lm_head).
   const std::vector<Module*>& stages = model_.stages();
   size_t run = stages.size();
+  // The head may wrap lm_head (Gemma 2's soft-capped logits): any hooked module in it counts.
+  auto head_hooked = [&] {
+    std::vector<Module*> in_head;
+    stages.back()->collect(in_head);
+    for (Module* m : in_head)
+      if (m->hooked()) return true;
+    return false;
+  };
   if (logits == Model::Logits::kSkipIfUnhooked && model_.stage_kind(run - 1) == StageKind::kHead &&
-      !stages.back()->hooked())
+      !head_hooked())
     --run;
 
   Lane* cur = &lanes_.at(stage_device_.front());

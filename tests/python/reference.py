@@ -1,9 +1,9 @@
 """Independent float32 reference forward for the actcap parity tests.
 
 Written from the semantics of Hugging Face transformers' modeling_gpt2.py, modeling_llama.py,
-modeling_mistral.py, modeling_qwen2.py, modeling_qwen3.py and modeling_rope_utils.py (eager
-attention, no padding, no cache, eval mode), using only torch + numpy + the minimal safetensors
-reader in st.py. config.json may be in transformers 4.x form (rope_theta / rope_scaling,
+modeling_mistral.py, modeling_qwen2.py, modeling_qwen3.py, modeling_olmo2.py, modeling_gemma2.py
+and modeling_rope_utils.py (eager attention, no padding, no cache, eval mode), using only torch +
+numpy + the minimal safetensors reader in st.py. config.json may be in transformers 4.x form (rope_theta / rope_scaling,
 torch_dtype) or 5.x form (rope_parameters, layer_types, dtype); the dtype fields are not read.
 
 RoPE types: default, linear, dynamic (NTK, recomputed for a forward longer than
@@ -22,6 +22,11 @@ Hook points (N = layer index):
   llama/mistral/qwen2/qwen3: model.embed_tokens, model.layers.N, .input_layernorm, .self_attn,
          .self_attn.{q,k,v,o}_proj, .post_attention_layernorm, .mlp, .mlp.{gate,up,down}_proj,
          .mlp.act_fn, model.norm, lm_head
+  gemma2: as llama plus .pre_feedforward_layernorm (before .mlp) and .post_feedforward_layernorm
+         (after it); model.embed_tokens is the embedding times sqrt(hidden_size); lm_head is
+         uncapped (the model's logits are soft-capped after it)
+  olmo2: as llama without .input_layernorm, plus .post_feedforward_layernorm (after .mlp) and
+         .self_attn.q_norm / .k_norm over the whole projection ([heads * head_dim] per token)
   qwen3 adds .self_attn.q_norm and .self_attn.k_norm (RMSNorm over head_dim, applied per head to
          q_proj / k_proj output viewed [T, heads, head_dim], before RoPE): their input and output
          are [T, num_attention_heads, head_dim] and [T, num_key_value_heads, head_dim], i.e. the
@@ -38,7 +43,7 @@ import torch.nn.functional as F
 
 import st
 
-ARCHS = ("gpt2", "llama", "mistral", "qwen2", "qwen3")
+ARCHS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2")
 
 
 class ReferenceError(ValueError):
@@ -107,6 +112,18 @@ QWEN3_DEFAULTS = dict(vocab_size=151936, hidden_size=4096, intermediate_size=220
                       attention_bias=False, use_sliding_window=False, sliding_window=4096,
                       max_window_layers=28)
 LAYER_TYPES = ("full_attention", "sliding_attention")
+# Gemma2Config's defaults (configuration_gemma2.py).
+GEMMA2_DEFAULTS = dict(vocab_size=256000, hidden_size=2304, intermediate_size=9216,
+                       num_hidden_layers=26, num_attention_heads=8, num_key_value_heads=4,
+                       head_dim=256, hidden_activation="gelu_pytorch_tanh",
+                       max_position_embeddings=8192, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                       attention_bias=False, query_pre_attn_scalar=256, sliding_window=4096,
+                       final_logit_softcapping=30.0, attn_logit_softcapping=50.0)
+# Olmo2Config's defaults (configuration_olmo2.py).
+OLMO2_DEFAULTS = dict(vocab_size=50304, hidden_size=4096, intermediate_size=11008,
+                      num_hidden_layers=32, num_attention_heads=32, hidden_act="silu",
+                      max_position_embeddings=2048, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                      attention_bias=False)
 
 
 class Config:
@@ -137,6 +154,10 @@ class Config:
             self.head_dim = self.hidden // self.heads
         elif mt == "qwen3":
             self._qwen3(cfg)
+        elif mt == "olmo2":
+            self._olmo2(cfg)
+        elif mt == "gemma2":
+            self._gemma2(cfg)
         else:
             self.vocab_size = _get(cfg, "vocab_size", required=True)
             self.hidden = _get(cfg, "hidden_size", required=True)
@@ -196,6 +217,83 @@ class Config:
         self.mlp_bias = False
         self.rope = self._rope(cfg)
         self.windows = self._windows(cfg)
+
+    def _olmo2(self, cfg):
+        """Olmo2Config: every field has a default; num_key_value_heads None -> num_attention_heads;
+        head_dim is not a config field (getattr(config, "head_dim", hidden // heads): a head_dim in
+        config.json is used); attention_bias gives q, k, v and o biases; rms_norm_eps 1e-5."""
+        d = OLMO2_DEFAULTS
+
+        def get(k):
+            return cfg[k] if cfg.get(k) is not None else d[k]
+
+        self.vocab_size = int(get("vocab_size"))
+        self.hidden = int(get("hidden_size"))
+        self.layers = int(get("num_hidden_layers"))
+        self.heads = int(get("num_attention_heads"))
+        self.kv_heads = int(_get(cfg, "num_key_value_heads", default=self.heads))
+        self.inner = int(get("intermediate_size"))
+        self.act = get("hidden_act")
+        self.eps = float(get("rms_norm_eps"))
+        self.tie = bool(get("tie_word_embeddings"))
+        hd = cfg.get("head_dim")
+        if hd is None:
+            if self.hidden % self.heads:
+                raise ReferenceError("hidden_size not divisible by num_attention_heads")
+            hd = self.hidden // self.heads
+        self.head_dim = int(hd)
+        if self.heads % self.kv_heads:
+            raise ReferenceError("num_attention_heads not divisible by num_key_value_heads")
+        self.attention_bias = bool(get("attention_bias"))
+        self.mlp_bias = False
+        self.rope = self._rope(cfg)
+        self.windows = [None] * self.layers
+
+    def _gemma2(self, cfg):
+        """Gemma2Config: every field has a default (GEMMA2_DEFAULTS); the MLP uses
+        hidden_activation (hidden_act is not read); layer_types defaults to sliding_attention on
+        even layers; the soft-caps and sliding_window may be null (off); hidden_size must be a
+        multiple of num_attention_heads (validate_architecture)."""
+        d = GEMMA2_DEFAULTS
+
+        def get(k):
+            return cfg[k] if cfg.get(k) is not None else d[k]
+
+        def get_nullable(k):
+            return cfg[k] if k in cfg else d[k]
+
+        self.vocab_size = int(get("vocab_size"))
+        self.hidden = int(get("hidden_size"))
+        self.layers = int(get("num_hidden_layers"))
+        self.heads = int(get("num_attention_heads"))
+        self.kv_heads = int(get("num_key_value_heads"))
+        self.inner = int(get("intermediate_size"))
+        self.act = get("hidden_activation")
+        self.eps = float(get("rms_norm_eps"))
+        self.tie = bool(get("tie_word_embeddings"))
+        self.head_dim = int(get("head_dim"))
+        if self.hidden % self.heads:
+            raise ReferenceError("hidden_size not divisible by num_attention_heads")
+        if self.heads % self.kv_heads:
+            raise ReferenceError("num_attention_heads not divisible by num_key_value_heads")
+        self.attention_bias = bool(get("attention_bias"))
+        self.mlp_bias = False
+        self.query_pre_attn_scalar = float(get("query_pre_attn_scalar"))
+        self.attn_softcap = get_nullable("attn_logit_softcapping")
+        self.final_softcap = get_nullable("final_logit_softcapping")
+        self.rope = self._rope(cfg)
+        sw = get_nullable("sliding_window")
+        types = cfg.get("layer_types")
+        if types is None:
+            types = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(self.layers)]
+        if not isinstance(types, list) or len(types) != self.layers:
+            raise ReferenceError(f"layer_types must list {self.layers} layer types")
+        bad = [t for t in types if t not in LAYER_TYPES]
+        if bad:
+            raise ReferenceError(f"unsupported layer type {bad[0]!r}")
+        if "sliding_attention" in types and sw is None:
+            raise ReferenceError("sliding_attention layers but sliding_window is null")
+        self.windows = [sw if t == "sliding_attention" else None for t in types]
 
     # -- RoPE ----------------------------------------------------------------------------------
     @staticmethod
@@ -408,7 +506,7 @@ def _rope_llama3(rope, head_dim, seq_len=None):
 ROPE_FUNCTIONS = {"default": _rope_default, "linear": _rope_linear, "dynamic": _rope_dynamic,
                   "yarn": _rope_yarn, "longrope": _rope_longrope, "llama3": _rope_llama3}
 ROPE_TYPES = tuple(ROPE_FUNCTIONS)
-MAX_POSITIONS_DEFAULT = {"llama": 2048, "mistral": 4096 * 32, "qwen2": 32768, "qwen3": 32768}
+MAX_POSITIONS_DEFAULT = {"gemma2": 8192, "llama": 2048, "mistral": 4096 * 32, "qwen2": 32768, "qwen3": 32768}
 
 
 def rope_parameters(rope, head_dim, seq_len=None):
@@ -517,6 +615,46 @@ def expected_shapes(cfg):
             s[p + "mlp.c_proj.bias"] = [H]
         s["transformer.ln_f.weight"] = [H]
         s["transformer.ln_f.bias"] = [H]
+    elif c.arch == "gemma2":
+        q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
+        s["model.embed_tokens.weight"] = [V, H]
+        for i in range(c.layers):
+            p = f"model.layers.{i}."
+            s[p + "input_layernorm.weight"] = [H]
+            for nm, rows in (("q_proj", q), ("k_proj", kv), ("v_proj", kv)):
+                s[p + f"self_attn.{nm}.weight"] = [rows, H]
+                if c.attention_bias:
+                    s[p + f"self_attn.{nm}.bias"] = [rows]
+            s[p + "self_attn.o_proj.weight"] = [H, q]
+            if c.attention_bias:
+                s[p + "self_attn.o_proj.bias"] = [H]
+            s[p + "post_attention_layernorm.weight"] = [H]
+            s[p + "pre_feedforward_layernorm.weight"] = [H]
+            s[p + "mlp.gate_proj.weight"] = [I, H]
+            s[p + "mlp.up_proj.weight"] = [I, H]
+            s[p + "mlp.down_proj.weight"] = [H, I]
+            s[p + "post_feedforward_layernorm.weight"] = [H]
+        s["model.norm.weight"] = [H]
+    elif c.arch == "olmo2":
+        q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
+        s["model.embed_tokens.weight"] = [V, H]
+        for i in range(c.layers):
+            p = f"model.layers.{i}."
+            for nm, rows in (("q_proj", q), ("k_proj", kv), ("v_proj", kv)):
+                s[p + f"self_attn.{nm}.weight"] = [rows, H]
+                if c.attention_bias:
+                    s[p + f"self_attn.{nm}.bias"] = [rows]
+            s[p + "self_attn.o_proj.weight"] = [H, q]
+            if c.attention_bias:
+                s[p + "self_attn.o_proj.bias"] = [H]
+            s[p + "self_attn.q_norm.weight"] = [q]  # over the whole projection
+            s[p + "self_attn.k_norm.weight"] = [kv]
+            s[p + "post_attention_layernorm.weight"] = [H]
+            s[p + "mlp.gate_proj.weight"] = [I, H]
+            s[p + "mlp.up_proj.weight"] = [I, H]
+            s[p + "mlp.down_proj.weight"] = [H, I]
+            s[p + "post_feedforward_layernorm.weight"] = [H]
+        s["model.norm.weight"] = [H]
     else:
         q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
         s["model.embed_tokens.weight"] = [V, H]
@@ -591,6 +729,10 @@ class Model:
         with torch.no_grad():
             if self.cfg.arch == "gpt2":
                 pts = self._gpt2(ids)
+            elif self.cfg.arch == "olmo2":
+                pts = self._olmo2(ids, rope_seq_len)
+            elif self.cfg.arch == "gemma2":
+                pts = self._gemma2(ids, rope_seq_len)
             else:
                 pts = self._llama(ids, rope_seq_len)
         return OrderedDict((k, v.detach().cpu().contiguous().numpy()) for k, v in pts.items())
@@ -769,6 +911,164 @@ class Model:
         logits = F.linear(hn, w["lm_head.weight"])
         rec("lm_head", hn, logits)
         return pts
+
+    def _lin(self, x, p):
+        return F.linear(x, self.w[p + ".weight"], self.w.get(p + ".bias"))
+
+    def _attend(self, q, k, v, cos, sin, scale, window=None, softcap=None):
+        """eager_attention_forward on q [T, heads * head_dim], k / v [T, kv_heads * head_dim]:
+        RoPE, repeat_kv, scores * scale, optional softcap * tanh(scores / softcap), the causal (and
+        sliding: i - window < j <= i) mask, softmax in float32; returns the context
+        [T, heads * head_dim] (o_proj's input)."""
+        c = self.cfg
+        T, nh, nkv, hd = q.shape[0], c.heads, c.kv_heads, c.head_dim
+        qh = apply_rope(q.view(T, nh, hd).transpose(0, 1), cos, sin)
+        kh = apply_rope(k.view(T, nkv, hd).transpose(0, 1), cos, sin)
+        vh = v.view(T, nkv, hd).transpose(0, 1)
+        groups = nh // nkv
+        kh = kh[:, None].expand(nkv, groups, T, hd).reshape(nh, T, hd)
+        vh = vh[:, None].expand(nkv, groups, T, hd).reshape(nh, T, hd)
+        att = torch.matmul(qh, kh.transpose(1, 2)) * scale
+        if softcap is not None:
+            att = torch.tanh(att / softcap) * softcap
+        qi, kj = torch.arange(T)[:, None], torch.arange(T)[None, :]
+        allowed = kj <= qi
+        if window is not None:
+            allowed = allowed & (kj > qi - int(window))
+        att = torch.where(allowed, att, torch.tensor(torch.finfo(torch.float32).min))
+        att = F.softmax(att, dim=-1, dtype=torch.float32)
+        return torch.matmul(att, vh).transpose(0, 1).contiguous().view(T, nh * hd)
+
+    def _gated_mlp(self, x, p, rec):
+        """down_proj(act_fn(gate_proj(x)) * up_proj(x)), recording each module in call order."""
+        g = self._lin(x, p + ".gate_proj")
+        rec(p + ".gate_proj", x, g)
+        ga = _act(self.cfg.act)(g)
+        rec(p + ".act_fn", g, ga)
+        u = self._lin(x, p + ".up_proj")
+        rec(p + ".up_proj", x, u)
+        d = self._lin(ga * u, p + ".down_proj")
+        rec(p + ".down_proj", ga * u, d)
+        rec(p, x, d)
+        return d
+
+    def _olmo2(self, ids, rope_seq_len=None):
+        """Olmo2DecoderLayer: no norm before the sublayers; each sublayer's output is normalised
+        (post_attention_layernorm, post_feedforward_layernorm) before its residual add.
+        Olmo2Attention: q_norm(q_proj(x)) and k_norm(k_proj(x)) over the whole projection, then
+        the head split, RoPE, eager attention with scaling head_dim**-0.5, o_proj. Olmo2RMSNorm
+        multiplies by the weight in float32 before casting back (all float32 here)."""
+        c, w, lin = self.cfg, self.w, self._lin
+        T = ids.shape[0]
+        pts = OrderedDict()
+
+        def rec(name, inp, out):
+            pts[name + ":input"] = inp
+            pts[name] = out
+
+        def rms(x, p):
+            var = x.pow(2).mean(-1, keepdim=True)
+            return w[p + ".weight"] * (x * torch.rsqrt(var + c.eps))
+
+        cos, sin = rope_cos_sin(c.rope, c.head_dim, T, seq_len=rope_seq_len)
+        h = F.embedding(ids, w["model.embed_tokens.weight"])
+        rec("model.embed_tokens", ids, h)
+        for i in range(c.layers):
+            p = f"model.layers.{i}"
+            A = p + ".self_attn"
+            layer_in = h
+            q = lin(h, A + ".q_proj")
+            rec(A + ".q_proj", h, q)
+            qn = rms(q, A + ".q_norm")  # over heads * head_dim, before the head split
+            rec(A + ".q_norm", q, qn)
+            k = lin(h, A + ".k_proj")
+            rec(A + ".k_proj", h, k)
+            kn = rms(k, A + ".k_norm")
+            rec(A + ".k_norm", k, kn)
+            v = lin(h, A + ".v_proj")
+            rec(A + ".v_proj", h, v)
+            o = self._attend(qn, kn, v, cos, sin, c.head_dim ** -0.5, c.windows[i])
+            a = lin(o, A + ".o_proj")
+            rec(A + ".o_proj", o, a)
+            rec(A, h, a)
+            an = rms(a, p + ".post_attention_layernorm")
+            rec(p + ".post_attention_layernorm", a, an)
+            h = layer_in + an
+            d = self._gated_mlp(h, p + ".mlp", rec)
+            dn = rms(d, p + ".post_feedforward_layernorm")
+            rec(p + ".post_feedforward_layernorm", d, dn)
+            out = h + dn
+            rec(p, layer_in, out)
+            h = out
+        hn = rms(h, "model.norm")
+        rec("model.norm", h, hn)
+        rec("lm_head", hn, F.linear(hn, w["lm_head.weight"]))
+        return pts
+
+    def _gemma2(self, ids, rope_seq_len=None):
+        """Gemma2Model / Gemma2DecoderLayer / Gemma2Attention / Gemma2ForCausalLM (eager):
+        - Gemma2RMSNorm: x * rsqrt(mean(x^2) + eps) in float32, times (1 + w) in float32, cast back;
+        - hidden = embed_tokens(ids) * torch.tensor(hidden_size ** 0.5, dtype=hidden dtype); the
+          model.embed_tokens point is recorded scaled (actcap's documented point; HF's nn.Embedding
+          returns it unscaled and Gemma2Model multiplies after it);
+        - h = x + post_attention_layernorm(self_attn(input_layernorm(x)));
+          out = h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h)));
+        - scores = q k^T * query_pre_attn_scalar**-0.5, then cap * tanh(scores / cap) when
+          attn_logit_softcapping is set, then the (sliding or causal) mask, softmax in float32;
+        - mlp: down(act(gate(x)) * up(x)) with hidden_activation;
+        - logits = lm_head(norm(h)); then cap * tanh(logits / cap) with final_logit_softcapping
+          (the lm_head point is lm_head's own output, uncapped)."""
+        c, w, lin = self.cfg, self.w, self._lin
+        T = ids.shape[0]
+        pts = OrderedDict()
+
+        def rec(name, inp, out):
+            pts[name + ":input"] = inp
+            pts[name] = out
+
+        def rms(x, p):
+            out = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + c.eps)
+            return (out * (1.0 + w[p + ".weight"].float())).type_as(x)
+
+        cos, sin = rope_cos_sin(c.rope, c.head_dim, T, seq_len=rope_seq_len)
+        e = F.embedding(ids, w["model.embed_tokens.weight"])
+        h = e * torch.tensor(c.hidden ** 0.5, dtype=e.dtype)
+        rec("model.embed_tokens", ids, h)
+        for i in range(c.layers):
+            p = f"model.layers.{i}"
+            A = p + ".self_attn"
+            layer_in = h
+            x = rms(h, p + ".input_layernorm")
+            rec(p + ".input_layernorm", h, x)
+            qkv = []
+            for nm in ("q_proj", "k_proj", "v_proj"):
+                qkv.append(lin(x, f"{A}.{nm}"))
+                rec(f"{A}.{nm}", x, qkv[-1])
+            o = self._attend(*qkv, cos, sin, c.query_pre_attn_scalar ** -0.5, c.windows[i], c.attn_softcap)
+            a = lin(o, A + ".o_proj")
+            rec(A + ".o_proj", o, a)
+            rec(A, x, a)
+            an = rms(a, p + ".post_attention_layernorm")
+            rec(p + ".post_attention_layernorm", a, an)
+            h = layer_in + an
+            x2 = rms(h, p + ".pre_feedforward_layernorm")
+            rec(p + ".pre_feedforward_layernorm", h, x2)
+            d = self._gated_mlp(x2, p + ".mlp", rec)
+            dn = rms(d, p + ".post_feedforward_layernorm")
+            rec(p + ".post_feedforward_layernorm", d, dn)
+            out = h + dn
+            rec(p, layer_in, out)
+            h = out
+        hn = rms(h, "model.norm")
+        rec("model.norm", h, hn)
+        rec("lm_head", hn, F.linear(hn, w["lm_head.weight"]))
+        return pts
+
+    def final_logits(self, ids):
+        """The logits the model returns (Gemma 2: soft-capped; others: lm_head's output)."""
+        lm = torch.from_numpy(self.forward(ids)["lm_head"])
+        cap = getattr(self.cfg, "final_softcap", None)
+        return (torch.tanh(lm / cap) * cap if cap is not None else lm).numpy()
 
     # -- point catalogue ----------------------------------------------------------------------
     def points(self):

@@ -36,6 +36,17 @@ TINY = {
                   head_dim=16, hidden_act="silu", max_position_embeddings=128, rms_norm_eps=1e-6,
                   rope_theta=1000000.0, rope_scaling=None, attention_bias=False, use_sliding_window=False,
                   sliding_window=None, max_window_layers=2, tie_word_embeddings=True),
+    # head_dim 16 != hidden_size / num_attention_heads (8); layers 0 and 2 slide
+    "gemma2": dict(model_type="gemma2", architectures=["Gemma2ForCausalLM"], vocab_size=384, hidden_size=32,
+                   intermediate_size=80, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                   head_dim=16, hidden_act="gelu_pytorch_tanh", hidden_activation="gelu_pytorch_tanh",
+                   max_position_embeddings=128, rms_norm_eps=1e-6, rope_theta=10000.0, attention_bias=False,
+                   query_pre_attn_scalar=16, sliding_window=4, attn_logit_softcapping=50.0,
+                   final_logit_softcapping=30.0, tie_word_embeddings=True),
+    "olmo2": dict(model_type="olmo2", architectures=["Olmo2ForCausalLM"], vocab_size=384, hidden_size=32,
+                  intermediate_size=80, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  hidden_act="silu", max_position_embeddings=128, rms_norm_eps=1e-6, rope_theta=10000.0,
+                  rope_scaling=None, attention_bias=False, tie_word_embeddings=False),
 }
 
 
@@ -49,13 +60,15 @@ def random_weights(cfg, seed=0):
     """name -> float32 array for every tensor of the (untied) HF layout, random but well-scaled.
 
     Matrices ~ N(0, 0.02); embeddings ~ N(0, 0.5) so hidden states are O(1); biases ~ N(0, 0.1);
-    norm weights ~ 1 + N(0, 0.1) so that bugs in any of them are visible."""
+    norm weights ~ 1 + N(0, 0.1) (Gemma's offsets ~ N(0, 0.1)) so that bugs in any of them are
+    visible."""
     rng = np.random.default_rng(seed)
     out = {}
     for name, shape in reference.expected_shapes(cfg).items():
         leaf = name.rsplit(".", 2)
         if any(s in name for s in ("ln_", "layernorm", "norm.weight")) and name.endswith(".weight"):
-            a = 1.0 + 0.1 * rng.standard_normal(shape)
+            # Gemma's norm weights are offsets from one (it scales by 1 + w)
+            a = (0.0 if cfg.get("model_type") == "gemma2" else 1.0) + 0.1 * rng.standard_normal(shape)
         elif name.endswith(".bias"):
             a = 0.1 * rng.standard_normal(shape)
         elif "wte" in name or "wpe" in name or "embed_tokens" in name:
@@ -127,6 +140,67 @@ QWEN3_0_6B_CONFIG = {
 }
 
 
+# allenai/OLMo-2-0425-1B's config.json (transformers 4.x layout): what `actcap init-model --arch
+# olmo2 --preset olmo-2-1b` must reproduce.
+OLMO2_1B_CONFIG = {
+    "architectures": ["Olmo2ForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "eos_token_id": 100257,
+    "hidden_act": "silu",
+    "hidden_size": 2048,
+    "initializer_range": 0.02,
+    "intermediate_size": 8192,
+    "max_position_embeddings": 4096,
+    "model_type": "olmo2",
+    "num_attention_heads": 16,
+    "num_hidden_layers": 16,
+    "num_key_value_heads": 16,
+    "pad_token_id": 100277,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": None,
+    "rope_theta": 500000,
+    "tie_word_embeddings": False,
+    "torch_dtype": "float32",
+    "use_cache": True,
+    "vocab_size": 100352,
+}
+
+
+# google/gemma-2-2b's config.json (transformers 4.42 layout): what `actcap init-model --arch gemma2
+# --preset gemma-2-2b` must reproduce.
+GEMMA2_2B_CONFIG = {
+    "architectures": ["Gemma2ForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "attn_logit_softcapping": 50.0,
+    "bos_token_id": 2,
+    "cache_implementation": "hybrid",
+    "eos_token_id": 1,
+    "final_logit_softcapping": 30.0,
+    "head_dim": 256,
+    "hidden_act": "gelu_pytorch_tanh",
+    "hidden_activation": "gelu_pytorch_tanh",
+    "hidden_size": 2304,
+    "initializer_range": 0.02,
+    "intermediate_size": 9216,
+    "max_position_embeddings": 8192,
+    "model_type": "gemma2",
+    "num_attention_heads": 8,
+    "num_hidden_layers": 26,
+    "num_key_value_heads": 4,
+    "pad_token_id": 0,
+    "query_pre_attn_scalar": 256,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 10000.0,
+    "sliding_window": 4096,
+    "torch_dtype": "float32",
+    "transformers_version": "4.42.4",
+    "use_cache": True,
+    "vocab_size": 256000,
+}
+
+
 def to_v5(cfg):
     """The same model's config.json as transformers 5.x writes it: `dtype` instead of
     `torch_dtype`; RoPE in `rope_parameters` (rope_theta folded in, `type` renamed rope_type, no
@@ -147,6 +221,9 @@ def to_v5(cfg):
     theta = cfg.pop("rope_theta", None)
     rp["rope_theta"] = float(10000.0 if theta is None else theta)
     cfg["rope_parameters"] = rp
+    if cfg.get("model_type") == "gemma2" and cfg.get("layer_types") is None:
+        cfg["layer_types"] = ["sliding_attention" if (i + 1) % 2 else "full_attention"
+                              for i in range(cfg["num_hidden_layers"])]
     if cfg.get("model_type") in ("qwen2", "qwen3") and cfg.get("layer_types") is None:
         sw = cfg.get("sliding_window", 4096) if cfg.get("use_sliding_window") else None
         mwl = cfg.get("max_window_layers", 28)

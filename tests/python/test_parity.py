@@ -17,7 +17,7 @@ import reference
 import st
 import synth
 
-ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3"]
+ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2"]
 LLAMA_FAMILY = ["llama", "mistral", "qwen2", "qwen3"]
 
 pytestmark = pytest.mark.usefixtures("actcap_bin")
@@ -354,7 +354,7 @@ def test_parity_qwen3_v4_and_v5_configs_identical(models, tmp_path, rope):
     _bit_identical(ta, tb)
 
 
-@pytest.mark.parametrize("arch", ["gpt2", "llama", "mistral", "qwen2"])
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "mistral", "qwen2", "olmo2", "gemma2"])
 def test_parity_v5_config_other_archs(models, tmp_path, arch):
     """transformers 5.x config.json for the other families: dtype instead of torch_dtype,
     rope_parameters (rope_theta 500 inside, so ignoring it shows), Qwen2 with layer_types (here
@@ -371,6 +371,8 @@ def test_parity_v5_config_other_archs(models, tmp_path, arch):
         assert cfg5["rope_parameters"] == {"rope_type": "default", "rope_theta": 500.0}
     if arch == "qwen2":
         assert cfg5["layer_types"] == ["full_attention"] * 2 + ["sliding_attention"] * 2
+    if arch == "gemma2":
+        assert cfg5["layer_types"] == ["sliding_attention", "full_attention"] * 2
     v5 = H.copy_model(v4, tmp_path / "v5")
     H.save_config(v5, cfg5)
     seqs = tokens_for(src, [12, 5], seed=48)
@@ -401,6 +403,205 @@ def test_init_model_qwen3_0_6b_preset_config(actcap_bin, tmp_path):
     c, r = reference.Config(cfg), reference.Config(real)
     assert (c.rope, c.windows) == (r.rope, r.windows)
     assert reference.expected_shapes(c) == reference.expected_shapes(r)
+
+
+# ---------------------------------------------------------------------------------------------
+# OLMo 2: norms on the sublayer outputs, q_norm / k_norm over the whole projection
+# ---------------------------------------------------------------------------------------------
+
+def _scale_weights(src, dst, suffixes, value):
+    m = H.copy_model(src, dst)
+    w = st.load_checkpoint(str(m))
+    for k in w:
+        if k.endswith(suffixes):
+            w[k] = np.full_like(w[k], value)
+    st.save(str(m / "model.safetensors"), w, metadata={"format": "pt"})
+    return m
+
+
+def test_parity_olmo2_norm_points(models, tmp_path):
+    """q_norm / k_norm points are [heads * head_dim] per token (one RMSNorm over the projection,
+    before the head split), in the manifest and `points --json`; each of the four norm weights
+    of a layer changes the result (so a pre-norm block or per-head q/k norms would fail)."""
+    m = models("olmo2")
+    c = reference.Config(H.load_config(m))
+    seqs = tokens_for(m, [13, 6], seed=60)
+    for i, suffixes in enumerate([("self_attn.q_norm.weight", "self_attn.k_norm.weight"),
+                                  ("post_attention_layernorm.weight",), ("post_feedforward_layernorm.weight",)]):
+        assert ref_differs(m, _scale_weights(m, tmp_path / f"w{i}", suffixes, 1.0), seqs), suffixes
+    manifest, _, _ = check_parity(m, seqs, tmp_path / "out")
+    listed = {p["name"]: p["shape"] for p in json.loads(H.actcap("points", m, "--json", check=True).stdout)["points"]}
+    assert not any(n.endswith("input_layernorm") for n in listed), "OLMo 2 has no pre-norm"
+    for i in range(c.layers):
+        for nm, n in (("q_norm", c.heads), ("k_norm", c.kv_heads)):
+            for suffix in ("", ":input"):
+                name = f"model.layers.{i}.self_attn.{nm}{suffix}"
+                assert manifest["points"][name]["shape"] == [n * c.head_dim], name
+                assert listed[name] == [n * c.head_dim], name
+
+
+@pytest.mark.parametrize("bias", [False, True], ids=["no_bias", "attention_bias"])
+def test_parity_olmo2_real_config_layout(actcap_bin, tmp_path, bias):
+    """OLMo-2-0425-1B's config.json fields at tiny size (rope_scaling null, no head_dim, pad id),
+    bf16; attention_bias true adds q/k/v and o_proj biases."""
+    cfg = dict(synth.OLMO2_1B_CONFIG, vocab_size=384, hidden_size=32, intermediate_size=80, num_hidden_layers=2,
+               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, eos_token_id=2,
+               pad_token_id=1, attention_bias=bias)
+    m = tmp_path / "m"
+    w = synth.write_checkpoint(str(m), cfg, seed=61, dtype="bf16")
+    assert ("model.layers.0.self_attn.o_proj.bias" in w) == bias
+    check_parity(m, tokens_for(m, [12, 5], seed=62), tmp_path / "out")
+
+
+OLMO2_1B_KEYS = ["architectures", "model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
+                 "num_attention_heads", "num_key_value_heads", "vocab_size", "max_position_embeddings",
+                 "rms_norm_eps", "tie_word_embeddings", "eos_token_id", "hidden_act", "attention_bias",
+                 "rope_theta"]
+
+
+def check_preset_config(tmp_path, arch, preset, real, keys):
+    """`init-model --arch ARCH --preset PRESET --config-only` writes only config.json, and it agrees
+    with the real model's on `keys`, RoPE, windows and every weight shape."""
+    out = tmp_path / "m"
+    H.actcap("init-model", "--arch", arch, "--preset", preset, "--seed", 0, "--config-only", "--out", out,
+             check=True)
+    assert not (out / "model.safetensors").exists(), "--config-only wrote weights"
+    cfg = H.load_config(out)
+    bad = {k: (cfg.get(k), real[k]) for k in keys if cfg.get(k) != real[k]}
+    assert not bad, f"(init-model, {preset}): {bad}"
+    c, r = reference.Config(cfg), reference.Config(real)
+    assert (c.rope, c.windows, c.tie) == (r.rope, r.windows, r.tie)
+    assert reference.expected_shapes(c) == reference.expected_shapes(r)
+
+
+def test_init_model_olmo2_1b_preset_config(actcap_bin, tmp_path):
+    """`init-model --arch olmo2 --preset olmo-2-1b` describes allenai/OLMo-2-0425-1B."""
+    check_preset_config(tmp_path, "olmo2", "olmo-2-1b", synth.OLMO2_1B_CONFIG, OLMO2_1B_KEYS)
+
+
+# ---------------------------------------------------------------------------------------------
+# Gemma 2: (1 + w) norms, scaled embedding, four norms per layer, soft-caps, windows on even layers
+# ---------------------------------------------------------------------------------------------
+
+def _gemma2_synth(tmp_path, name, seed=70, dtype="f32", **changes):
+    """A synth.py Gemma 2 (3 layers, layers 0 and 2 slide with window 4, head_dim 16 != 32 / 4)."""
+    m = tmp_path / name
+    synth.write_checkpoint(str(m), synth.tiny_config("gemma2", **changes), seed=seed, dtype=dtype)
+    return m
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "f16"])
+def test_parity_gemma2_softcap_bites_and_window(actcap_bin, tmp_path, dtype):
+    """attn_logit_softcapping 0.3 (scores reach several units, so tanh saturates) and sliding
+    window 4 on layers 0 and 2 over 14 tokens: each changes the reference's points, and actcap
+    matches it on every point, 1e-5 absolute and relative."""
+    m = _gemma2_synth(tmp_path, "m", dtype=dtype, attn_logit_softcapping=0.3)
+    seqs = tokens_for(m, [14, 9], seed=71)
+    assert reference.Config(H.load_config(m)).windows == [4, None, 4]
+    assert ref_differs(m, _gemma2_synth(tmp_path, "nocap", dtype=dtype, attn_logit_softcapping=None), seqs)
+    assert ref_differs(m, _gemma2_synth(tmp_path, "nowin", dtype=dtype, attn_logit_softcapping=0.3,
+                                        sliding_window=64), seqs)
+    check_parity(m, seqs, tmp_path / "out", rel_tol=1e-5)
+
+
+def test_parity_gemma2_norms_embedding_and_scale(actcap_bin, tmp_path):
+    """Each Gemma 2 specific changes the points, so ignoring it fails parity: the four norms'
+    (1 + w), query_pre_attn_scalar (not head_dim), hidden_activation (not hidden_act), and the
+    model.embed_tokens point, which is the embedding times sqrt(hidden_size)."""
+    m = _gemma2_synth(tmp_path, "m", hidden_act="silu", query_pre_attn_scalar=7)
+    seqs = tokens_for(m, [12, 5], seed=72)
+    assert ref_differs(m, _gemma2_synth(tmp_path, "scalar", hidden_act="silu"), seqs)
+    assert not ref_differs(m, _gemma2_synth(tmp_path, "act", query_pre_attn_scalar=7), seqs, min_diff=0.0)
+    for i, suffix in enumerate(["input_layernorm.weight", "post_attention_layernorm.weight",
+                                "pre_feedforward_layernorm.weight", "post_feedforward_layernorm.weight"]):
+        assert ref_differs(m, _scale_weights(m, tmp_path / f"n{i}", (suffix,), 0.0), seqs), suffix
+    _, got, refs = check_parity(m, seqs, tmp_path / "out", rel_tol=1e-5)
+    w = st.load_checkpoint(str(m))["model.embed_tokens.weight"]
+    np.testing.assert_allclose(refs[0]["model.embed_tokens"], w[seqs[0]] * np.float32(32 ** 0.5), rtol=1e-6)
+
+
+def test_parity_gemma2_layer_types(models, tmp_path):
+    """transformers 5.x layer_types decides which layers slide (here the odd ones, the opposite
+    of the default), with a window shorter than the sequence."""
+    src = models("gemma2")
+    L = reference.Config(H.load_config(src)).layers
+    types = ["full_attention", "sliding_attention"] * (L // 2)
+    m = with_config(src, tmp_path / "m", layer_types=types, sliding_window=3)
+    dflt = with_config(src, tmp_path / "d", sliding_window=3)
+    assert reference.Config(H.load_config(m)).windows == [None, 3] * (L // 2)
+    seqs = tokens_for(m, [15, 6], seed=73)
+    assert ref_differs(m, dflt, seqs), "layer_types has no effect"
+    check_parity(m, seqs, tmp_path / "out")
+    check_parity(dflt, seqs, tmp_path / "out-d")
+
+
+def test_parity_gemma2_real_config_layout(actcap_bin, tmp_path):
+    """gemma-2-2b's config.json fields at tiny size (hidden_act and hidden_activation, both caps,
+    pad id, cache_implementation), bf16, tied."""
+    cfg = dict(synth.GEMMA2_2B_CONFIG, vocab_size=384, hidden_size=32, intermediate_size=80, num_hidden_layers=3,
+               num_attention_heads=4, num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16,
+               max_position_embeddings=128, sliding_window=5, attn_logit_softcapping=1.0)
+    m = tmp_path / "m"
+    synth.write_checkpoint(str(m), cfg, seed=74, dtype="bf16")
+    check_parity(m, tokens_for(m, [12, 7], seed=75), tmp_path / "out")
+
+
+GEMMA2_2B_KEYS = ["architectures", "model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
+                  "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
+                  "max_position_embeddings", "rms_norm_eps", "bos_token_id", "eos_token_id",
+                  "hidden_activation", "attention_bias", "query_pre_attn_scalar", "sliding_window",
+                  "attn_logit_softcapping", "final_logit_softcapping", "rope_theta"]
+
+
+def test_init_model_gemma2_2b_preset_config(actcap_bin, tmp_path):
+    """`init-model --arch gemma2 --preset gemma-2-2b` describes google/gemma-2-2b."""
+    check_preset_config(tmp_path, "gemma2", "gemma-2-2b", synth.GEMMA2_2B_CONFIG, GEMMA2_2B_KEYS)
+
+
+# Bad input: one line on stderr, exit 2.
+BAD_CONFIGS = {
+    "olmo2_missing_hidden_size": ("olmo2", dict(hidden_size=None)),
+    "olmo2_kv_heads": ("olmo2", dict(num_key_value_heads=3)),
+    "gemma2_null_window": ("gemma2", dict(sliding_window=None)),
+    "gemma2_layer_types_length": ("gemma2", dict(layer_types=["full_attention"])),
+    "gemma2_bad_softcap": ("gemma2", dict(attn_logit_softcapping=-1.0)),
+    "gemma2_activation": ("gemma2", dict(hidden_activation="tanhish")),
+    "gemma2_bidirectional": ("gemma2", dict(use_bidirectional_attention=True)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
+def test_bad_config_is_one_line_exit_2(models, tmp_path, case):
+    arch, changes = BAD_CONFIGS[case]
+    m = H.copy_model(models(arch), tmp_path / "m")
+    cfg = H.load_config(m)
+    for k, v in changes.items():
+        if v is None and k == "hidden_size":
+            cfg.pop(k)
+        else:
+            cfg[k] = v
+    H.save_config(m, cfg)
+    p = H.actcap("run", m, "--tokens", "1,2,3", "--capture", "lm_head", "--out", tmp_path / "o")
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2 and len(lines) == 1, (p.returncode, p.stderr)
+    assert "config.json" in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("arch,tensor", [("olmo2", "model.layers.0.self_attn.q_norm.weight"),
+                                         ("gemma2", "model.layers.1.pre_feedforward_layernorm.weight")])
+@pytest.mark.parametrize("fault", ["missing", "shape"])
+def test_bad_checkpoint_is_one_line_exit_2(models, tmp_path, arch, tensor, fault):
+    m = H.copy_model(models(arch), tmp_path / "m")
+    w = st.load_checkpoint(str(m))
+    if fault == "missing":
+        del w[tensor]
+    else:
+        w[tensor] = np.zeros(w[tensor].shape[0] + 1, dtype=np.float32)
+    st.save(str(m / "model.safetensors"), w, metadata={"format": "pt"})
+    p = H.actcap("run", m, "--tokens", "1,2,3", "--capture", "lm_head", "--out", tmp_path / "o")
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2 and len(lines) == 1, (p.returncode, p.stderr)
+    assert tensor in lines[0], lines[0]
 
 
 # ---------------------------------------------------------------------------------------------

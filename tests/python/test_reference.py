@@ -629,7 +629,7 @@ def test_rope_config_forms_agree():
 # masking: causality, sliding window, GQA
 # ---------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", ARCHS + ["olmo2", "gemma2"])
 def test_causality(tmp_path, arch):
     d = _ckpt(tmp_path, arch)
     a, b = reference.run(str(d), [[7, 8, 9, 10, 11, 12, 13, 14, 15, 16], [7, 8, 9, 10, 11, 12, 200, 14, 15, 16]])
@@ -961,3 +961,91 @@ def test_half_checkpoint_equals_f32_of_rounded_weights(tmp_path, dtype):
     up = {k: (v.astype(np.float32) if dtype == "f16" else st.bf16_bits_to_f32(v)) for k, v in w.items()}
     st.save(str(d2 / "model.safetensors"), up)
     _same_run(d, d2)
+
+
+# ---------------------------------------------------------------------------------------------
+# OLMo 2 and Gemma 2
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("arch", ["olmo2", "gemma2"])
+def test_sublayer_norm_wiring(tmp_path, arch):
+    """Olmo2DecoderLayer / Gemma2DecoderLayer: the norms act on the sublayer outputs before the
+    residual add (Gemma 2 also before each sublayer); OLMo 2's q_norm / k_norm see the whole
+    projection."""
+    d = _ckpt(tmp_path, arch)
+    c = reference.Config(reference.load_config(str(d)))
+    r = reference.run(str(d), [[5, 17, 2, 99, 3, 3, 250]])[0]
+    eq = np.array_equal
+    for i in range(c.layers):
+        p = f"model.layers.{i}"
+        prev = r[f"model.layers.{i - 1}"] if i else r["model.embed_tokens"]
+        assert eq(r[p + ":input"], prev)
+        attn_in = r[p + ".input_layernorm"] if arch == "gemma2" else prev
+        if arch == "gemma2":
+            assert eq(r[p + ".input_layernorm:input"], prev)
+        else:
+            assert p + ".input_layernorm" not in r
+            assert eq(r[p + ".self_attn.q_norm:input"], r[p + ".self_attn.q_proj"])
+            assert r[p + ".self_attn.k_norm"].shape == (7, c.kv_heads * c.head_dim)
+        assert eq(r[p + ".self_attn:input"], attn_in)
+        assert eq(r[p + ".post_attention_layernorm:input"], r[p + ".self_attn"])
+        h = prev + r[p + ".post_attention_layernorm"]
+        mlp_in = r[p + ".pre_feedforward_layernorm"] if arch == "gemma2" else h
+        if arch == "gemma2":
+            assert eq(r[p + ".pre_feedforward_layernorm:input"], h)
+        assert eq(r[p + ".mlp:input"], mlp_in)
+        assert eq(r[p + ".post_feedforward_layernorm:input"], r[p + ".mlp"])
+        assert eq(r[p], h + r[p + ".post_feedforward_layernorm"])
+    assert eq(r["lm_head:input"], r["model.norm"])
+
+
+def test_gemma2_norm_is_one_plus_w_in_float32(tmp_path):
+    """Gemma2RMSNorm with w = 0 is a plain RMS normalisation (the weight is an offset from one)."""
+    d = _ckpt(tmp_path, "gemma2")
+    w = st.load_checkpoint(str(d))
+    for k in w:
+        if k.endswith("norm.weight"):
+            w[k] = np.zeros_like(w[k])
+    st.save(str(d / "model.safetensors"), w, metadata={"format": "pt"})
+    r = reference.run(str(d), [[5, 17, 2, 99]])[0]
+    x = r["model.norm:input"].astype(np.float64)
+    want = x / np.sqrt((x ** 2).mean(-1, keepdims=True) + 1e-6)
+    assert _maxdiff(r["model.norm"], want) < 1e-5
+
+
+def test_gemma2_sliding_window_on_even_layers(tmp_path):
+    """Layer 0 (sliding, window 4) at query i sees keys i - 4 < j <= i; layer 1 is global."""
+    W = 4
+    d = _ckpt(tmp_path, "gemma2", sliding_window=W)
+    base = [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22]
+    j = 3
+    alt = list(base)
+    alt[j] = 300
+    a, b = reference.run(str(d), [base, alt])
+    diff = np.abs(a["model.layers.0.self_attn"] - b["model.layers.0.self_attn"]).max(-1)
+    for i in range(len(base)):
+        assert (diff[i] > 1e-6) == (j <= i < j + W), i
+    # layer 1 (global) sees position j from every later query
+    d1 = np.abs(a["model.layers.1.self_attn"] - b["model.layers.1.self_attn"]).max(-1)
+    assert (d1[j:] > 1e-6).all()
+
+
+def test_gemma2_softcaps_bound_scores_and_logits(tmp_path):
+    d = _ckpt(tmp_path, "gemma2", final_logit_softcapping=0.5)
+    m = reference.Model(str(d))
+    lm = m.forward([1, 2, 3, 4, 5])["lm_head"]
+    capped = m.final_logits([1, 2, 3, 4, 5])
+    assert np.abs(lm).max() > 1.0 and np.abs(capped).max() <= 0.5
+    assert _maxdiff(capped, np.tanh(lm.astype(np.float64) / 0.5) * 0.5) < 1e-6
+
+
+def test_gemma2_config_defaults():
+    c = reference.Config({"model_type": "gemma2"})
+    assert (c.hidden, c.heads, c.kv_heads, c.head_dim, c.layers) == (2304, 8, 4, 256, 26)
+    assert (c.attn_softcap, c.final_softcap, c.query_pre_attn_scalar, c.tie) == (50.0, 30.0, 256.0, True)
+    assert c.windows[:3] == [4096, None, 4096] and c.act == "gelu_pytorch_tanh"
+
+
+def test_olmo2_config_defaults():
+    c = reference.Config({"model_type": "olmo2", "num_attention_heads": 8})
+    assert (c.hidden, c.heads, c.kv_heads, c.head_dim, c.eps, c.tie) == (4096, 8, 8, 512, 1e-5, False)

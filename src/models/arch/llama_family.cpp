@@ -9,6 +9,7 @@
 #include "models/parts/mlp.h"
 #include "models/parts/norm.h"
 #include "models/parts/rope.h"
+#include "models/parts/scaled_io.h"
 
 namespace actcap {
 
@@ -90,9 +91,19 @@ void parse_qwen_windows(const ConfigReader& f, const ModelConfig& c, LlamaParams
     p.sliding_window =
         f.root().contains("sliding_window") ? std::nullopt : std::optional<int64_t>(4096);
   p.max_window_layers = f.integer({"max_window_layers"}, 28);
-  p.layer_types.clear();
+  p.layer_types = parse_layer_types(f, c);
+  for (const std::string& t : p.layer_types)
+    // HF leaves sliding_window None without use_sliding_window and refuses a sliding layer then.
+    if (t == "sliding_attention" && !p.use_sliding_window)
+      throw InputError(concat(f.origin(),
+                              ": layer_types has a sliding_attention layer but use_sliding_window "
+                              "is false (transformers refuses this config)"));
+}
+
+std::vector<std::string> parse_layer_types(const ConfigReader& f, const ModelConfig& c) {
+  std::vector<std::string> out;
   const json* types = f.find({"layer_types"});
-  if (!types) return;
+  if (!types) return out;
   if (!types->is_array() || static_cast<int64_t>(types->size()) != c.num_hidden_layers)
     throw InputError(concat(f.origin(), ": field 'layer_types' must list one type per layer (",
                             c.num_hidden_layers, " layers)"));
@@ -100,13 +111,9 @@ void parse_qwen_windows(const ConfigReader& f, const ModelConfig& c, LlamaParams
     if (!t.is_string() || (t != "full_attention" && t != "sliding_attention"))
       throw InputError(concat(f.origin(), ": field 'layer_types' holds ", t.dump(),
                               "; supported: \"full_attention\", \"sliding_attention\""));
-    // HF leaves sliding_window None without use_sliding_window and refuses a sliding layer then.
-    if (t == "sliding_attention" && !p.use_sliding_window)
-      throw InputError(concat(f.origin(),
-                              ": layer_types has a sliding_attention layer but use_sliding_window "
-                              "is false (transformers refuses this config)"));
-    p.layer_types.push_back(t.get<std::string>());
+    out.push_back(t.get<std::string>());
   }
+  return out;
 }
 
 void write_llama_family(const ModelConfig& c, nlohmann::json& j) {
@@ -160,64 +167,88 @@ ModelConfig llama_family_preset(const std::string& arch, const std::string& pres
   return c;
 }
 
-namespace {
-
-std::unique_ptr<Linear> linear(WeightSource w, const std::string& name, int64_t in, int64_t out,
-                               bool bias) {
+std::unique_ptr<Linear> llama_linear(WeightSource w, const std::string& name, int64_t in,
+                                     int64_t out, bool bias) {
   WeightSource v = w.pp(name);
   at::Tensor weight = v.get("weight", {out, in});
   return std::make_unique<Linear>(v.path(), weight,
                                   bias ? v.get("bias", {out}, Init::kBias) : at::Tensor());
 }
 
-std::unique_ptr<RMSNorm> rms_norm(const LlamaParams& p, WeightSource w, const std::string& name,
-                                  int64_t width, int64_t heads = 0) {
+std::unique_ptr<RMSNorm> llama_rms_norm(const LlamaParams& p, WeightSource w,
+                                        const std::string& name, int64_t width, int64_t heads,
+                                        bool unit_offset) {
   WeightSource v = w.pp(name);
   RMSNormOptions o;
   o.heads = heads;
-  return std::make_unique<RMSNorm>(v.path(), v.get("weight", {width}, Init::kGain), p.rms_norm_eps,
-                                   o);
+  o.unit_offset = unit_offset;
+  // A (1 + w) weight is an offset from one: HF initialises it to zero (kBias: small noise).
+  return std::make_unique<RMSNorm>(
+      v.path(), v.get("weight", {width}, unit_offset ? Init::kBias : Init::kGain), p.rms_norm_eps,
+      o);
 }
+
+AttentionParts llama_attention_projections(const ModelConfig& c, WeightSource a) {
+  const auto& p = c.params<LlamaParams>();
+  const int64_t H = c.hidden_size, D = p.head_dim;
+  const int64_t Q = c.num_attention_heads * D, KV = p.num_key_value_heads * D;
+  AttentionParts parts;
+  parts.q = llama_linear(a, "q_proj", H, Q, p.qkv_bias);
+  parts.k = llama_linear(a, "k_proj", H, KV, p.qkv_bias);
+  parts.v = llama_linear(a, "v_proj", H, KV, p.qkv_bias);
+  parts.o = llama_linear(a, "o_proj", Q, H, p.o_bias);
+  return parts;
+}
+
+AttentionShape llama_attention_shape(const ModelConfig& c, int64_t layer,
+                                     std::shared_ptr<const Rope> rope) {
+  const auto& p = c.params<LlamaParams>();
+  AttentionShape shape;
+  shape.hidden = c.hidden_size;
+  shape.heads = c.num_attention_heads;
+  shape.kv_heads = p.num_key_value_heads;
+  shape.head_dim = p.head_dim;
+  shape.scale = 1.0 / std::sqrt(static_cast<double>(p.head_dim));
+  shape.window = p.window_for_layer(layer);
+  shape.rope = std::move(rope);
+  return shape;
+}
+
+std::unique_ptr<Module> llama_gated_mlp(const ModelConfig& c, WeightSource m,
+                                        const std::string& act) {
+  const auto& p = c.params<LlamaParams>();
+  const int64_t H = c.hidden_size, I = p.intermediate_size;
+  auto gate = llama_linear(m, "gate_proj", H, I, p.mlp_bias);
+  auto fn = std::make_unique<Activation>(m.path() + ".act_fn", act, I);
+  auto up = llama_linear(m, "up_proj", H, I, p.mlp_bias);
+  auto down = llama_linear(m, "down_proj", I, H, p.mlp_bias);
+  return std::make_unique<GatedMlp>(m.path(), H, std::move(gate), std::move(fn), std::move(up),
+                                    std::move(down));
+}
+
+namespace {
 
 std::unique_ptr<Module> decoder_layer(const ModelConfig& c, WeightSource w, int64_t layer,
                                       const std::shared_ptr<const Rope>& rope) {
   const auto& p = c.params<LlamaParams>();
-  const int64_t H = c.hidden_size, I = p.intermediate_size, D = p.head_dim;
-  const int64_t Q = c.num_attention_heads * D, KV = p.num_key_value_heads * D;
+  const int64_t H = c.hidden_size, D = p.head_dim;
   const std::string name = w.path();
-  auto in_norm = rms_norm(p, w, "input_layernorm", H);
+  auto in_norm = llama_rms_norm(p, w, "input_layernorm", H);
   WeightSource a = w.pp("self_attn");
-  AttentionParts parts;
-  parts.q = linear(a, "q_proj", H, Q, p.qkv_bias);
-  if (p.qk_norm) parts.q_norm = rms_norm(p, a, "q_norm", D, c.num_attention_heads);
-  parts.k = linear(a, "k_proj", H, KV, p.qkv_bias);
-  if (p.qk_norm) parts.k_norm = rms_norm(p, a, "k_norm", D, p.num_key_value_heads);
-  parts.v = linear(a, "v_proj", H, KV, p.qkv_bias);
-  parts.o = linear(a, "o_proj", Q, H, p.o_bias);
-  AttentionShape shape;
-  shape.hidden = H;
-  shape.heads = c.num_attention_heads;
-  shape.kv_heads = p.num_key_value_heads;
-  shape.head_dim = D;
-  shape.scale = 1.0 / std::sqrt(static_cast<double>(D));
-  shape.window = p.window_for_layer(layer);
-  shape.rope = rope;
-  auto attn = std::make_unique<Attention>(a.path(), shape, std::move(parts));
-  auto post_norm = rms_norm(p, w, "post_attention_layernorm", H);
-  WeightSource m = w.pp("mlp");
-  auto gate = linear(m, "gate_proj", H, I, p.mlp_bias);
-  auto act = std::make_unique<Activation>(m.path() + ".act_fn", p.hidden_act, I);
-  auto up = linear(m, "up_proj", H, I, p.mlp_bias);
-  auto down = linear(m, "down_proj", I, H, p.mlp_bias);
-  auto mlp = std::make_unique<GatedMlp>(m.path(), H, std::move(gate), std::move(act), std::move(up),
-                                        std::move(down));
+  AttentionParts parts = llama_attention_projections(c, a);
+  if (p.qk_norm) parts.q_norm = llama_rms_norm(p, a, "q_norm", D, c.num_attention_heads);
+  if (p.qk_norm) parts.k_norm = llama_rms_norm(p, a, "k_norm", D, p.num_key_value_heads);
+  auto attn = std::make_unique<Attention>(a.path(), llama_attention_shape(c, layer, rope),
+                                          std::move(parts));
+  auto post_norm = llama_rms_norm(p, w, "post_attention_layernorm", H);
+  auto mlp = llama_gated_mlp(c, w.pp("mlp"), p.hidden_act);
   return std::make_unique<PreNormBlock>(name, H, std::move(in_norm), std::move(attn),
                                         std::move(post_norm), std::move(mlp));
 }
 
 }  // namespace
 
-BuiltModel build_llama_family(const ModelConfig& c, WeightSource& w) {
+BuiltModel build_llama_family(const ModelConfig& c, WeightSource& w, const LlamaBuild& b) {
   const auto& p = c.params<LlamaParams>();
   w.ignore_suffix(".rotary_emb.inv_freq");  // a buffer older checkpoints saved
   WeightSource model = w.pp("model");
@@ -226,14 +257,27 @@ BuiltModel build_llama_family(const ModelConfig& c, WeightSource& w) {
   at::Tensor embed = model.get("embed_tokens.weight", {c.vocab_size, c.hidden_size}, Init::kMatrix,
                                Layout::kAsStored, tied);
   BuiltModel m;
-  m.stages.push_back(
-      {StageKind::kEmbeddings, std::make_unique<Embedding>("model.embed_tokens", embed)});
+  if (b.embedding_scale)
+    m.stages.push_back(
+        {StageKind::kEmbeddings,
+         std::make_unique<ScaledEmbedding>("model.embed_tokens", embed, *b.embedding_scale)});
+  else
+    m.stages.push_back(
+        {StageKind::kEmbeddings, std::make_unique<Embedding>("model.embed_tokens", embed)});
   // One table for every layer: these architectures rotate all layers alike.
   auto rope = std::make_shared<const Rope>(p.rope, p.head_dim, c.max_position_embeddings);
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i)
-    m.stages.push_back({StageKind::kBlock, decoder_layer(c, model.pp("layers").pp(i), i, rope)});
-  m.stages.push_back({StageKind::kFinalNorm, rms_norm(p, model, "norm", c.hidden_size)});
-  m.stages.push_back(head_stage(c, w, embed));
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    WeightSource layer = model.pp("layers").pp(i);
+    m.stages.push_back({StageKind::kBlock,
+                        b.layer ? b.layer(c, layer, i, rope) : decoder_layer(c, layer, i, rope)});
+  }
+  m.stages.push_back({StageKind::kFinalNorm,
+                      llama_rms_norm(p, model, "norm", c.hidden_size, 0, b.unit_offset_norms)});
+  BuiltStage head = head_stage(c, w, embed);
+  if (b.logit_softcap)
+    head.module =
+        std::make_unique<SoftcappedHead>(std::move(head.module), c.hidden_size, *b.logit_softcap);
+  m.stages.push_back(std::move(head));
   m.head_shares_embedding = c.tie_word_embeddings;
   m.mlp_width = p.intermediate_size;
   return m;

@@ -5,6 +5,7 @@
 // these.
 #pragma once
 
+#include <functional>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
@@ -12,6 +13,8 @@
 
 #include "actcap/config.h"
 #include "models/arch/architecture.h"
+#include "models/parts/attention.h"
+#include "models/parts/norm.h"
 
 namespace actcap {
 
@@ -64,6 +67,9 @@ void parse_llama_family(const ConfigReader& f, const LlamaDefaults& d, ModelConf
 // Reads Qwen2/Qwen3's window fields (use_sliding_window, sliding_window, max_window_layers,
 // layer_types) and sets p.windows = kQwen.
 void parse_qwen_windows(const ConfigReader& f, const ModelConfig& c, LlamaParams& p);
+// config.json's layer_types (transformers 5): one "full_attention" or "sliding_attention" per
+// layer, checked; empty when absent or null.
+std::vector<std::string> parse_layer_types(const ConfigReader& f, const ModelConfig& c);
 void write_llama_family(const ModelConfig& c, nlohmann::json& j);
 void write_qwen_windows(const LlamaParams& p, nlohmann::json& j);
 
@@ -72,7 +78,36 @@ void write_qwen_windows(const LlamaParams& p, nlohmann::json& j);
 std::vector<std::string> llama_family_presets();
 ModelConfig llama_family_preset(const std::string& arch, const std::string& preset);
 
-BuiltModel build_llama_family(const ModelConfig& c, WeightSource& w);
+// What a Llama-style architecture changes in the family's model: its decoder layer (null: the
+// Llama pre-norm layer), (1 + w) final norm, a scaled embedding and soft-capped logits (Gemma 2).
+struct LlamaBuild {
+  std::function<std::unique_ptr<Module>(const ModelConfig& c, WeightSource w, int64_t layer,
+                                        const std::shared_ptr<const Rope>& rope)>
+      layer;
+  bool unit_offset_norms = false;
+  std::optional<float> embedding_scale;
+  std::optional<double> logit_softcap;
+};
+
+BuiltModel build_llama_family(const ModelConfig& c, WeightSource& w, const LlamaBuild& b = {});
+
+// The parts the Llama-style builders share, each asking `w` for its weights by HF name.
+// nn.Linear `name` ([out, in]; bias [out] when `bias`).
+std::unique_ptr<Linear> llama_linear(WeightSource w, const std::string& name, int64_t in,
+                                     int64_t out, bool bias);
+// RMSNorm `name` of `width` with p.rms_norm_eps; per head when heads > 0; (1 + w) when
+// unit_offset (Gemma's).
+std::unique_ptr<RMSNorm> llama_rms_norm(const LlamaParams& p, WeightSource w,
+                                        const std::string& name, int64_t width, int64_t heads = 0,
+                                        bool unit_offset = false);
+// q_proj, k_proj, v_proj and o_proj under `a` (self_attn), with the config's biases.
+AttentionParts llama_attention_projections(const ModelConfig& c, WeightSource a);
+// The attention of `layer`: the config's sizes, scale head_dim^-0.5, its window, `rope`.
+AttentionShape llama_attention_shape(const ModelConfig& c, int64_t layer,
+                                     std::shared_ptr<const Rope> rope);
+// gate_proj, act_fn (activation `act`), up_proj, down_proj under `m` (mlp).
+std::unique_ptr<Module> llama_gated_mlp(const ModelConfig& c, WeightSource m,
+                                        const std::string& act);
 
 // The presets and the builder every Llama-style architecture shares; each sets its own fields on
 // the shared presets in preset_fields().

@@ -11,11 +11,14 @@ const Architecture& llama_architecture();
 const Architecture& mistral_architecture();
 const Architecture& qwen2_architecture();
 const Architecture& qwen3_architecture();
+const Architecture& olmo2_architecture();
+const Architecture& gemma2_architecture();
 
 const std::vector<const Architecture*>& architectures() {
   static const std::vector<const Architecture*> all = {
       &gpt2_architecture(),  &llama_architecture(), &mistral_architecture(),
       &qwen2_architecture(), &qwen3_architecture(),
+      &olmo2_architecture(), &gemma2_architecture(),
   };
   return all;
 }

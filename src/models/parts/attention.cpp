@@ -23,10 +23,15 @@ at::Tensor Attention::forward(const at::Tensor& x, ForwardState& st) {
     q = qkv[0], k = qkv[1], v = qkv[2];
   } else {
     // [B, T, heads, D]: the per-head norms see each head's features (HF views before the norm).
-    q = q_->call(x, st).view({B, T, s_.heads, D});
-    if (q_norm_) q = q_norm_->call(q, st);
-    k = k_->call(x, st).view({B, T, s_.kv_heads, D});
-    if (k_norm_) k = k_norm_->call(k, st);
+    const bool whole = s_.qk_norm_whole;
+    q = q_->call(x, st);
+    if (q_norm_ && whole) q = q_norm_->call(q, st);
+    q = q.view({B, T, s_.heads, D});
+    if (q_norm_ && !whole) q = q_norm_->call(q, st);
+    k = k_->call(x, st);
+    if (k_norm_ && whole) k = k_norm_->call(k, st);
+    k = k.view({B, T, s_.kv_heads, D});
+    if (k_norm_ && !whole) k = k_norm_->call(k, st);
     v = v_->call(x, st).view({B, T, s_.kv_heads, D}).transpose(1, 2);
     q = q.transpose(1, 2);
     k = k.transpose(1, 2);

@@ -21,6 +21,9 @@ struct AttentionShape {
   std::optional<int64_t> window;     // sliding window of this layer; nullopt = full causal
   std::optional<double> softcap;     // scores -> softcap * tanh(scores / softcap) (Gemma 2)
   std::shared_ptr<const Rope> rope;  // null: no rotary (GPT-2)
+  // q_norm / k_norm normalise the whole projection (heads * head_dim) before the head split
+  // (OLMo 2), instead of each head; their points are then [heads * head_dim] per token.
+  bool qk_norm_whole = false;
 };
 
 // The projections, in the order the forward runs them. Either `qkv` (fused [q; k; v] rows, GPT-2's

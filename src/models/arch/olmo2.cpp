@@ -1,0 +1,93 @@
+// OLMo 2 (transformers configuration_olmo2.py, modeling_olmo2.py): the Llama family's sizes, RoPE
+// and SwiGLU MLP with its norms moved: no pre-norm, post_attention_layernorm and
+// post_feedforward_layernorm on the sublayer outputs before the residual add
+// (h = x + norm1(attn(x)), out = h + norm2(mlp(h))), and q_norm / k_norm RMSNorms over the whole
+// q / k projection (heads * head_dim, hook points [heads * head_dim]) before the head split and
+// RoPE. attention_bias gives q, k, v and o biases; no MLP bias; untied unless config.json ties.
+#include <nlohmann/json.hpp>
+
+#include "models/arch/llama_family.h"
+#include "models/config_reader.h"
+#include "models/parts/attention.h"
+#include "models/parts/sublayer_norm_block.h"
+
+namespace actcap {
+
+namespace {
+
+std::unique_ptr<Module> olmo2_layer(const ModelConfig& c, WeightSource w, int64_t layer,
+                                    const std::shared_ptr<const Rope>& rope) {
+  const auto& p = c.params<LlamaParams>();
+  const int64_t H = c.hidden_size, D = p.head_dim;
+  const std::string name = w.path();
+  WeightSource a = w.pp("self_attn");
+  AttentionParts parts = llama_attention_projections(c, a);
+  parts.q_norm = llama_rms_norm(p, a, "q_norm", c.num_attention_heads * D);
+  parts.k_norm = llama_rms_norm(p, a, "k_norm", p.num_key_value_heads * D);
+  AttentionShape shape = llama_attention_shape(c, layer, rope);
+  shape.qk_norm_whole = true;
+  SublayerNormParts b;
+  b.attn = std::make_unique<Attention>(a.path(), shape, std::move(parts));
+  b.post1 = llama_rms_norm(p, w, "post_attention_layernorm", H);
+  b.mlp = llama_gated_mlp(c, w.pp("mlp"), p.hidden_act);
+  b.post2 = llama_rms_norm(p, w, "post_feedforward_layernorm", H);
+  return std::make_unique<SublayerNormBlock>(name, H, std::move(b));
+}
+
+class Olmo2 : public LlamaFamilyArchitecture {
+ public:
+  std::string name() const override { return "olmo2"; }
+  std::vector<std::string> model_types() const override { return {"olmo2"}; }
+  std::vector<std::string> class_names() const override { return {"Olmo2ForCausalLM"}; }
+
+  void parse(const ConfigReader& f, ModelConfig& c) const override {
+    auto p = std::make_unique<LlamaParams>();
+    p->rms_norm_eps = 1e-5;  // Olmo2Config's default
+    LlamaDefaults d;         // max_position_embeddings 2048, head_dim hidden / heads
+    d.bos_token_id = d.eos_token_id = 50279;  // bos_token_id is None in Olmo2Config
+    parse_llama_family(f, d, c, *p);
+    p->attention_bias = f.boolean({"attention_bias"}, false);  // q, k, v and o
+    p->qkv_bias = p->o_bias = p->attention_bias;
+    c.arch_params = std::move(p);
+  }
+
+  void write(const ModelConfig& c, nlohmann::json& j) const override {
+    write_llama_family(c, j);
+    j["attention_bias"] = c.params<LlamaParams>().attention_bias;
+  }
+
+  std::vector<std::string> presets() const override {
+    std::vector<std::string> out = llama_family_presets();
+    out.push_back("olmo-2-1b");
+    return out;
+  }
+
+  ModelConfig preset(const std::string& name) const override {
+    const bool real = name == "olmo-2-1b";
+    ModelConfig c = LlamaFamilyArchitecture::preset(real ? "tiny" : name);
+    auto& p = c.params<LlamaParams>();
+    p.rms_norm_eps = 1e-6;
+    if (!real) return c;
+    // allenai/OLMo-2-0425-1B's config.json.
+    c.vocab_size = 100352, c.hidden_size = 2048, p.intermediate_size = 8192;
+    c.num_hidden_layers = 16, c.num_attention_heads = 16, p.num_key_value_heads = 16;
+    p.head_dim = 128, c.max_position_embeddings = 4096, p.rope.rope_theta = 500000.0;
+    c.bos_token_id = c.eos_token_id = 100257;
+    return c;
+  }
+
+  BuiltModel build(const ModelConfig& c, WeightSource& w) const override {
+    LlamaBuild b;
+    b.layer = olmo2_layer;
+    return build_llama_family(c, w, b);
+  }
+};
+
+}  // namespace
+
+const Architecture& olmo2_architecture() {
+  static const Olmo2 arch;
+  return arch;
+}
+
+}  // namespace actcap
