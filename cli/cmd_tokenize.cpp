@@ -1,5 +1,5 @@
 // actcap tokenize: encodes each line of a file with a Hugging Face tokenizer.json, one JSON array
-// of ids per line.
+// of ids per line; with --decode, decodes one JSON array of ids per line to one JSON string.
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -47,7 +47,28 @@ struct TokenizeCommand {
   bool no_special = false;
   bool jsonl = false;
   bool stats = false;
+  bool decode = false;
 };
+
+std::vector<int64_t> parse_ids(const std::string& line, const std::string& input, size_t line_no) {
+  auto bad = [&](const std::string& why) {
+    return InputError(concat("--input ", input, ": line ", line_no, " ", why));
+  };
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::exception& e) {
+    throw bad(concat("is not JSON (", e.what(), ")"));
+  }
+  if (!j.is_array()) throw bad("is not a JSON array of token ids");
+  std::vector<int64_t> ids;
+  ids.reserve(j.size());
+  for (const auto& v : j) {
+    if (!v.is_number_integer()) throw bad(concat("has ", v.dump(), ", which is not a token id"));
+    ids.push_back(v.get<int64_t>());
+  }
+  return ids;
+}
 
 // Encodes each input line with the tokenizer and writes one JSON array of ids per line.
 int run_tokenize_command(const TokenizeCommand& o) {
@@ -69,7 +90,7 @@ int run_tokenize_command(const TokenizeCommand& o) {
     const std::string line = data.substr(start, end - start);
     ++line_no;
     std::string text;
-    if (o.jsonl) {
+    if (o.jsonl && !o.decode) {
       nlohmann::json j;
       try {
         j = nlohmann::json::parse(line);
@@ -80,6 +101,20 @@ int run_tokenize_command(const TokenizeCommand& o) {
       if (!j.is_string())
         throw InputError(concat("--input ", o.input, ": line ", line_no, " is not a JSON string"));
       text = j.get<std::string>();
+    }
+    if (o.decode) {
+      const std::vector<int64_t> ids = parse_ids(line, o.input, line_no);
+      tokens += ids.size();
+      std::string decoded;
+      try {
+        decoded = tokenizer->decode(ids);
+      } catch (const InputError& e) {
+        throw InputError(concat("--input ", o.input, ": line ", line_no, ": ", e.what()));
+      }
+      out += nlohmann::json(decoded).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      out += '\n';
+      start = end + 1;
+      continue;
     }
     const std::vector<int64_t> ids = tokenizer->encode(o.jsonl ? text : line, !o.no_special);
     tokens += ids.size();
@@ -118,6 +153,12 @@ Command add_tokenize(CLI::App& app) {
   sub->add_flag("--jsonl", o->jsonl,
                 "Each input line is a JSON string (so a text can hold newlines)");
   sub->add_flag("--stats", o->stats, "Print load and encode times to stderr");
+  auto* decode =
+      sub->add_flag("--decode", o->decode,
+                    "Decode instead: each input line is a JSON array of ids, each output "
+                    "line the decoded text as a JSON string (the tokenizer's decoder)");
+  decode->excludes(sub->get_option("--jsonl"));
+  decode->excludes(sub->get_option("--no-special"));
   return {sub, [o] { return run_tokenize_command(*o); }};
 }
 

@@ -1,6 +1,6 @@
-// Hugging Face tokenizer.json (BPE model, ByteLevel pre-tokenizer/decoder, Split pre-tokenizers
-// with PCRE2 regexes, added/special tokens, the declared post-processor), and the demo model's
-// byte-level tokenizer.
+// Hugging Face tokenizer.json (BPE model with byte fallback; normalizers, pre-tokenizers
+// (ByteLevel, Split with PCRE2 regexes, Digits, Metaspace), added/special tokens, the declared
+// post-processor and decoder), and the demo model's byte-level tokenizer.
 #pragma once
 
 #include <cstdint>

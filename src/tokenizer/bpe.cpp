@@ -13,12 +13,20 @@ namespace actcap::tok {
 
 namespace {
 // Words up to this many symbols use the quadratic scan; longer ones the priority queue.
-constexpr size_t kQueueThreshold = 48;
+constexpr size_t kQueueThreshold = 160;
 }  // namespace
 
 Bpe::Bpe(Vocab vocab, const Merges& merges, BpeOptions options, const std::string& where)
     : vocab_(std::move(vocab)), options_(std::move(options)) {
-  merges_.reserve(merges.size());
+  size_t capacity = 8;
+  int bits = 3;
+  while (capacity < merges.size() * 2) {
+    capacity *= 2;
+    ++bits;
+  }
+  merge_slots_.assign(capacity, MergeSlot{});
+  merge_mask_ = capacity - 1;
+  merge_shift_ = 64 - bits;
   auto id_of = [&](const std::string& token, size_t rank) {
     auto it = vocab_.find(token);
     if (it == vocab_.end())
@@ -32,7 +40,10 @@ Bpe::Bpe(Vocab vocab, const Merges& merges, BpeOptions options, const std::strin
     const int32_t ia = id_of(a, rank);
     const int32_t ib = id_of(b, rank);
     const int32_t inew = id_of(a + b, rank);
-    merges_[key(ia, ib)] = {static_cast<int32_t>(rank), inew};  // a repeated pair: the last wins
+    const uint64_t k = key(ia, ib);
+    size_t i = slot_of(k);
+    while (merge_slots_[i].key != kEmpty && merge_slots_[i].key != k) i = (i + 1) & merge_mask_;
+    merge_slots_[i] = {k, {static_cast<int32_t>(rank), inew}};  // a repeated pair: the last wins
   }
   if (options_.unk_token) {
     auto it = vocab_.find(*options_.unk_token);
@@ -160,6 +171,8 @@ void Bpe::merge_with_queue(std::vector<int32_t>& symbols) const {
     int32_t rank;
     int32_t pos;
     int32_t new_id;
+    int32_t left;  // the pair the entry was made for: stale when the symbols changed
+    int32_t right;
     bool operator>(const Entry& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
   };
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue;
@@ -167,7 +180,7 @@ void Bpe::merge_with_queue(std::vector<int32_t>& symbols) const {
     const int32_t nx = next[pos];
     if (nx < 0) return;
     if (const MergeInfo* m = find_merge(symbols[pos], symbols[nx]))
-      queue.push({m->rank, pos, m->new_id});
+      queue.push({m->rank, pos, m->new_id, symbols[pos], symbols[nx]});
   };
   for (size_t i = 0; i + 1 < n; ++i) push(static_cast<int32_t>(i));
   while (!queue.empty()) {
@@ -176,8 +189,7 @@ void Bpe::merge_with_queue(std::vector<int32_t>& symbols) const {
     if (!alive[top.pos]) continue;
     const int32_t nx = next[top.pos];
     if (nx < 0) continue;
-    const MergeInfo* m = find_merge(symbols[top.pos], symbols[nx]);
-    if (m == nullptr || m->new_id != top.new_id || m->rank != top.rank) continue;  // stale
+    if (symbols[top.pos] != top.left || symbols[nx] != top.right) continue;  // stale
     symbols[top.pos] = top.new_id;
     alive[nx] = 0;
     next[top.pos] = next[nx];

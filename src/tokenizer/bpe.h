@@ -55,15 +55,30 @@ class Bpe {
   static uint64_t key(int32_t a, int32_t b) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
   }
+  // Open addressing, linear probing, power-of-two size: the lookup is the inner loop of BPE.
+  struct MergeSlot {
+    uint64_t key = kEmpty;
+    MergeInfo info{};
+  };
+  static constexpr uint64_t kEmpty = ~uint64_t{0};  // no pair of ids >= 0 has this key
+  size_t slot_of(uint64_t k) const {
+    return static_cast<size_t>((k * 0x9E3779B97F4A7C15ull) >> merge_shift_);
+  }
   const MergeInfo* find_merge(int32_t a, int32_t b) const {
-    auto it = merges_.find(key(a, b));
-    return it == merges_.end() ? nullptr : &it->second;
+    const uint64_t k = key(a, b);
+    for (size_t i = slot_of(k);; i = (i + 1) & merge_mask_) {
+      const MergeSlot& s = merge_slots_[i];
+      if (s.key == k) return &s.info;
+      if (s.key == kEmpty) return nullptr;
+    }
   }
   void initial_symbols(std::string_view piece, std::vector<int32_t>& symbols) const;
   void encode_uncached(std::string_view piece, std::vector<int32_t>& ids) const;
 
   Vocab vocab_;
-  std::unordered_map<uint64_t, MergeInfo> merges_;
+  std::vector<MergeSlot> merge_slots_;
+  size_t merge_mask_ = 0;
+  int merge_shift_ = 64;
   BpeOptions options_;
   int32_t unk_id_ = -1;                     // -1: no unk token (unknown characters are dropped)
   std::optional<std::string> unk_missing_;  // unk_token named but absent from the vocab

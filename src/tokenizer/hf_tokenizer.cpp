@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "actcap/error.h"
-#include "tokenizer/byte_level.h"
 
 namespace actcap::tok {
 
@@ -26,16 +25,16 @@ HfTokenizer::HfTokenizer(HfParts parts) : parts_(std::move(parts)) {
 
 std::string HfTokenizer::normalize(std::string_view text) const {
   std::string s(text);
-  for (NormalForm f : parts_.normalizers) s = tok::normalize(f, s);
+  for (const Normalizer& n : parts_.normalizers) s = n.apply(s);
   return s;
 }
 
 void HfTokenizer::encode_text(std::string_view text, std::vector<int64_t>& ids) const {
   const Bpe& model = *parts_.model;
   auto to_model = [&](std::string_view piece) { model.encode(piece, ids); };
-  auto pre_tokenize = [&](std::string_view part) {
+  auto pre_tokenize = [&](std::string_view part, bool at_start) {
     if (parts_.pre_tokenizer)
-      parts_.pre_tokenizer->run(part, to_model);
+      parts_.pre_tokenizer->run(part, to_model, at_start);
     else
       to_model(part);
   };
@@ -59,7 +58,7 @@ void HfTokenizer::encode_text(std::string_view text, std::vector<int64_t>& ids) 
       if (sub.id >= 0)
         ids.push_back(sub.id);
       else
-        pre_tokenize(part.substr(sub.begin, sub.end - sub.begin));
+        pre_tokenize(part.substr(sub.begin, sub.end - sub.begin), seg.begin == 0 && sub.begin == 0);
     }
   }
 }
@@ -83,25 +82,18 @@ std::vector<int64_t> HfTokenizer::encode(const std::string& text, bool add_speci
   return ids;
 }
 
+const std::string& HfTokenizer::token(int64_t id) const {
+  const auto found = id_to_token_.find(id);
+  if (found == id_to_token_.end())
+    throw InputError(concat("token id ", id, " is not in the vocabulary (size ", vocab_size_, ")"));
+  return found->second;
+}
+
 std::string HfTokenizer::decode(const std::vector<int64_t>& ids) const {
-  std::string out;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const int64_t id = ids[i];
-    const auto found = id_to_token_.find(id);
-    if (found == id_to_token_.end())
-      throw InputError(
-          concat("token id ", id, " is not in the vocabulary (size ", vocab_size_, ")"));
-    const std::string& token = found->second;
-    if (parts_.decoder == DecoderKind::ByteLevel) {
-      // As the Rust ByteLevel decoder: a token with a character outside the byte alphabet (an
-      // added token such as "<|endoftext|>" usually is inside it) is taken as its UTF-8 bytes.
-      if (!byte_level_decode(out, token)) out += token;
-    } else {
-      if (i > 0) out += ' ';
-      out += token;
-    }
-  }
-  return out;
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
+  for (int64_t id : ids) tokens.push_back(token(id));
+  return run_decoders(parts_.decoders, std::move(tokens));
 }
 
 }  // namespace actcap::tok

@@ -10,8 +10,8 @@
 #include "actcap/tokenizer.h"
 #include "tokenizer/added_vocab.h"
 #include "tokenizer/bpe.h"
+#include "tokenizer/normalizer.h"
 #include "tokenizer/pretokenize.h"
-#include "tokenizer/unicode.h"
 
 namespace actcap::tok {
 
@@ -25,15 +25,13 @@ struct PostStep {
   std::vector<Item> items;
 };
 
-enum class DecoderKind { None, ByteLevel };
-
 struct HfParts {
-  std::vector<NormalForm> normalizers;  // applied in order
+  std::vector<Normalizer> normalizers;  // applied in order
   std::vector<AddedToken> added_tokens;
   std::unique_ptr<PreTokenizer> pre_tokenizer;  // may be null
   std::unique_ptr<Bpe> model;
-  std::vector<PostStep> post;  // applied in order
-  DecoderKind decoder = DecoderKind::None;
+  std::vector<PostStep> post;         // applied in order
+  std::vector<DecoderStep> decoders;  // empty: tokens joined with spaces
 };
 
 class HfTokenizer : public Tokenizer {
@@ -49,6 +47,8 @@ class HfTokenizer : public Tokenizer {
 
  private:
   void encode_text(std::string_view text, std::vector<int64_t>& ids) const;
+  // The token string of an id; throws InputError for an id outside the vocabulary.
+  const std::string& token(int64_t id) const;
 
   HfParts parts_;
   AddedVocabulary added_;

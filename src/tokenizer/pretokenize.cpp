@@ -91,7 +91,7 @@ std::vector<Piece> SplitPreTokenizer::find_pieces(std::string_view text) const {
   return pieces;
 }
 
-void SplitPreTokenizer::run(std::string_view text, Sink emit) const {
+void SplitPreTokenizer::run(std::string_view text, Sink emit, bool) const {
   if (regex_ && !invert_ &&
       (behavior_ == SplitBehavior::Isolated || behavior_ == SplitBehavior::Removed)) {
     // the common case (Llama 3, GPT-4 style patterns), streamed without building the piece list
@@ -109,7 +109,7 @@ void SplitPreTokenizer::run(std::string_view text, Sink emit) const {
     if (p.end > p.begin) emit(text.substr(p.begin, p.end - p.begin));
 }
 
-void DigitsPreTokenizer::run(std::string_view text, Sink emit) const {
+void DigitsPreTokenizer::run(std::string_view text, Sink emit, bool) const {
   // ASCII digits are single bytes that never occur inside a multi-byte UTF-8 sequence, so the
   // split can work on bytes.
   auto digit = [](char c) { return c >= '0' && c <= '9'; };
@@ -143,7 +143,7 @@ ByteLevelPreTokenizer::ByteLevelPreTokenizer(bool add_prefix_space, bool use_reg
   if (use_regex_) gpt2_regex();  // compile now, not on the first encode
 }
 
-void ByteLevelPreTokenizer::run(std::string_view text, Sink emit) const {
+void ByteLevelPreTokenizer::run(std::string_view text, Sink emit, bool) const {
   if (text.empty()) return;
   std::string prefixed;
   if (add_prefix_space_ && text[0] != ' ') {
@@ -171,13 +171,47 @@ bool SequencePreTokenizer::byte_level() const {
   return false;
 }
 
-void SequencePreTokenizer::run_from(size_t step, std::string_view text, Sink emit) const {
+void SequencePreTokenizer::run_from(size_t step, std::string_view text, Sink emit,
+                                    bool at_start) const {
   if (step == steps_.size()) {
     emit(text);
     return;
   }
-  auto next = [&](std::string_view piece) { run_from(step + 1, piece, emit); };
-  steps_[step]->run(text, next);
+  // A piece is at the start when it begins where a text at the start begins (pieces a step
+  // rewrites, such as Metaspace's, are new strings: not at the start).
+  auto next = [&](std::string_view piece) {
+    run_from(step + 1, piece, emit, at_start && piece.data() == text.data());
+  };
+  steps_[step]->run(text, next, at_start);
+}
+
+void MetaspacePreTokenizer::run(std::string_view text, Sink emit, bool at_start) const {
+  if (text.empty()) return;
+  std::string s;
+  s.reserve(text.size() + replacement_.size() * 2);
+  const bool prepend =
+      scheme_ == PrependScheme::Always || (scheme_ == PrependScheme::First && at_start);
+  if (prepend && text.substr(0, replacement_.size()) != replacement_ &&
+      !(text[0] == ' ' && replacement_.size() > 0))
+    s += replacement_;
+  for (char c : text) {
+    if (c == ' ')
+      s += replacement_;
+    else
+      s += c;
+  }
+  if (!split_ || replacement_.empty()) {
+    emit(s);
+    return;
+  }
+  const std::string_view v = s;
+  size_t begin = 0;
+  for (size_t at = v.find(replacement_); at != std::string_view::npos;
+       at = v.find(replacement_, at + replacement_.size())) {
+    if (at > begin) emit(v.substr(begin, at - begin));
+    begin = at;
+  }
+  if (begin < v.size()) emit(v.substr(begin));
 }
 
 }  // namespace actcap::tok

@@ -1,6 +1,6 @@
-// Pre-tokenizers (Split, Digits, ByteLevel, Sequence), with the semantics of the Rust `tokenizers`
-// crate. They stream: each piece is handed to the sink as soon as it is known, and the pieces
-// handed on are never empty.
+// Pre-tokenizers (Split, Digits, ByteLevel, Metaspace, Sequence), with the semantics of the Rust
+// `tokenizers` crate. They stream: each piece is handed to the sink as soon as it is known, and the
+// pieces handed on are never empty.
 #pragma once
 
 #include <memory>
@@ -19,7 +19,9 @@ using Sink = FunctionRef<void(std::string_view)>;
 class PreTokenizer {
  public:
   virtual ~PreTokenizer() = default;
-  virtual void run(std::string_view text, Sink emit) const = 0;
+  // at_start: the text begins at offset 0 of the input (Metaspace's prepend_scheme "first").
+  virtual void run(std::string_view text, Sink emit, bool at_start) const = 0;
+  void run(std::string_view text, Sink emit) const { run(text, emit, true); }
   // True for the ByteLevel pre-tokenizer (or a Sequence holding one): the model then works on
   // bytes through GPT-2's byte alphabet.
   virtual bool byte_level() const { return false; }
@@ -47,7 +49,8 @@ class SplitPreTokenizer : public PreTokenizer {
   // Exactly one of regex / literal.
   SplitPreTokenizer(std::unique_ptr<Regex> regex, std::optional<std::string> literal,
                     SplitBehavior behavior, bool invert);
-  void run(std::string_view text, Sink emit) const override;
+  using PreTokenizer::run;
+  void run(std::string_view text, Sink emit, bool at_start) const override;
   // The pieces (matches and gaps) before the behavior is applied; exposed for tests.
   std::vector<Piece> find_pieces(std::string_view text) const;
 
@@ -62,7 +65,8 @@ class SplitPreTokenizer : public PreTokenizer {
 class DigitsPreTokenizer : public PreTokenizer {
  public:
   explicit DigitsPreTokenizer(bool individual_digits) : individual_(individual_digits) {}
-  void run(std::string_view text, Sink emit) const override;
+  using PreTokenizer::run;
+  void run(std::string_view text, Sink emit, bool at_start) const override;
 
  private:
   bool individual_;
@@ -73,7 +77,8 @@ class DigitsPreTokenizer : public PreTokenizer {
 class ByteLevelPreTokenizer : public PreTokenizer {
  public:
   ByteLevelPreTokenizer(bool add_prefix_space, bool use_regex);
-  void run(std::string_view text, Sink emit) const override;
+  using PreTokenizer::run;
+  void run(std::string_view text, Sink emit, bool at_start) const override;
   bool byte_level() const override { return true; }
   static const char* gpt2_pattern();
 
@@ -82,15 +87,36 @@ class ByteLevelPreTokenizer : public PreTokenizer {
   bool use_regex_;
 };
 
+enum class PrependScheme { Always, First, Never };
+
+// Metaspace: spaces become the replacement character ("\u2581"), which is prepended as the scheme
+// says unless the text starts with it; split: the text is then cut before each replacement
+// character (MergedWithNext).
+class MetaspacePreTokenizer : public PreTokenizer {
+ public:
+  MetaspacePreTokenizer(std::string replacement, PrependScheme scheme, bool split)
+      : replacement_(std::move(replacement)), scheme_(scheme), split_(split) {}
+  using PreTokenizer::run;
+  void run(std::string_view text, Sink emit, bool at_start) const override;
+
+ private:
+  std::string replacement_;
+  PrependScheme scheme_;
+  bool split_;
+};
+
 class SequencePreTokenizer : public PreTokenizer {
  public:
   explicit SequencePreTokenizer(std::vector<std::unique_ptr<PreTokenizer>> steps)
       : steps_(std::move(steps)) {}
-  void run(std::string_view text, Sink emit) const override { run_from(0, text, emit); }
+  using PreTokenizer::run;
+  void run(std::string_view text, Sink emit, bool at_start) const override {
+    run_from(0, text, emit, at_start);
+  }
   bool byte_level() const override;
 
  private:
-  void run_from(size_t step, std::string_view text, Sink emit) const;
+  void run_from(size_t step, std::string_view text, Sink emit, bool at_start) const;
   std::vector<std::unique_ptr<PreTokenizer>> steps_;
 };
 

@@ -8,6 +8,7 @@
 #include "actcap/tokenizer.h"
 #include "io/text_file.h"
 #include "tokenizer/hf_tokenizer.h"
+#include "tokenizer/utf8.h"
 
 namespace actcap {
 namespace tok {
@@ -200,7 +201,7 @@ class Parser {
     parts.added_tokens = added_tokens(member(root, "added_tokens"));
     parts.model = bpe(*model, parts.pre_tokenizer && parts.pre_tokenizer->byte_level());
     parts.post = post_processor(member(root, "post_processor"), "post_processor");
-    parts.decoder = decoder(member(root, "decoder"));
+    decoders(member(root, "decoder"), "decoder", parts.decoders);
     return parts;
   }
 
@@ -253,23 +254,64 @@ class Parser {
   }
 
   // ---- normalizer ----
-  std::vector<NormalForm> normalizers(const json& j, const std::string& field) const {
-    std::vector<NormalForm> out;
+  Pattern pattern(const json& j, const std::string& field) const {
+    const std::string pfield = field + ".pattern";
+    const json& p = member(j, "pattern");
+    object(p, pfield);
+    Pattern out;
+    if (const json* r = find(p, "Regex"))
+      out.regex = std::make_shared<const Regex>(text(*r, pfield + ".Regex"),
+                                                concat(origin_, ": ", pfield, ".Regex"));
+    else if (const json* str = find(p, "String"))
+      out.literal = text(*str, pfield + ".String");
+    else
+      fail(pfield, concat("must be {\"Regex\": ...} or {\"String\": ...}, not ", show(p)));
+    return out;
+  }
+
+  std::vector<Normalizer> normalizers(const json& j, const std::string& field) const {
+    std::vector<Normalizer> out;
     if (j.is_null()) return out;
     const std::string t = type(j, field);
-    if (t == "NFC") return {NormalForm::NFC};
-    if (t == "NFD") return {NormalForm::NFD};
-    if (t == "NFKC") return {NormalForm::NFKC};
-    if (t == "NFKD") return {NormalForm::NFKD};
+    Normalizer n;
+    if (t == "NFC" || t == "NFD" || t == "NFKC" || t == "NFKD") {
+      n.form = t == "NFC"    ? NormalForm::NFC
+               : t == "NFD"  ? NormalForm::NFD
+               : t == "NFKC" ? NormalForm::NFKC
+                             : NormalForm::NFKD;
+      return {n};
+    }
+    if (t == "Prepend") {
+      n.kind = Normalizer::Kind::Prepend;
+      n.content = text(member(j, "prepend"), field + ".prepend");
+      return {n};
+    }
+    if (t == "Replace") {
+      n.kind = Normalizer::Kind::Replace;
+      n.pattern = pattern(j, field);
+      n.content = text(member(j, "content"), field + ".content");
+      return {n};
+    }
+    if (t == "Strip") {
+      n.kind = Normalizer::Kind::Strip;
+      n.strip_left = flag(j, "strip_left", field, false);
+      n.strip_right = flag(j, "strip_right", field, false);
+      return {n};
+    }
+    if (t == "Lowercase") {
+      n.kind = Normalizer::Kind::Lowercase;
+      return {n};
+    }
     if (t == "Sequence") {
       const json& list = member(j, "normalizers");
       if (!list.is_array()) fail(field + ".normalizers", "must be an array");
       for (size_t i = 0; i < list.size(); ++i)
-        for (NormalForm f : normalizers(list[i], concat(field, ".normalizers[", i, "]")))
-          out.push_back(f);
+        for (Normalizer& f : normalizers(list[i], concat(field, ".normalizers[", i, "]")))
+          out.push_back(std::move(f));
       return out;
     }
-    unsupported_type(field, t, "NFC, NFD, NFKC, NFKD, Sequence (or null)");
+    unsupported_type(
+        field, t, "NFC, NFD, NFKC, NFKD, Prepend, Replace, Strip, Lowercase, Sequence (or null)");
   }
 
   // ---- pre-tokenizer ----
@@ -320,6 +362,32 @@ class Parser {
     }
     if (t == "Digits")
       return std::make_unique<DigitsPreTokenizer>(flag(j, "individual_digits", field, false));
+    if (t == "Metaspace") {
+      if (byte_level_seen) fail(field, "is a Metaspace after ByteLevel, which is not supported");
+      std::string replacement = "\xE2\x96\x81";  // U+2581
+      const json& r = member(j, "replacement");
+      if (!r.is_null()) replacement = text(r, field + ".replacement");
+      if (utf8_char_count(replacement) != 1)
+        fail(field + ".replacement", concat("must be one character, not ", show(r)));
+      PrependScheme scheme = PrependScheme::Always;
+      const json& ps = member(j, "prepend_scheme");
+      if (!ps.is_null()) {
+        const std::string v = text(ps, field + ".prepend_scheme");
+        if (v == "always")
+          scheme = PrependScheme::Always;
+        else if (v == "first")
+          scheme = PrependScheme::First;
+        else if (v == "never")
+          scheme = PrependScheme::Never;
+        else
+          fail(field + ".prepend_scheme",
+               concat("\"", v, "\" is not supported; supported: always, first, never"));
+      } else if (!flag(j, "add_prefix_space", field, true)) {  // the older spelling
+        scheme = PrependScheme::Never;
+      }
+      return std::make_unique<MetaspacePreTokenizer>(std::move(replacement), scheme,
+                                                     flag(j, "split", field, true));
+    }
     if (t == "Sequence") {
       const json& list = member(j, "pretokenizers");
       if (!list.is_array()) fail(field + ".pretokenizers", "must be an array");
@@ -331,7 +399,7 @@ class Parser {
       }
       return std::make_unique<SequencePreTokenizer>(std::move(steps));
     }
-    unsupported_type(field, t, "ByteLevel, Split, Digits, Sequence (or null)");
+    unsupported_type(field, t, "ByteLevel, Split, Digits, Metaspace, Sequence (or null)");
   }
 
   // ---- added tokens ----
@@ -457,11 +525,58 @@ class Parser {
   }
 
   // ---- decoder ----
-  DecoderKind decoder(const json& j) const {
-    if (j.is_null()) return DecoderKind::None;
-    const std::string t = type(j, "decoder");
-    if (t == "ByteLevel") return DecoderKind::ByteLevel;
-    unsupported_type("decoder", t, "ByteLevel (or null)");
+  size_t count(const json& obj, const char* key, const std::string& field) const {
+    const json& v = member(obj, key);
+    if (v.is_null()) return 0;
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (1 << 20))
+      fail(field + "." + key, concat("must be a count (0..", 1 << 20, "), not ", show(v)));
+    return static_cast<size_t>(v.get<int64_t>());
+  }
+
+  void decoders(const json& j, const std::string& field, std::vector<DecoderStep>& out) const {
+    if (j.is_null()) return;
+    const std::string t = type(j, field);
+    DecoderStep d;
+    if (t == "ByteLevel") {
+      d.kind = DecoderStep::Kind::ByteLevel;
+    } else if (t == "ByteFallback") {
+      d.kind = DecoderStep::Kind::ByteFallback;
+    } else if (t == "Fuse") {
+      d.kind = DecoderStep::Kind::Fuse;
+    } else if (t == "Replace") {
+      d.kind = DecoderStep::Kind::Replace;
+      d.pattern = pattern(j, field);
+      d.content = text(member(j, "content"), field + ".content");
+    } else if (t == "Strip") {
+      d.kind = DecoderStep::Kind::Strip;
+      d.content = text(member(j, "content"), field + ".content");
+      if (utf8_char_count(d.content) != 1)
+        fail(field + ".content", concat("must be one character, not ", show(member(j, "content"))));
+      d.start = count(j, "start", field);
+      d.stop = count(j, "stop", field);
+    } else if (t == "Metaspace") {
+      d.kind = DecoderStep::Kind::Metaspace;
+      d.content = "\xE2\x96\x81";
+      const json& r = member(j, "replacement");
+      if (!r.is_null()) d.content = text(r, field + ".replacement");
+      if (utf8_char_count(d.content) != 1)
+        fail(field + ".replacement", concat("must be one character, not ", show(r)));
+      const json& ps = member(j, "prepend_scheme");
+      if (!ps.is_null())
+        d.prepend_first = text(ps, field + ".prepend_scheme") != "never";
+      else
+        d.prepend_first = flag(j, "add_prefix_space", field, true);
+    } else if (t == "Sequence") {
+      const json& list = member(j, "decoders");
+      if (!list.is_array()) fail(field + ".decoders", "must be an array");
+      for (size_t i = 0; i < list.size(); ++i)
+        decoders(list[i], concat(field, ".decoders[", i, "]"), out);
+      return;
+    } else {
+      unsupported_type(
+          field, t, "ByteLevel, ByteFallback, Fuse, Replace, Strip, Metaspace, Sequence (or null)");
+    }
+    out.push_back(std::move(d));
   }
 
   std::string origin_;

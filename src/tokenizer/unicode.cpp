@@ -46,9 +46,9 @@ const UNormalizer2* instance(NormalForm form) {
 
 }  // namespace
 
-std::string normalize(NormalForm form, std::string_view text) {
-  if (is_ascii(text)) return std::string(text);  // ASCII is invariant under every form
-  const UNormalizer2* norm = instance(form);
+namespace {
+
+std::vector<UChar> to_utf16(std::string_view text) {
   UErrorCode err = U_ZERO_ERROR;
   int32_t len16 = 0;
   u_strFromUTF8WithSub(nullptr, 0, &len16, text.data(), static_cast<int32_t>(text.size()), 0xFFFD,
@@ -60,9 +60,33 @@ std::string normalize(NormalForm form, std::string_view text) {
   u_strFromUTF8WithSub(src.data(), len16 + 1, &len16, text.data(),
                        static_cast<int32_t>(text.size()), 0xFFFD, nullptr, &err);
   if (U_FAILURE(err)) throw RunError(concat("UTF-8 conversion failed: ", u_errorName(err)));
+  src.resize(static_cast<size_t>(len16));
+  return src;
+}
 
-  std::vector<UChar> dst(static_cast<size_t>(len16) * 2 + 16);
+std::string to_utf8(const UChar* s, int32_t len16) {
+  int32_t len8 = 0;
+  UErrorCode err = U_ZERO_ERROR;
+  u_strToUTF8(nullptr, 0, &len8, s, len16, &err);
+  if (err != U_BUFFER_OVERFLOW_ERROR && U_FAILURE(err))
+    throw RunError(concat("UTF-8 conversion failed: ", u_errorName(err)));
+  std::string out(static_cast<size_t>(len8), '\0');
   err = U_ZERO_ERROR;
+  u_strToUTF8(out.data(), len8, &len8, s, len16, &err);
+  if (U_FAILURE(err) && err != U_STRING_NOT_TERMINATED_WARNING)
+    throw RunError(concat("UTF-8 conversion failed: ", u_errorName(err)));
+  return out;
+}
+
+}  // namespace
+
+std::string normalize(NormalForm form, std::string_view text) {
+  if (is_ascii(text)) return std::string(text);  // ASCII is invariant under every form
+  const UNormalizer2* norm = instance(form);
+  std::vector<UChar> src = to_utf16(text);
+  const auto len16 = static_cast<int32_t>(src.size());
+  std::vector<UChar> dst(static_cast<size_t>(len16) * 2 + 16);
+  UErrorCode err = U_ZERO_ERROR;
   int32_t out16 =
       unorm2_normalize(norm, src.data(), len16, dst.data(), static_cast<int32_t>(dst.size()), &err);
   if (err == U_BUFFER_OVERFLOW_ERROR) {
@@ -72,18 +96,30 @@ std::string normalize(NormalForm form, std::string_view text) {
                              &err);
   }
   if (U_FAILURE(err)) throw RunError(concat("Unicode normalization failed: ", u_errorName(err)));
+  return to_utf8(dst.data(), out16);
+}
 
-  int32_t len8 = 0;
-  err = U_ZERO_ERROR;
-  u_strToUTF8(nullptr, 0, &len8, dst.data(), out16, &err);
-  if (err != U_BUFFER_OVERFLOW_ERROR && U_FAILURE(err))
-    throw RunError(concat("UTF-8 conversion failed: ", u_errorName(err)));
-  std::string out(static_cast<size_t>(len8), '\0');
-  err = U_ZERO_ERROR;
-  u_strToUTF8(out.data(), len8, &len8, dst.data(), out16, &err);
-  if (U_FAILURE(err) && err != U_STRING_NOT_TERMINATED_WARNING)
-    throw RunError(concat("UTF-8 conversion failed: ", u_errorName(err)));
-  return out;
+std::string lowercase(std::string_view text) {
+  if (is_ascii(text)) {
+    std::string out(text);
+    for (char& c : out)
+      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    return out;
+  }
+  std::vector<UChar> src = to_utf16(text);
+  const auto len16 = static_cast<int32_t>(src.size());
+  std::vector<UChar> dst(static_cast<size_t>(len16) + 16);
+  UErrorCode err = U_ZERO_ERROR;
+  // The root locale: full case mapping with the final-sigma rule, as Rust's str::to_lowercase.
+  int32_t out16 =
+      u_strToLower(dst.data(), static_cast<int32_t>(dst.size()), src.data(), len16, "", &err);
+  if (err == U_BUFFER_OVERFLOW_ERROR) {
+    dst.resize(static_cast<size_t>(out16) + 1);
+    err = U_ZERO_ERROR;
+    out16 = u_strToLower(dst.data(), static_cast<int32_t>(dst.size()), src.data(), len16, "", &err);
+  }
+  if (U_FAILURE(err)) throw RunError(concat("Unicode lowercasing failed: ", u_errorName(err)));
+  return to_utf8(dst.data(), out16);
 }
 
 }  // namespace actcap::tok

@@ -16,5 +16,7 @@ bool is_word_char(int32_t cp);
 enum class NormalForm { NFC, NFD, NFKC, NFKD };
 // Normalizes UTF-8 text. Invalid UTF-8 sequences become U+FFFD in non-ASCII text.
 std::string normalize(NormalForm form, std::string_view text);
+// Full Unicode lowercase mapping (Rust str::to_lowercase, JavaScript toLowerCase).
+std::string lowercase(std::string_view text);
 
 }  // namespace actcap::tok

@@ -94,6 +94,13 @@ inline void utf8_append(std::string& out, uint32_t cp) {
   }
 }
 
+// Number of characters (invalid bytes count one each).
+inline size_t utf8_char_count(std::string_view s) {
+  size_t n = 0;
+  for (size_t i = 0; i < s.size(); i += utf8_char_len(s, i)) ++n;
+  return n;
+}
+
 inline bool is_ascii(std::string_view s) {
   for (char c : s)
     if (static_cast<unsigned char>(c) >= 0x80) return false;

