@@ -42,7 +42,8 @@ def test_split_run_files_identical_to_single_device(llama, tmp_path):
 
 
 @pytest.mark.parametrize("arch,layers", [("gpt2", "transformer.h"), ("mistral", "model.layers"),
-                                         ("qwen2", "model.layers"), ("qwen3", "model.layers")])
+                                         ("qwen2", "model.layers"), ("qwen3", "model.layers"),
+                                         ("gpt_neox", "gpt_neox.layers")])
 def test_split_run_files_identical_to_single_device_per_arch(actcap_bin, tmp_path, arch, layers):
     """As above for the other families: 3 devices write the same shard bytes as one (every point,
     Qwen3's q_norm / k_norm included)."""
@@ -61,6 +62,17 @@ def test_split_run_files_identical_to_single_device_per_arch(actcap_bin, tmp_pat
     assert manifest["device_map"][f"{layers}.3"] in {"cpu:1", "cpu:2"}
     if arch == "qwen3":
         assert "model.layers.3.self_attn.q_norm" in manifest["points"]
+
+
+@pytest.mark.parametrize("arch", ["gpt_neox"])
+def test_compare_three_devices_equal_per_new_arch(actcap_bin, tmp_path, arch):
+    """`compare` over 3 devices: every point (inputs too) equal to the single-device run."""
+    m = tmp_path / "m"
+    run("init-model", "--arch", arch, "--preset", "tiny", "--seed", "6", "--out", m, check=0)
+    p = run("compare", m, "--tokens", "1,2,3,4,5,6,7,8,9;5,6", "--capture", "**", "**:input", "--devices", "3",
+            "--json", check=0)
+    j = json.loads(p.stdout)
+    assert j["equal"] and j["points"] and all(pt["equal"] for pt in j["points"])
 
 
 def test_impossible_budget_is_exit_2_with_per_device_needs(llama, tmp_path):

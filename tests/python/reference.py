@@ -1,7 +1,8 @@
 """Independent float32 reference forward for the actcap parity tests.
 
 Written from the semantics of Hugging Face transformers' modeling_gpt2.py, modeling_llama.py,
-modeling_mistral.py, modeling_qwen2.py, modeling_qwen3.py and modeling_rope_utils.py (eager
+modeling_mistral.py, modeling_qwen2.py, modeling_qwen3.py, modeling_gpt_neox.py and
+modeling_rope_utils.py (eager
 attention, no padding, no cache, eval mode), using only torch + numpy + the minimal safetensors
 reader in st.py. config.json may be in transformers 4.x form (rope_theta / rope_scaling,
 torch_dtype) or 5.x form (rope_parameters, layer_types, dtype); the dtype fields are not read.
@@ -26,6 +27,11 @@ Hook points (N = layer index):
          q_proj / k_proj output viewed [T, heads, head_dim], before RoPE): their input and output
          are [T, num_attention_heads, head_dim] and [T, num_key_value_heads, head_dim], i.e. the
          per-token shape is [heads, head_dim], not flattened.
+  gpt_neox: gpt_neox.embed_in, gpt_neox.layers.N, .input_layernorm, .attention,
+         .attention.query_key_value, .attention.dense, .post_attention_layernorm, .mlp,
+         .mlp.dense_h_to_4h, .mlp.act, .mlp.dense_4h_to_h, gpt_neox.final_layer_norm, embed_out
+         (the head; a checkpoint may store its weight as lm_head.weight, as newer transformers
+         name the module).
 """
 import json
 import math
@@ -38,7 +44,7 @@ import torch.nn.functional as F
 
 import st
 
-ARCHS = ("gpt2", "llama", "mistral", "qwen2", "qwen3")
+ARCHS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "gpt_neox")
 
 
 class ReferenceError(ValueError):
@@ -107,6 +113,11 @@ QWEN3_DEFAULTS = dict(vocab_size=151936, hidden_size=4096, intermediate_size=220
                       attention_bias=False, use_sliding_window=False, sliding_window=4096,
                       max_window_layers=28)
 LAYER_TYPES = ("full_attention", "sliding_attention")
+# GPTNeoXConfig's defaults (4.x and 5.x agree).
+NEOX_DEFAULTS = dict(vocab_size=50432, hidden_size=6144, num_hidden_layers=44, num_attention_heads=64,
+                     intermediate_size=24576, hidden_act="gelu", max_position_embeddings=2048,
+                     layer_norm_eps=1e-5, tie_word_embeddings=False, use_parallel_residual=True,
+                     attention_bias=True, rotary_pct=0.25)
 
 
 class Config:
@@ -137,6 +148,8 @@ class Config:
             self.head_dim = self.hidden // self.heads
         elif mt == "qwen3":
             self._qwen3(cfg)
+        elif mt == "gpt_neox":
+            self._gpt_neox(cfg)
         else:
             self.vocab_size = _get(cfg, "vocab_size", required=True)
             self.hidden = _get(cfg, "hidden_size", required=True)
@@ -197,9 +210,49 @@ class Config:
         self.rope = self._rope(cfg)
         self.windows = self._windows(cfg)
 
+    def _gpt_neox(self, cfg):
+        """GPTNeoXConfig: every field has a default (gpt-neox-20b's sizes); hidden_act gelu (exact);
+        LayerNorm eps layer_norm_eps; use_parallel_residual True; attention_bias True (biases of
+        query_key_value and dense; the MLP and the LayerNorms always have biases); untied.
+        RoPE: rope_theta from the rope dict (5.x) or rotary_emb_base (4.x), default 10000; the
+        rotated width int(head_dim * partial_rotary_factor), the factor from the rope dict (5.x)
+        or rotary_pct (4.x), default 0.25."""
+        d = NEOX_DEFAULTS
+
+        def get(k):
+            return cfg[k] if cfg.get(k) is not None else d[k]
+
+        self.vocab_size = int(get("vocab_size"))
+        self.hidden = int(get("hidden_size"))
+        self.layers = int(get("num_hidden_layers"))
+        self.heads = int(get("num_attention_heads"))
+        self.kv_heads = self.heads
+        self.inner = int(get("intermediate_size"))
+        self.act = get("hidden_act")
+        self.eps = float(get("layer_norm_eps"))
+        self.tie = bool(get("tie_word_embeddings"))
+        self.parallel = bool(get("use_parallel_residual"))
+        self.attention_bias = bool(get("attention_bias"))
+        if self.hidden % self.heads:
+            raise ReferenceError("hidden_size not divisible by num_attention_heads")
+        self.head_dim = self.hidden // self.heads
+        rs, rp = cfg.get("rope_scaling"), cfg.get("rope_parameters")
+        rd = rs if isinstance(rs, dict) and rs else rp if isinstance(rp, dict) else {}
+        prf = rd.get("partial_rotary_factor")
+        if prf is None:
+            prf = get("rotary_pct")
+        theta_cfg = dict(cfg)
+        if cfg.get("rotary_emb_base") is not None:
+            theta_cfg["rope_theta"] = cfg["rotary_emb_base"]
+        self.rope = self._rope(theta_cfg, partial=float(prf))
+        rot = _rope_dim(self.rope, self.head_dim)
+        if rot < 2 or rot % 2:
+            raise ReferenceError(f"rotary dim {rot} must be even and >= 2")
+        self.windows = [None] * self.layers
+
     # -- RoPE ----------------------------------------------------------------------------------
     @staticmethod
-    def _rope(cfg):
+    def _rope(cfg, partial=None):
         """Returns the merged rope parameter dict, resolved as transformers v5's
         RotaryEmbeddingConfigMixin.standardize_rope_params does: rope_type, rope_theta,
         max_position_embeddings, and the scaling fields of the type.
@@ -222,11 +275,13 @@ class Config:
         params["max_position_embeddings"] = _get(
             cfg, "max_position_embeddings", default=MAX_POSITIONS_DEFAULT.get(mt, 2048))
         prf = params.get("partial_rotary_factor", cfg.get("partial_rotary_factor"))
+        if partial is not None:  # architectures whose attention passes the rest through (NeoX)
+            prf = 1.0
         # LlamaAttention / MistralAttention / Qwen2Attention / Qwen3Attention rotate the whole head (their
         # apply_rotary_pos_emb has no pass-through part): a smaller rotary dim cannot run in HF.
         if prf is not None and float(prf) != 1.0:
             raise ReferenceError(f"partial_rotary_factor {prf} is not supported by {mt}")
-        params["partial_rotary_factor"] = 1.0
+        params["partial_rotary_factor"] = 1.0 if partial is None else partial
         if rope_type not in ROPE_TYPES:
             raise ReferenceError(f"unsupported rope_type {rope_type!r}")
         if rope_type in ("llama3", "yarn", "longrope"):
@@ -408,7 +463,8 @@ def _rope_llama3(rope, head_dim, seq_len=None):
 ROPE_FUNCTIONS = {"default": _rope_default, "linear": _rope_linear, "dynamic": _rope_dynamic,
                   "yarn": _rope_yarn, "longrope": _rope_longrope, "llama3": _rope_llama3}
 ROPE_TYPES = tuple(ROPE_FUNCTIONS)
-MAX_POSITIONS_DEFAULT = {"llama": 2048, "mistral": 4096 * 32, "qwen2": 32768, "qwen3": 32768}
+MAX_POSITIONS_DEFAULT = {"llama": 2048, "mistral": 4096 * 32, "qwen2": 32768, "qwen3": 32768,
+                         "gpt_neox": 2048}
 
 
 def rope_parameters(rope, head_dim, seq_len=None):
@@ -487,6 +543,18 @@ def _norm_gpt2_names(w):
     return out
 
 
+def _norm_neox_names(w):
+    """Drops the buffers older GPT-NeoX checkpoints saved (causal mask, masked_bias, inv_freq) and
+    reads a head stored as lm_head.weight (newer transformers' name) as embed_out.weight."""
+    out = {}
+    for k, v in w.items():
+        if k.endswith(".attention.bias") or k.endswith(".attention.masked_bias") or k.endswith(
+                "rotary_emb.inv_freq"):
+            continue
+        out["embed_out.weight" if k == "lm_head.weight" else k] = v
+    return out
+
+
 def _norm_llama_names(w):
     return {k: v for k, v in w.items() if not k.endswith("rotary_emb.inv_freq")}
 
@@ -517,6 +585,27 @@ def expected_shapes(cfg):
             s[p + "mlp.c_proj.bias"] = [H]
         s["transformer.ln_f.weight"] = [H]
         s["transformer.ln_f.bias"] = [H]
+    elif c.arch == "gpt_neox":
+        s["gpt_neox.embed_in.weight"] = [V, H]
+        for i in range(c.layers):
+            p = f"gpt_neox.layers.{i}."
+            for nm in ("input_layernorm", "post_attention_layernorm"):
+                s[p + nm + ".weight"] = [H]
+                s[p + nm + ".bias"] = [H]
+            s[p + "attention.query_key_value.weight"] = [3 * H, H]
+            if c.attention_bias:
+                s[p + "attention.query_key_value.bias"] = [3 * H]
+            s[p + "attention.dense.weight"] = [H, H]
+            if c.attention_bias:
+                s[p + "attention.dense.bias"] = [H]
+            s[p + "mlp.dense_h_to_4h.weight"] = [I, H]
+            s[p + "mlp.dense_h_to_4h.bias"] = [I]
+            s[p + "mlp.dense_4h_to_h.weight"] = [H, I]
+            s[p + "mlp.dense_4h_to_h.bias"] = [H]
+        s["gpt_neox.final_layer_norm.weight"] = [H]
+        s["gpt_neox.final_layer_norm.bias"] = [H]
+        s["embed_out.weight"] = [V, H]
+        return s
     else:
         q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
         s["model.embed_tokens.weight"] = [V, H]
@@ -554,21 +643,27 @@ class Model:
     def __init__(self, ckpt_dir):
         self.cfg = Config(load_config(ckpt_dir))
         w = load_weights(ckpt_dir)
+        head_key = "lm_head.weight"
         if self.cfg.arch == "gpt2":
             w = _norm_gpt2_names(w)
             emb_key = "wte.weight"
             prefix = "transformer."
+        elif self.cfg.arch == "gpt_neox":
+            w = _norm_neox_names(w)
+            emb_key = "gpt_neox.embed_in.weight"
+            head_key = "embed_out.weight"
+            prefix = ""
         else:
             w = _norm_llama_names(w)
             emb_key = "model.embed_tokens.weight"
             prefix = ""
         # Tied embeddings: the single stored copy may live under either name.
         if self.cfg.tie:
-            src = w.get(emb_key, w.get("lm_head.weight"))
+            src = w.get(emb_key, w.get(head_key))
             if src is None:
                 raise ReferenceError("no embedding weight")
             w[emb_key] = src
-            w["lm_head.weight"] = src
+            w[head_key] = src
         # Shape check against the config (catches reference/config mismatches early).
         for name, shape in expected_shapes(self.cfg).items():
             key = name[len(prefix):] if name.startswith(prefix) and prefix else name
@@ -591,6 +686,8 @@ class Model:
         with torch.no_grad():
             if self.cfg.arch == "gpt2":
                 pts = self._gpt2(ids)
+            elif self.cfg.arch == "gpt_neox":
+                pts = self._gpt_neox(ids, rope_seq_len)
             else:
                 pts = self._llama(ids, rope_seq_len)
         return OrderedDict((k, v.detach().cpu().contiguous().numpy()) for k, v in pts.items())
@@ -768,6 +865,70 @@ class Model:
         rec("model.norm", h, hn)
         logits = F.linear(hn, w["lm_head.weight"])
         rec("lm_head", hn, logits)
+        return pts
+
+    def _gpt_neox(self, ids, rope_seq_len=None):
+        """GPTNeoXModel / GPTNeoXLayer / GPTNeoXAttention (eager): query_key_value's output viewed
+        [T, heads, 3 * head_dim] (each head's q, k and v side by side), RoPE on the first
+        rotary dims of q and k, the rest passed through; scores scaled by head_dim ** -0.5, causal;
+        parallel residual: mlp(ln2(x)) + attn(ln1(x)) + x, else x + attn(ln1(x)) then
+        mlp(ln2(.)) + that."""
+        c, w = self.cfg, self.w
+        T = ids.shape[0]
+        pts = OrderedDict()
+
+        def rec(name, inp, out):
+            pts[name + ":input"] = inp
+            pts[name] = out
+
+        def ln(x, p):
+            return F.layer_norm(x, (c.hidden,), w[p + ".weight"], w[p + ".bias"], c.eps)
+
+        def lin(x, p):
+            return F.linear(x, w[p + ".weight"], w.get(p + ".bias"))
+
+        nh, hd = c.heads, c.head_dim
+        cos, sin = rope_cos_sin(c.rope, hd, T, seq_len=rope_seq_len)
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        neg = torch.tensor(torch.finfo(torch.float32).min)
+        act = _act(c.act)
+        e = F.embedding(ids, w["gpt_neox.embed_in.weight"])
+        rec("gpt_neox.embed_in", ids, e)
+        h = e
+        for i in range(c.layers):
+            p = f"gpt_neox.layers.{i}"
+            x = ln(h, p + ".input_layernorm")
+            rec(p + ".input_layernorm", h, x)
+            qkv = lin(x, p + ".attention.query_key_value")
+            rec(p + ".attention.query_key_value", x, qkv)
+            qkv = qkv.view(T, nh, 3 * hd).transpose(0, 1)  # [nh, T, 3 * hd]
+            q, k, v = qkv[..., :hd], qkv[..., hd:2 * hd], qkv[..., 2 * hd:]
+            q = apply_rope(q, cos, sin)
+            k = apply_rope(k, cos, sin)
+            att = torch.matmul(q, k.transpose(1, 2)) * (hd ** -0.5)
+            att = torch.where(causal, att, neg)
+            att = F.softmax(att, dim=-1, dtype=torch.float32)
+            o = torch.matmul(att, v).transpose(0, 1).contiguous().view(T, nh * hd)
+            a = lin(o, p + ".attention.dense")
+            rec(p + ".attention.dense", o, a)
+            rec(p + ".attention", x, a)
+            mlp_in = h if c.parallel else a + h
+            x2 = ln(mlp_in, p + ".post_attention_layernorm")
+            rec(p + ".post_attention_layernorm", mlp_in, x2)
+            f = lin(x2, p + ".mlp.dense_h_to_4h")
+            rec(p + ".mlp.dense_h_to_4h", x2, f)
+            g = act(f)
+            rec(p + ".mlp.act", f, g)
+            m = lin(g, p + ".mlp.dense_4h_to_h")
+            rec(p + ".mlp.dense_4h_to_h", g, m)
+            rec(p + ".mlp", x2, m)
+            out = m + a + h if c.parallel else m + mlp_in
+            rec(p, h, out)
+            h = out
+        hf = ln(h, "gpt_neox.final_layer_norm")
+        rec("gpt_neox.final_layer_norm", h, hf)
+        logits = F.linear(hf, w["embed_out.weight"])
+        rec("embed_out", hf, logits)
         return pts
 
     # -- point catalogue ----------------------------------------------------------------------
