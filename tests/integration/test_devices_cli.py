@@ -43,7 +43,7 @@ def test_split_run_files_identical_to_single_device(llama, tmp_path):
 
 @pytest.mark.parametrize("arch,layers", [("gpt2", "transformer.h"), ("mistral", "model.layers"),
                                          ("qwen2", "model.layers"), ("qwen3", "model.layers"),
-                                         ("gpt_neox", "gpt_neox.layers")])
+                                         ("gpt_neox", "gpt_neox.layers"), ("phi3", "model.layers")])
 def test_split_run_files_identical_to_single_device_per_arch(actcap_bin, tmp_path, arch, layers):
     """As above for the other families: 3 devices write the same shard bytes as one (every point,
     Qwen3's q_norm / k_norm included)."""
@@ -64,7 +64,7 @@ def test_split_run_files_identical_to_single_device_per_arch(actcap_bin, tmp_pat
         assert "model.layers.3.self_attn.q_norm" in manifest["points"]
 
 
-@pytest.mark.parametrize("arch", ["gpt_neox"])
+@pytest.mark.parametrize("arch", ["gpt_neox", "phi3"])
 def test_compare_three_devices_equal_per_new_arch(actcap_bin, tmp_path, arch):
     """`compare` over 3 devices: every point (inputs too) equal to the single-device run."""
     m = tmp_path / "m"

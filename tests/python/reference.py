@@ -1,8 +1,8 @@
 """Independent float32 reference forward for the actcap parity tests.
 
 Written from the semantics of Hugging Face transformers' modeling_gpt2.py, modeling_llama.py,
-modeling_mistral.py, modeling_qwen2.py, modeling_qwen3.py, modeling_gpt_neox.py and
-modeling_rope_utils.py (eager
+modeling_mistral.py, modeling_qwen2.py, modeling_qwen3.py, modeling_gpt_neox.py,
+modeling_phi3.py and modeling_rope_utils.py (eager
 attention, no padding, no cache, eval mode), using only torch + numpy + the minimal safetensors
 reader in st.py. config.json may be in transformers 4.x form (rope_theta / rope_scaling,
 torch_dtype) or 5.x form (rope_parameters, layer_types, dtype); the dtype fields are not read.
@@ -32,6 +32,9 @@ Hook points (N = layer index):
          .mlp.dense_h_to_4h, .mlp.act, .mlp.dense_4h_to_h, gpt_neox.final_layer_norm, embed_out
          (the head; a checkpoint may store its weight as lm_head.weight, as newer transformers
          name the module).
+  phi3:  model.embed_tokens, model.layers.N, .input_layernorm, .self_attn, .self_attn.qkv_proj,
+         .self_attn.o_proj, .post_attention_layernorm, .mlp, .mlp.gate_up_proj, .mlp.activation_fn
+         (its input is the gate half of gate_up_proj), .mlp.down_proj, model.norm, lm_head
 """
 import json
 import math
@@ -44,7 +47,7 @@ import torch.nn.functional as F
 
 import st
 
-ARCHS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "gpt_neox")
+ARCHS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "gpt_neox", "phi3")
 
 
 class ReferenceError(ValueError):
@@ -118,6 +121,11 @@ NEOX_DEFAULTS = dict(vocab_size=50432, hidden_size=6144, num_hidden_layers=44, n
                      intermediate_size=24576, hidden_act="gelu", max_position_embeddings=2048,
                      layer_norm_eps=1e-5, tie_word_embeddings=False, use_parallel_residual=True,
                      attention_bias=True, rotary_pct=0.25)
+# Phi3Config's defaults.
+PHI3_DEFAULTS = dict(vocab_size=32064, hidden_size=3072, intermediate_size=8192, num_hidden_layers=32,
+                     num_attention_heads=32, hidden_act="silu", max_position_embeddings=4096,
+                     original_max_position_embeddings=4096, rms_norm_eps=1e-5,
+                     tie_word_embeddings=False)
 
 
 class Config:
@@ -150,6 +158,8 @@ class Config:
             self._qwen3(cfg)
         elif mt == "gpt_neox":
             self._gpt_neox(cfg)
+        elif mt == "phi3":
+            self._phi3(cfg)
         else:
             self.vocab_size = _get(cfg, "vocab_size", required=True)
             self.hidden = _get(cfg, "hidden_size", required=True)
@@ -249,6 +259,62 @@ class Config:
         if rot < 2 or rot % 2:
             raise ReferenceError(f"rotary dim {rot} must be even and >= 2")
         self.windows = [None] * self.layers
+
+    def _phi3(self, cfg):
+        """Phi3Config: every field has a default (Phi-3-mini's sizes); num_key_value_heads null or
+        absent -> num_attention_heads; head_dim from config.json if there, else hidden_size //
+        num_attention_heads (Phi3Attention's getattr); no biases; sliding_window (default None) on
+        every layer. RoPE: rope_theta (10000), partial_rotary_factor (top level, or in the rope
+        dict in 5.x; default 1.0); the rope dict's type "su" or "yarn" is longrope (Phi3Config's
+        backward compatibility: a Phi-3 "yarn" is NOT YaRN); only default and longrope run;
+        original_max_position_embeddings defaults to 4096."""
+        d = PHI3_DEFAULTS
+
+        def get(k):
+            return cfg[k] if cfg.get(k) is not None else d[k]
+
+        self.vocab_size = int(get("vocab_size"))
+        self.hidden = int(get("hidden_size"))
+        self.layers = int(get("num_hidden_layers"))
+        self.heads = int(get("num_attention_heads"))
+        self.kv_heads = int(_get(cfg, "num_key_value_heads", default=self.heads))
+        self.inner = int(get("intermediate_size"))
+        self.act = get("hidden_act")
+        self.eps = float(get("rms_norm_eps"))
+        self.tie = bool(get("tie_word_embeddings"))
+        if self.heads % self.kv_heads:
+            raise ReferenceError("num_attention_heads not divisible by num_key_value_heads")
+        hd = cfg.get("head_dim")
+        if hd is None:
+            if self.hidden % self.heads:
+                raise ReferenceError("hidden_size not divisible by num_attention_heads")
+            hd = self.hidden // self.heads
+        self.head_dim = int(hd)
+        self.attention_bias = False
+        self.mlp_bias = False
+        rcfg = dict(cfg)
+        prf = cfg.get("partial_rotary_factor")
+        has_original = cfg.get("original_max_position_embeddings") is not None
+        for key in ("rope_scaling", "rope_parameters"):
+            r = cfg.get(key)
+            if isinstance(r, dict):
+                r = dict(r)
+                for t in ("type", "rope_type"):
+                    if r.get(t) in ("su", "yarn"):
+                        r[t] = "longrope"
+                if r and r.get("partial_rotary_factor") is not None:
+                    prf = r["partial_rotary_factor"]
+                has_original = has_original or r.get("original_max_position_embeddings") is not None
+                rcfg[key] = r
+        if not has_original:
+            rcfg["original_max_position_embeddings"] = d["original_max_position_embeddings"]
+        self.rope = self._rope(rcfg, partial=float(1.0 if prf is None else prf))
+        if self.rope["rope_type"] not in ("default", "longrope"):
+            raise ReferenceError(f"phi3 runs default or longrope rope, not {self.rope['rope_type']!r}")
+        rot = _rope_dim(self.rope, self.head_dim)
+        if rot < 2 or rot % 2:
+            raise ReferenceError(f"rotary dim {rot} must be even and >= 2")
+        self.windows = [cfg.get("sliding_window")] * self.layers
 
     # -- RoPE ----------------------------------------------------------------------------------
     @staticmethod
@@ -464,7 +530,7 @@ ROPE_FUNCTIONS = {"default": _rope_default, "linear": _rope_linear, "dynamic": _
                   "yarn": _rope_yarn, "longrope": _rope_longrope, "llama3": _rope_llama3}
 ROPE_TYPES = tuple(ROPE_FUNCTIONS)
 MAX_POSITIONS_DEFAULT = {"llama": 2048, "mistral": 4096 * 32, "qwen2": 32768, "qwen3": 32768,
-                         "gpt_neox": 2048}
+                         "gpt_neox": 2048, "phi3": 4096}
 
 
 def rope_parameters(rope, head_dim, seq_len=None):
@@ -606,6 +672,18 @@ def expected_shapes(cfg):
         s["gpt_neox.final_layer_norm.bias"] = [H]
         s["embed_out.weight"] = [V, H]
         return s
+    elif c.arch == "phi3":
+        q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
+        s["model.embed_tokens.weight"] = [V, H]
+        for i in range(c.layers):
+            p = f"model.layers.{i}."
+            s[p + "input_layernorm.weight"] = [H]
+            s[p + "self_attn.qkv_proj.weight"] = [q + 2 * kv, H]
+            s[p + "self_attn.o_proj.weight"] = [H, q]
+            s[p + "post_attention_layernorm.weight"] = [H]
+            s[p + "mlp.gate_up_proj.weight"] = [2 * I, H]
+            s[p + "mlp.down_proj.weight"] = [H, I]
+        s["model.norm.weight"] = [H]
     else:
         q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
         s["model.embed_tokens.weight"] = [V, H]
@@ -688,6 +766,8 @@ class Model:
                 pts = self._gpt2(ids)
             elif self.cfg.arch == "gpt_neox":
                 pts = self._gpt_neox(ids, rope_seq_len)
+            elif self.cfg.arch == "phi3":
+                pts = self._phi3(ids, rope_seq_len)
             else:
                 pts = self._llama(ids, rope_seq_len)
         return OrderedDict((k, v.detach().cpu().contiguous().numpy()) for k, v in pts.items())
@@ -929,6 +1009,81 @@ class Model:
         rec("gpt_neox.final_layer_norm", h, hf)
         logits = F.linear(hf, w["embed_out.weight"])
         rec("embed_out", hf, logits)
+        return pts
+
+    def _phi3(self, ids, rope_seq_len=None):
+        """Phi3Model / Phi3DecoderLayer / Phi3Attention / Phi3MLP (eager): qkv_proj's rows are
+        [q (heads * D); k (kv_heads * D); v (kv_heads * D)]; RoPE on the first rotary dims of each
+        head; the sliding window (if any) on every layer; gate_up_proj's output chunked in two,
+        up * act(gate), then down_proj."""
+        c, w = self.cfg, self.w
+        T = ids.shape[0]
+        pts = OrderedDict()
+
+        def rec(name, inp, out):
+            pts[name + ":input"] = inp
+            pts[name] = out
+
+        def rms(x, p):
+            var = x.pow(2).mean(-1, keepdim=True)
+            return w[p + ".weight"] * (x * torch.rsqrt(var + c.eps))
+
+        def lin(x, p):
+            return F.linear(x, w[p + ".weight"])
+
+        nh, nkv, hd = c.heads, c.kv_heads, c.head_dim
+        groups = nh // nkv
+        cos, sin = rope_cos_sin(c.rope, hd, T, seq_len=rope_seq_len)
+        qi = torch.arange(T)[:, None]
+        kj = torch.arange(T)[None, :]
+        act = _act(c.act)
+        neg = torch.tensor(torch.finfo(torch.float32).min)
+        e = F.embedding(ids, w["model.embed_tokens.weight"])
+        rec("model.embed_tokens", ids, e)
+        h = e
+        for i in range(c.layers):
+            p = f"model.layers.{i}"
+            allowed = kj <= qi
+            if c.windows[i] is not None:
+                allowed = allowed & (kj > qi - int(c.windows[i]))
+            layer_in = h
+            x = rms(h, p + ".input_layernorm")
+            rec(p + ".input_layernorm", h, x)
+            qkv = lin(x, p + ".self_attn.qkv_proj")
+            rec(p + ".self_attn.qkv_proj", x, qkv)
+            qp = nh * hd
+            q = qkv[..., :qp].reshape(T, nh, hd).transpose(0, 1)
+            k = qkv[..., qp:qp + nkv * hd].reshape(T, nkv, hd).transpose(0, 1)
+            v = qkv[..., qp + nkv * hd:].reshape(T, nkv, hd).transpose(0, 1)
+            q = apply_rope(q, cos, sin)
+            k = apply_rope(k, cos, sin)
+            k = k[:, None].expand(nkv, groups, T, hd).reshape(nh, T, hd)
+            v = v[:, None].expand(nkv, groups, T, hd).reshape(nh, T, hd)
+            att = torch.matmul(q, k.transpose(1, 2)) * hd ** -0.5
+            att = torch.where(allowed, att, neg)
+            att = F.softmax(att, dim=-1, dtype=torch.float32)
+            o = torch.matmul(att, v).transpose(0, 1).contiguous().view(T, nh * hd)
+            a = lin(o, p + ".self_attn.o_proj")
+            rec(p + ".self_attn.o_proj", o, a)
+            rec(p + ".self_attn", x, a)
+            h = layer_in + a
+            x2 = rms(h, p + ".post_attention_layernorm")
+            rec(p + ".post_attention_layernorm", h, x2)
+            gu = lin(x2, p + ".mlp.gate_up_proj")
+            rec(p + ".mlp.gate_up_proj", x2, gu)
+            gate, up = gu.chunk(2, dim=-1)
+            ga = act(gate)
+            rec(p + ".mlp.activation_fn", gate, ga)
+            d_in = up * ga
+            d = lin(d_in, p + ".mlp.down_proj")
+            rec(p + ".mlp.down_proj", d_in, d)
+            rec(p + ".mlp", x2, d)
+            h = h + d
+            rec(p, layer_in, h)
+        hn = rms(h, "model.norm")
+        rec("model.norm", h, hn)
+        logits = F.linear(hn, w["lm_head.weight"])
+        rec("lm_head", hn, logits)
         return pts
 
     # -- point catalogue ----------------------------------------------------------------------

@@ -42,6 +42,12 @@ TINY = {
                      hidden_act="gelu", max_position_embeddings=128, layer_norm_eps=1e-5,
                      rotary_pct=0.5, rotary_emb_base=10000, use_parallel_residual=True,
                      tie_word_embeddings=False),
+    # head_dim 8, partial_rotary_factor 0.5 (4 rotary dims), a window shorter than the tests' sequences
+    "phi3": dict(model_type="phi3", architectures=["Phi3ForCausalLM"], vocab_size=384, hidden_size=32,
+                 intermediate_size=80, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 hidden_act="silu", max_position_embeddings=128, original_max_position_embeddings=128,
+                 rms_norm_eps=1e-5, rope_theta=10000.0, rope_scaling=None, partial_rotary_factor=0.5,
+                 sliding_window=6, tie_word_embeddings=False),
 }
 
 
@@ -67,7 +73,7 @@ def random_weights(cfg, seed=0):
         elif "wte" in name or "wpe" in name or "embed_tokens" in name or "embed_in" in name:
             a = 0.5 * rng.standard_normal(shape)
         else:
-            a = 0.02 * rng.standard_normal(shape) * (4.0 if leaf[-2] in ("q_proj", "k_proj", "c_attn", "query_key_value") else 1.0)
+            a = 0.02 * rng.standard_normal(shape) * (4.0 if leaf[-2] in ("q_proj", "k_proj", "c_attn", "query_key_value", "qkv_proj") else 1.0)
         out[name] = a.astype(np.float32)
     return out
 
