@@ -83,8 +83,12 @@ int run_extract_command(const ExtractCommand& o) {
   ExtractOptions x;
   x.input = o.input;
   x.out = o.out;
+  // --forward-only without --capture: the head's point (GPT-NeoX names it embed_out).
+  std::string head = "lm_head";
+  for (const std::string& n : model->point_names())
+    if (n == "embed_out") head = n;
   x.capture = capture_options(
-      o.cap, o.forward_only && o.capture.empty() ? std::vector<std::string>{"lm_head"} : o.capture);
+      o.cap, o.forward_only && o.capture.empty() ? std::vector<std::string>{head} : o.capture);
   x.batch_size = o.batch_size;
   x.max_length = o.max_length;
   x.stride = o.stride;

@@ -43,7 +43,8 @@ def test_split_run_files_identical_to_single_device(llama, tmp_path):
 
 @pytest.mark.parametrize("arch,layers", [("gpt2", "transformer.h"), ("mistral", "model.layers"),
                                          ("qwen2", "model.layers"), ("qwen3", "model.layers"),
-                                         ("olmo2", "model.layers"), ("gemma2", "model.layers")])
+                                         ("olmo2", "model.layers"), ("gemma2", "model.layers"),
+                                         ("gpt_neox", "gpt_neox.layers"), ("phi3", "model.layers")])
 def test_split_run_files_identical_to_single_device_per_arch(actcap_bin, tmp_path, arch, layers):
     """As above for the other families: 3 devices write the same shard bytes as one (every point,
     Qwen3's q_norm / k_norm included)."""
@@ -76,6 +77,17 @@ def test_compare_3_devices_bit_identical_with_logits(actcap_bin, tmp_path, arch)
     assert j["equal"] and all(r["equal"] for r in j["points"])
     assert set(j["device_map"].values()) == {"cpu:0", "cpu:1", "cpu:2"}
     assert {"logits", "lm_head", "model.layers.3.post_feedforward_layernorm"} <= {r["point"] for r in j["points"]}
+
+
+@pytest.mark.parametrize("arch", ["gpt_neox", "phi3"])
+def test_compare_three_devices_equal_per_new_arch(actcap_bin, tmp_path, arch):
+    """`compare` over 3 devices: every point (inputs too) equal to the single-device run."""
+    m = tmp_path / "m"
+    run("init-model", "--arch", arch, "--preset", "tiny", "--seed", "6", "--out", m, check=0)
+    p = run("compare", m, "--tokens", "1,2,3,4,5,6,7,8,9;5,6", "--capture", "**", "**:input", "--devices", "3",
+            "--json", check=0)
+    j = json.loads(p.stdout)
+    assert j["equal"] and j["points"] and all(pt["equal"] for pt in j["points"])
 
 
 def test_impossible_budget_is_exit_2_with_per_device_needs(llama, tmp_path):

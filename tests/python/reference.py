@@ -1,9 +1,9 @@
 """Independent float32 reference forward for the actcap parity tests.
 
 Written from the semantics of Hugging Face transformers' modeling_gpt2.py, modeling_llama.py,
-modeling_mistral.py, modeling_qwen2.py, modeling_qwen3.py, modeling_olmo2.py, modeling_gemma2.py
-and modeling_rope_utils.py (eager attention, no padding, no cache, eval mode), using only torch +
-numpy + the minimal safetensors reader in st.py. config.json may be in transformers 4.x form (rope_theta / rope_scaling,
+modeling_mistral.py, modeling_qwen2.py, modeling_qwen3.py, modeling_olmo2.py, modeling_gemma2.py,
+modeling_gpt_neox.py, modeling_phi3.py and modeling_rope_utils.py (eager attention, no padding, no
+cache, eval mode), using only torch + numpy + the minimal safetensors reader in st.py. config.json may be in transformers 4.x form (rope_theta / rope_scaling,
 torch_dtype) or 5.x form (rope_parameters, layer_types, dtype); the dtype fields are not read.
 
 RoPE types: default, linear, dynamic (NTK, recomputed for a forward longer than
@@ -31,6 +31,14 @@ Hook points (N = layer index):
          q_proj / k_proj output viewed [T, heads, head_dim], before RoPE): their input and output
          are [T, num_attention_heads, head_dim] and [T, num_key_value_heads, head_dim], i.e. the
          per-token shape is [heads, head_dim], not flattened.
+  gpt_neox: gpt_neox.embed_in, gpt_neox.layers.N, .input_layernorm, .attention,
+         .attention.query_key_value, .attention.dense, .post_attention_layernorm, .mlp,
+         .mlp.dense_h_to_4h, .mlp.act, .mlp.dense_4h_to_h, gpt_neox.final_layer_norm, embed_out
+         (the head; a checkpoint may store its weight as lm_head.weight, as newer transformers
+         name the module).
+  phi3:  model.embed_tokens, model.layers.N, .input_layernorm, .self_attn, .self_attn.qkv_proj,
+         .self_attn.o_proj, .post_attention_layernorm, .mlp, .mlp.gate_up_proj, .mlp.activation_fn
+         (its input is the gate half of gate_up_proj), .mlp.down_proj, model.norm, lm_head
 """
 import json
 import math
@@ -43,7 +51,7 @@ import torch.nn.functional as F
 
 import st
 
-ARCHS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2")
+ARCHS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gpt_neox", "phi3")
 
 
 class ReferenceError(ValueError):
@@ -124,6 +132,16 @@ OLMO2_DEFAULTS = dict(vocab_size=50304, hidden_size=4096, intermediate_size=1100
                       num_hidden_layers=32, num_attention_heads=32, hidden_act="silu",
                       max_position_embeddings=2048, rms_norm_eps=1e-5, tie_word_embeddings=False,
                       attention_bias=False)
+# GPTNeoXConfig's defaults (4.x and 5.x agree).
+NEOX_DEFAULTS = dict(vocab_size=50432, hidden_size=6144, num_hidden_layers=44, num_attention_heads=64,
+                     intermediate_size=24576, hidden_act="gelu", max_position_embeddings=2048,
+                     layer_norm_eps=1e-5, tie_word_embeddings=False, use_parallel_residual=True,
+                     attention_bias=True, rotary_pct=0.25)
+# Phi3Config's defaults.
+PHI3_DEFAULTS = dict(vocab_size=32064, hidden_size=3072, intermediate_size=8192, num_hidden_layers=32,
+                     num_attention_heads=32, hidden_act="silu", max_position_embeddings=4096,
+                     original_max_position_embeddings=4096, rms_norm_eps=1e-5,
+                     tie_word_embeddings=False)
 
 
 class Config:
@@ -158,6 +176,10 @@ class Config:
             self._olmo2(cfg)
         elif mt == "gemma2":
             self._gemma2(cfg)
+        elif mt == "gpt_neox":
+            self._gpt_neox(cfg)
+        elif mt == "phi3":
+            self._phi3(cfg)
         else:
             self.vocab_size = _get(cfg, "vocab_size", required=True)
             self.hidden = _get(cfg, "hidden_size", required=True)
@@ -296,8 +318,105 @@ class Config:
         self.windows = [sw if t == "sliding_attention" else None for t in types]
 
     # -- RoPE ----------------------------------------------------------------------------------
+    def _gpt_neox(self, cfg):
+        """GPTNeoXConfig: every field has a default (gpt-neox-20b's sizes); hidden_act gelu (exact);
+        LayerNorm eps layer_norm_eps; use_parallel_residual True; attention_bias True (biases of
+        query_key_value and dense; the MLP and the LayerNorms always have biases); untied.
+        RoPE: rope_theta from the rope dict (5.x) or rotary_emb_base (4.x), default 10000; the
+        rotated width int(head_dim * partial_rotary_factor), the factor from the rope dict (5.x)
+        or rotary_pct (4.x), default 0.25."""
+        d = NEOX_DEFAULTS
+
+        def get(k):
+            return cfg[k] if cfg.get(k) is not None else d[k]
+
+        self.vocab_size = int(get("vocab_size"))
+        self.hidden = int(get("hidden_size"))
+        self.layers = int(get("num_hidden_layers"))
+        self.heads = int(get("num_attention_heads"))
+        self.kv_heads = self.heads
+        self.inner = int(get("intermediate_size"))
+        self.act = get("hidden_act")
+        self.eps = float(get("layer_norm_eps"))
+        self.tie = bool(get("tie_word_embeddings"))
+        self.parallel = bool(get("use_parallel_residual"))
+        self.attention_bias = bool(get("attention_bias"))
+        if self.hidden % self.heads:
+            raise ReferenceError("hidden_size not divisible by num_attention_heads")
+        self.head_dim = self.hidden // self.heads
+        rs, rp = cfg.get("rope_scaling"), cfg.get("rope_parameters")
+        rd = rs if isinstance(rs, dict) and rs else rp if isinstance(rp, dict) else {}
+        prf = rd.get("partial_rotary_factor")
+        if prf is None:
+            prf = get("rotary_pct")
+        theta_cfg = dict(cfg)
+        if cfg.get("rotary_emb_base") is not None:
+            theta_cfg["rope_theta"] = cfg["rotary_emb_base"]
+        self.rope = self._rope(theta_cfg, partial=float(prf))
+        rot = _rope_dim(self.rope, self.head_dim)
+        if rot < 2 or rot % 2:
+            raise ReferenceError(f"rotary dim {rot} must be even and >= 2")
+        self.windows = [None] * self.layers
+
+    def _phi3(self, cfg):
+        """Phi3Config: every field has a default (Phi-3-mini's sizes); num_key_value_heads null or
+        absent -> num_attention_heads; head_dim from config.json if there, else hidden_size //
+        num_attention_heads (Phi3Attention's getattr); no biases; sliding_window (default None) on
+        every layer. RoPE: rope_theta (10000), partial_rotary_factor (top level, or in the rope
+        dict in 5.x; default 1.0); the rope dict's type "su" or "yarn" is longrope (Phi3Config's
+        backward compatibility: a Phi-3 "yarn" is NOT YaRN); only default and longrope run;
+        original_max_position_embeddings defaults to 4096."""
+        d = PHI3_DEFAULTS
+
+        def get(k):
+            return cfg[k] if cfg.get(k) is not None else d[k]
+
+        self.vocab_size = int(get("vocab_size"))
+        self.hidden = int(get("hidden_size"))
+        self.layers = int(get("num_hidden_layers"))
+        self.heads = int(get("num_attention_heads"))
+        self.kv_heads = int(_get(cfg, "num_key_value_heads", default=self.heads))
+        self.inner = int(get("intermediate_size"))
+        self.act = get("hidden_act")
+        self.eps = float(get("rms_norm_eps"))
+        self.tie = bool(get("tie_word_embeddings"))
+        if self.heads % self.kv_heads:
+            raise ReferenceError("num_attention_heads not divisible by num_key_value_heads")
+        hd = cfg.get("head_dim")
+        if hd is None:
+            if self.hidden % self.heads:
+                raise ReferenceError("hidden_size not divisible by num_attention_heads")
+            hd = self.hidden // self.heads
+        self.head_dim = int(hd)
+        self.attention_bias = False
+        self.mlp_bias = False
+        rcfg = dict(cfg)
+        prf = cfg.get("partial_rotary_factor")
+        has_original = cfg.get("original_max_position_embeddings") is not None
+        for key in ("rope_scaling", "rope_parameters"):
+            r = cfg.get(key)
+            if isinstance(r, dict):
+                r = dict(r)
+                for t in ("type", "rope_type"):
+                    if r.get(t) in ("su", "yarn"):
+                        r[t] = "longrope"
+                if r and r.get("partial_rotary_factor") is not None:
+                    prf = r["partial_rotary_factor"]
+                has_original = has_original or r.get("original_max_position_embeddings") is not None
+                rcfg[key] = r
+        if not has_original:
+            rcfg["original_max_position_embeddings"] = d["original_max_position_embeddings"]
+        self.rope = self._rope(rcfg, partial=float(1.0 if prf is None else prf))
+        if self.rope["rope_type"] not in ("default", "longrope"):
+            raise ReferenceError(f"phi3 runs default or longrope rope, not {self.rope['rope_type']!r}")
+        rot = _rope_dim(self.rope, self.head_dim)
+        if rot < 2 or rot % 2:
+            raise ReferenceError(f"rotary dim {rot} must be even and >= 2")
+        self.windows = [cfg.get("sliding_window")] * self.layers
+
+    # -- RoPE ----------------------------------------------------------------------------------
     @staticmethod
-    def _rope(cfg):
+    def _rope(cfg, partial=None):
         """Returns the merged rope parameter dict, resolved as transformers v5's
         RotaryEmbeddingConfigMixin.standardize_rope_params does: rope_type, rope_theta,
         max_position_embeddings, and the scaling fields of the type.
@@ -320,11 +439,13 @@ class Config:
         params["max_position_embeddings"] = _get(
             cfg, "max_position_embeddings", default=MAX_POSITIONS_DEFAULT.get(mt, 2048))
         prf = params.get("partial_rotary_factor", cfg.get("partial_rotary_factor"))
+        if partial is not None:  # architectures whose attention passes the rest through (NeoX)
+            prf = 1.0
         # LlamaAttention / MistralAttention / Qwen2Attention / Qwen3Attention rotate the whole head (their
         # apply_rotary_pos_emb has no pass-through part): a smaller rotary dim cannot run in HF.
         if prf is not None and float(prf) != 1.0:
             raise ReferenceError(f"partial_rotary_factor {prf} is not supported by {mt}")
-        params["partial_rotary_factor"] = 1.0
+        params["partial_rotary_factor"] = 1.0 if partial is None else partial
         if rope_type not in ROPE_TYPES:
             raise ReferenceError(f"unsupported rope_type {rope_type!r}")
         if rope_type in ("llama3", "yarn", "longrope"):
@@ -506,7 +627,8 @@ def _rope_llama3(rope, head_dim, seq_len=None):
 ROPE_FUNCTIONS = {"default": _rope_default, "linear": _rope_linear, "dynamic": _rope_dynamic,
                   "yarn": _rope_yarn, "longrope": _rope_longrope, "llama3": _rope_llama3}
 ROPE_TYPES = tuple(ROPE_FUNCTIONS)
-MAX_POSITIONS_DEFAULT = {"gemma2": 8192, "llama": 2048, "mistral": 4096 * 32, "qwen2": 32768, "qwen3": 32768}
+MAX_POSITIONS_DEFAULT = {"gemma2": 8192, "llama": 2048, "mistral": 4096 * 32, "qwen2": 32768, "qwen3": 32768,
+                         "gpt_neox": 2048, "phi3": 4096}
 
 
 def rope_parameters(rope, head_dim, seq_len=None):
@@ -585,6 +707,18 @@ def _norm_gpt2_names(w):
     return out
 
 
+def _norm_neox_names(w):
+    """Drops the buffers older GPT-NeoX checkpoints saved (causal mask, masked_bias, inv_freq) and
+    reads a head stored as lm_head.weight (newer transformers' name) as embed_out.weight."""
+    out = {}
+    for k, v in w.items():
+        if k.endswith(".attention.bias") or k.endswith(".attention.masked_bias") or k.endswith(
+                "rotary_emb.inv_freq"):
+            continue
+        out["embed_out.weight" if k == "lm_head.weight" else k] = v
+    return out
+
+
 def _norm_llama_names(w):
     return {k: v for k, v in w.items() if not k.endswith("rotary_emb.inv_freq")}
 
@@ -615,6 +749,39 @@ def expected_shapes(cfg):
             s[p + "mlp.c_proj.bias"] = [H]
         s["transformer.ln_f.weight"] = [H]
         s["transformer.ln_f.bias"] = [H]
+    elif c.arch == "gpt_neox":
+        s["gpt_neox.embed_in.weight"] = [V, H]
+        for i in range(c.layers):
+            p = f"gpt_neox.layers.{i}."
+            for nm in ("input_layernorm", "post_attention_layernorm"):
+                s[p + nm + ".weight"] = [H]
+                s[p + nm + ".bias"] = [H]
+            s[p + "attention.query_key_value.weight"] = [3 * H, H]
+            if c.attention_bias:
+                s[p + "attention.query_key_value.bias"] = [3 * H]
+            s[p + "attention.dense.weight"] = [H, H]
+            if c.attention_bias:
+                s[p + "attention.dense.bias"] = [H]
+            s[p + "mlp.dense_h_to_4h.weight"] = [I, H]
+            s[p + "mlp.dense_h_to_4h.bias"] = [I]
+            s[p + "mlp.dense_4h_to_h.weight"] = [H, I]
+            s[p + "mlp.dense_4h_to_h.bias"] = [H]
+        s["gpt_neox.final_layer_norm.weight"] = [H]
+        s["gpt_neox.final_layer_norm.bias"] = [H]
+        s["embed_out.weight"] = [V, H]
+        return s
+    elif c.arch == "phi3":
+        q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
+        s["model.embed_tokens.weight"] = [V, H]
+        for i in range(c.layers):
+            p = f"model.layers.{i}."
+            s[p + "input_layernorm.weight"] = [H]
+            s[p + "self_attn.qkv_proj.weight"] = [q + 2 * kv, H]
+            s[p + "self_attn.o_proj.weight"] = [H, q]
+            s[p + "post_attention_layernorm.weight"] = [H]
+            s[p + "mlp.gate_up_proj.weight"] = [2 * I, H]
+            s[p + "mlp.down_proj.weight"] = [H, I]
+        s["model.norm.weight"] = [H]
     elif c.arch == "gemma2":
         q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
         s["model.embed_tokens.weight"] = [V, H]
@@ -692,21 +859,27 @@ class Model:
     def __init__(self, ckpt_dir):
         self.cfg = Config(load_config(ckpt_dir))
         w = load_weights(ckpt_dir)
+        head_key = "lm_head.weight"
         if self.cfg.arch == "gpt2":
             w = _norm_gpt2_names(w)
             emb_key = "wte.weight"
             prefix = "transformer."
+        elif self.cfg.arch == "gpt_neox":
+            w = _norm_neox_names(w)
+            emb_key = "gpt_neox.embed_in.weight"
+            head_key = "embed_out.weight"
+            prefix = ""
         else:
             w = _norm_llama_names(w)
             emb_key = "model.embed_tokens.weight"
             prefix = ""
         # Tied embeddings: the single stored copy may live under either name.
         if self.cfg.tie:
-            src = w.get(emb_key, w.get("lm_head.weight"))
+            src = w.get(emb_key, w.get(head_key))
             if src is None:
                 raise ReferenceError("no embedding weight")
             w[emb_key] = src
-            w["lm_head.weight"] = src
+            w[head_key] = src
         # Shape check against the config (catches reference/config mismatches early).
         for name, shape in expected_shapes(self.cfg).items():
             key = name[len(prefix):] if name.startswith(prefix) and prefix else name
@@ -733,6 +906,10 @@ class Model:
                 pts = self._olmo2(ids, rope_seq_len)
             elif self.cfg.arch == "gemma2":
                 pts = self._gemma2(ids, rope_seq_len)
+            elif self.cfg.arch == "gpt_neox":
+                pts = self._gpt_neox(ids, rope_seq_len)
+            elif self.cfg.arch == "phi3":
+                pts = self._phi3(ids, rope_seq_len)
             else:
                 pts = self._llama(ids, rope_seq_len)
         return OrderedDict((k, v.detach().cpu().contiguous().numpy()) for k, v in pts.items())
@@ -1069,6 +1246,146 @@ class Model:
         lm = torch.from_numpy(self.forward(ids)["lm_head"])
         cap = getattr(self.cfg, "final_softcap", None)
         return (torch.tanh(lm / cap) * cap if cap is not None else lm).numpy()
+
+    # -- point catalogue ----------------------------------------------------------------------
+    def _gpt_neox(self, ids, rope_seq_len=None):
+        """GPTNeoXModel / GPTNeoXLayer / GPTNeoXAttention (eager): query_key_value's output viewed
+        [T, heads, 3 * head_dim] (each head's q, k and v side by side), RoPE on the first
+        rotary dims of q and k, the rest passed through; scores scaled by head_dim ** -0.5, causal;
+        parallel residual: mlp(ln2(x)) + attn(ln1(x)) + x, else x + attn(ln1(x)) then
+        mlp(ln2(.)) + that."""
+        c, w = self.cfg, self.w
+        T = ids.shape[0]
+        pts = OrderedDict()
+
+        def rec(name, inp, out):
+            pts[name + ":input"] = inp
+            pts[name] = out
+
+        def ln(x, p):
+            return F.layer_norm(x, (c.hidden,), w[p + ".weight"], w[p + ".bias"], c.eps)
+
+        def lin(x, p):
+            return F.linear(x, w[p + ".weight"], w.get(p + ".bias"))
+
+        nh, hd = c.heads, c.head_dim
+        cos, sin = rope_cos_sin(c.rope, hd, T, seq_len=rope_seq_len)
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        neg = torch.tensor(torch.finfo(torch.float32).min)
+        act = _act(c.act)
+        e = F.embedding(ids, w["gpt_neox.embed_in.weight"])
+        rec("gpt_neox.embed_in", ids, e)
+        h = e
+        for i in range(c.layers):
+            p = f"gpt_neox.layers.{i}"
+            x = ln(h, p + ".input_layernorm")
+            rec(p + ".input_layernorm", h, x)
+            qkv = lin(x, p + ".attention.query_key_value")
+            rec(p + ".attention.query_key_value", x, qkv)
+            qkv = qkv.view(T, nh, 3 * hd).transpose(0, 1)  # [nh, T, 3 * hd]
+            q, k, v = qkv[..., :hd], qkv[..., hd:2 * hd], qkv[..., 2 * hd:]
+            q = apply_rope(q, cos, sin)
+            k = apply_rope(k, cos, sin)
+            att = torch.matmul(q, k.transpose(1, 2)) * (hd ** -0.5)
+            att = torch.where(causal, att, neg)
+            att = F.softmax(att, dim=-1, dtype=torch.float32)
+            o = torch.matmul(att, v).transpose(0, 1).contiguous().view(T, nh * hd)
+            a = lin(o, p + ".attention.dense")
+            rec(p + ".attention.dense", o, a)
+            rec(p + ".attention", x, a)
+            mlp_in = h if c.parallel else a + h
+            x2 = ln(mlp_in, p + ".post_attention_layernorm")
+            rec(p + ".post_attention_layernorm", mlp_in, x2)
+            f = lin(x2, p + ".mlp.dense_h_to_4h")
+            rec(p + ".mlp.dense_h_to_4h", x2, f)
+            g = act(f)
+            rec(p + ".mlp.act", f, g)
+            m = lin(g, p + ".mlp.dense_4h_to_h")
+            rec(p + ".mlp.dense_4h_to_h", g, m)
+            rec(p + ".mlp", x2, m)
+            out = m + a + h if c.parallel else m + mlp_in
+            rec(p, h, out)
+            h = out
+        hf = ln(h, "gpt_neox.final_layer_norm")
+        rec("gpt_neox.final_layer_norm", h, hf)
+        logits = F.linear(hf, w["embed_out.weight"])
+        rec("embed_out", hf, logits)
+        return pts
+
+    def _phi3(self, ids, rope_seq_len=None):
+        """Phi3Model / Phi3DecoderLayer / Phi3Attention / Phi3MLP (eager): qkv_proj's rows are
+        [q (heads * D); k (kv_heads * D); v (kv_heads * D)]; RoPE on the first rotary dims of each
+        head; the sliding window (if any) on every layer; gate_up_proj's output chunked in two,
+        up * act(gate), then down_proj."""
+        c, w = self.cfg, self.w
+        T = ids.shape[0]
+        pts = OrderedDict()
+
+        def rec(name, inp, out):
+            pts[name + ":input"] = inp
+            pts[name] = out
+
+        def rms(x, p):
+            var = x.pow(2).mean(-1, keepdim=True)
+            return w[p + ".weight"] * (x * torch.rsqrt(var + c.eps))
+
+        def lin(x, p):
+            return F.linear(x, w[p + ".weight"])
+
+        nh, nkv, hd = c.heads, c.kv_heads, c.head_dim
+        groups = nh // nkv
+        cos, sin = rope_cos_sin(c.rope, hd, T, seq_len=rope_seq_len)
+        qi = torch.arange(T)[:, None]
+        kj = torch.arange(T)[None, :]
+        act = _act(c.act)
+        neg = torch.tensor(torch.finfo(torch.float32).min)
+        e = F.embedding(ids, w["model.embed_tokens.weight"])
+        rec("model.embed_tokens", ids, e)
+        h = e
+        for i in range(c.layers):
+            p = f"model.layers.{i}"
+            allowed = kj <= qi
+            if c.windows[i] is not None:
+                allowed = allowed & (kj > qi - int(c.windows[i]))
+            layer_in = h
+            x = rms(h, p + ".input_layernorm")
+            rec(p + ".input_layernorm", h, x)
+            qkv = lin(x, p + ".self_attn.qkv_proj")
+            rec(p + ".self_attn.qkv_proj", x, qkv)
+            qp = nh * hd
+            q = qkv[..., :qp].reshape(T, nh, hd).transpose(0, 1)
+            k = qkv[..., qp:qp + nkv * hd].reshape(T, nkv, hd).transpose(0, 1)
+            v = qkv[..., qp + nkv * hd:].reshape(T, nkv, hd).transpose(0, 1)
+            q = apply_rope(q, cos, sin)
+            k = apply_rope(k, cos, sin)
+            k = k[:, None].expand(nkv, groups, T, hd).reshape(nh, T, hd)
+            v = v[:, None].expand(nkv, groups, T, hd).reshape(nh, T, hd)
+            att = torch.matmul(q, k.transpose(1, 2)) * hd ** -0.5
+            att = torch.where(allowed, att, neg)
+            att = F.softmax(att, dim=-1, dtype=torch.float32)
+            o = torch.matmul(att, v).transpose(0, 1).contiguous().view(T, nh * hd)
+            a = lin(o, p + ".self_attn.o_proj")
+            rec(p + ".self_attn.o_proj", o, a)
+            rec(p + ".self_attn", x, a)
+            h = layer_in + a
+            x2 = rms(h, p + ".post_attention_layernorm")
+            rec(p + ".post_attention_layernorm", h, x2)
+            gu = lin(x2, p + ".mlp.gate_up_proj")
+            rec(p + ".mlp.gate_up_proj", x2, gu)
+            gate, up = gu.chunk(2, dim=-1)
+            ga = act(gate)
+            rec(p + ".mlp.activation_fn", gate, ga)
+            d_in = up * ga
+            d = lin(d_in, p + ".mlp.down_proj")
+            rec(p + ".mlp.down_proj", d_in, d)
+            rec(p + ".mlp", x2, d)
+            h = h + d
+            rec(p, layer_in, h)
+        hn = rms(h, "model.norm")
+        rec("model.norm", h, hn)
+        logits = F.linear(hn, w["lm_head.weight"])
+        rec("lm_head", hn, logits)
+        return pts
 
     # -- point catalogue ----------------------------------------------------------------------
     def points(self):

@@ -47,6 +47,18 @@ TINY = {
                   intermediate_size=80, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                   hidden_act="silu", max_position_embeddings=128, rms_norm_eps=1e-6, rope_theta=10000.0,
                   rope_scaling=None, attention_bias=False, tie_word_embeddings=False),
+    # head_dim 8, rotary_pct 0.5: 4 rotary dims, 4 passed through
+    "gpt_neox": dict(model_type="gpt_neox", architectures=["GPTNeoXForCausalLM"], vocab_size=384,
+                     hidden_size=32, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                     hidden_act="gelu", max_position_embeddings=128, layer_norm_eps=1e-5,
+                     rotary_pct=0.5, rotary_emb_base=10000, use_parallel_residual=True,
+                     tie_word_embeddings=False),
+    # head_dim 8, partial_rotary_factor 0.5 (4 rotary dims), a window shorter than the tests' sequences
+    "phi3": dict(model_type="phi3", architectures=["Phi3ForCausalLM"], vocab_size=384, hidden_size=32,
+                 intermediate_size=80, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 hidden_act="silu", max_position_embeddings=128, original_max_position_embeddings=128,
+                 rms_norm_eps=1e-5, rope_theta=10000.0, rope_scaling=None, partial_rotary_factor=0.5,
+                 sliding_window=6, tie_word_embeddings=False),
 }
 
 
@@ -71,10 +83,10 @@ def random_weights(cfg, seed=0):
             a = (0.0 if cfg.get("model_type") == "gemma2" else 1.0) + 0.1 * rng.standard_normal(shape)
         elif name.endswith(".bias"):
             a = 0.1 * rng.standard_normal(shape)
-        elif "wte" in name or "wpe" in name or "embed_tokens" in name:
+        elif "wte" in name or "wpe" in name or "embed_tokens" in name or "embed_in" in name:
             a = 0.5 * rng.standard_normal(shape)
         else:
-            a = 0.02 * rng.standard_normal(shape) * (4.0 if leaf[-2] in ("q_proj", "k_proj", "c_attn") else 1.0)
+            a = 0.02 * rng.standard_normal(shape) * (4.0 if leaf[-2] in ("q_proj", "k_proj", "c_attn", "query_key_value", "qkv_proj") else 1.0)
         out[name] = a.astype(np.float32)
     return out
 
@@ -86,7 +98,7 @@ def write_checkpoint(ckpt_dir, cfg, seed=0, dtype="f32", sharded=0):
     c = reference.Config(cfg)
     w = random_weights(cfg, seed)
     if c.tie:
-        del w["lm_head.weight"]
+        del w["embed_out.weight" if c.arch == "gpt_neox" else "lm_head.weight"]
     dtype_names = {}
     if dtype == "f16":
         w = {k: v.astype(np.float16) for k, v in w.items()}

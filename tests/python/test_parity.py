@@ -17,7 +17,7 @@ import reference
 import st
 import synth
 
-ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2"]
+ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gpt_neox", "phi3"]
 LLAMA_FAMILY = ["llama", "mistral", "qwen2", "qwen3"]
 
 pytestmark = pytest.mark.usefixtures("actcap_bin")
@@ -615,7 +615,8 @@ def test_parity_tie_word_embeddings(models, tmp_path, arch, tie):
     cfg = H.load_config(m)
     assert reference.Config(cfg).tie == tie, "config.json does not record --tie-word-embeddings"
     names = set(st.load_checkpoint(str(m)))
-    assert ("lm_head.weight" in names) == (not tie), "tied checkpoints store only the embedding"
+    head = "embed_out.weight" if arch == "gpt_neox" else "lm_head.weight"
+    assert (head in names) == (not tie), "tied checkpoints store only the embedding"
     check_parity(m, tokens_for(m, [9], seed=6), tmp_path / "out")
 
 
@@ -1014,3 +1015,292 @@ def test_parity_gpt2_attention_options(models, tmp_path, option):
     worst = {}
     check_parity(m, seqs, tmp_path / "out", rel_tol=1e-5, worst=worst)
     report(f"gpt2 {option}", worst)
+
+
+# ---------------------------------------------------------------------------------------------
+# GPT-NeoX (Pythia): parallel and sequential residual, partial rotary, both config layouts
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("parallel", [True, False], ids=["parallel", "sequential"])
+def test_parity_neox_residual(models, tmp_path, parallel):
+    """use_parallel_residual true: mlp(ln2(x)) + attn(ln1(x)) + x; false: sequential. The two
+    differ (so neither form can pass for the other), and each matches on every point."""
+    src = models("gpt_neox")
+    assert H.load_config(src)["use_parallel_residual"] is True
+    m = with_config(src, tmp_path / "m", use_parallel_residual=parallel)
+    seqs = tokens_for(m, [13, 6], seed=40)
+    if not parallel:
+        assert ref_differs(m, src, seqs), "use_parallel_residual has no effect"
+    worst = {}
+    check_parity(m, seqs, tmp_path / "out", rel_tol=1e-5, worst=worst)
+    report(f"neox parallel={parallel}", worst)
+
+
+@pytest.mark.parametrize("pct", [0.5, 1.0, 0.125])
+def test_parity_neox_rotary_pct(models, tmp_path, pct):
+    """rotary_pct: the first int(head_dim * pct) features of q and k rotate (head_dim 16 in the
+    tiny preset: 8, 16, 2 of them; the preset's 0.25 rotates 4), the rest pass through."""
+    src = models("gpt_neox")
+    m = with_config(src, tmp_path / "m", rotary_pct=pct)
+    seqs = tokens_for(m, [15], seed=41)
+    assert ref_differs(m, src, seqs), f"rotary_pct {pct} has no effect"
+    check_parity(m, seqs, tmp_path / "out", rel_tol=1e-5)
+
+
+@pytest.mark.parametrize("rope", ["default", "linear", "dynamic"])
+def test_parity_neox_v4_and_v5_configs_identical(models, tmp_path, rope):
+    """The same model in transformers 4.x form (rotary_pct, rotary_emb_base, rope_scaling) and
+    5.x form (rope_parameters holding rope_theta and partial_rotary_factor, dtype): identical
+    shards, and parity with the reference."""
+    src = models("gpt_neox")
+    extra = {} if rope == "default" else {"factor": 2.0}
+    v4 = with_config(src, tmp_path / "v4", rotary_pct=0.5, rotary_emb_base=500.0,
+                     rope_scaling=None if rope == "default" else dict(type=rope, **extra))
+    cfg = H.load_config(v4)
+    for k in ("rotary_pct", "rotary_emb_base", "rope_scaling", "torch_dtype"):
+        cfg.pop(k, None)
+    cfg["dtype"] = "float32"
+    cfg["rope_parameters"] = dict(rope_type=rope, rope_theta=500.0, partial_rotary_factor=0.5, **extra)
+    v5 = H.copy_model(src, tmp_path / "v5")
+    H.save_config(v5, cfg)
+    seqs = tokens_for(src, [20 if rope != "dynamic" else 300], seed=42)
+    assert ref_differs(v4, src, seqs)
+    _, a, _ = check_parity(v4, seqs, tmp_path / "o4")
+    _, b, _ = check_parity(v5, seqs, tmp_path / "o5")
+    assert set(a) == set(b) and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["attention_bias", "no_attention_bias"])
+def test_parity_neox_python_written(actcap_bin, tmp_path, bias):
+    """A synth.py checkpoint (rotary_pct 0.5, untied), with and without attention biases; its
+    head stored as embed_out.weight."""
+    cfg = synth.tiny_config("gpt_neox", attention_bias=bias)
+    m = tmp_path / "m"
+    w = synth.write_checkpoint(str(m), cfg, seed=23)
+    assert ("gpt_neox.layers.0.attention.dense.bias" in w) == bias
+    assert "gpt_neox.layers.0.mlp.dense_h_to_4h.bias" in w
+    check_parity(m, tokens_for(m, [12, 4], seed=43), tmp_path / "out")
+
+
+def test_parity_neox_head_stored_as_lm_head(models, tmp_path):
+    """Newer transformers name the head lm_head: a checkpoint storing lm_head.weight loads; the
+    point keeps HF's classic name embed_out."""
+    src = models("gpt_neox")
+    m = H.copy_model(src, tmp_path / "m")
+    tensors = st.load_checkpoint(str(m))
+    tensors["lm_head.weight"] = tensors.pop("embed_out.weight")
+    os.remove(m / "model.safetensors")
+    st.save(str(m / "model.safetensors"), tensors, metadata={"format": "pt"})
+    _, got, _ = check_parity(m, tokens_for(m, [9], seed=44), tmp_path / "out")
+    assert "embed_out" in got and "lm_head" not in got
+
+
+# EleutherAI/pythia-160m's config.json (transformers 4.24 layout).
+PYTHIA_160M_CONFIG = {
+    "architectures": ["GPTNeoXForCausalLM"], "bos_token_id": 0, "eos_token_id": 0,
+    "hidden_act": "gelu", "hidden_size": 768, "initializer_range": 0.02, "intermediate_size": 3072,
+    "layer_norm_eps": 1e-05, "max_position_embeddings": 2048, "model_type": "gpt_neox",
+    "num_attention_heads": 12, "num_hidden_layers": 12, "rotary_emb_base": 10000, "rotary_pct": 0.25,
+    "tie_word_embeddings": False, "use_cache": True, "use_parallel_residual": True,
+    "vocab_size": 50304,
+}
+
+
+def test_init_model_pythia_160m_preset_config(actcap_bin, tmp_path):
+    """`init-model --arch gpt_neox --preset pythia-160m --config-only` describes pythia-160m."""
+    out = tmp_path / "p"
+    H.actcap("init-model", "--arch", "gpt_neox", "--preset", "pythia-160m", "--seed", 0,
+             "--config-only", "--out", out, check=True)
+    assert not (out / "model.safetensors").exists(), "--config-only wrote weights"
+    cfg = H.load_config(out)
+    bad = {k: (cfg.get(k), v) for k, v in PYTHIA_160M_CONFIG.items()
+           if k not in ("use_cache",) and cfg.get(k) != v}
+    assert not bad, f"(init-model, pythia-160m): {bad}"
+    c, r = reference.Config(cfg), reference.Config(PYTHIA_160M_CONFIG)
+    assert (c.rope, c.parallel, c.attention_bias) == (r.rope, r.parallel, r.attention_bias)
+    assert reference.expected_shapes(c) == reference.expected_shapes(r)
+
+
+def _one_line_exit_2(model, tmp_path):
+    p = H.actcap("run", model, "--tokens", "1,2,3", "--capture", "**", "--out", tmp_path / "o")
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and lines[0].startswith("actcap: error: "), (
+        p.returncode, p.stderr)
+    return lines[0]
+
+
+NEOX_BAD_CONFIGS = {
+    "rotary_pct_odd": (dict(rotary_pct=0.1), "rotary_pct"),
+    "rotary_pct_zero": (dict(rotary_pct=0.0), "rotary_pct"),
+    "heads_not_dividing": (dict(num_attention_heads=5), "num_attention_heads"),
+    "parallel_not_bool": (dict(use_parallel_residual="yes"), "use_parallel_residual"),
+    "unknown_act": (dict(hidden_act="gelu_erf"), "hidden_act"),
+}
+
+
+@pytest.mark.parametrize("case", list(NEOX_BAD_CONFIGS))
+def test_neox_bad_config_is_one_line_exit_2(models, tmp_path, case):
+    changes, needle = NEOX_BAD_CONFIGS[case]
+    m = with_config(models("gpt_neox"), tmp_path / "m", **changes)
+    assert needle in _one_line_exit_2(m, tmp_path)
+
+
+@pytest.mark.parametrize("case", ["missing", "wrong_shape"])
+def test_neox_bad_weights_are_one_line_exit_2(models, tmp_path, case):
+    m = H.copy_model(models("gpt_neox"), tmp_path / "m")
+    tensors = st.load_checkpoint(str(m))
+    name = "gpt_neox.layers.2.attention.query_key_value.weight"
+    if case == "missing":
+        del tensors[name]
+    else:
+        tensors[name] = tensors[name][:, :-1].copy()
+    os.remove(m / "model.safetensors")
+    st.save(str(m / "model.safetensors"), tensors, metadata={"format": "pt"})
+    assert name in _one_line_exit_2(m, tmp_path)
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Phi-3: fused qkv_proj / gate_up_proj, sliding window, longrope around the switch, partial rotary
+# ---------------------------------------------------------------------------------------------
+
+def test_parity_phi3_sliding_window(models, tmp_path):
+    """The tiny preset's window (8) is shorter than the sequence: it changes the output, on every
+    layer, and matches; GQA (2 kv heads for 4) through the fused qkv_proj rows."""
+    src = models("phi3")
+    cfg = H.load_config(src)
+    assert cfg["sliding_window"] == 8 and cfg["num_key_value_heads"] < cfg["num_attention_heads"]
+    nowin = with_config(src, tmp_path / "nowin", sliding_window=None)
+    nowin_cfg = H.load_config(nowin)
+    nowin_cfg["sliding_window"] = None
+    H.save_config(nowin, nowin_cfg)
+    seqs = tokens_for(src, [20, 5], seed=50)
+    assert ref_differs(src, nowin, seqs), "the sliding window has no effect"
+    check_parity(src, seqs, tmp_path / "o1", rel_tol=1e-5)
+    check_parity(nowin, seqs, tmp_path / "o2", rel_tol=1e-5)
+
+
+PHI3_SHORT = [1.0, 1.05, 1.2, 1.5]
+PHI3_LONG = [1.3, 2.5, 6.0, 13.0]
+
+
+@pytest.mark.parametrize("regime,lengths", [pytest.param("below", [16, 9], id="below"),
+                                            pytest.param("above", [17, 6], id="above"),
+                                            pytest.param("far_above", [40, 12], id="far_above")])
+@pytest.mark.parametrize("legacy", ["longrope", "su", "yarn"])
+def test_parity_phi3_longrope(models, tmp_path, regime, lengths, legacy):
+    """Phi-3's layout: original_max_position_embeddings 16 at the top level, max 64, rope_scaling
+    with short/long factors only (factor 4, attention factor sqrt(1 + ln 4 / ln 16)), and
+    partial_rotary_factor 0.5 (head_dim 16: 8 rotary dims, 4 factors). A batch up to 16 positions
+    uses short_factor, a longer one long_factor for all its sequences. `su` and `yarn` are the
+    legacy names Phi3Config reads as longrope."""
+    src = models("phi3")
+    m = with_config(src, tmp_path / "m", max_position_embeddings=64, original_max_position_embeddings=16,
+                    partial_rotary_factor=0.5, sliding_window=None,
+                    rope_scaling={"type": legacy, "short_factor": PHI3_SHORT, "long_factor": PHI3_LONG})
+    cfg = H.load_config(m)
+    cfg["sliding_window"] = None
+    H.save_config(m, cfg)
+    seqs = tokens_for(m, lengths, seed=51)
+    T = max(lengths)
+    if legacy == "longrope":
+        assert ref_differs(m, src, seqs), "longrope has no effect"
+        if regime != "below":  # the long factors reach the short sequence of the batch
+            a = reference.run(str(m), seqs[1:])[0]
+            b = reference.run(str(m), seqs[1:], rope_seq_len=T)[0]
+            assert max(float(np.max(np.abs(a[k] - b[k]))) for k in a if a[k].dtype == np.float32) > 1e-4
+    worst = {}
+    check_parity(m, seqs, tmp_path / "out", rope_seq_len=T, rel_tol=1e-5, worst=worst)
+    report(f"phi3 longrope {legacy} {regime}", worst)
+
+
+def test_parity_phi3_v4_and_v5_configs_identical(models, tmp_path):
+    """The same longrope model as transformers 4.x (top-level rope_theta, partial_rotary_factor,
+    rope_scaling) and 5.x (rope_parameters holding all of them, dtype) writes it: identical shards."""
+    src = models("phi3")
+    v4 = with_config(src, tmp_path / "v4", max_position_embeddings=64, original_max_position_embeddings=16,
+                     partial_rotary_factor=0.5, rope_theta=2000.0,
+                     rope_scaling={"type": "longrope", "short_factor": PHI3_SHORT, "long_factor": PHI3_LONG})
+    cfg = H.load_config(v4)
+    for k in ("rope_theta", "rope_scaling", "partial_rotary_factor", "original_max_position_embeddings",
+              "torch_dtype"):
+        cfg.pop(k, None)
+    cfg["dtype"] = "float32"
+    cfg["rope_parameters"] = {"rope_type": "longrope", "rope_theta": 2000.0, "partial_rotary_factor": 0.5,
+                              "original_max_position_embeddings": 16, "short_factor": PHI3_SHORT,
+                              "long_factor": PHI3_LONG}
+    v5 = H.copy_model(src, tmp_path / "v5")
+    H.save_config(v5, cfg)
+    seqs = tokens_for(src, [30], seed=52)
+    _, a, _ = check_parity(v4, seqs, tmp_path / "o4")
+    _, b, _ = check_parity(v5, seqs, tmp_path / "o5")
+    assert set(a) == set(b) and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_parity_phi3_python_written_defaults(actcap_bin, tmp_path):
+    """A synth.py checkpoint leaving out num_key_value_heads, original_max_position_embeddings and
+    rms_norm_eps (Phi3Config's defaults: num_attention_heads, 4096, 1e-5)."""
+    cfg = synth.tiny_config("phi3")
+    for k in ("num_key_value_heads", "original_max_position_embeddings", "rms_norm_eps"):
+        del cfg[k]
+    m = tmp_path / "m"
+    synth.write_checkpoint(str(m), cfg, seed=24, dtype="f16")
+    check_parity(m, tokens_for(m, [10, 3], seed=53), tmp_path / "out")
+
+
+# microsoft/Phi-3-mini-4k-instruct's config.json (transformers 4.40 layout).
+PHI3_MINI_CONFIG = {
+    "architectures": ["Phi3ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1, "embd_pdrop": 0.0,
+    "eos_token_id": 32000, "hidden_act": "silu", "hidden_size": 3072, "initializer_range": 0.02,
+    "intermediate_size": 8192, "max_position_embeddings": 4096, "model_type": "phi3",
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
+    "original_max_position_embeddings": 4096, "resid_pdrop": 0.0, "rms_norm_eps": 1e-05,
+    "rope_scaling": None, "rope_theta": 10000.0, "sliding_window": 2047, "tie_word_embeddings": False,
+    "vocab_size": 32064,
+}
+
+
+def test_init_model_phi3_mini_preset_config(actcap_bin, tmp_path):
+    out = tmp_path / "p"
+    H.actcap("init-model", "--arch", "phi3", "--preset", "phi-3-mini", "--seed", 0, "--config-only",
+             "--out", out, check=True)
+    assert not (out / "model.safetensors").exists(), "--config-only wrote weights"
+    cfg = H.load_config(out)
+    bad = {k: (cfg.get(k), v) for k, v in PHI3_MINI_CONFIG.items() if cfg.get(k) != v}
+    assert not bad, f"(init-model, Phi-3-mini): {bad}"
+    c, r = reference.Config(cfg), reference.Config(PHI3_MINI_CONFIG)
+    assert (c.rope, c.windows) == (r.rope, r.windows)
+    assert reference.expected_shapes(c) == reference.expected_shapes(r)
+
+
+PHI3_BAD_CONFIGS = {
+    "rope_llama3": (dict(rope_scaling={"rope_type": "llama3", "factor": 2.0}), "rope"),
+    "short_factor_length": (dict(rope_scaling={"type": "longrope", "short_factor": [1.0, 1.0],
+                                               "long_factor": PHI3_LONG}), "short_factor"),
+    "long_factor_missing": (dict(rope_scaling={"type": "su", "short_factor": PHI3_SHORT}), "long_factor"),
+    "partial_odd": (dict(partial_rotary_factor=0.1), "partial_rotary_factor"),
+    "kv_heads": (dict(num_key_value_heads=3), "num_key_value_heads"),
+}
+
+
+@pytest.mark.parametrize("case", list(PHI3_BAD_CONFIGS))
+def test_phi3_bad_config_is_one_line_exit_2(models, tmp_path, case):
+    changes, needle = PHI3_BAD_CONFIGS[case]
+    extra = {} if case != "short_factor_length" and case != "long_factor_missing" else dict(
+        partial_rotary_factor=0.5)
+    m = with_config(models("phi3"), tmp_path / "m", **changes, **extra)
+    assert needle in _one_line_exit_2(m, tmp_path)
+
+
+@pytest.mark.parametrize("case", ["missing", "wrong_shape"])
+def test_phi3_bad_weights_are_one_line_exit_2(models, tmp_path, case):
+    m = H.copy_model(models("phi3"), tmp_path / "m")
+    tensors = st.load_checkpoint(str(m))
+    name = "model.layers.1.mlp.gate_up_proj.weight"
+    if case == "missing":
+        del tensors[name]
+    else:
+        tensors[name] = tensors[name][:-2].copy()
+    os.remove(m / "model.safetensors")
+    st.save(str(m / "model.safetensors"), tensors, metadata={"format": "pt"})
+    assert name in _one_line_exit_2(m, tmp_path)

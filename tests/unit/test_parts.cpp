@@ -131,3 +131,54 @@ TEST(WeightSource, RandomWeightsDependOnTheNameAndSeedOnly) {
   s.get("big", {1 << 16, 1 << 10});  // 256 MiB, never touched
   EXPECT_TRUE(s.stored().empty());
 }
+
+namespace {
+
+// Self-attention of x through projections given as weights, no RoPE, causal.
+at::Tensor attend(AttentionParts parts, int64_t heads, int64_t kv_heads, int64_t D,
+                  AttentionShape::QkvLayout layout, const at::Tensor& x) {
+  AttentionShape s;
+  s.hidden = x.size(2), s.heads = heads, s.kv_heads = kv_heads, s.head_dim = D;
+  s.scale = 1.0 / std::sqrt(static_cast<double>(D));
+  s.qkv_layout = layout;
+  Attention attn("attn", s, std::move(parts));
+  ForwardState st;
+  st.batch = x.size(0), st.seq = x.size(1);
+  st.causal_bias = at::full({st.seq, st.seq}, -std::numeric_limits<float>::infinity()).triu_(1);
+  return attn.call(x, st);
+}
+
+std::unique_ptr<Module> lin(const char* name, const at::Tensor& w) {
+  return std::make_unique<Linear>(name, w, at::Tensor());
+}
+
+}  // namespace
+
+// A fused projection computes what separate q, k and v projections compute, whether its rows are
+// [q; k; v] with grouped-query sizes (Phi-3's qkv_proj) or [heads, 3, head_dim] (GPT-NeoX's
+// query_key_value, modeling_gpt_neox.py: view(..., heads, 3 * head_size) then chunks of head_size).
+TEST(Parts, FusedQkvLayoutsMatchSeparateProjections) {
+  const int64_t W = 16, D = 4, T = 5;
+  at::Tensor x = at::randn({2, T, W});
+  for (int64_t kv : {4, 2}) {
+    at::Tensor wq = at::randn({4 * D, W}), wk = at::randn({kv * D, W}), wv = at::randn({kv * D, W});
+    at::Tensor wo = at::randn({W, 4 * D});
+    AttentionParts sep;
+    sep.q = lin("q", wq), sep.k = lin("k", wk), sep.v = lin("v", wv), sep.o = lin("o", wo);
+    auto want = attend(std::move(sep), 4, kv, D, AttentionShape::QkvLayout::kStacked, x);
+    AttentionParts stacked;
+    stacked.qkv = lin("qkv", at::cat({wq, wk, wv}, 0)), stacked.o = lin("o", wo);
+    EXPECT_TRUE(
+        at::allclose(attend(std::move(stacked), 4, kv, D, AttentionShape::QkvLayout::kStacked, x),
+                     want, 1e-4, 1e-5));
+    if (kv != 4) continue;
+    AttentionParts per_head;  // rows of head h: q_h, k_h, v_h
+    per_head.qkv =
+        lin("qkv", at::stack({wq.view({4, D, W}), wk.view({4, D, W}), wv.view({4, D, W})}, 1)
+                       .reshape({12 * D, W}));
+    per_head.o = lin("o", wo);
+    EXPECT_TRUE(
+        at::allclose(attend(std::move(per_head), 4, 4, D, AttentionShape::QkvLayout::kPerHead, x),
+                     want, 1e-4, 1e-5));
+  }
+}

@@ -18,9 +18,18 @@ Attention::Attention(const std::string& name, AttentionShape shape, AttentionPar
 at::Tensor Attention::forward(const at::Tensor& x, ForwardState& st) {
   const int64_t B = x.size(0), T = x.size(1), D = s_.head_dim;
   at::Tensor q, k, v;
-  if (qkv_) {  // one projection, rows [q; k; v], heads of equal count (GPT-2)
+  if (qkv_ && s_.qkv_layout == AttentionShape::QkvLayout::kPerHead) {  // [heads, 3, D] (NeoX)
+    auto qkv = qkv_->call(x, st).view({B, T, s_.heads, 3, D}).permute({3, 0, 2, 1, 4});
+    q = qkv[0], k = qkv[1], v = qkv[2];
+  } else if (qkv_ && s_.kv_heads == s_.heads) {  // rows [q; k; v], heads of equal count (GPT-2)
     auto qkv = qkv_->call(x, st).view({B, T, 3, s_.heads, D}).permute({2, 0, 3, 1, 4});
     q = qkv[0], k = qkv[1], v = qkv[2];
+  } else if (qkv_) {  // rows [q; k; v] with grouped-query sizes (Phi-3)
+    auto qkv = qkv_->call(x, st);
+    const int64_t Q = s_.heads * D, KV = s_.kv_heads * D;
+    q = qkv.narrow(-1, 0, Q).view({B, T, s_.heads, D}).transpose(1, 2);
+    k = qkv.narrow(-1, Q, KV).view({B, T, s_.kv_heads, D}).transpose(1, 2);
+    v = qkv.narrow(-1, Q + KV, KV).view({B, T, s_.kv_heads, D}).transpose(1, 2);
   } else {
     // [B, T, heads, D]: the per-head norms see each head's features (HF views before the norm).
     const bool whole = s_.qk_norm_whole;

@@ -24,11 +24,15 @@ struct AttentionShape {
   // q_norm / k_norm normalise the whole projection (heads * head_dim) before the head split
   // (OLMo 2), instead of each head; their points are then [heads * head_dim] per token.
   bool qk_norm_whole = false;
+  // How a fused qkv projection's rows are laid out: kStacked [q (heads * D); k (kv_heads * D);
+  // v (kv_heads * D)] (GPT-2's c_attn, Phi-3's qkv_proj), kPerHead [heads, 3, D] (GPT-NeoX's
+  // query_key_value: each head's q, k and v rows side by side; kv_heads == heads).
+  enum class QkvLayout { kStacked, kPerHead } qkv_layout = QkvLayout::kStacked;
 };
 
-// The projections, in the order the forward runs them. Either `qkv` (fused [q; k; v] rows, GPT-2's
-// c_attn) or q, k and v. q_norm / k_norm (optional) normalise each head after its projection,
-// before RoPE (Qwen3, OLMo 2 per-head norms: RMSNorm over head_dim).
+// The projections, in the order the forward runs them. Either `qkv` (fused, laid out as
+// AttentionShape::qkv_layout says) or q, k and v. q_norm / k_norm (optional) normalise each head
+// after its projection, before RoPE (Qwen3, OLMo 2 per-head norms: RMSNorm over head_dim).
 struct AttentionParts {
   std::unique_ptr<Module> qkv;
   std::unique_ptr<Module> q, q_norm, k, k_norm, v;
