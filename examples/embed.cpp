@@ -9,9 +9,9 @@ int main(int argc, char** argv) {
   const std::string out = argc > 1 ? argv[1] : "embed-out";
   try {
     auto model = actcap::Model::load("demo");  // or a Hugging Face checkpoint directory
-    const actcap::Batch batch = actcap::Batch::from_sequences(
-        {{72, 101, 108, 108, 111}, {119, 111, 114}}, model->config().vocab_size,
-        model->config().max_positions());
+    const actcap::Batch batch =
+        actcap::Batch::from_sequences({{72, 101, 108, 108, 111}, {119, 111, 114}},
+                                      model->config().vocab_size, model->config().max_positions());
     const actcap::CaptureOptions capture{{"transformer.h.*", "transformer.h.1.mlp:input"}};
 
     actcap::SplitOptions split;  // three virtual devices, balanced; budgets would go here too

@@ -59,6 +59,9 @@ const Architecture& architecture_for(const std::string& model_type, const std::s
 // The architecture a parsed config belongs to (by c.arch).
 const Architecture& architecture_of(const ModelConfig& c);
 
+// nn.Linear `name` under `w`: weight [out, in], bias [out] when `bias`.
+std::unique_ptr<Linear> linear_layer(WeightSource w, const std::string& name, int64_t in,
+                                     int64_t out, bool bias);
 // lm_head: its own weight, or the embedding matrix when tied (`embedding` is that weight).
 BuiltStage head_stage(const ModelConfig& c, WeightSource& w, const at::Tensor& embedding);
 

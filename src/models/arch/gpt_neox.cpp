@@ -41,14 +41,6 @@ struct NeoXParams : ArchParams {
 
 int64_t head_dim(const ModelConfig& c) { return c.hidden_size / c.num_attention_heads; }
 
-std::unique_ptr<Linear> linear(WeightSource w, const std::string& name, int64_t in, int64_t out,
-                               bool bias) {
-  WeightSource v = w.pp(name);
-  at::Tensor weight = v.get("weight", {out, in});
-  return std::make_unique<Linear>(v.path(), weight,
-                                  bias ? v.get("bias", {out}, Init::kBias) : at::Tensor());
-}
-
 std::unique_ptr<LayerNorm> layer_norm(const ModelConfig& c, WeightSource w,
                                       const std::string& name) {
   WeightSource v = w.pp(name);
@@ -66,8 +58,8 @@ std::unique_ptr<Module> layer(const ModelConfig& c, WeightSource w,
   auto ln1 = layer_norm(c, w, "input_layernorm");
   WeightSource a = w.pp("attention");
   AttentionParts parts;
-  parts.qkv = linear(a, "query_key_value", H, 3 * H, p.attention_bias);
-  parts.o = linear(a, "dense", H, H, p.attention_bias);
+  parts.qkv = linear_layer(a, "query_key_value", H, 3 * H, p.attention_bias);
+  parts.o = linear_layer(a, "dense", H, H, p.attention_bias);
   AttentionShape shape;
   shape.hidden = H;
   shape.heads = shape.kv_heads = c.num_attention_heads;
@@ -78,10 +70,10 @@ std::unique_ptr<Module> layer(const ModelConfig& c, WeightSource w,
   auto attn = std::make_unique<Attention>(a.path(), shape, std::move(parts));
   auto ln2 = layer_norm(c, w, "post_attention_layernorm");
   WeightSource m = w.pp("mlp");
-  auto fc = linear(m, "dense_h_to_4h", H, I, true);
+  auto fc = linear_layer(m, "dense_h_to_4h", H, I, true);
   auto act = std::make_unique<Activation>(m.path() + ".act", p.hidden_act, I);
   auto mlp = std::make_unique<Mlp>(m.path(), H, std::move(fc), std::move(act),
-                                   linear(m, "dense_4h_to_h", I, H, true));
+                                   linear_layer(m, "dense_4h_to_h", I, H, true));
   if (p.use_parallel_residual)
     return std::make_unique<ParallelBlock>(name, H, std::move(ln1), std::move(attn), std::move(ln2),
                                            std::move(mlp));

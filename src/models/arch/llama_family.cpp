@@ -167,14 +167,6 @@ ModelConfig llama_family_preset(const std::string& arch, const std::string& pres
   return c;
 }
 
-std::unique_ptr<Linear> llama_linear(WeightSource w, const std::string& name, int64_t in,
-                                     int64_t out, bool bias) {
-  WeightSource v = w.pp(name);
-  at::Tensor weight = v.get("weight", {out, in});
-  return std::make_unique<Linear>(v.path(), weight,
-                                  bias ? v.get("bias", {out}, Init::kBias) : at::Tensor());
-}
-
 std::unique_ptr<RMSNorm> llama_rms_norm(const LlamaParams& p, WeightSource w,
                                         const std::string& name, int64_t width, int64_t heads,
                                         bool unit_offset) {
@@ -193,10 +185,10 @@ AttentionParts llama_attention_projections(const ModelConfig& c, WeightSource a)
   const int64_t H = c.hidden_size, D = p.head_dim;
   const int64_t Q = c.num_attention_heads * D, KV = p.num_key_value_heads * D;
   AttentionParts parts;
-  parts.q = llama_linear(a, "q_proj", H, Q, p.qkv_bias);
-  parts.k = llama_linear(a, "k_proj", H, KV, p.qkv_bias);
-  parts.v = llama_linear(a, "v_proj", H, KV, p.qkv_bias);
-  parts.o = llama_linear(a, "o_proj", Q, H, p.o_bias);
+  parts.q = linear_layer(a, "q_proj", H, Q, p.qkv_bias);
+  parts.k = linear_layer(a, "k_proj", H, KV, p.qkv_bias);
+  parts.v = linear_layer(a, "v_proj", H, KV, p.qkv_bias);
+  parts.o = linear_layer(a, "o_proj", Q, H, p.o_bias);
   return parts;
 }
 
@@ -218,10 +210,10 @@ std::unique_ptr<Module> llama_gated_mlp(const ModelConfig& c, WeightSource m,
                                         const std::string& act) {
   const auto& p = c.params<LlamaParams>();
   const int64_t H = c.hidden_size, I = p.intermediate_size;
-  auto gate = llama_linear(m, "gate_proj", H, I, p.mlp_bias);
+  auto gate = linear_layer(m, "gate_proj", H, I, p.mlp_bias);
   auto fn = std::make_unique<Activation>(m.path() + ".act_fn", act, I);
-  auto up = llama_linear(m, "up_proj", H, I, p.mlp_bias);
-  auto down = llama_linear(m, "down_proj", I, H, p.mlp_bias);
+  auto up = linear_layer(m, "up_proj", H, I, p.mlp_bias);
+  auto down = linear_layer(m, "down_proj", I, H, p.mlp_bias);
   return std::make_unique<GatedMlp>(m.path(), H, std::move(gate), std::move(fn), std::move(up),
                                     std::move(down));
 }

@@ -92,9 +92,6 @@ struct LlamaBuild {
 BuiltModel build_llama_family(const ModelConfig& c, WeightSource& w, const LlamaBuild& b = {});
 
 // The parts the Llama-style builders share, each asking `w` for its weights by HF name.
-// nn.Linear `name` ([out, in]; bias [out] when `bias`).
-std::unique_ptr<Linear> llama_linear(WeightSource w, const std::string& name, int64_t in,
-                                     int64_t out, bool bias);
 // RMSNorm `name` of `width` with p.rms_norm_eps; per head when heads > 0; (1 + w) when
 // unit_offset (Gemma's).
 std::unique_ptr<RMSNorm> llama_rms_norm(const LlamaParams& p, WeightSource w,

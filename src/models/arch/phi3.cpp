@@ -27,11 +27,6 @@ struct Phi3Params : LlamaParams {
   std::unique_ptr<ArchParams> clone() const override { return std::make_unique<Phi3Params>(*this); }
 };
 
-std::unique_ptr<Linear> linear(WeightSource w, const std::string& name, int64_t in, int64_t out) {
-  WeightSource v = w.pp(name);
-  return std::make_unique<Linear>(v.path(), v.get("weight", {out, in}), at::Tensor());
-}
-
 std::unique_ptr<RMSNorm> rms_norm(const Phi3Params& p, WeightSource w, const std::string& name,
                                   int64_t width) {
   WeightSource v = w.pp(name);
@@ -47,8 +42,8 @@ std::unique_ptr<Module> decoder_layer(const ModelConfig& c, WeightSource w,
   auto in_norm = rms_norm(p, w, "input_layernorm", H);
   WeightSource a = w.pp("self_attn");
   AttentionParts parts;
-  parts.qkv = linear(a, "qkv_proj", H, Q + 2 * KV);
-  parts.o = linear(a, "o_proj", Q, H);
+  parts.qkv = linear_layer(a, "qkv_proj", H, Q + 2 * KV, false);
+  parts.o = linear_layer(a, "o_proj", Q, H, false);
   AttentionShape shape;
   shape.hidden = H;
   shape.heads = c.num_attention_heads;
@@ -60,10 +55,10 @@ std::unique_ptr<Module> decoder_layer(const ModelConfig& c, WeightSource w,
   auto attn = std::make_unique<Attention>(a.path(), shape, std::move(parts));
   auto post_norm = rms_norm(p, w, "post_attention_layernorm", H);
   WeightSource m = w.pp("mlp");
-  auto gate_up = linear(m, "gate_up_proj", H, 2 * I);
+  auto gate_up = linear_layer(m, "gate_up_proj", H, 2 * I, false);
   auto act = std::make_unique<Activation>(m.path() + ".activation_fn", p.hidden_act, I);
   auto mlp = std::make_unique<FusedGatedMlp>(m.path(), H, I, std::move(gate_up), std::move(act),
-                                             linear(m, "down_proj", I, H));
+                                             linear_layer(m, "down_proj", I, H, false));
   return std::make_unique<PreNormBlock>(name, H, std::move(in_norm), std::move(attn),
                                         std::move(post_norm), std::move(mlp));
 }

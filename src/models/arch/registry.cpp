@@ -47,6 +47,14 @@ const Architecture& architecture_of(const ModelConfig& c) {
                           "'; supported: ", join(supported_model_types(), ", ")));
 }
 
+std::unique_ptr<Linear> linear_layer(WeightSource w, const std::string& name, int64_t in,
+                                     int64_t out, bool bias) {
+  WeightSource v = w.pp(name);
+  at::Tensor weight = v.get("weight", {out, in});
+  return std::make_unique<Linear>(v.path(), weight,
+                                  bias ? v.get("bias", {out}, Init::kBias) : at::Tensor());
+}
+
 BuiltStage head_stage(const ModelConfig& c, WeightSource& w, const at::Tensor& embedding) {
   at::Tensor weight =
       c.tie_word_embeddings ? embedding : w.get("lm_head.weight", {c.vocab_size, c.hidden_size});
