@@ -94,7 +94,7 @@ int run_bench_command(const BenchCommand& o) {
   at::set_num_threads(o.threads > 0
                           ? static_cast<int>(o.threads)
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-  auto model = Model::load(o.model);
+  auto model = Model::load(o.model, load_options(o.dev));
   model->set_bare_ref_policy(parse_bare_ref_policy(o.bare_ref));
   if (o.seq > model->config().max_positions())
     throw InputError(concat("--seq ", o.seq, " exceeds the model's context of ",

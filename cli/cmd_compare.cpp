@@ -26,7 +26,7 @@ int run_compare_command(const CompareCommand& o) {
     throw InputError("give the input with --tokens or --text");
   DeviceOptions dev = o.dev;
   if (dev.devices.empty() && dev.device_map == "auto") dev.devices = "3";
-  auto model = Model::load(o.model);
+  auto model = Model::load(o.model, load_options(o.dev));
   auto seqs = o.tokens.empty() ? tokenize_text(*model, o.text) : parse_token_lists(o.tokens);
   Batch batch =
       Batch::from_sequences(seqs, model->config().vocab_size, model->config().max_positions());

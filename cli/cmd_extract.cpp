@@ -77,7 +77,7 @@ int run_extract_command(const ExtractCommand& o) {
   if (!o.forward_only && o.capture.empty())
     throw InputError("--capture is required (e.g. --capture 'transformer.h.*')");
   if (!o.forward_only && o.out.empty()) throw InputError("--out is required");
-  auto model = Model::load(o.model);
+  auto model = Model::load(o.model, load_options(o.dev));
   model->set_bare_ref_policy(parse_bare_ref_policy(o.cap.bare_ref));
   auto tokenizer = tokenizer_for(o.model);
   ExtractOptions x;

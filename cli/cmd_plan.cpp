@@ -19,7 +19,7 @@ struct PlanCommand {
 
 // Prints the device map and the per-device memory table for a run, without running it.
 int run_plan_command(const PlanCommand& o) {
-  auto model = Model::load(o.model);
+  auto model = Model::load(o.model, load_options(o.dev));
   const int64_t seq = o.seq > 0 ? o.seq : model->config().max_positions();
   std::vector<PointInfo> capture;
   if (!o.capture.empty()) capture = plan_capture(*model, CaptureOptions{o.capture});

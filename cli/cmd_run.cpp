@@ -42,7 +42,7 @@ struct RunCommand {
 int run_run_command(const RunCommand& o) {
   if (o.tokens.empty() && o.text.empty())
     throw InputError("give the input with --tokens or --text");
-  auto model = Model::load(o.model);
+  auto model = Model::load(o.model, load_options(o.dev));
   auto seqs = o.tokens.empty() ? tokenize_text(*model, o.text) : parse_token_lists(o.tokens);
   Batch batch =
       Batch::from_sequences(seqs, model->config().vocab_size, model->config().max_positions());

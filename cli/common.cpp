@@ -65,6 +65,15 @@ void add_device_options(CLI::App* sub, DeviceOptions& o) {
                   "auto | balanced | sequential | FILE.json (accelerate format)");
   sub->add_flag("--no-verify-transfers", o.no_verify_transfers,
                 "Skip checksumming inter-device copies");
+  sub->add_option("--weights-dtype", o.weights_dtype,
+                  "16-bit weights: keep (as stored, widened per layer as it runs) | f32 (widened "
+                  "at load, twice the memory)");
+}
+
+LoadOptions load_options(const DeviceOptions& o) {
+  LoadOptions l;
+  l.weights_dtype = parse_weights_dtype(o.weights_dtype);
+  return l;
 }
 
 void add_capture_options(CLI::App* sub, CaptureFlags& f) {

@@ -33,14 +33,18 @@ Command add_tokenize(CLI::App& app);
 Command add_bench(CLI::App& app);
 Command add_extract(CLI::App& app);
 
-// --devices, --max-memory, --device-map, --no-verify-transfers: every command that runs a model.
+// --devices, --max-memory, --device-map, --no-verify-transfers, --weights-dtype: every command
+// that runs a model.
 struct DeviceOptions {
   std::string devices;
   std::string max_memory;
   std::string device_map = "auto";
   bool no_verify_transfers = false;
+  std::string weights_dtype = "keep";
 };
 void add_device_options(CLI::App* sub, DeviceOptions& o);
+// The library's load options from the flags (--weights-dtype).
+LoadOptions load_options(const DeviceOptions& o);
 // --dtype, --positions, --capture-budget, --bare-ref: the capture flags of run and extract.
 struct CaptureFlags {
   std::string dtype = "keep", positions = "all", capture_budget, bare_ref = "error";

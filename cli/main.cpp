@@ -82,6 +82,7 @@ std::string with_flags(const actcap::Error& e) {
       {"skip_bad_lines", "--skip-bad-lines"},
       {"stride", "--stride"},
       {"transfer_faults", "ACTCAP_FAULT"},
+      {"weights_dtype", "--weights-dtype"},
   };
   std::string flags;
   for (const std::string& s : e.settings()) {

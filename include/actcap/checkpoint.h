@@ -28,7 +28,7 @@ class Checkpoint {
   std::vector<std::string> names() const;
   const TensorInfo& info(const std::string& name) const;
   // See SafetensorsFile::tensor. Throws InputError naming the tensor and the checkpoint.
-  at::Tensor tensor(const std::string& name) const;
+  at::Tensor tensor(const std::string& name, size_t alignment = 1) const;
   // Paths of the safetensors files, in order.
   std::vector<std::string> files() const;
   // XXH3-64 over every tensor's name, dtype, shape and bytes in name order, as 16 hex digits:

@@ -55,14 +55,32 @@ class HookHandle {
   int64_t id_ = -1;
 };
 
+// How weight matrices stored in 16 bits (BF16, F16) are held in memory. Either way every
+// computation is float32 on the same values, so outputs are bit-identical.
+enum class WeightsDtype {
+  // As stored, memory-mapped from the checkpoint: resident once, at the file's size. Each matrix
+  // is widened to float32 into one reused scratch per device just before its GEMM.
+  kKeep,
+  // Widened to float32 at load: twice the file's size in memory, no widening per forward.
+  kF32,
+};
+// "keep" / "f32"; parse_weights_dtype throws InputError naming the choices.
+const char* weights_dtype_name(WeightsDtype d);
+WeightsDtype parse_weights_dtype(const std::string& name);
+
+struct LoadOptions {
+  WeightsDtype weights_dtype = WeightsDtype::kKeep;
+};
+
 class Model {
  public:
   // `path` is a checkpoint directory or the built-in name "demo". Throws InputError on bad input.
-  static std::unique_ptr<Model> load(const std::string& path);
+  static std::unique_ptr<Model> load(const std::string& path, const LoadOptions& options = {});
   // Builds from config and tensors in HF layout and names (checkpoint or in-memory).
   static std::unique_ptr<Model> from_tensors(const ModelConfig& config,
                                              const std::map<std::string, at::Tensor>& tensors,
-                                             const std::string& origin);
+                                             const std::string& origin,
+                                             const LoadOptions& options = {});
   ~Model();
 
   const ModelConfig& config() const { return config_; }

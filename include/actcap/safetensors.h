@@ -62,9 +62,11 @@ class SafetensorsFile : public std::enable_shared_from_this<SafetensorsFile> {
   const std::map<std::string, std::string>& metadata() const { return header_.metadata; }
   const TensorInfo* find(const std::string& name) const;  // nullptr when absent
 
-  // CPU tensor over the mapped bytes when they are aligned for the dtype (zero-copy, read-only:
-  // do not write into it), an owned copy otherwise. Throws InputError when the name is absent.
-  at::Tensor tensor(const std::string& name) const;
+  // CPU tensor over the mapped bytes when they are aligned for the dtype and to `alignment` bytes
+  // (zero-copy, read-only: do not write into it), else an owned copy (64-byte aligned), after
+  // which the mapped pages only it covered are released so they are not resident twice. Throws
+  // InputError when the name is absent.
+  at::Tensor tensor(const std::string& name, size_t alignment = 1) const;
   // Raw bytes of a tensor inside the mapping.
   const uint8_t* data(const TensorInfo& info) const {
     return base_ + header_.data_offset + info.begin;

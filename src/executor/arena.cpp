@@ -14,8 +14,14 @@ at::Tensor Arena::slot(Slot which, at::IntArrayRef shape) {
   return buf.narrow(0, 0, numel).view(shape);
 }
 
+at::Tensor Arena::widen_buffer(int64_t numel) {
+  if (!widen_.defined() || widen_.numel() < numel)
+    widen_ = at::empty({numel}, at::TensorOptions().dtype(at::kFloat).device(device_.c10()));
+  return widen_;
+}
+
 uint64_t Arena::bytes() const {
-  uint64_t n = 0;
+  uint64_t n = widen_.defined() ? widen_.numel() * sizeof(float) : 0;
   for (const auto& b : storage_)
     if (b.defined()) n += b.numel() * sizeof(float);
   return n;

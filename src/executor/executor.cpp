@@ -59,6 +59,10 @@ void Executor::place(const ExecutionOptions& options) {
   stage_device_ = devs;
   lanes_.clear();
   for (const auto& [d, bytes] : weights) lanes_.try_emplace(d, d, bytes);
+  for (size_t i = 0; i < stages.size(); ++i) {
+    Lane& lane = lanes_.at(devs[i]);
+    lane.widen_elements = std::max(lane.widen_elements, stages[i]->widen_elements());
+  }
   transfers_ = TransferStats{};
 }
 
@@ -174,11 +178,14 @@ at::Tensor Executor::forward(const Batch& batch, Model::Logits logits) {
       cur = &lane;
     }
     ForwardState& st = state_of(lane);
+    // Before block_output, so the budget check counts the scratch.
+    if (lane.widen_elements > 0) st.widen_scratch = lane.arena.widen_buffer(lane.widen_elements);
     if (model_.stage_kind(i) == StageKind::kBlock) st.stage_out = block_output(lane, i, {B, T, H});
     const StageEvent event{step, i, model_.stage_kind(i), lane.device};
     observers.notify([&](Observer& o) { o.on_stage_begin(event); });
     h = stages[i]->call(h, st);
     st.stage_out = at::Tensor();
+    st.widen_scratch = at::Tensor();
     observers.notify([&](Observer& o) { o.on_stage_end(event); });
   }
   observers.notify([&](Observer& o) { o.on_forward_end(ForwardEnd{step, h}); });

@@ -30,7 +30,8 @@ struct Lane {
   Arena arena;
   // Since the last place():
   uint64_t weight_bytes = 0;
-  uint64_t peak_bytes = 0;  // weights + the largest arena reservation seen
+  uint64_t peak_bytes = 0;     // weights + the largest arena reservation seen
+  int64_t widen_elements = 0;  // the largest 16-bit matrix of its stages (the widening scratch)
   int64_t transfers_in = 0;
   uint64_t bytes_in = 0;
   // Per forward (reset when one begins):

@@ -207,11 +207,11 @@ const TensorInfo& Checkpoint::info(const std::string& name) const {
   return *files_[it->second]->find(name);
 }
 
-at::Tensor Checkpoint::tensor(const std::string& name) const {
+at::Tensor Checkpoint::tensor(const std::string& name, size_t alignment) const {
   auto it = where_.find(name);
   if (it == where_.end())
     throw InputError(concat("checkpoint ", dir_, " has no tensor '", name, "'"));
-  return files_[it->second]->tensor(name);
+  return files_[it->second]->tensor(name, alignment);
 }
 
 std::vector<std::string> Checkpoint::files() const {

@@ -424,23 +424,31 @@ const TensorInfo* SafetensorsFile::find(const std::string& name) const {
   return it == index_.end() ? nullptr : &header_.tensors[it->second];
 }
 
-at::Tensor SafetensorsFile::tensor(const std::string& name) const {
+at::Tensor SafetensorsFile::tensor(const std::string& name, size_t alignment) const {
   const TensorInfo* info = find(name);
   if (info == nullptr) throw InputError(concat(path_, ": no tensor named '", name, "'"));
   const auto options = at::TensorOptions().dtype(info->dtype).device(at::kCPU);
   if (info->end == info->begin) return at::empty(info->shape, options);
   const uint8_t* p = data(*info);
   const size_t itemsize = c10::elementSize(info->dtype);
-  if (reinterpret_cast<uintptr_t>(p) % itemsize == 0) {
+  const size_t n = info->end - info->begin;
+  if (reinterpret_cast<uintptr_t>(p) % std::max(itemsize, alignment) == 0) {
     // The tensor owns a reference to this file, so the mapping outlives every view of it.
     std::shared_ptr<const SafetensorsFile> keep = shared_from_this();
     return at::from_blob(
         const_cast<uint8_t*>(p), info->shape, [keep](void*) {}, options);
   }
-  // Files written by other tools need not align the data section; misaligned loads of multi-byte
-  // types are undefined behaviour, so copy.
+  // Files written by other tools need not align the data section (misaligned loads of multi-byte
+  // types are undefined behaviour, and GEMMs are slower off their alignment), so copy.
   at::Tensor out = at::empty(info->shape, options);
-  std::memcpy(out.data_ptr(), p, info->end - info->begin);
+  std::memcpy(out.data_ptr(), p, n);
+  // The pages wholly inside this tensor were read once and are not needed again: drop them from
+  // this process's mapping so they are not resident twice (a later touch faults them back in
+  // from the file; the mapping is private and never written).
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+  if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
   return out;
 }
 

@@ -30,16 +30,44 @@ std::map<std::string, at::Tensor> random_weights(const ModelConfig& c, uint64_t 
 
 namespace {
 
-int64_t parameter_count(const ModelConfig& c) {
+// What the builder asks for, by name (the order random_weights' map and the file list them),
+// found by a walk that touches no weight memory.
+std::map<std::string, WeightSpec> weight_specs(const ModelConfig& c) {
   WeightSource w = WeightSource::shapes();
   architecture_of(c).build(c, w);
-  int64_t n = 0;
-  for (const WeightSpec& s : w.specs()) {
-    int64_t k = 1;
-    for (int64_t d : s.shape) k *= d;
-    n += k;
+  std::map<std::string, WeightSpec> out;
+  for (const WeightSpec& s : w.specs()) out.emplace(s.name, s);
+  return out;
+}
+
+int64_t element_count(const std::vector<int64_t>& shape) {
+  int64_t k = 1;
+  for (int64_t d : shape) k *= d;
+  return k;
+}
+
+// The same bytes write_safetensors(random_weights(c, seed, dtype)) writes, one tensor at a time:
+// an 8B-parameter checkpoint never needs more than its largest tensor in memory.
+int64_t write_random_checkpoint(const std::string& path, const ModelConfig& c, uint64_t seed,
+                                at::ScalarType dtype) {
+  const std::map<std::string, WeightSpec> specs = weight_specs(c);
+  std::vector<std::pair<std::string, at::Tensor>> layout;  // shapes and dtypes, no storage
+  const auto meta = at::TensorOptions().dtype(dtype).device(at::kMeta);
+  int64_t parameters = 0;
+  for (const auto& [name, spec] : specs) {
+    layout.emplace_back(name, at::empty(spec.shape, meta));
+    parameters += element_count(spec.shape);
   }
-  return n;
+  const std::string prefix = safetensors_prefix(layout, {});
+  write_file_atomic(path, [&](int fd) {
+    write_all(fd, prefix.data(), prefix.size(), path);
+    for (const auto& [name, spec] : specs) {
+      const at::Tensor t = random_weight(seed, spec).to(dtype);
+      const size_t nbytes = static_cast<size_t>(t.numel()) * t.element_size();
+      if (nbytes > 0) write_all(fd, t.data_ptr(), nbytes, path);
+    }
+  });
+  return parameters;
 }
 
 }  // namespace
@@ -64,12 +92,9 @@ InitModelResult init_model(const std::string& dir, const InitModelOptions& o) {
   if (ec) throw InputError(concat("cannot create ", dir, ": ", ec.message()));
   InitModelResult r{c, 0};
   if (o.config_only) {
-    r.parameters = parameter_count(c);
+    for (const auto& [name, spec] : weight_specs(c)) r.parameters += element_count(spec.shape);
   } else {
-    auto tensors = random_weights(c, o.seed, dtype);
-    std::vector<std::pair<std::string, at::Tensor>> ordered(tensors.begin(), tensors.end());
-    write_safetensors(dir + "/model.safetensors", ordered, {});
-    for (const auto& [n, t] : tensors) r.parameters += t.numel();
+    r.parameters = write_random_checkpoint(dir + "/model.safetensors", c, o.seed, dtype);
   }
   std::string json = config_to_json(c);
   const std::string f32 = "\"torch_dtype\": \"float32\"";

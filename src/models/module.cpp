@@ -22,6 +22,18 @@ const at::Tensor& ForwardState::bias(std::optional<int64_t> window) {
   return window_bias.emplace(*window, b.to(causal_bias.device())).first->second;
 }
 
+at::Tensor ForwardState::widened(const at::Tensor& w) {
+  if (w.scalar_type() == at::kFloat) return w;
+  if (!widen_scratch.defined() || widen_scratch.numel() < w.numel() ||
+      !w.is_non_overlapping_and_dense())
+    return w.to(at::kFloat);
+  // Same sizes and strides as `w` over the scratch (a transposed view stays transposed), so the
+  // copy is a straight conversion pass and the GEMM reads the layout it would have read.
+  at::Tensor out = widen_scratch.as_strided(w.sizes(), w.strides(), 0);
+  out.copy_(w);
+  return out;
+}
+
 Module::Module(std::string name, PointInfo in, PointInfo out)
     : name_(std::move(name)), in_(std::move(in)), out_(std::move(out)) {}
 
@@ -41,6 +53,15 @@ uint64_t Module::parameter_bytes() const {
   for (const at::Tensor* t : parameters_)
     if (t->defined()) n += t->numel() * t->element_size();
   for (const auto& c : children_) n += c->parameter_bytes();
+  return n;
+}
+
+int64_t Module::widen_elements() const {
+  int64_t n = 0;
+  for (const at::Tensor* t : parameters_)
+    if (t->defined() && t->element_size() == 2 && t->is_floating_point())
+      n = std::max(n, t->numel());
+  for (const auto& c : children_) n = std::max(n, c->widen_elements());
   return n;
 }
 
@@ -129,8 +150,8 @@ Linear::Linear(const std::string& name, at::Tensor weight, at::Tensor bias)
   parameter(bias_);
 }
 
-at::Tensor Linear::forward(const at::Tensor& x, ForwardState&) {
-  return at::linear(x, weight_, bias_);
+at::Tensor Linear::forward(const at::Tensor& x, ForwardState& st) {
+  return at::linear(x, st.widened(weight_), bias_);
 }
 
 Embedding::Embedding(const std::string& name, at::Tensor weight)
@@ -140,7 +161,9 @@ Embedding::Embedding(const std::string& name, at::Tensor weight)
 }
 
 at::Tensor Embedding::forward(const at::Tensor& ids, ForwardState&) {
-  return at::embedding(weight_, ids);
+  // A 16-bit table is looked up as stored; only the rows gathered are widened.
+  at::Tensor rows = at::embedding(weight_, ids);
+  return rows.scalar_type() == at::kFloat ? rows : rows.to(at::kFloat);
 }
 
 Activation::Activation(const std::string& name, const std::string& kind, int64_t width)

@@ -32,6 +32,13 @@ struct ForwardState {
   // Arena slot the running stage writes its output into (undefined: allocate). Set by the
   // executor for each stage; blocks write their final residual sum here.
   at::Tensor stage_out;
+  // The running lane's widening scratch (float32, at least as large as the largest 16-bit matrix
+  // of the stage; set by the executor for each stage, undefined when the stage has none).
+  at::Tensor widen_scratch;
+
+  // `w` as float32: itself when it is float32, else widened into widen_scratch (valid until the
+  // next call: use it before widening another weight) or, without scratch, a fresh tensor.
+  at::Tensor widened(const at::Tensor& w);
 
   // a + b, into the arena slot when one is set (only the stage-level module may call this).
   at::Tensor residual_add(const at::Tensor& a, const at::Tensor& b) {
@@ -88,8 +95,12 @@ class Module {
   void collect(std::vector<Module*>& out);
   // Moves parameters to a physical device (no-op when already there).
   void to_device(c10::Device device);
-  // Bytes of the parameters this module and its descendants hold (tied weights counted where held).
+  // Bytes of the parameters this module and its descendants hold, in their stored dtype (tied
+  // weights counted where held).
   uint64_t parameter_bytes() const;
+  // Elements of the largest parameter here or below held in a 16-bit dtype (0 when none): the
+  // float32 scratch Linear widens such weights into must hold this many.
+  int64_t widen_elements() const;
   ModuleHooks& hooks();  // creates the lists on first use
   // Whether a hook is registered on this module (its output or its :input).
   bool hooked() const;

@@ -1,5 +1,7 @@
 #include "models/weights.h"
 
+#include <ATen/Parallel.h>
+
 #include <cmath>
 #include <set>
 
@@ -31,21 +33,40 @@ uint64_t name_seed(uint64_t seed, const std::string& name) {
   return h;
 }
 
+}  // namespace
+
 // Box-Muller normals, N(base, 0.02), in the stored layout; the stream depends on the name only.
-at::Tensor random_tensor(uint64_t seed, const WeightSpec& spec) {
+// Pair k of the stream starts from state s0 + 2k·gamma (splitmix64 is a counter), so chunks are
+// generated in parallel with the same bytes whatever the thread count.
+at::Tensor random_weight(uint64_t seed, const WeightSpec& spec) {
   constexpr double kStd = 0.02;
+  constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;
   at::Tensor t = at::empty(spec.shape, at::kFloat);
   float* p = t.data_ptr<float>();
-  const int64_t n = t.numel();
-  SplitMix64 rng{name_seed(seed, spec.name)};
+  const int64_t n = t.numel(), pairs = (n + 1) / 2;
+  const uint64_t s0 = name_seed(seed, spec.name);
   const double base = spec.init == Init::kGain ? 1.0 : 0.0;
-  for (int64_t i = 0; i < n; i += 2) {  // two normals per pair of uniforms
-    double r = std::sqrt(-2.0 * std::log(rng.uniform()));
-    double a = 6.283185307179586 * rng.uniform();
-    p[i] = static_cast<float>(base + kStd * r * std::cos(a));
-    if (i + 1 < n) p[i + 1] = static_cast<float>(base + kStd * r * std::sin(a));
-  }
+  at::parallel_for(0, pairs, int64_t{1} << 16, [&](int64_t begin, int64_t end) {
+    SplitMix64 rng{s0 + 2 * static_cast<uint64_t>(begin) * kGamma};
+    for (int64_t k = begin; k < end; ++k) {  // two normals per pair of uniforms
+      const int64_t i = 2 * k;
+      double r = std::sqrt(-2.0 * std::log(rng.uniform()));
+      double a = 6.283185307179586 * rng.uniform();
+      p[i] = static_cast<float>(base + kStd * r * std::cos(a));
+      if (i + 1 < n) p[i + 1] = static_cast<float>(base + kStd * r * std::sin(a));
+    }
+  });
   return t;
+}
+
+namespace {
+
+// A checkpoint tensor as the modules hold it: float32, or as stored for a 16-bit matrix under
+// keep_16bit (zero-copy over the mapping either way when the stored dtype is the one held).
+at::Tensor held(const at::Tensor& t, bool keep_16bit) {
+  if (t.scalar_type() == at::kFloat) return t;
+  const bool half = t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf;
+  return keep_16bit && half && t.dim() >= 2 ? t : t.to(at::kFloat);
 }
 
 }  // namespace
@@ -56,6 +77,7 @@ struct WeightSource::State {
   uint64_t seed = 0;
   at::ScalarType stored_dtype = at::kFloat;
   bool shapes_only = false;
+  bool keep_16bit = false;
   std::vector<std::pair<std::string, std::string>> prefix_aliases;
   std::vector<std::string> ignored_suffixes;
   std::vector<WeightSpec> specs;
@@ -87,10 +109,11 @@ WeightSource::WeightSource(std::shared_ptr<State> state, std::string prefix)
     : state_(std::move(state)), prefix_(std::move(prefix)) {}
 
 WeightSource WeightSource::load(const std::map<std::string, at::Tensor>& tensors,
-                                std::string origin) {
+                                std::string origin, bool keep_16bit) {
   auto s = std::make_shared<State>();
   s->tensors = &tensors;
   s->origin = std::move(origin);
+  s->keep_16bit = keep_16bit;
   return WeightSource(std::move(s), "");
 }
 
@@ -130,7 +153,7 @@ at::Tensor WeightSource::get(const std::string& relative, const std::vector<int6
   if (s.shapes_only) {
     w = at::empty(shape, at::kFloat);  // large ones are mapped, not touched
   } else if (!s.tensors) {
-    w = random_tensor(s.seed, spec);
+    w = random_weight(s.seed, spec);
     s.stored.emplace(spec.name, s.stored_dtype == at::kFloat ? w : w.to(s.stored_dtype));
   } else {
     std::vector<std::string> tried;
@@ -149,8 +172,7 @@ at::Tensor WeightSource::get(const std::string& relative, const std::vector<int6
     if (t.sizes() != at::IntArrayRef(shape))
       throw InputError(concat(s.origin, ": tensor ", *found, " has shape ", concat(t.sizes()),
                               " but config.json implies ", concat(at::IntArrayRef(shape))));
-    // Own a float32 copy only when needed; f32 aligned tensors stay zero-copy over the mapping.
-    w = t.to(at::kFloat);
+    w = held(t, s.keep_16bit);
   }
   // A transposed view, not a copy: linear() then multiplies by the stored [in, out] matrix
   // directly (BLAS takes either layout at the same speed), so GPT-2's Conv1D weights stay

@@ -2,7 +2,8 @@
 // module being built, its shape as stored and how a fresh one is initialised, as it builds
 // (candle's VarBuilder: vb.pp("model").pp("layers").pp(i)). The same walk
 //   - loads a checkpoint: finds each tensor (or an alias), checks dtype and shape, converts to
-//     float32, and afterwards names the tensors nothing asked for;
+//     float32 (16-bit matrices may stay as stored: keep_16bit), and afterwards names the tensors
+//     nothing asked for;
 //   - makes init-model's deterministic random weights, exactly the names the builder asks for;
 //   - records the specs (name, shape, init), which tests and tools list.
 #pragma once
@@ -33,10 +34,17 @@ struct WeightSpec {
   Init init = Init::kMatrix;
 };
 
+// The deterministic random float32 weight init-model writes for `spec` under `seed` (what
+// WeightSource::random() hands out): the same bytes on every build and thread count.
+at::Tensor random_weight(uint64_t seed, const WeightSpec& spec);
+
 class WeightSource {
  public:
   // Weights from a checkpoint's tensors (any floating dtype); `origin` names it in errors.
-  static WeightSource load(const std::map<std::string, at::Tensor>& tensors, std::string origin);
+  // keep_16bit: BF16/F16 matrices (2 or more dimensions) are returned as stored, for Linear and
+  // Embedding to widen as they run (WeightsDtype::kKeep); vectors are float32 either way.
+  static WeightSource load(const std::map<std::string, at::Tensor>& tensors, std::string origin,
+                           bool keep_16bit = false);
   // Deterministic random weights (init-model, the demo model): the same seed gives the same bytes
   // on every build, whatever LibTorch's RNG; `stored` is the dtype stored() returns them in.
   static WeightSource random(uint64_t seed, at::ScalarType stored = at::kFloat);
@@ -52,7 +60,8 @@ class WeightSource {
   // The module name the prefix stands for: "model.layers.3" for "model.layers.3.".
   std::string path() const { return prefix_.empty() ? "" : prefix_.substr(0, prefix_.size() - 1); }
 
-  // The float32 weight `name` (relative to the prefix), stored with `shape`. `aliases` are other
+  // The weight `name` (relative to the prefix), stored with `shape`: float32, or as stored for a
+  // 16-bit matrix under keep_16bit. `aliases` are other
   // full names it may be stored under (a tied lm_head.weight). Throws InputError naming the tensor
   // and the checkpoint when it is missing, not floating point or of another shape.
   at::Tensor get(const std::string& name, const std::vector<int64_t>& shape,

@@ -10,7 +10,11 @@ ScaledEmbedding::ScaledEmbedding(const std::string& name, at::Tensor weight, flo
 }
 
 at::Tensor ScaledEmbedding::forward(const at::Tensor& ids, ForwardState&) {
-  return at::embedding(weight_, ids).mul_(at::scalar_tensor(scale_, weight_.options()));
+  // A 16-bit table is looked up as stored; only the rows gathered are widened, then scaled in
+  // float32 as HF scales float32 hidden states.
+  at::Tensor rows = at::embedding(weight_, ids);
+  if (rows.scalar_type() != at::kFloat) rows = rows.to(at::kFloat);
+  return rows.mul_(at::scalar_tensor(scale_, rows.options()));
 }
 
 SoftcappedHead::SoftcappedHead(std::unique_ptr<Module> head, int64_t width, double cap)

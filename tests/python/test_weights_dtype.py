@@ -1,0 +1,44 @@
+"""16-bit checkpoints stay 16-bit: `--weights-dtype keep` (the default) gives exactly the captures of
+widening at load (`f32`) while the plan counts half the weight bytes; bad values are one line,
+exit 2. (Parity of keep against the reference for every family: test_parity.py's
+test_parity_half_precision_checkpoint, which runs the default.)"""
+import json
+
+import numpy as np
+import pytest
+
+import actcap_helpers as H
+from actcap_helpers import actcap
+
+pytestmark = pytest.mark.usefixtures("actcap_bin")
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "gemma2", "gpt_neox", "phi3"])
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_keep_and_f32_capture_the_same_bytes(models, tmp_path, arch, dtype):
+    m = models(arch, dtype=dtype)
+    seqs = H.random_tokens(H.load_config(m)["vocab_size"], [9, 4], seed=12)
+    _, keep, _ = H.run_capture(m, tmp_path / "keep", seqs, extra=("--devices", "3"))
+    _, wide, _ = H.run_capture(m, tmp_path / "f32", seqs, extra=("--weights-dtype", "f32"))
+    assert set(keep) == set(wide)
+    for name in keep:
+        assert np.array_equal(keep[name], wide[name]), name
+
+
+def test_plan_counts_stored_bytes(models):
+    m = models("llama", dtype="bf16")
+
+    def weights(mode):
+        p = actcap("plan", m, "--weights-dtype", mode, "--json", check=True)
+        return sum(d["weights"] for d in json.loads(p.stdout)["devices"])
+
+    keep, wide = weights("keep"), weights("f32")
+    assert 0.45 * wide < keep < 0.55 * wide, (keep, wide)
+
+
+def test_bad_weights_dtype_is_one_line(models, tmp_path):
+    p = actcap("run", models("llama", dtype="bf16"), "--tokens", "1,2", "--capture", "model.norm", "--weights-dtype", "bf16",
+               "--out", tmp_path / "o")
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--weights-dtype" in lines[0] and "keep, f32" in lines[0], p.stderr
