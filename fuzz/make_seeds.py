@@ -133,6 +133,14 @@ QWEN2 = {"architectures": ["Qwen2ForCausalLM"], "bos_token_id": 1, "eos_token_id
          "rope_theta": 10000.0, "sliding_window": 4096, "tie_word_embeddings": False,
          "torch_dtype": "float32", "use_sliding_window": False, "vocab_size": 512}
 
+GEMMA3 = {"architectures": ["Gemma3ForCausalLM"], "bos_token_id": 2, "eos_token_id": 1, "head_dim": 16,
+          "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 64, "intermediate_size": 160,
+          "max_position_embeddings": 256, "model_type": "gemma3_text", "num_attention_heads": 4,
+          "num_hidden_layers": 4, "num_key_value_heads": 2, "query_pre_attn_scalar": 16,
+          "rms_norm_eps": 1e-06, "rope_local_base_freq": 10000.0, "rope_scaling": None,
+          "rope_theta": 1000000.0, "sliding_window": 4, "sliding_window_pattern": 3,
+          "tie_word_embeddings": True, "torch_dtype": "float32", "vocab_size": 512}
+
 
 def config_seeds():
     d = reset("fuzz_config")
@@ -179,6 +187,21 @@ def config_seeds():
     variant("mistral_no_window.json", MISTRAL, sliding_window=KeyError)
     variant("qwen2_window.json", QWEN2, use_sliding_window=True, max_window_layers=2,
             sliding_window=16, hidden_act="gelu_pytorch_tanh")
+    variant("gemma3.json", GEMMA3, rope_scaling={"rope_type": "linear", "factor": 8.0})
+    variant("gemma3_rope_parameters_v5.json", GEMMA3, rope_theta=KeyError, rope_scaling=KeyError,
+            rope_local_base_freq=KeyError, sliding_window_pattern=KeyError,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+            rope_parameters={"full_attention": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 5e5,
+                                                "original_max_position_embeddings": 64},
+                             "sliding_attention": {"rope_type": "linear", "factor": 2.0}})
+    variant("gemma3_multimodal.json", {"model_type": "gemma3",
+                                       "architectures": ["Gemma3ForConditionalGeneration"],
+                                       "eos_token_id": [1, 106], "vision_config": {"hidden_size": 16},
+                                       "text_config": {"hidden_size": 64, "intermediate_size": 160,
+                                                       "num_hidden_layers": 4, "vocab_size": 512,
+                                                       "head_dim": 16, "sliding_window": 4,
+                                                       "rope_scaling": {"factor": 8.0,
+                                                                        "rope_type": "linear"}}})
     # Near-valid.
     variant("bad_missing_vocab.json", GPT2, vocab_size=KeyError)
     variant("bad_heads.json", GPT2, n_head=5)

@@ -80,6 +80,7 @@ struct WeightSource::State {
   bool keep_16bit = false;
   std::vector<std::pair<std::string, std::string>> prefix_aliases;
   std::vector<std::string> ignored_suffixes;
+  std::vector<std::string> ignored_prefixes;
   std::vector<WeightSpec> specs;
   std::set<std::string> used;
   std::map<std::string, at::Tensor> stored;
@@ -144,6 +145,10 @@ void WeightSource::ignore_suffix(const std::string& suffix) {
   state_->ignored_suffixes.push_back(suffix);
 }
 
+void WeightSource::ignore_prefix(const std::string& prefix) {
+  state_->ignored_prefixes.push_back(prefix);
+}
+
 at::Tensor WeightSource::get(const std::string& relative, const std::vector<int64_t>& shape,
                              Init init, Layout layout, const std::vector<std::string>& aliases) {
   State& s = *state_;
@@ -188,6 +193,7 @@ void WeightSource::warn_unused() const {
     if (s.used.count(name)) continue;
     bool ignored = false;
     for (const std::string& suf : s.ignored_suffixes) ignored |= ends_with(name, suf);
+    for (const std::string& pre : s.ignored_prefixes) ignored |= starts_with(name, pre);
     if (!ignored) unused.push_back(name);
   }
   if (unused.empty()) return;

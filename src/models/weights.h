@@ -73,6 +73,9 @@ class WeightSource {
   void alias_prefix(const std::string& prefix, const std::string& alternative);
   // Tensors ending with `suffix` are buffers, not weights: present or not, never reported.
   void ignore_suffix(const std::string& suffix);
+  // Tensors beginning with `prefix` belong to parts actcap does not run (a multimodal checkpoint's
+  // vision tower): present or not, never reported.
+  void ignore_prefix(const std::string& prefix);
 
   // After the build: warns (actcap::warn) about checkpoint tensors nothing asked for.
   void warn_unused() const;

@@ -3,10 +3,13 @@ import json
 import os
 import sys
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from cli import one_error_line, run  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
+import st  # noqa: E402  minimal safetensors reader written from the spec
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +47,8 @@ def test_split_run_files_identical_to_single_device(llama, tmp_path):
 @pytest.mark.parametrize("arch,layers", [("gpt2", "transformer.h"), ("mistral", "model.layers"),
                                          ("qwen2", "model.layers"), ("qwen3", "model.layers"),
                                          ("olmo2", "model.layers"), ("gemma2", "model.layers"),
-                                         ("gpt_neox", "gpt_neox.layers"), ("phi3", "model.layers")])
+                                         ("gemma3_text", "model.layers"), ("gpt_neox", "gpt_neox.layers"),
+                                         ("phi3", "model.layers")])
 def test_split_run_files_identical_to_single_device_per_arch(actcap_bin, tmp_path, arch, layers):
     """As above for the other families: 3 devices write the same shard bytes as one (every point,
     Qwen3's q_norm / k_norm included)."""
@@ -61,7 +65,7 @@ def test_split_run_files_identical_to_single_device_per_arch(actcap_bin, tmp_pat
     manifest = json.loads(open(outs[1] / "manifest.json").read())
     assert set(manifest["device_map"].values()) == {"cpu:0", "cpu:1", "cpu:2"}
     assert manifest["device_map"][f"{layers}.3"] in {"cpu:1", "cpu:2"}
-    if arch == "qwen3":
+    if arch in ("qwen3", "gemma3_text"):
         assert "model.layers.3.self_attn.q_norm" in manifest["points"]
 
 
@@ -77,6 +81,42 @@ def test_compare_3_devices_bit_identical_with_logits(actcap_bin, tmp_path, arch)
     assert j["equal"] and all(r["equal"] for r in j["points"])
     assert set(j["device_map"].values()) == {"cpu:0", "cpu:1", "cpu:2"}
     assert {"logits", "lm_head", "model.layers.3.post_feedforward_layernorm"} <= {r["point"] for r in j["points"]}
+
+
+def _gemma3_variant(tmp_path, variant):
+    """init-model's tiny Gemma 3 (layers 0, 1, 3 local with window 4, layer 2 global), with a final
+    soft-cap of 0.5 that bites ("capped"), or rewritten as a Gemma3ForConditionalGeneration
+    checkpoint in the Hub's older key layout with a vision tensor beside it ("multimodal")."""
+    m = tmp_path / "m"
+    run("init-model", "--arch", "gemma3_text", "--preset", "tiny", "--seed", "5", "--out", m, check=0)
+    cfg = json.loads((m / "config.json").read_text())
+    if variant == "capped":
+        cfg["final_logit_softcapping"] = 0.5
+    else:
+        text = {k: v for k, v in cfg.items() if k not in ("architectures", "torch_dtype")}
+        cfg = {"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"], "text_config": text}
+        w = st.load_checkpoint(str(m))
+        w = {k.replace("model.", "language_model.model.", 1): v for k, v in w.items()}
+        w["vision_tower.vision_model.post_layernorm.weight"] = np.ones(8, np.float32)
+        st.save(str(m / "model.safetensors"), w, metadata={"format": "pt"})
+    (m / "config.json").write_text(json.dumps(cfg))
+    return m
+
+
+@pytest.mark.parametrize("variant", ["capped", "multimodal"])
+def test_compare_3_devices_bit_identical_gemma3(actcap_bin, tmp_path, variant):
+    """Gemma 3 over 3 devices: every point and the model's logits (capped after lm_head in the head
+    stage) bit-identical to one device; a multimodal checkpoint places HF's module names
+    (model.language_model.layers.N, lm_head)."""
+    m = _gemma3_variant(tmp_path, variant)
+    p = run("compare", m, "--tokens", "1,2,3,4,5,6,7,8,9,10,11;7,8", "--capture", "**", "**:input",
+            "--devices", "3", "--json", check=0)
+    j = json.loads(p.stdout)
+    assert j["equal"] and all(r["equal"] for r in j["points"])
+    assert set(j["device_map"].values()) == {"cpu:0", "cpu:1", "cpu:2"}
+    base = "model.language_model" if variant == "multimodal" else "model"
+    assert {"logits", "lm_head", f"{base}.layers.3.self_attn.k_norm"} <= {r["point"] for r in j["points"]}
+    assert {f"{base}.embed_tokens", f"{base}.layers.2", f"{base}.norm", "lm_head"} <= set(j["device_map"])
 
 
 @pytest.mark.parametrize("arch", ["gpt_neox", "phi3"])

@@ -2,7 +2,7 @@
 
 Written from the semantics of Hugging Face transformers' modeling_gpt2.py, modeling_llama.py,
 modeling_mistral.py, modeling_qwen2.py, modeling_qwen3.py, modeling_olmo2.py, modeling_gemma2.py,
-modeling_gpt_neox.py, modeling_phi3.py and modeling_rope_utils.py (eager attention, no padding, no
+modeling_gemma3.py, modeling_gpt_neox.py, modeling_phi3.py and modeling_rope_utils.py (eager attention, no padding, no
 cache, eval mode), using only torch + numpy + the minimal safetensors reader in st.py. config.json may be in transformers 4.x form (rope_theta / rope_scaling,
 torch_dtype) or 5.x form (rope_parameters, layer_types, dtype); the dtype fields are not read.
 
@@ -25,6 +25,13 @@ Hook points (N = layer index):
   gemma2: as llama plus .pre_feedforward_layernorm (before .mlp) and .post_feedforward_layernorm
          (after it); model.embed_tokens is the embedding times sqrt(hidden_size); lm_head is
          uncapped (the model's logits are soft-capped after it)
+  gemma3 (model_type gemma3_text): as gemma2 plus .self_attn.q_norm / .k_norm, per head after the
+         three projections ([heads, head_dim] per token; HF applies them to the [heads, T, head_dim]
+         view); model.embed_tokens is the embedding module's own (scaled) output; local layers use
+         their own RoPE; lm_head uncapped.
+  gemma3 (model_type gemma3, Gemma3ForConditionalGeneration): the same text model under HF's
+         names model.language_model.embed_tokens, model.language_model.layers.N...,
+         model.language_model.norm, lm_head; the vision tower is not run (its tensors are skipped).
   olmo2: as llama without .input_layernorm, plus .post_feedforward_layernorm (after .mlp) and
          .self_attn.q_norm / .k_norm over the whole projection ([heads * head_dim] per token)
   qwen3 adds .self_attn.q_norm and .self_attn.k_norm (RMSNorm over head_dim, applied per head to
@@ -51,7 +58,8 @@ import torch.nn.functional as F
 
 import st
 
-ARCHS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gpt_neox", "phi3")
+ARCHS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3_text", "gemma3",
+         "gpt_neox", "phi3")
 
 
 class ReferenceError(ValueError):
@@ -127,6 +135,15 @@ GEMMA2_DEFAULTS = dict(vocab_size=256000, hidden_size=2304, intermediate_size=92
                        max_position_embeddings=8192, rms_norm_eps=1e-6, tie_word_embeddings=True,
                        attention_bias=False, query_pre_attn_scalar=256, sliding_window=4096,
                        final_logit_softcapping=30.0, attn_logit_softcapping=50.0)
+# Gemma3TextConfig's defaults (configuration_gemma3.py, transformers 4.50+ and 5.x agree).
+GEMMA3_DEFAULTS = dict(vocab_size=262208, hidden_size=2304, intermediate_size=9216,
+                       num_hidden_layers=26, num_attention_heads=8, num_key_value_heads=4,
+                       head_dim=256, hidden_activation="gelu_pytorch_tanh",
+                       max_position_embeddings=131072, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                       attention_bias=False, query_pre_attn_scalar=256, sliding_window=4096,
+                       final_logit_softcapping=None, attn_logit_softcapping=None,
+                       rope_theta=1_000_000.0, rope_local_base_freq=10_000.0, sliding_window_pattern=6,
+                       use_bidirectional_attention=False)
 # Olmo2Config's defaults (configuration_olmo2.py).
 OLMO2_DEFAULTS = dict(vocab_size=50304, hidden_size=4096, intermediate_size=11008,
                       num_hidden_layers=32, num_attention_heads=32, hidden_act="silu",
@@ -176,6 +193,8 @@ class Config:
             self._olmo2(cfg)
         elif mt == "gemma2":
             self._gemma2(cfg)
+        elif mt in ("gemma3_text", "gemma3"):
+            self._gemma3(cfg)
         elif mt == "gpt_neox":
             self._gpt_neox(cfg)
         elif mt == "phi3":
@@ -271,13 +290,13 @@ class Config:
         self.rope = self._rope(cfg)
         self.windows = [None] * self.layers
 
-    def _gemma2(self, cfg):
-        """Gemma2Config: every field has a default (GEMMA2_DEFAULTS); the MLP uses
-        hidden_activation (hidden_act is not read); layer_types defaults to sliding_attention on
-        even layers; the soft-caps and sliding_window may be null (off); hidden_size must be a
-        multiple of num_attention_heads (validate_architecture)."""
-        d = GEMMA2_DEFAULTS
-
+    def _gemma_common(self, cfg, d, pattern):
+        """What Gemma2Config and Gemma3TextConfig share, every field defaulting to `d`: sizes,
+        hidden_activation (the MLP's; hidden_act is not read), eps, tying, head_dim, q/k/v/o biases,
+        query_pre_attn_scalar, and the windows: layer_types, by default "full_attention" on the
+        layers with (i + 1) % pattern == 0 and "sliding_attention" elsewhere; sliding_window may be
+        null (off) unless a layer slides. Returns the readers get (null -> default) and get_nullable
+        (only absent -> default)."""
         def get(k):
             return cfg[k] if cfg.get(k) is not None else d[k]
 
@@ -294,20 +313,15 @@ class Config:
         self.eps = float(get("rms_norm_eps"))
         self.tie = bool(get("tie_word_embeddings"))
         self.head_dim = int(get("head_dim"))
-        if self.hidden % self.heads:
-            raise ReferenceError("hidden_size not divisible by num_attention_heads")
         if self.heads % self.kv_heads:
             raise ReferenceError("num_attention_heads not divisible by num_key_value_heads")
         self.attention_bias = bool(get("attention_bias"))
         self.mlp_bias = False
         self.query_pre_attn_scalar = float(get("query_pre_attn_scalar"))
-        self.attn_softcap = get_nullable("attn_logit_softcapping")
-        self.final_softcap = get_nullable("final_logit_softcapping")
-        self.rope = self._rope(cfg)
         sw = get_nullable("sliding_window")
         types = cfg.get("layer_types")
         if types is None:
-            types = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(self.layers)]
+            types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(self.layers)]
         if not isinstance(types, list) or len(types) != self.layers:
             raise ReferenceError(f"layer_types must list {self.layers} layer types")
         bad = [t for t in types if t not in LAYER_TYPES]
@@ -315,7 +329,66 @@ class Config:
             raise ReferenceError(f"unsupported layer type {bad[0]!r}")
         if "sliding_attention" in types and sw is None:
             raise ReferenceError("sliding_attention layers but sliding_window is null")
+        self.layer_types = list(types)
         self.windows = [sw if t == "sliding_attention" else None for t in types]
+        return get, get_nullable
+
+    def _gemma2(self, cfg):
+        """Gemma2Config (GEMMA2_DEFAULTS): layer_types defaults to sliding_attention on even layers;
+        the soft-caps may be null (off); hidden_size must be a multiple of num_attention_heads
+        (validate_architecture)."""
+        _, get_nullable = self._gemma_common(cfg, GEMMA2_DEFAULTS, 2)
+        if self.hidden % self.heads:
+            raise ReferenceError("hidden_size not divisible by num_attention_heads")
+        self.attn_softcap = get_nullable("attn_logit_softcapping")
+        self.final_softcap = get_nullable("final_logit_softcapping")
+        self.rope = self._rope(cfg)
+
+    def _gemma3(self, cfg):
+        """Gemma3TextConfig (every field has a default, GEMMA3_DEFAULTS), directly (gemma3_text) or
+        as Gemma3Config's text_config (gemma3: absent -> all defaults; its own tie_word_embeddings,
+        when set, decides the tying). layer_types defaults to "full_attention" on layers with
+        (i + 1) % sliding_window_pattern == 0, "sliding_attention" elsewhere. RoPE as
+        Gemma3TextConfig.convert_rope_params_to_dict: rope_parameters keyed by layer type (5.x) or
+        the defaults {"rope_type": "default"}; rope_scaling updates the full_attention entry;
+        rope_theta (1e6) and rope_local_base_freq (1e4) set rope_theta where an entry lacks it.
+        attn_logit_softcapping is never applied (Gemma3Attention does not pass it);
+        final_logit_softcapping caps Gemma3ForCausalLM's logits only (Gemma3ForConditionalGeneration's
+        forward does not cap)."""
+        top = cfg
+        self.multimodal = cfg.get("model_type") == "gemma3"
+        self.arch = "gemma3"
+        if self.multimodal:
+            cfg = cfg.get("text_config") or {}
+            if not isinstance(cfg, dict):
+                raise ReferenceError("text_config must be an object")
+        self.prefix = "model.language_model" if self.multimodal else "model"
+        pattern = int(cfg.get("sliding_window_pattern") or GEMMA3_DEFAULTS["sliding_window_pattern"])
+        get, get_nullable = self._gemma_common(cfg, GEMMA3_DEFAULTS, pattern)
+        if self.multimodal and top.get("tie_word_embeddings") is not None:
+            self.tie = bool(top["tie_word_embeddings"])
+        if get("use_bidirectional_attention"):
+            raise ReferenceError("use_bidirectional_attention is not causal")
+        self.attn_softcap = None  # read by HF's config, never used by its attention
+        self.final_softcap = None if self.multimodal else get_nullable("final_logit_softcapping")
+        mp = int(get("max_position_embeddings"))
+        rp = cfg.get("rope_parameters")
+        full = dict((rp or {}).get("full_attention") or {"rope_type": "default"})
+        local = dict((rp or {}).get("sliding_attention") or {"rope_type": "default"})
+        rs = cfg.get("rope_scaling")
+        if rs is not None:
+            if rs.get("type", "default") != "default" and "rope_type" not in rs:
+                # 4.x's Gemma3RotaryEmbedding reads `type`; 5.x merges it into {"rope_type": "default"}
+                raise ReferenceError("rope_scaling with a legacy `type`: transformers 4.x and 5.x disagree")
+            full.update(rs)
+        if full.get("rope_theta") is None:
+            full["rope_theta"] = get("rope_theta")
+        if local.get("rope_theta") is None:
+            local["rope_theta"] = get("rope_local_base_freq")
+        self.rope = self._rope({"rope_parameters": full, "max_position_embeddings": mp,
+                                "model_type": "gemma3_text"})
+        self.local_rope = self._rope({"rope_parameters": local, "max_position_embeddings": mp,
+                                      "model_type": "gemma3_text"})
 
     # -- RoPE ----------------------------------------------------------------------------------
     def _gpt_neox(self, cfg):
@@ -627,7 +700,7 @@ def _rope_llama3(rope, head_dim, seq_len=None):
 ROPE_FUNCTIONS = {"default": _rope_default, "linear": _rope_linear, "dynamic": _rope_dynamic,
                   "yarn": _rope_yarn, "longrope": _rope_longrope, "llama3": _rope_llama3}
 ROPE_TYPES = tuple(ROPE_FUNCTIONS)
-MAX_POSITIONS_DEFAULT = {"gemma2": 8192, "llama": 2048, "mistral": 4096 * 32, "qwen2": 32768, "qwen3": 32768,
+MAX_POSITIONS_DEFAULT = {"gemma2": 8192, "gemma3_text": 131072, "llama": 2048, "mistral": 4096 * 32, "qwen2": 32768, "qwen3": 32768,
                          "gpt_neox": 2048, "phi3": 4096}
 
 
@@ -723,6 +796,26 @@ def _norm_llama_names(w):
     return {k: v for k, v in w.items() if not k.endswith("rotary_emb.inv_freq")}
 
 
+GEMMA3_VISION_PREFIXES = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.",
+                          "model.multi_modal_projector.")
+
+
+def _norm_gemma3_multimodal_names(w):
+    """Gemma3ForConditionalGeneration's tensors under the names of transformers >= 4.52
+    (its _checkpoint_conversion_mapping: language_model.model. -> model.language_model.,
+    language_model.lm_head. -> lm_head.), without the vision tower and the projector."""
+    out = {}
+    for k, v in w.items():
+        if k.startswith(GEMMA3_VISION_PREFIXES):
+            continue
+        if k.startswith("language_model.model."):
+            k = "model.language_model." + k[len("language_model.model."):]
+        elif k.startswith("language_model.lm_head."):
+            k = "lm_head." + k[len("language_model.lm_head."):]
+        out[k] = v
+    return out
+
+
 def expected_shapes(cfg):
     """HF tensor name -> shape for a checkpoint of this config (untied: includes lm_head.weight).
 
@@ -782,11 +875,12 @@ def expected_shapes(cfg):
             s[p + "mlp.gate_up_proj.weight"] = [2 * I, H]
             s[p + "mlp.down_proj.weight"] = [H, I]
         s["model.norm.weight"] = [H]
-    elif c.arch == "gemma2":
+    elif c.arch in ("gemma2", "gemma3"):
         q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
-        s["model.embed_tokens.weight"] = [V, H]
+        base = getattr(c, "prefix", "model")
+        s[base + ".embed_tokens.weight"] = [V, H]
         for i in range(c.layers):
-            p = f"model.layers.{i}."
+            p = f"{base}.layers.{i}."
             s[p + "input_layernorm.weight"] = [H]
             for nm, rows in (("q_proj", q), ("k_proj", kv), ("v_proj", kv)):
                 s[p + f"self_attn.{nm}.weight"] = [rows, H]
@@ -795,13 +889,16 @@ def expected_shapes(cfg):
             s[p + "self_attn.o_proj.weight"] = [H, q]
             if c.attention_bias:
                 s[p + "self_attn.o_proj.bias"] = [H]
+            if c.arch == "gemma3":
+                s[p + "self_attn.q_norm.weight"] = [c.head_dim]
+                s[p + "self_attn.k_norm.weight"] = [c.head_dim]
             s[p + "post_attention_layernorm.weight"] = [H]
             s[p + "pre_feedforward_layernorm.weight"] = [H]
             s[p + "mlp.gate_proj.weight"] = [I, H]
             s[p + "mlp.up_proj.weight"] = [I, H]
             s[p + "mlp.down_proj.weight"] = [H, I]
             s[p + "post_feedforward_layernorm.weight"] = [H]
-        s["model.norm.weight"] = [H]
+        s[base + ".norm.weight"] = [H]
     elif c.arch == "olmo2":
         q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
         s["model.embed_tokens.weight"] = [V, H]
@@ -871,7 +968,9 @@ class Model:
             prefix = ""
         else:
             w = _norm_llama_names(w)
-            emb_key = "model.embed_tokens.weight"
+            if getattr(self.cfg, "multimodal", False):
+                w = _norm_gemma3_multimodal_names(w)
+            emb_key = getattr(self.cfg, "prefix", "model") + ".embed_tokens.weight"
             prefix = ""
         # Tied embeddings: the single stored copy may live under either name.
         if self.cfg.tie:
@@ -904,8 +1003,8 @@ class Model:
                 pts = self._gpt2(ids)
             elif self.cfg.arch == "olmo2":
                 pts = self._olmo2(ids, rope_seq_len)
-            elif self.cfg.arch == "gemma2":
-                pts = self._gemma2(ids, rope_seq_len)
+            elif self.cfg.arch in ("gemma2", "gemma3"):
+                pts = self._gemma(ids, rope_seq_len)
             elif self.cfg.arch == "gpt_neox":
                 pts = self._gpt_neox(ids, rope_seq_len)
             elif self.cfg.arch == "phi3":
@@ -1182,21 +1281,30 @@ class Model:
         rec("lm_head", hn, F.linear(hn, w["lm_head.weight"]))
         return pts
 
-    def _gemma2(self, ids, rope_seq_len=None):
-        """Gemma2Model / Gemma2DecoderLayer / Gemma2Attention / Gemma2ForCausalLM (eager):
-        - Gemma2RMSNorm: x * rsqrt(mean(x^2) + eps) in float32, times (1 + w) in float32, cast back;
-        - hidden = embed_tokens(ids) * torch.tensor(hidden_size ** 0.5, dtype=hidden dtype); the
-          model.embed_tokens point is recorded scaled (actcap's documented point; HF's nn.Embedding
-          returns it unscaled and Gemma2Model multiplies after it);
+    def _gemma(self, ids, rope_seq_len=None):
+        """Gemma 2 and Gemma 3 (eager): Gemma2Model / Gemma2DecoderLayer / Gemma2Attention and
+        Gemma2ForCausalLM; Gemma3TextModel / Gemma3DecoderLayer / Gemma3Attention and
+        Gemma3ForCausalLM or Gemma3ForConditionalGeneration's text path.
+        - Gemma2RMSNorm / Gemma3RMSNorm: x * rsqrt(mean(x^2) + eps) in float32, times (1 + w) in
+          float32, cast back;
+        - the embedding times torch.tensor(hidden_size ** 0.5) in the weight's dtype (float32 here).
+          Gemma 2: Gemma2Model multiplies after nn.Embedding, so HF's module returns it unscaled; the
+          model.embed_tokens point is recorded scaled (actcap's documented point). Gemma 3:
+          Gemma3TextScaledWordEmbedding scales inside the module, so the point is HF's own;
         - h = x + post_attention_layernorm(self_attn(input_layernorm(x)));
           out = h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h)));
-        - scores = q k^T * query_pre_attn_scalar**-0.5, then cap * tanh(scores / cap) when
-          attn_logit_softcapping is set, then the (sliding or causal) mask, softmax in float32;
+        - attention: Gemma 3 runs q_proj, k_proj, v_proj, then q_norm and k_norm (its RMSNorm over
+          head_dim, per head) before RoPE, and rotates local ("sliding_attention") layers with their
+          own table; scores * query_pre_attn_scalar**-0.5, then cap * tanh(scores / cap) with Gemma
+          2's attn_logit_softcapping (Gemma 3 never caps them), then the (sliding or causal) mask,
+          softmax in float32;
         - mlp: down(act(gate(x)) * up(x)) with hidden_activation;
-        - logits = lm_head(norm(h)); then cap * tanh(logits / cap) with final_logit_softcapping
-          (the lm_head point is lm_head's own output, uncapped)."""
+        - logits = lm_head(norm(h)), the lm_head point; the model then caps them with
+          final_logit_softcapping (final_logits)."""
         c, w, lin = self.cfg, self.w, self._lin
+        gemma3 = c.arch == "gemma3"
         T = ids.shape[0]
+        B = getattr(c, "prefix", "model")
         pts = OrderedDict()
 
         def rec(name, inp, out):
@@ -1207,12 +1315,14 @@ class Model:
             out = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + c.eps)
             return (out * (1.0 + w[p + ".weight"].float())).type_as(x)
 
-        cos, sin = rope_cos_sin(c.rope, c.head_dim, T, seq_len=rope_seq_len)
-        e = F.embedding(ids, w["model.embed_tokens.weight"])
-        h = e * torch.tensor(c.hidden ** 0.5, dtype=e.dtype)
-        rec("model.embed_tokens", ids, h)
+        tables = {"full_attention": rope_cos_sin(c.rope, c.head_dim, T, seq_len=rope_seq_len)}
+        if gemma3:
+            tables["sliding_attention"] = rope_cos_sin(c.local_rope, c.head_dim, T, seq_len=rope_seq_len)
+        weight = w[B + ".embed_tokens.weight"]
+        h = F.embedding(ids, weight) * torch.tensor(c.hidden ** 0.5).to(weight.dtype)
+        rec(B + ".embed_tokens", ids, h)
         for i in range(c.layers):
-            p = f"model.layers.{i}"
+            p = f"{B}.layers.{i}"
             A = p + ".self_attn"
             layer_in = h
             x = rms(h, p + ".input_layernorm")
@@ -1221,6 +1331,13 @@ class Model:
             for nm in ("q_proj", "k_proj", "v_proj"):
                 qkv.append(lin(x, f"{A}.{nm}"))
                 rec(f"{A}.{nm}", x, qkv[-1])
+            if gemma3:
+                for j, (nm, n) in enumerate((("q_norm", c.heads), ("k_norm", c.kv_heads))):
+                    per_head = qkv[j].view(T, n, c.head_dim)
+                    normed = rms(per_head, f"{A}.{nm}")
+                    rec(f"{A}.{nm}", per_head, normed)
+                    qkv[j] = normed.reshape(T, n * c.head_dim)
+            cos, sin = tables[c.layer_types[i] if gemma3 else "full_attention"]
             o = self._attend(*qkv, cos, sin, c.query_pre_attn_scalar ** -0.5, c.windows[i], c.attn_softcap)
             a = lin(o, A + ".o_proj")
             rec(A + ".o_proj", o, a)
@@ -1236,8 +1353,8 @@ class Model:
             out = h + dn
             rec(p, layer_in, out)
             h = out
-        hn = rms(h, "model.norm")
-        rec("model.norm", h, hn)
+        hn = rms(h, B + ".norm")
+        rec(B + ".norm", h, hn)
         rec("lm_head", hn, F.linear(hn, w["lm_head.weight"]))
         return pts
 

@@ -43,6 +43,16 @@ TINY = {
                    max_position_embeddings=128, rms_norm_eps=1e-6, rope_theta=10000.0, attention_bias=False,
                    query_pre_attn_scalar=16, sliding_window=4, attn_logit_softcapping=50.0,
                    final_logit_softcapping=30.0, tie_word_embeddings=True),
+    # head_dim 16 != 32 / 4; sliding_window_pattern 2: layers 0 and 2 local (window 4, RoPE base
+    # 10000 unscaled), 1 and 3 global (RoPE base 1e6 with rope_scaling when set)
+    "gemma3_text": dict(model_type="gemma3_text", architectures=["Gemma3ForCausalLM"], vocab_size=384,
+                        hidden_size=32, intermediate_size=80, num_hidden_layers=4, num_attention_heads=4,
+                        num_key_value_heads=2, head_dim=16, hidden_activation="gelu_pytorch_tanh",
+                        max_position_embeddings=128, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                        rope_local_base_freq=10000.0, rope_scaling=None, attention_bias=False,
+                        query_pre_attn_scalar=16, sliding_window=4, sliding_window_pattern=2,
+                        attn_logit_softcapping=None, final_logit_softcapping=None, tie_word_embeddings=True,
+                        bos_token_id=2, eos_token_id=1, pad_token_id=0),
     "olmo2": dict(model_type="olmo2", architectures=["Olmo2ForCausalLM"], vocab_size=384, hidden_size=32,
                   intermediate_size=80, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                   hidden_act="silu", max_position_embeddings=128, rms_norm_eps=1e-6, rope_theta=10000.0,
@@ -60,6 +70,9 @@ TINY = {
                  rms_norm_eps=1e-5, rope_theta=10000.0, rope_scaling=None, partial_rotary_factor=0.5,
                  sliding_window=6, tie_word_embeddings=False),
 }
+
+
+GEMMA = ("gemma2", "gemma3_text", "gemma3")  # norm weights are offsets from one: (1 + w)
 
 
 def tiny_config(arch, **overrides):
@@ -80,7 +93,7 @@ def random_weights(cfg, seed=0):
         leaf = name.rsplit(".", 2)
         if any(s in name for s in ("ln_", "layernorm", "norm.weight")) and name.endswith(".weight"):
             # Gemma's norm weights are offsets from one (it scales by 1 + w)
-            a = (0.0 if cfg.get("model_type") == "gemma2" else 1.0) + 0.1 * rng.standard_normal(shape)
+            a = (0.0 if cfg.get("model_type") in GEMMA else 1.0) + 0.1 * rng.standard_normal(shape)
         elif name.endswith(".bias"):
             a = 0.1 * rng.standard_normal(shape)
         elif "wte" in name or "wpe" in name or "embed_tokens" in name or "embed_in" in name:
@@ -91,14 +104,62 @@ def random_weights(cfg, seed=0):
     return out
 
 
+def gemma3_multimodal(text_cfg, layout="new", **top):
+    """A Gemma3ForConditionalGeneration config.json around the text config `text_cfg` (as
+    google/gemma-3-4b-pt's, with a small vision_config). `layout` is how write_checkpoint names the
+    tensors: "new" as transformers >= 4.52 saves them (model.language_model.*, model.vision_tower.*,
+    model.multi_modal_projector.*, lm_head), "old" as the Hub's checkpoints (language_model.model.*,
+    vision_tower.*, multi_modal_projector.*, language_model.lm_head); "none" leaves out the text
+    model's tensors (a vision-only file). Not a config field: popped by write_checkpoint."""
+    text = {k: v for k, v in text_cfg.items() if k not in ("architectures", "torch_dtype", "dtype")}
+    text["model_type"] = "gemma3_text"
+    cfg = dict(model_type="gemma3", architectures=["Gemma3ForConditionalGeneration"], boi_token_index=255999,
+               eoi_token_index=256000, eos_token_id=[1, 106], image_token_index=262144, initializer_range=0.02,
+               mm_tokens_per_image=4, text_config=text,
+               vision_config=dict(model_type="siglip_vision_model", hidden_size=16, intermediate_size=32,
+                                  num_attention_heads=2, num_hidden_layers=1, image_size=8, patch_size=4,
+                                  vision_use_head=False))
+    cfg.update(top)
+    cfg["_layout"] = layout
+    return cfg
+
+
+# A few vision-tower and projector tensors of gemma3_multimodal's vision_config (names as
+# SiglipVisionModel / Gemma3MultiModalProjector), stored beside the text model and never used.
+GEMMA3_VISION = {"vision_tower.vision_model.embeddings.patch_embedding.weight": [16, 3, 4, 4],
+                 "vision_tower.vision_model.embeddings.position_embedding.weight": [4, 16],
+                 "vision_tower.vision_model.encoder.layers.0.self_attn.q_proj.weight": [16, 16],
+                 "vision_tower.vision_model.post_layernorm.weight": [16],
+                 "multi_modal_projector.mm_input_projection_weight": [16, 32],
+                 "multi_modal_projector.mm_soft_emb_norm.weight": [16]}
+
+
+def _gemma3_layout(w, layout, rng):
+    """Renames model.language_model.* / lm_head to the old layout and adds the vision tensors."""
+    out = {}
+    if layout != "none":
+        for k, v in w.items():
+            if layout == "old":
+                k = k.replace("model.language_model.", "language_model.model.", 1)
+                k = "language_model.lm_head.weight" if k == "lm_head.weight" else k
+            out[k] = v
+    for k, shape in GEMMA3_VISION.items():
+        out[k if layout == "old" else "model." + k] = (0.02 * rng.standard_normal(shape)).astype(np.float32)
+    return out
+
+
 def write_checkpoint(ckpt_dir, cfg, seed=0, dtype="f32", sharded=0):
     """Writes config.json + model.safetensors (or `sharded` shards + index). Returns the tensors
     as written (float32 numpy, after rounding to the storage dtype)."""
     os.makedirs(ckpt_dir, exist_ok=True)
+    cfg = dict(cfg)
+    layout = cfg.pop("_layout", None)
     c = reference.Config(cfg)
     w = random_weights(cfg, seed)
     if c.tie:
         del w["embed_out.weight" if c.arch == "gpt_neox" else "lm_head.weight"]
+    if layout is not None:
+        w = _gemma3_layout(w, layout, np.random.default_rng(seed + 1))
     dtype_names = {}
     if dtype == "f16":
         w = {k: v.astype(np.float16) for k, v in w.items()}
@@ -107,7 +168,6 @@ def write_checkpoint(ckpt_dir, cfg, seed=0, dtype="f32", sharded=0):
         w = {k: st.f32_to_bf16_bits(v) for k, v in w.items()}
     elif dtype != "f32":
         raise ValueError(dtype)
-    cfg = dict(cfg)
     cfg["torch_dtype"] = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}[dtype]
     with open(os.path.join(ckpt_dir, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
@@ -211,6 +271,63 @@ GEMMA2_2B_CONFIG = {
     "use_cache": True,
     "vocab_size": 256000,
 }
+
+
+# google/gemma-3-1b-pt's config.json (transformers 4.50 layout): what `actcap init-model --arch
+# gemma3_text --preset gemma-3-1b` must reproduce.
+GEMMA3_1B_CONFIG = {
+    "architectures": ["Gemma3ForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "attn_logit_softcapping": None,
+    "bos_token_id": 2,
+    "cache_implementation": "hybrid",
+    "eos_token_id": 1,
+    "final_logit_softcapping": None,
+    "head_dim": 256,
+    "hidden_activation": "gelu_pytorch_tanh",
+    "hidden_size": 1152,
+    "initializer_range": 0.02,
+    "intermediate_size": 6912,
+    "max_position_embeddings": 32768,
+    "model_type": "gemma3_text",
+    "num_attention_heads": 4,
+    "num_hidden_layers": 26,
+    "num_key_value_heads": 1,
+    "pad_token_id": 0,
+    "query_pre_attn_scalar": 256,
+    "rms_norm_eps": 1e-06,
+    "rope_local_base_freq": 10000,
+    "rope_scaling": None,
+    "rope_theta": 1000000,
+    "sliding_window": 512,
+    "sliding_window_pattern": 6,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.50.0.dev0",
+    "use_cache": True,
+    "vocab_size": 262144,
+}
+
+
+def gemma3_to_v5(cfg):
+    """A Gemma 3 text config.json as transformers 5.x writes it: `dtype`, rope_parameters keyed by
+    layer type (rope_scaling merged into full_attention, rope_theta and rope_local_base_freq moved
+    in), explicit layer_types and no sliding_window_pattern."""
+    cfg = dict(cfg)
+    if "torch_dtype" in cfg:
+        cfg["dtype"] = cfg.pop("torch_dtype")
+    cfg["transformers_version"] = "5.0.0"
+    full = dict(cfg.pop("rope_scaling", None) or {"rope_type": "default"})
+    if "type" in full:
+        full["rope_type"] = full.pop("type")
+    full["rope_theta"] = float(cfg.pop("rope_theta", 1_000_000.0))
+    local = {"rope_type": "default", "rope_theta": float(cfg.pop("rope_local_base_freq", 10_000.0))}
+    cfg["rope_parameters"] = {"full_attention": full, "sliding_attention": local}
+    pattern = cfg.pop("sliding_window_pattern", 6)
+    if cfg.get("layer_types") is None:
+        cfg["layer_types"] = ["sliding_attention" if (i + 1) % pattern else "full_attention"
+                              for i in range(cfg.get("num_hidden_layers", 26))]
+    return cfg
 
 
 def to_v5(cfg):

@@ -17,7 +17,7 @@ import reference
 import st
 import synth
 
-ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gpt_neox", "phi3"]
+ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3_text", "gpt_neox", "phi3"]
 LLAMA_FAMILY = ["llama", "mistral", "qwen2", "qwen3"]
 
 pytestmark = pytest.mark.usefixtures("actcap_bin")
@@ -85,7 +85,7 @@ def check_parity(model_dir, seqs, out_dir, ref_dir=None, rope_seq_len=None, rel_
 
 
 def tokens_for(model_dir, lengths, seed=0):
-    return H.random_tokens(H.load_config(model_dir)["vocab_size"], lengths, seed=seed)
+    return H.random_tokens(reference.Config(H.load_config(model_dir)).vocab_size, lengths, seed=seed)
 
 
 def ref_differs(dir_a, dir_b, seqs, min_diff=1e-4):
@@ -558,6 +558,223 @@ def test_init_model_gemma2_2b_preset_config(actcap_bin, tmp_path):
     check_preset_config(tmp_path, "gemma2", "gemma-2-2b", synth.GEMMA2_2B_CONFIG, GEMMA2_2B_KEYS)
 
 
+# ---------------------------------------------------------------------------------------------
+# Gemma 3: per-head q/k norms, local and global layers with their own RoPE, Gemma 2's block,
+# Gemma3ForConditionalGeneration checkpoints (both key layouts), 4.x and 5.x configs
+# ---------------------------------------------------------------------------------------------
+
+def _gemma3_synth(tmp_path, name, seed=80, dtype="f32", multimodal=None, drop=(), **changes):
+    """A synth.py Gemma 3 (4 layers: 0 and 2 local with window 4 and RoPE base 10000, 1 and 3
+    global with base 1e6; head_dim 16 != 32 / 4). multimodal: None (Gemma3ForCausalLM) or the
+    Gemma3ForConditionalGeneration key layout ("new", "old", "none": no text weights). drop: text
+    config keys to leave out."""
+    cfg = synth.tiny_config("gemma3_text", **changes)
+    for k in drop:
+        cfg.pop(k)
+    if multimodal:
+        cfg = synth.gemma3_multimodal(cfg, layout=multimodal)
+    m = tmp_path / name
+    synth.write_checkpoint(str(m), cfg, seed=seed, dtype=dtype)
+    return m
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "f16"])
+def test_parity_gemma3_local_and_global_layers(actcap_bin, tmp_path, dtype):
+    """Local layers (0, 2) attend within a window of 4 over 14 tokens and rotate with
+    rope_local_base_freq, global ones (1, 3) attend causally with rope_theta: the window and the
+    local base each change the reference's points, and actcap matches every point, 1e-5 absolute and
+    relative, for f32, bf16 and f16 checkpoints."""
+    m = _gemma3_synth(tmp_path, "m", dtype=dtype)
+    c = reference.Config(H.load_config(m))
+    assert c.windows == [4, None, 4, None]
+    assert (c.local_rope["rope_theta"], c.rope["rope_theta"]) == (10000.0, 1e6)
+    seqs = tokens_for(m, [14, 9], seed=81)
+    assert ref_differs(m, _gemma3_synth(tmp_path, "nowin", dtype=dtype, sliding_window=64), seqs)
+    assert ref_differs(m, _gemma3_synth(tmp_path, "onebase", dtype=dtype, rope_local_base_freq=1e6), seqs)
+    worst = {}
+    check_parity(m, seqs, tmp_path / "out", rel_tol=1e-5, worst=worst)
+    report(f"gemma3 local/global {dtype}", worst)
+
+
+@pytest.mark.parametrize("scaling", [{"rope_type": "linear", "factor": 8.0},
+                                     {"rope_type": "dynamic", "factor": 2.0}], ids=["linear", "dynamic"])
+def test_parity_gemma3_rope_scaling_on_global_layers_only(actcap_bin, tmp_path, scaling):
+    """rope_scaling applies to the global layers only (Gemma 3 4B+: linear, factor 8): it changes
+    layer 1's attention, while layer 0 (local, the first to run) is bit for bit the unscaled model's.
+    Dynamic with max_position_embeddings 16 over 24 tokens recomputes the global table only."""
+    extra = dict(max_position_embeddings=16) if scaling["rope_type"] == "dynamic" else {}
+    m = _gemma3_synth(tmp_path, "m", rope_scaling=scaling, **extra)
+    plain = _gemma3_synth(tmp_path, "plain", **extra)
+    seqs = tokens_for(m, [24, 7], seed=82)
+    a, b = reference.run(str(m), seqs)[0], reference.run(str(plain), seqs)[0]
+    assert all(np.array_equal(a[k], b[k]) for k in a if k.startswith("model.layers.0."))
+    assert float(np.max(np.abs(a["model.layers.1.self_attn"] - b["model.layers.1.self_attn"]))) > 1e-4
+    worst = {}
+    check_parity(m, seqs, tmp_path / "out", rope_seq_len=24, rel_tol=1e-5, worst=worst)
+    report(f"gemma3 rope_scaling {scaling['rope_type']}", worst)
+
+
+def test_parity_gemma3_qk_norms_scale_embedding_and_no_attention_softcap(actcap_bin, tmp_path):
+    """q_norm / k_norm are (1 + w) RMSNorms per head ([heads | kv_heads, head_dim] per token, in the
+    manifest and `points --json`), their weights matter; query_pre_attn_scalar (not head_dim) scales
+    the scores; attn_logit_softcapping is NOT applied (transformers' Gemma3Attention never passes it):
+    a cap of 0.3 leaves the reference unchanged and actcap matches it; model.embed_tokens is the
+    embedding module's scaled output, weight[ids] * float32(sqrt(hidden_size))."""
+    m = _gemma3_synth(tmp_path, "m", query_pre_attn_scalar=7, attn_logit_softcapping=0.3)
+    c = reference.Config(H.load_config(m))
+    seqs = tokens_for(m, [12, 5], seed=83)
+    assert not ref_differs(m, _gemma3_synth(tmp_path, "nocap", query_pre_attn_scalar=7), seqs, min_diff=0.0)
+    assert ref_differs(m, _gemma3_synth(tmp_path, "scalar", attn_logit_softcapping=0.3), seqs)
+    for i, suffix in enumerate(["self_attn.q_norm.weight", "self_attn.k_norm.weight"]):
+        assert ref_differs(m, _scale_weights(m, tmp_path / f"n{i}", (suffix,), 0.0), seqs), suffix
+    manifest, _, refs = check_parity(m, seqs, tmp_path / "out", rel_tol=1e-5)
+    listed = {p["name"]: p["shape"] for p in json.loads(H.actcap("points", m, "--json", check=True).stdout)["points"]}
+    for i in range(c.layers):
+        for nm, n in (("q_norm", c.heads), ("k_norm", c.kv_heads)):
+            for suffix in ("", ":input"):
+                name = f"model.layers.{i}.self_attn.{nm}{suffix}"
+                assert manifest["points"][name]["shape"] == [n, c.head_dim] == listed[name], name
+    w = st.load_checkpoint(str(m))["model.embed_tokens.weight"]
+    np.testing.assert_array_equal(refs[0]["model.embed_tokens"], w[seqs[0]] * np.float32(32 ** 0.5))
+
+
+def test_parity_gemma3_final_softcap_bites(actcap_bin, tmp_path):
+    """final_logit_softcapping 0.5 with logits of several units: the cap bites (the reference's
+    model logits stay within 0.5 while lm_head reaches past it) and every point, lm_head (uncapped,
+    as transformers' module returns it) included, matches. That actcap's model logits are the capped
+    ones: tests/unit/test_model.cpp (EveryArch.HooksSeeConsistentValuesAndDoNotChangeLogits, with a
+    cap) and the 3-device `compare` in tests/integration/test_devices_cli.py."""
+    m = _gemma3_synth(tmp_path, "m", final_logit_softcapping=0.5)
+    seqs = tokens_for(m, [10, 4], seed=84)
+    model = reference.Model(str(m))
+    lm, capped = model.forward(seqs[0])["lm_head"], model.final_logits(seqs[0])
+    assert np.abs(lm).max() > 1.0 and np.abs(capped).max() <= 0.5
+    check_parity(m, seqs, tmp_path / "out", rel_tol=1e-5)
+
+
+def test_parity_gemma3_layer_types_override_the_pattern(actcap_bin, tmp_path):
+    """transformers 5's layer_types decides which layers are local, not sliding_window_pattern."""
+    types = ["full_attention", "sliding_attention", "sliding_attention", "full_attention"]
+    m = _gemma3_synth(tmp_path, "m", layer_types=types)
+    assert reference.Config(H.load_config(m)).windows == [None, 4, 4, None]
+    seqs = tokens_for(m, [15, 6], seed=85)
+    assert ref_differs(m, _gemma3_synth(tmp_path, "pattern"), seqs), "layer_types has no effect"
+    check_parity(m, seqs, tmp_path / "out", rel_tol=1e-5)
+
+
+@pytest.mark.parametrize("scaling", [None, {"rope_type": "linear", "factor": 4.0},
+                                     {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}],
+                         ids=["default", "linear", "yarn"])
+def test_parity_gemma3_v4_and_v5_configs_identical(actcap_bin, tmp_path, scaling):
+    """One Gemma 3 model as transformers 4.x writes it (rope_theta, rope_scaling,
+    rope_local_base_freq, sliding_window_pattern, torch_dtype) and as 5.x does (rope_parameters keyed
+    by layer type, layer_types, dtype): the same reference, bit-identical captures, parity for both."""
+    v4 = _gemma3_synth(tmp_path, "v4", rope_theta=5000.0, rope_local_base_freq=100.0, rope_scaling=scaling,
+                       max_position_embeddings=64)
+    cfg5 = synth.gemma3_to_v5(H.load_config(v4))
+    assert not {"rope_theta", "rope_scaling", "rope_local_base_freq", "sliding_window_pattern", "torch_dtype"} & set(cfg5)
+    v5 = H.copy_model(v4, tmp_path / "v5")
+    H.save_config(v5, cfg5)
+    seqs = tokens_for(v4, [30, 7], seed=86)
+    assert ref_differs(v4, _gemma3_synth(tmp_path, "plain", max_position_embeddings=64), seqs)
+    for x, y in zip(reference.run(str(v4), seqs), reference.run(str(v5), seqs)):
+        _bit_identical(x, y)
+    _, ta, _ = check_parity(v4, seqs, tmp_path / "out4", rel_tol=1e-5)
+    _, tb, _ = check_parity(v5, seqs, tmp_path / "out5", rel_tol=1e-5)
+    _bit_identical(ta, tb)
+
+
+def test_parity_gemma3_v5_scaled_local_rope(actcap_bin, tmp_path):
+    """transformers 5 can scale the local layers' RoPE too (rope_parameters.sliding_attention): it
+    changes layer 0, and actcap follows it; config_to_json can only write it back in 5.x's layout."""
+    m = _gemma3_synth(tmp_path, "m", drop=("rope_theta", "rope_local_base_freq", "rope_scaling"),
+                      rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 5000.0},
+                                       "sliding_attention": {"rope_type": "linear", "factor": 3.0}})
+    c = reference.Config(H.load_config(m))
+    assert (c.local_rope["rope_type"], c.local_rope["rope_theta"], c.rope["rope_theta"]) == ("linear", 10000.0, 5000.0)
+    seqs = tokens_for(m, [16, 5], seed=87)
+    unscaled = _gemma3_synth(tmp_path, "u", rope_theta=5000.0, rope_scaling={"rope_type": "linear", "factor": 2.0})
+    a, b = reference.run(str(m), seqs)[0], reference.run(str(unscaled), seqs)[0]
+    assert float(np.max(np.abs(a["model.layers.0.self_attn"] - b["model.layers.0.self_attn"]))) > 1e-4
+    assert np.array_equal(a["model.layers.0.self_attn.v_proj"], b["model.layers.0.self_attn.v_proj"])
+    check_parity(m, seqs, tmp_path / "out", rel_tol=1e-5)
+
+
+def _gemma3_text_points(tensors):
+    """Gemma3ForConditionalGeneration's point names mapped to Gemma3ForCausalLM's."""
+    return {k.replace("model.language_model.", "model.", 1): v for k, v in tensors.items()}
+
+
+@pytest.mark.parametrize("tie", [True, False], ids=["tied", "untied"])
+@pytest.mark.parametrize("layout", ["new", "old"])
+def test_parity_gemma3_conditional_generation(actcap_bin, tmp_path, layout, tie):
+    """A Gemma3ForConditionalGeneration checkpoint (model_type gemma3, text_config, vision tower and
+    projector tensors) with the keys transformers >= 4.52 saves (model.language_model.*, lm_head)
+    or the Hub's older ones (language_model.model.*, language_model.lm_head): the text model runs,
+    the vision tensors are skipped without a warning, the points carry HF's names
+    (model.language_model.layers.N..., lm_head), and they equal the text-only model's with the same
+    weights, bit for bit."""
+    m = _gemma3_synth(tmp_path, "m", multimodal=layout, tie_word_embeddings=tie, seed=88)
+    names = set(st.load_checkpoint(str(m)))
+    text = "model.language_model." if layout == "new" else "language_model.model."
+    assert f"{text}layers.0.self_attn.q_norm.weight" in names
+    assert any("vision_tower." in k for k in names) and any("multi_modal_projector." in k for k in names)
+    assert (("lm_head.weight" if layout == "new" else "language_model.lm_head.weight") in names) == (not tie)
+    seqs = tokens_for(m, [13, 6], seed=89)
+    _, got, _ = check_parity(m, seqs, tmp_path / "out", rel_tol=1e-5)
+    assert "model.language_model.layers.3.self_attn.k_norm" in got and "lm_head" in got
+    p = H.actcap("run", m, "--tokens", H.tokens_arg(seqs), "--capture", "lm_head", "--out", tmp_path / "quiet")
+    assert p.returncode == 0 and p.stderr.strip() == "", p.stderr
+    plain = _gemma3_synth(tmp_path, "plain", tie_word_embeddings=tie, seed=88)
+    _, want, _ = H.run_capture(plain, tmp_path / "out-plain", seqs)
+    _bit_identical(_gemma3_text_points(got), want)
+
+
+def test_parity_gemma3_conditional_generation_text_config_defaults(actcap_bin, tmp_path):
+    """The text_config of Gemma 3 4B's config.json lists only what differs from Gemma3TextConfig's
+    defaults: here num_attention_heads (8), num_key_value_heads (4), head_dim (256),
+    query_pre_attn_scalar (256), sliding_window_pattern (6: layer 5 of 7 is global), rope_theta,
+    rope_local_base_freq, max_position_embeddings, rms_norm_eps and hidden_activation come from
+    them (bf16, old key layout, rope_scaling linear 8 as the 4B)."""
+    drop = ("num_attention_heads", "num_key_value_heads", "head_dim", "query_pre_attn_scalar",
+            "sliding_window_pattern", "rope_theta", "rope_local_base_freq", "max_position_embeddings",
+            "rms_norm_eps", "hidden_activation", "attn_logit_softcapping", "final_logit_softcapping",
+            "attention_bias", "tie_word_embeddings", "bos_token_id", "eos_token_id", "pad_token_id")
+    m = _gemma3_synth(tmp_path, "m", multimodal="old", dtype="bf16", drop=drop, num_hidden_layers=7,
+                      sliding_window=5, rope_scaling={"rope_type": "linear", "factor": 8.0})
+    text = H.load_config(m)["text_config"]
+    assert not set(drop) & set(text)
+    c = reference.Config(H.load_config(m))
+    assert (c.heads, c.kv_heads, c.head_dim, c.query_pre_attn_scalar) == (8, 4, 256, 256.0)
+    assert c.windows == [5, 5, 5, 5, 5, None, 5]
+    check_parity(m, tokens_for(m, [12, 8], seed=90), tmp_path / "out", rel_tol=1e-5)
+
+
+GEMMA3_1B_KEYS = ["architectures", "model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
+                  "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
+                  "max_position_embeddings", "rms_norm_eps", "bos_token_id", "eos_token_id",
+                  "hidden_activation", "attention_bias", "query_pre_attn_scalar", "sliding_window",
+                  "sliding_window_pattern", "attn_logit_softcapping", "final_logit_softcapping",
+                  "rope_theta", "rope_local_base_freq", "rope_scaling"]
+
+
+def test_init_model_gemma3_1b_preset_config(actcap_bin, tmp_path):
+    """`init-model --arch gemma3_text --preset gemma-3-1b` describes google/gemma-3-1b-pt."""
+    check_preset_config(tmp_path, "gemma3_text", "gemma-3-1b", synth.GEMMA3_1B_CONFIG, GEMMA3_1B_KEYS)
+    c = reference.Config(H.load_config(tmp_path / "m"))
+    assert [i for i, w in enumerate(c.windows) if w is None] == [5, 11, 17, 23]
+    assert c.local_rope == reference.Config(synth.GEMMA3_1B_CONFIG).local_rope
+
+
+def test_gemma3_multimodal_without_text_weights_is_one_line_exit_2(actcap_bin, tmp_path):
+    """A Gemma 3 multimodal checkpoint holding only the vision tower and the projector: one line,
+    exit 2, naming the missing text tensor under both layouts' names."""
+    m = _gemma3_synth(tmp_path, "m", multimodal="none")
+    line = _one_line_exit_2(m, tmp_path)
+    assert "missing tensor model.language_model.embed_tokens.weight" in line, line
+    assert "language_model.model.embed_tokens.weight" in line and "Gemma3ForConditionalGeneration" in line, line
+
+
 # Bad input: one line on stderr, exit 2.
 BAD_CONFIGS = {
     "olmo2_missing_hidden_size": ("olmo2", dict(hidden_size=None)),
@@ -567,6 +784,17 @@ BAD_CONFIGS = {
     "gemma2_bad_softcap": ("gemma2", dict(attn_logit_softcapping=-1.0)),
     "gemma2_activation": ("gemma2", dict(hidden_activation="tanhish")),
     "gemma2_bidirectional": ("gemma2", dict(use_bidirectional_attention=True)),
+    "gemma3_missing_hidden_size": ("gemma3_text", dict(hidden_size=None)),
+    "gemma3_null_window": ("gemma3_text", dict(sliding_window=None)),
+    "gemma3_pattern_zero": ("gemma3_text", dict(sliding_window_pattern=0)),
+    "gemma3_layer_types_length": ("gemma3_text", dict(layer_types=["full_attention"])),
+    "gemma3_flat_rope_parameters": ("gemma3_text", dict(rope_parameters={"rope_type": "linear", "factor": 2.0})),
+    "gemma3_local_base": ("gemma3_text", dict(rope_local_base_freq=-1.0)),
+    "gemma3_rope_type": ("gemma3_text", dict(rope_scaling={"rope_type": "su", "factor": 2.0})),
+    "gemma3_bidirectional": ("gemma3_text", dict(use_bidirectional_attention=True)),
+    "gemma3_heads": ("gemma3_text", dict(num_key_value_heads=3)),
+    # transformers 4.x reads a legacy `type` as the rope type, 5.x's merge keeps the entry's default
+    "gemma3_legacy_type": ("gemma3_text", dict(rope_scaling={"type": "linear", "factor": 8.0})),
 }
 
 
@@ -577,7 +805,7 @@ def test_bad_config_is_one_line_exit_2(models, tmp_path, case):
     cfg = H.load_config(m)
     for k, v in changes.items():
         if v is None and k == "hidden_size":
-            cfg.pop(k)
+            cfg.pop(k)  # absent (Gemma 3: Gemma3TextConfig's default, which the weights contradict)
         else:
             cfg[k] = v
     H.save_config(m, cfg)
@@ -588,7 +816,8 @@ def test_bad_config_is_one_line_exit_2(models, tmp_path, case):
 
 
 @pytest.mark.parametrize("arch,tensor", [("olmo2", "model.layers.0.self_attn.q_norm.weight"),
-                                         ("gemma2", "model.layers.1.pre_feedforward_layernorm.weight")])
+                                         ("gemma2", "model.layers.1.pre_feedforward_layernorm.weight"),
+                                         ("gemma3_text", "model.layers.2.self_attn.k_norm.weight")])
 @pytest.mark.parametrize("fault", ["missing", "shape"])
 def test_bad_checkpoint_is_one_line_exit_2(models, tmp_path, arch, tensor, fault):
     m = H.copy_model(models(arch), tmp_path / "m")

@@ -629,7 +629,7 @@ def test_rope_config_forms_agree():
 # masking: causality, sliding window, GQA
 # ---------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("arch", ARCHS + ["olmo2", "gemma2"])
+@pytest.mark.parametrize("arch", ARCHS + ["olmo2", "gemma2", "gemma3_text"])
 def test_causality(tmp_path, arch):
     d = _ckpt(tmp_path, arch)
     a, b = reference.run(str(d), [[7, 8, 9, 10, 11, 12, 13, 14, 15, 16], [7, 8, 9, 10, 11, 12, 200, 14, 15, 16]])
@@ -967,7 +967,7 @@ def test_half_checkpoint_equals_f32_of_rounded_weights(tmp_path, dtype):
 # OLMo 2 and Gemma 2
 # ---------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("arch", ["olmo2", "gemma2"])
+@pytest.mark.parametrize("arch", ["olmo2", "gemma2", "gemma3_text"])
 def test_sublayer_norm_wiring(tmp_path, arch):
     """Olmo2DecoderLayer / Gemma2DecoderLayer: the norms act on the sublayer outputs before the
     residual add (Gemma 2 also before each sublayer); OLMo 2's q_norm / k_norm see the whole
@@ -980,8 +980,9 @@ def test_sublayer_norm_wiring(tmp_path, arch):
         p = f"model.layers.{i}"
         prev = r[f"model.layers.{i - 1}"] if i else r["model.embed_tokens"]
         assert eq(r[p + ":input"], prev)
-        attn_in = r[p + ".input_layernorm"] if arch == "gemma2" else prev
-        if arch == "gemma2":
+        gemma = arch in ("gemma2", "gemma3_text")
+        attn_in = r[p + ".input_layernorm"] if gemma else prev
+        if gemma:
             assert eq(r[p + ".input_layernorm:input"], prev)
         else:
             assert p + ".input_layernorm" not in r
@@ -990,8 +991,8 @@ def test_sublayer_norm_wiring(tmp_path, arch):
         assert eq(r[p + ".self_attn:input"], attn_in)
         assert eq(r[p + ".post_attention_layernorm:input"], r[p + ".self_attn"])
         h = prev + r[p + ".post_attention_layernorm"]
-        mlp_in = r[p + ".pre_feedforward_layernorm"] if arch == "gemma2" else h
-        if arch == "gemma2":
+        mlp_in = r[p + ".pre_feedforward_layernorm"] if gemma else h
+        if gemma:
             assert eq(r[p + ".pre_feedforward_layernorm:input"], h)
         assert eq(r[p + ".mlp:input"], mlp_in)
         assert eq(r[p + ".post_feedforward_layernorm:input"], r[p + ".mlp"])
@@ -1013,10 +1014,12 @@ def test_gemma2_norm_is_one_plus_w_in_float32(tmp_path):
     assert _maxdiff(r["model.norm"], want) < 1e-5
 
 
-def test_gemma2_sliding_window_on_even_layers(tmp_path):
-    """Layer 0 (sliding, window 4) at query i sees keys i - 4 < j <= i; layer 1 is global."""
+@pytest.mark.parametrize("arch", ["gemma2", "gemma3_text"])
+def test_gemma_sliding_window_on_even_layers(tmp_path, arch):
+    """Layer 0 (sliding, window 4) at query i sees keys i - 4 < j <= i; layer 1 is global (Gemma 2:
+    the even layers slide; the tiny Gemma 3's sliding_window_pattern is 2)."""
     W = 4
-    d = _ckpt(tmp_path, "gemma2", sliding_window=W)
+    d = _ckpt(tmp_path, arch, sliding_window=W)
     base = [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22]
     j = 3
     alt = list(base)
@@ -1049,3 +1052,82 @@ def test_gemma2_config_defaults():
 def test_olmo2_config_defaults():
     c = reference.Config({"model_type": "olmo2", "num_attention_heads": 8})
     assert (c.hidden, c.heads, c.kv_heads, c.head_dim, c.eps, c.tie) == (4096, 8, 8, 512, 1e-5, False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Gemma 3
+# ---------------------------------------------------------------------------------------------
+
+def test_gemma3_config_defaults_and_pattern():
+    """Gemma3TextConfig's defaults; layer i is global iff (i + 1) % sliding_window_pattern == 0;
+    RoPE: global rope_theta 1e6 (scaled by rope_scaling), local rope_local_base_freq 1e4 unscaled;
+    no soft-caps by default."""
+    c = reference.Config({"model_type": "gemma3_text"})
+    assert (c.vocab_size, c.hidden, c.heads, c.kv_heads, c.head_dim, c.layers) == (262208, 2304, 8, 4, 256, 26)
+    assert (c.attn_softcap, c.final_softcap, c.query_pre_attn_scalar, c.tie) == (None, None, 256.0, True)
+    assert [i for i, w in enumerate(c.windows) if w is None] == [5, 11, 17, 23] and c.windows[0] == 4096
+    assert (c.rope["rope_theta"], c.local_rope["rope_theta"]) == (1e6, 1e4)
+    assert c.rope["max_position_embeddings"] == 131072
+    s = reference.Config({"model_type": "gemma3_text", "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+                          "sliding_window_pattern": 2, "num_hidden_layers": 4})
+    assert (s.rope["rope_type"], s.rope["factor"], s.local_rope["rope_type"]) == ("linear", 8.0, "default")
+    assert s.windows == [4096, None, 4096, None]
+
+
+def test_gemma3_v4_and_v5_rope_agree():
+    v4 = {"model_type": "gemma3_text", "rope_theta": 500.0, "rope_local_base_freq": 50.0,
+          "rope_scaling": {"rope_type": "linear", "factor": 4.0}}
+    v5 = synth.gemma3_to_v5(v4)
+    a, b = reference.Config(v4), reference.Config(v5)
+    assert (a.rope, a.local_rope, a.windows) == (b.rope, b.local_rope, b.windows)
+    with pytest.raises(reference.ReferenceError):  # 4.x and 5.x read a legacy `type` differently
+        reference.Config({"model_type": "gemma3_text", "rope_scaling": {"type": "linear", "factor": 4.0}})
+
+
+def test_gemma3_wiring(tmp_path):
+    """q_norm / k_norm take q_proj / k_proj viewed per head and normalise each head with (1 + w);
+    the attention runs after all three projections; embed_tokens is the scaled embedding."""
+    d = _ckpt(tmp_path, "gemma3_text")
+    c = reference.Config(reference.load_config(str(d)))
+    w = st.load_checkpoint(str(d))
+    ids = [5, 17, 2, 99, 3]
+    r = reference.run(str(d), [ids])[0]
+    assert np.array_equal(r["model.embed_tokens"], w["model.embed_tokens.weight"][ids] * np.float32(32 ** 0.5))
+    p = "model.layers.1.self_attn"
+    q = r[p + ".q_proj"].reshape(5, c.heads, c.head_dim).astype(np.float64)
+    assert np.array_equal(r[p + ".q_norm:input"], r[p + ".q_proj"].reshape(5, c.heads, c.head_dim))
+    want = q / np.sqrt((q ** 2).mean(-1, keepdims=True) + 1e-6) * (1 + w[p + ".q_norm.weight"])
+    assert _maxdiff(r[p + ".q_norm"], want) < 1e-5
+    assert r[p + ".k_norm"].shape == (5, c.kv_heads, c.head_dim)
+    order = [k for k in r if k.startswith(p + ".") and not k.endswith(":input")]
+    assert order == [p + "." + n for n in ("q_proj", "k_proj", "v_proj", "q_norm", "k_norm", "o_proj")]
+
+
+def test_gemma3_local_and_global_rope(tmp_path):
+    """rope_local_base_freq changes the local layer 0 (and what follows it); rope_scaling changes
+    the global layer 1, never layer 0."""
+    base = [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22]
+    a = reference.run(str(_ckpt(tmp_path, "gemma3_text")), [base])[0]
+    local = reference.run(str(_ckpt(tmp_path, "gemma3_text", name="l", rope_local_base_freq=77.0)), [base])[0]
+    scaled = reference.run(str(_ckpt(tmp_path, "gemma3_text", name="s", rope_scaling={"rope_type": "linear",
+                                                                                        "factor": 8.0})), [base])[0]
+    assert _maxdiff(local["model.layers.0.self_attn"], a["model.layers.0.self_attn"]) > 1e-4
+    assert np.array_equal(scaled["model.layers.0.self_attn"], a["model.layers.0.self_attn"])
+    assert _maxdiff(scaled["model.layers.1.self_attn"], a["model.layers.1.self_attn"]) > 1e-4
+
+
+@pytest.mark.parametrize("layout", ["new", "old"])
+def test_gemma3_multimodal_names(tmp_path, layout):
+    """A Gemma3ForConditionalGeneration checkpoint in either key layout runs the text model under
+    model.language_model.* / lm_head, equal to the text-only model with the same weights; without
+    a cap (its forward applies none)."""
+    cfg = synth.tiny_config("gemma3_text", final_logit_softcapping=0.5)
+    synth.write_checkpoint(str(tmp_path / "t"), cfg, seed=3)
+    synth.write_checkpoint(str(tmp_path / "m"), synth.gemma3_multimodal(cfg, layout=layout), seed=3)
+    t, m = reference.Model(str(tmp_path / "t")), reference.Model(str(tmp_path / "m"))
+    assert m.cfg.final_softcap is None and t.cfg.final_softcap == 0.5
+    a, b = t.forward([4, 5, 6]), m.forward([4, 5, 6])
+    assert set(b) == {k.replace("model.", "model.language_model.", 1) for k in a}
+    for k in a:
+        assert np.array_equal(a[k], b[k.replace("model.", "model.language_model.", 1)]), k
+    assert np.array_equal(m.final_logits([4, 5, 6]), b["lm_head"])

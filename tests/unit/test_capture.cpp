@@ -116,6 +116,24 @@ TEST(SeedSuite, ReuseDoesNotPollute) {
   for (const auto& [name, t] : expected) EXPECT_TRUE(at::equal(cap.get(name), t)) << name;
 }
 
+class SeedSuiteArch : public ::testing::TestWithParam<std::string> {};
+
+// `actcap repro`'s hazard (hooks keeping references to engine buffers over several devices) for
+// each family the registry adds, the safe capturer against the layers' true outputs.
+TEST_P(SeedSuiteArch, NoCorruptionOverThreeDevicesInInferenceMode) {
+  auto m = model(GetParam(), 6);
+  Batch b = batch(*m);
+  auto expected = truth(*m, b);  // single device
+  split(*m, 3, b);
+  SafeCapturer cap(*m, CaptureOptions{{"**", "**:input"}});
+  cap.run(b);
+  EXPECT_GE(m->transfer_stats().transfers, 2);
+  ASSERT_FALSE(expected.empty());
+  for (const auto& [name, t] : expected) EXPECT_TRUE(at::equal(cap.get(name), t)) << name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, SeedSuiteArch, ::testing::Values("gemma2", "gemma3_text"));
+
 TEST(SeedSuite, NoCorruptionOverThreeOrMoreDevicesInInferenceMode) {
   for (int n : {3, 4, 8}) {
     auto m = model("llama", 8);

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "actcap/config.h"
 #include "actcap/error.h"
@@ -420,4 +421,135 @@ TEST(Config, HugeNumbersAreInputErrorsNotUndefinedBehaviour) {
 TEST(Config, NumberBeyondDoubleRangeIsInputError) {
   const std::string msg = error_of(R"({"model_type":"gpt2","attn_pdrop":1e400})");
   EXPECT_NE(msg.find("not valid JSON"), std::string::npos) << msg;
+}
+
+// Gemma 3: Gemma3TextConfig's defaults, local/global layers and their RoPE in both layouts, the
+// multimodal config's text_config, and the round trip of each.
+namespace {
+const char* kGemma3 = R"({"model_type":"gemma3_text","vocab_size":100,"hidden_size":64,
+  "intermediate_size":128,"num_hidden_layers":7,"num_attention_heads":4,"num_key_value_heads":2,
+  "head_dim":16,"rope_theta":5000.0,"rope_local_base_freq":50.0,"sliding_window":8,
+  "rope_scaling":{"rope_type":"linear","factor":8.0}})";
+
+std::vector<bool> local_layers(const ModelConfig& c) {
+  std::vector<bool> out;
+  auto f = fields(c);
+  const auto& p = c.params<LlamaParams>();
+  if (!p.layer_types.empty()) {
+    for (const auto& t : p.layer_types) out.push_back(t == "sliding_attention");
+  } else {
+    const int64_t pattern = f.value("sliding_window_pattern", 6);
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) out.push_back((i + 1) % pattern != 0);
+  }
+  return out;
+}
+}  // namespace
+
+TEST(Config, Gemma3DefaultsAndRopeOfEachLayerType) {
+  auto d = parse_config(R"({"model_type":"gemma3_text"})", "cfg");
+  EXPECT_EQ(d.arch, "gemma3_text");
+  EXPECT_EQ(std::make_tuple(d.vocab_size, d.hidden_size, d.num_hidden_layers, d.num_attention_heads,
+                            d.max_position_embeddings, d.tie_word_embeddings),
+            std::make_tuple(262208, 2304, 26, 8, 131072, true));
+  EXPECT_EQ(d.params<LlamaParams>().head_dim, 256);
+  EXPECT_EQ(d.params<LlamaParams>().num_key_value_heads, 4);
+  auto df = fields(d);
+  EXPECT_DOUBLE_EQ(df["rope_theta"].get<double>(), 1e6);
+  EXPECT_DOUBLE_EQ(df["rope_local_base_freq"].get<double>(), 1e4);
+  EXPECT_TRUE(df["final_logit_softcapping"].is_null());
+  EXPECT_TRUE(df["attn_logit_softcapping"].is_null());
+  EXPECT_EQ(df["sliding_window"], 4096);
+  EXPECT_EQ(df["sliding_window_pattern"], 6);
+
+  auto c = parse_config(kGemma3, "cfg");
+  EXPECT_EQ(local_layers(c), (std::vector<bool>{true, true, true, true, true, false, true}));
+  const auto& p = c.params<LlamaParams>();
+  EXPECT_EQ(p.rope.rope_type, "linear");  // the global layers'
+  EXPECT_DOUBLE_EQ(p.rope.rope_theta, 5000.0);
+  auto f = fields(c);
+  EXPECT_DOUBLE_EQ(f["rope_local_base_freq"].get<double>(), 50.0);
+  EXPECT_EQ(f["rope_scaling"]["rope_type"], "linear");
+  // transformers 5's layout of the same model parses to the same config.
+  auto v5 = parse_config(
+      R"({"model_type":"gemma3_text","vocab_size":100,"hidden_size":64,"intermediate_size":128,
+      "num_hidden_layers":7,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,
+      "sliding_window":8,"rope_parameters":{
+        "full_attention":{"rope_type":"linear","factor":8.0,"rope_theta":5000.0},
+        "sliding_attention":{"rope_type":"default","rope_theta":50.0}},
+      "layer_types":["sliding_attention","sliding_attention","sliding_attention","sliding_attention",
+                     "sliding_attention","full_attention","sliding_attention"]})",
+      "cfg");
+  EXPECT_EQ(local_layers(v5), local_layers(c));
+  auto g = fields(v5);
+  for (const char* k : {"rope_theta", "rope_scaling", "rope_local_base_freq"})
+    EXPECT_EQ(g[k], f[k]) << k;
+}
+
+TEST(Config, Gemma3RoundTripsInBothLayouts) {
+  auto c = parse_config(kGemma3, "cfg");
+  EXPECT_EQ(config_to_json(parse_config(config_to_json(c), "again")), config_to_json(c));
+  // Local layers with their own scaling exist only in transformers 5's layout: written back so.
+  auto v5 = parse_config(
+      R"({"model_type":"gemma3_text","vocab_size":100,"hidden_size":64,"intermediate_size":128,
+      "num_hidden_layers":3,"num_attention_heads":4,"head_dim":16,"rope_parameters":{
+        "sliding_attention":{"rope_type":"yarn","factor":2.0,"rope_theta":50.0}}})",
+      "cfg");
+  auto f = fields(v5);
+  EXPECT_FALSE(f.contains("rope_local_base_freq"));
+  EXPECT_EQ(f["rope_parameters"]["sliding_attention"]["rope_type"], "yarn");
+  EXPECT_DOUBLE_EQ(f["rope_parameters"]["full_attention"]["rope_theta"].get<double>(), 1e6);
+  EXPECT_EQ(config_to_json(parse_config(config_to_json(v5), "again")), config_to_json(v5));
+}
+
+TEST(Config, Gemma3ConditionalGenerationReadsTextConfig) {
+  auto c = parse_config(
+      R"({"model_type":"gemma3","architectures":["Gemma3ForConditionalGeneration"],
+      "eos_token_id":[1,106],"vision_config":{"hidden_size":1152},
+      "text_config":{"model_type":"gemma3_text","hidden_size":2560,"intermediate_size":10240,
+        "num_hidden_layers":34,"rope_scaling":{"factor":8.0,"rope_type":"linear"},
+        "sliding_window":1024}})",
+      "cfg");
+  EXPECT_EQ(c.arch, "gemma3_text");
+  EXPECT_EQ(c.model_type, "gemma3");
+  EXPECT_EQ(std::make_tuple(c.vocab_size, c.hidden_size, c.num_attention_heads, c.eos_token_id,
+                            c.tie_word_embeddings),
+            std::make_tuple(262208, 2560, 8, 1, true));
+  auto f = fields(c);
+  EXPECT_EQ(f["architectures"][0], "Gemma3ForConditionalGeneration");
+  EXPECT_EQ(f["text_config"]["model_type"], "gemma3_text");
+  EXPECT_EQ(f["text_config"]["rope_scaling"]["rope_type"], "linear");
+  EXPECT_FALSE(f.contains("hidden_size"));
+  auto back = parse_config(config_to_json(c), "again");
+  EXPECT_EQ(back.model_type, "gemma3");
+  EXPECT_EQ(config_to_json(back), config_to_json(c));
+  // No text_config at all: every text default.
+  EXPECT_EQ(parse_config(R"({"model_type":"gemma3"})", "cfg").hidden_size, 2304);
+}
+
+TEST(Config, Gemma3ErrorsNameTheField) {
+  const std::string head =
+      R"({"model_type":"gemma3_text","vocab_size":100,"hidden_size":64,"intermediate_size":128,
+      "num_hidden_layers":4,"num_attention_heads":4,"head_dim":16,)";
+  EXPECT_NE(error_of(head + R"("sliding_window_pattern":0})").find("sliding_window_pattern"),
+            std::string::npos);
+  EXPECT_NE(error_of(head + R"("sliding_window":null})").find("sliding_window is null"),
+            std::string::npos);
+  EXPECT_NE(error_of(head + R"("rope_parameters":{"rope_type":"linear","factor":2.0}})")
+                .find("keyed by layer type"),
+            std::string::npos);
+  EXPECT_NE(error_of(head + R"("rope_scaling":{"type":"linear","factor":2.0}})").find("'type'"),
+            std::string::npos);
+  EXPECT_NE(error_of(head + R"("rope_local_base_freq":"x"})").find("rope_local_base_freq"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of(head + R"("rope_parameters":{"full_attention":{"rope_type":"su","factor":2.0}}})")
+          .find("unsupported rope_type 'su'"),
+      std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"gemma3","text_config":[1]})").find("'text_config'"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"gemma3","text_config":{"model_type":"llama"}})")
+                .find("gemma3_text"),
+            std::string::npos);
+  EXPECT_NE(error_of(head + R"("use_bidirectional_attention":true})").find("bidirectional"),
+            std::string::npos);
 }

@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <nlohmann/json.hpp>
 
+#include "actcap/config.h"
 #include "actcap/error.h"
 #include "actcap/init_model.h"
 #include "actcap/model.h"
@@ -142,7 +144,27 @@ TEST(Model, StageCostsLeaveOutTheLogitsOfASkippedHead) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, EveryArch,
-                         ::testing::Values("gpt2", "llama", "mistral", "qwen2", "olmo2", "gemma2"));
+                         ::testing::Values("gpt2", "llama", "mistral", "qwen2", "olmo2", "gemma2",
+                                           "gemma3_text"));
+
+// Gemma 3's final_logit_softcapping (off by default) caps the model's logits after the head; the
+// lm_head point stays the uncapped projection, as transformers' module returns it.
+TEST(Model, Gemma3FinalSoftcapBitesAfterTheHeadPoint) {
+  const double cap = 0.05;
+  auto j = nlohmann::json::parse(config_to_json(preset_config("gemma3_text", "tiny")));
+  j["final_logit_softcapping"] = cap;
+  ModelConfig c = parse_config(j.dump(), "cfg");
+  auto m = Model::from_tensors(c, random_weights(c, 3, at::kFloat), "gemma3-capped");
+  Batch batch = batch_of(*m, {{3, 1, 4, 1, 5, 9, 2, 6}, {9, 2}});
+  at::Tensor head;
+  auto h = m->register_forward_hook(
+      "lm_head", [&](const HookContext&, const at::Tensor& t) { head = t.clone(); });
+  at::Tensor logits = m->forward(batch);
+  h.remove();
+  EXPECT_GT(head.abs().max().item<double>(), 2 * cap);             // the cap bites
+  EXPECT_LE(logits.abs().max().item<double>(), cap * (1 + 1e-6));  // tanh saturates at 1
+  EXPECT_TRUE(at::equal(logits, (head / cap).tanh_().mul_(cap)));
+}
 
 TEST(Model, CallIndexCountsEveryCallAndRemovalStopsHook) {
   auto m = Model::load("demo");

@@ -16,64 +16,24 @@
 
 #include "models/arch/llama_family.h"
 #include "models/config_reader.h"
-#include "models/parts/attention.h"
-#include "models/parts/sublayer_norm_block.h"
 
 namespace actcap {
 
 namespace {
 
-using json = nlohmann::json;
-
-struct Gemma2Params : LlamaParams {
-  std::string hidden_activation = "gelu_pytorch_tanh";
-  double query_pre_attn_scalar = 256;
-  std::optional<double> attn_logit_softcapping = 50.0;
-  std::optional<double> final_logit_softcapping = 30.0;
-  bool explicit_layer_types = false;  // layer_types came from config.json (written back)
-
-  // layer_types, or HF's default: sliding on even layers.
-  bool sliding(int64_t layer) const {
-    if (!layer_types.empty()) return layer_types[layer] == "sliding_attention";
-    return layer % 2 == 0;
+struct Gemma2Params : GemmaParams {
+  Gemma2Params() {  // Gemma2Config's caps (the presets keep them)
+    attn_logit_softcapping = 50.0;
+    final_logit_softcapping = 30.0;
   }
   std::unique_ptr<ArchParams> clone() const override {
     return std::make_unique<Gemma2Params>(*this);
   }
 };
 
-std::optional<double> optional_positive(const ConfigReader& f, const char* key,
-                                        std::optional<double> dflt) {
-  if (!f.root().contains(key)) return dflt;
-  if (!f.has(key)) return std::nullopt;  // null: off
-  const double v = f.number({key}, 0);
-  if (!(v > 0) || !std::isfinite(v))
-    throw InputError(concat(f.origin(), ": field '", key, "' must be positive or null"));
-  return v;
-}
-
-json optional_json(std::optional<double> v) { return v ? json(*v) : json(nullptr); }
-
 std::unique_ptr<Module> gemma2_layer(const ModelConfig& c, WeightSource w, int64_t layer,
                                      const std::shared_ptr<const Rope>& rope) {
-  const auto& p = c.params<Gemma2Params>();
-  const int64_t H = c.hidden_size;
-  auto norm = [&](const char* name) {
-    return llama_rms_norm(p, w, name, H, 0, /*unit_offset=*/true);
-  };
-  WeightSource a = w.pp("self_attn");
-  AttentionShape shape = llama_attention_shape(c, layer, rope);
-  shape.scale = 1.0 / std::sqrt(p.query_pre_attn_scalar);
-  shape.window = p.sliding(layer) ? p.sliding_window : std::nullopt;
-  shape.softcap = p.attn_logit_softcapping;
-  SublayerNormParts b;
-  b.pre1 = norm("input_layernorm");
-  b.attn = std::make_unique<Attention>(a.path(), shape, llama_attention_projections(c, a));
-  b.post1 = norm("post_attention_layernorm");
-  b.pre2 = norm("pre_feedforward_layernorm");
-  b.mlp = llama_gated_mlp(c, w.pp("mlp"), p.hidden_activation);
-  b.post2 = norm("post_feedforward_layernorm");
-  return std::make_unique<SublayerNormBlock>(w.path(), H, std::move(b));
+  return gemma_decoder_layer(c, w, layer, rope, /*attn_softcap=*/true, /*qk_norm=*/false);
 }
 
 class Gemma2 : public Architecture {
@@ -85,12 +45,7 @@ class Gemma2 : public Architecture {
   void parse(const ConfigReader& f, ModelConfig& c) const override {
     auto p = std::make_unique<Gemma2Params>();
     p->hidden_act = "gelu_pytorch_tanh";
-    LlamaDefaults d;
-    d.max_position_embeddings = 8192;
-    d.head_dim = 256;
-    d.bos_token_id = 2;
-    d.eos_token_id = 1;
-    parse_llama_family(f, d, c, *p);
+    parse_llama_family(f, gemma_defaults(8192), c, *p);
     if (!f.has("num_key_value_heads")) {  // Gemma2Config's default is 4, not num_attention_heads
       p->num_key_value_heads = 4;
       if (c.num_attention_heads % 4 != 0)
@@ -103,71 +58,21 @@ class Gemma2 : public Architecture {
       throw InputError(concat(f.origin(), ": num_attention_heads=", c.num_attention_heads,
                               " does not divide hidden_size=", c.hidden_size,
                               " (transformers refuses this config)"));
-    c.tie_word_embeddings = f.boolean({"tie_word_embeddings"}, true);
-    p->hidden_activation = f.string({"hidden_activation"}, p->hidden_activation);
-    check_activation(p->hidden_activation, "hidden_activation", f.origin());
-    p->attention_bias = f.boolean({"attention_bias"}, false);  // q, k, v and o
-    p->qkv_bias = p->o_bias = p->attention_bias;
-    const double scalar = f.number({"query_pre_attn_scalar"}, 256);
-    if (!(scalar > 0) || !std::isfinite(scalar))
-      throw InputError(concat(f.origin(), ": field 'query_pre_attn_scalar' must be positive"));
-    p->query_pre_attn_scalar = scalar;
-    p->attn_logit_softcapping = optional_positive(f, "attn_logit_softcapping", 50.0);
-    p->final_logit_softcapping = optional_positive(f, "final_logit_softcapping", 30.0);
-    if (f.boolean({"use_bidirectional_attention"}, false))
-      throw InputError(concat(f.origin(),
-                              ": use_bidirectional_attention is true; only causal attention "
-                              "is supported"));
-    // Absent: 4096. null: no window, which a sliding layer cannot run with.
-    if (f.has("sliding_window"))
-      p->sliding_window = f.positive({"sliding_window"}, std::nullopt);
-    else if (!f.root().contains("sliding_window"))
-      p->sliding_window = 4096;
-    p->layer_types = parse_layer_types(f, c);
-    p->explicit_layer_types = !p->layer_types.empty();
-    for (int64_t i = 0; i < c.num_hidden_layers; ++i)
-      if (p->sliding(i) && !p->sliding_window)
-        throw InputError(concat(f.origin(), ": layer ", i,
-                                " uses sliding-window attention but sliding_window is null"));
+    parse_gemma_fields(f, c, *p, /*attn_softcap=*/50.0, /*final_softcap=*/30.0);
     c.arch_params = std::move(p);
   }
 
-  void write(const ModelConfig& c, json& j) const override {
-    const auto& p = c.params<Gemma2Params>();
-    write_llama_family(c, j);
-    j["hidden_activation"] = p.hidden_activation;
-    j["attention_bias"] = p.attention_bias;
-    j["query_pre_attn_scalar"] = p.query_pre_attn_scalar;
-    j["attn_logit_softcapping"] = optional_json(p.attn_logit_softcapping);
-    j["final_logit_softcapping"] = optional_json(p.final_logit_softcapping);
-    j["sliding_window"] = p.sliding_window ? json(*p.sliding_window) : json(nullptr);
-    if (p.explicit_layer_types) j["layer_types"] = p.layer_types;
-  }
+  void write(const ModelConfig& c, nlohmann::json& j) const override { write_gemma_fields(c, j); }
 
-  std::vector<std::string> presets() const override {
-    std::vector<std::string> out = llama_family_presets();
-    out.push_back("gemma-2-2b");
-    return out;
-  }
+  std::vector<std::string> presets() const override { return llama_family_presets({"gemma-2-2b"}); }
 
   ModelConfig preset(const std::string& name) const override {
     const bool real = name == "gemma-2-2b";
-    ModelConfig base = llama_family_preset(this->name(), real ? "tiny" : name);
-    auto p = std::make_unique<Gemma2Params>();
-    static_cast<LlamaParams&>(*p) = base.params<LlamaParams>();
-    p->hidden_act = p->hidden_activation;
-    base.arch_params = std::move(p);
-    ModelConfig c = std::move(base);
-    c.tie_word_embeddings = true;
-    c.bos_token_id = 2, c.eos_token_id = 1;
-    auto& q = c.params<Gemma2Params>();
-    if (!real) {
-      // A small window, so that it matters at test lengths.
-      q.query_pre_attn_scalar = static_cast<double>(q.head_dim);
-      q.sliding_window = name == "tiny" ? 4 : 256;
-      return c;
-    }
+    ModelConfig c =
+        gemma_preset(this->name(), real ? "tiny" : name, std::make_unique<Gemma2Params>());
+    if (!real) return c;
     // google/gemma-2-2b's config.json.
+    auto& q = c.params<Gemma2Params>();
     c.vocab_size = 256000, c.hidden_size = 2304, q.intermediate_size = 9216;
     c.num_hidden_layers = 26, c.num_attention_heads = 8, q.num_key_value_heads = 4;
     q.head_dim = 256, c.max_position_embeddings = 8192, q.rope.rope_theta = 10000.0;

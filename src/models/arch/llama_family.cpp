@@ -10,6 +10,7 @@
 #include "models/parts/norm.h"
 #include "models/parts/rope.h"
 #include "models/parts/scaled_io.h"
+#include "models/parts/sublayer_norm_block.h"
 
 namespace actcap {
 
@@ -32,10 +33,23 @@ std::optional<int64_t> LlamaParams::window_for_layer(int64_t layer) const {
 }
 
 // Dynamic NTK RoPE exists to run past max_position_embeddings: factor times it.
-int64_t LlamaParams::max_positions(int64_t max_position_embeddings) const {
-  if (rope.rope_type != "dynamic") return max_position_embeddings;
-  const double n = std::floor(rope.factor * static_cast<double>(max_position_embeddings));
+int64_t rope_max_positions(const RopeConfig& r, int64_t max_position_embeddings) {
+  if (r.rope_type != "dynamic") return max_position_embeddings;
+  const double n = std::floor(r.factor * static_cast<double>(max_position_embeddings));
   return n >= 2147483647.0 ? int64_t{2147483647} : static_cast<int64_t>(n);
+}
+
+int64_t LlamaParams::max_positions(int64_t max_position_embeddings) const {
+  return rope_max_positions(rope, max_position_embeddings);
+}
+
+LlamaDefaults gemma_defaults(int64_t max_position_embeddings) {
+  LlamaDefaults d;
+  d.max_position_embeddings = max_position_embeddings;
+  d.head_dim = 256;
+  d.bos_token_id = 2;
+  d.eos_token_id = 1;
+  return d;
 }
 
 void parse_llama_family(const ConfigReader& f, const LlamaDefaults& d, ModelConfig& c,
@@ -143,7 +157,70 @@ void write_qwen_windows(const LlamaParams& p, nlohmann::json& j) {
   if (!p.layer_types.empty()) j["layer_types"] = p.layer_types;
 }
 
-std::vector<std::string> llama_family_presets() { return {"tiny", "small", "gpt2-small"}; }
+namespace {
+
+// A soft-cap: absent -> `dflt`, null -> off, else a positive number.
+std::optional<double> optional_cap(const ConfigReader& f, const char* key,
+                                   std::optional<double> dflt) {
+  if (!f.root().contains(key)) return dflt;
+  if (!f.has(key)) return std::nullopt;  // null: off
+  const double v = f.number({key}, 0);
+  if (!(v > 0) || !std::isfinite(v))
+    throw InputError(concat(f.origin(), ": field '", key, "' must be positive or null"));
+  return v;
+}
+
+json optional_json(std::optional<double> v) { return v ? json(*v) : json(nullptr); }
+
+}  // namespace
+
+void parse_gemma_fields(const ConfigReader& f, ModelConfig& c, GemmaParams& p,
+                        std::optional<double> attn_softcap, std::optional<double> final_softcap) {
+  c.tie_word_embeddings = f.boolean({"tie_word_embeddings"}, true);
+  p.hidden_activation = f.string({"hidden_activation"}, p.hidden_activation);
+  check_activation(p.hidden_activation, "hidden_activation", f.origin());
+  p.attention_bias = f.boolean({"attention_bias"}, false);  // q, k, v and o
+  p.qkv_bias = p.o_bias = p.attention_bias;
+  const double scalar = f.number({"query_pre_attn_scalar"}, 256);
+  if (!(scalar > 0) || !std::isfinite(scalar))
+    throw InputError(concat(f.origin(), ": field 'query_pre_attn_scalar' must be positive"));
+  p.query_pre_attn_scalar = scalar;
+  p.attn_logit_softcapping = optional_cap(f, "attn_logit_softcapping", attn_softcap);
+  p.final_logit_softcapping = optional_cap(f, "final_logit_softcapping", final_softcap);
+  if (f.boolean({"use_bidirectional_attention"}, false))
+    throw InputError(concat(f.origin(),
+                            ": use_bidirectional_attention is true; only causal attention "
+                            "is supported"));
+  // Absent: 4096. null: no window, which a sliding layer cannot run with.
+  if (f.has("sliding_window"))
+    p.sliding_window = f.positive({"sliding_window"}, std::nullopt);
+  else if (!f.root().contains("sliding_window"))
+    p.sliding_window = 4096;
+  p.layer_types = parse_layer_types(f, c);
+  p.explicit_layer_types = !p.layer_types.empty();
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+    if (p.sliding(i) && !p.sliding_window)
+      throw InputError(concat(f.origin(), ": layer ", i,
+                              " uses sliding-window attention but sliding_window is null"));
+}
+
+void write_gemma_fields(const ModelConfig& c, nlohmann::json& j) {
+  const auto& p = c.params<GemmaParams>();
+  write_llama_family(c, j);
+  j["hidden_activation"] = p.hidden_activation;
+  j["attention_bias"] = p.attention_bias;
+  j["query_pre_attn_scalar"] = p.query_pre_attn_scalar;
+  j["attn_logit_softcapping"] = optional_json(p.attn_logit_softcapping);
+  j["final_logit_softcapping"] = optional_json(p.final_logit_softcapping);
+  j["sliding_window"] = p.sliding_window ? json(*p.sliding_window) : json(nullptr);
+  if (p.explicit_layer_types) j["layer_types"] = p.layer_types;
+}
+
+std::vector<std::string> llama_family_presets(const std::vector<std::string>& own) {
+  std::vector<std::string> out = {"tiny", "small", "gpt2-small"};
+  out.insert(out.end(), own.begin(), own.end());
+  return out;
+}
 
 ModelConfig llama_family_preset(const std::string& arch, const std::string& preset) {
   ModelConfig c;
@@ -164,6 +241,19 @@ ModelConfig llama_family_preset(const std::string& arch, const std::string& pres
   c.bos_token_id = 1;
   c.eos_token_id = 2;
   c.arch_params = std::move(p);
+  return c;
+}
+
+ModelConfig gemma_preset(const std::string& arch, const std::string& preset,
+                         std::unique_ptr<GemmaParams> p) {
+  ModelConfig c = llama_family_preset(arch, preset);
+  static_cast<LlamaParams&>(*p) = c.params<LlamaParams>();
+  p->hidden_act = p->hidden_activation;
+  p->query_pre_attn_scalar = static_cast<double>(p->head_dim);
+  p->sliding_window = preset == "tiny" ? 4 : 256;  // small, so that it matters at test lengths
+  c.arch_params = std::move(p);
+  c.tie_word_embeddings = true;
+  c.bos_token_id = 2, c.eos_token_id = 1;
   return c;
 }
 
@@ -218,6 +308,35 @@ std::unique_ptr<Module> llama_gated_mlp(const ModelConfig& c, WeightSource m,
                                     std::move(down));
 }
 
+std::unique_ptr<Module> gemma_decoder_layer(const ModelConfig& c, WeightSource w, int64_t layer,
+                                            const std::shared_ptr<const Rope>& rope,
+                                            bool attn_softcap, bool qk_norm) {
+  const auto& p = c.params<GemmaParams>();
+  const int64_t H = c.hidden_size, D = p.head_dim;
+  auto norm = [&](WeightSource v, const char* name, int64_t width, int64_t heads) {
+    return llama_rms_norm(p, v, name, width, heads, /*unit_offset=*/true);
+  };
+  WeightSource a = w.pp("self_attn");
+  AttentionShape shape = llama_attention_shape(c, layer, rope);
+  shape.scale = 1.0 / std::sqrt(p.query_pre_attn_scalar);
+  shape.window = p.sliding(layer) ? p.sliding_window : std::nullopt;
+  if (attn_softcap) shape.softcap = p.attn_logit_softcapping;
+  AttentionParts parts = llama_attention_projections(c, a);
+  if (qk_norm) {
+    parts.q_norm = norm(a, "q_norm", D, c.num_attention_heads);
+    parts.k_norm = norm(a, "k_norm", D, p.num_key_value_heads);
+    shape.qk_norms_last = true;
+  }
+  SublayerNormParts b;
+  b.pre1 = norm(w, "input_layernorm", H, 0);
+  b.attn = std::make_unique<Attention>(a.path(), shape, std::move(parts));
+  b.post1 = norm(w, "post_attention_layernorm", H, 0);
+  b.pre2 = norm(w, "pre_feedforward_layernorm", H, 0);
+  b.mlp = llama_gated_mlp(c, w.pp("mlp"), p.hidden_activation);
+  b.post2 = norm(w, "post_feedforward_layernorm", H, 0);
+  return std::make_unique<SublayerNormBlock>(w.path(), H, std::move(b));
+}
+
 namespace {
 
 std::unique_ptr<Module> decoder_layer(const ModelConfig& c, WeightSource w, int64_t layer,
@@ -243,19 +362,18 @@ std::unique_ptr<Module> decoder_layer(const ModelConfig& c, WeightSource w, int6
 BuiltModel build_llama_family(const ModelConfig& c, WeightSource& w, const LlamaBuild& b) {
   const auto& p = c.params<LlamaParams>();
   w.ignore_suffix(".rotary_emb.inv_freq");  // a buffer older checkpoints saved
-  WeightSource model = w.pp("model");
+  WeightSource model = w.pp(b.base);
   std::vector<std::string> tied;
   if (c.tie_word_embeddings) tied.push_back("lm_head.weight");
   at::Tensor embed = model.get("embed_tokens.weight", {c.vocab_size, c.hidden_size}, Init::kMatrix,
                                Layout::kAsStored, tied);
+  const std::string embed_name = model.prefix() + "embed_tokens";
   BuiltModel m;
   if (b.embedding_scale)
-    m.stages.push_back(
-        {StageKind::kEmbeddings,
-         std::make_unique<ScaledEmbedding>("model.embed_tokens", embed, *b.embedding_scale)});
+    m.stages.push_back({StageKind::kEmbeddings,
+                        std::make_unique<ScaledEmbedding>(embed_name, embed, *b.embedding_scale)});
   else
-    m.stages.push_back(
-        {StageKind::kEmbeddings, std::make_unique<Embedding>("model.embed_tokens", embed)});
+    m.stages.push_back({StageKind::kEmbeddings, std::make_unique<Embedding>(embed_name, embed)});
   // One table for every layer: these architectures rotate all layers alike.
   auto rope = std::make_shared<const Rope>(p.rope, p.head_dim, c.max_position_embeddings);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {

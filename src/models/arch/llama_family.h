@@ -52,6 +52,25 @@ struct LlamaParams : ArchParams {
   }
 };
 
+// What Gemma 2 and Gemma 3 add to the Llama family's fields.
+struct GemmaParams : LlamaParams {
+  std::string hidden_activation = "gelu_pytorch_tanh";  // the MLP's; hidden_act is not read
+  double query_pre_attn_scalar = 256;                   // attention scale: its inverse square root
+  std::optional<double> attn_logit_softcapping;         // nullopt: off
+  std::optional<double> final_logit_softcapping;        // nullopt: off
+  bool explicit_layer_types = false;                    // layer_types came from config.json
+
+  // Whether `layer` attends within sliding_window: as layer_types says, else the architecture's
+  // rule (Gemma 2: the even layers).
+  virtual bool sliding(int64_t layer) const {
+    if (!layer_types.empty()) return layer_types[layer] == "sliding_attention";
+    return layer % 2 == 0;
+  }
+  std::unique_ptr<ArchParams> clone() const override {
+    return std::make_unique<GemmaParams>(*this);
+  }
+};
+
 // HF defaults that differ per architecture, for fields config.json may leave out.
 struct LlamaDefaults {
   int64_t max_position_embeddings = 2048;
@@ -59,6 +78,9 @@ struct LlamaDefaults {
   int64_t bos_token_id = 1;
   int64_t eos_token_id = 2;
 };
+
+// Gemma 2 and 3's: head_dim 256, bos 2, eos 1, and their context.
+LlamaDefaults gemma_defaults(int64_t max_position_embeddings);
 
 // Reads the shared fields into c and p (sizes, kv heads, head_dim, activation, eps, RoPE, tying,
 // token ids). Biases and windows are the architecture's to read.
@@ -72,15 +94,31 @@ void parse_qwen_windows(const ConfigReader& f, const ModelConfig& c, LlamaParams
 std::vector<std::string> parse_layer_types(const ConfigReader& f, const ModelConfig& c);
 void write_llama_family(const ModelConfig& c, nlohmann::json& j);
 void write_qwen_windows(const LlamaParams& p, nlohmann::json& j);
+// After parse_llama_family, what Gemma 2 and Gemma 3 share: tying (default true),
+// hidden_activation, attention_bias (q/k/v/o), query_pre_attn_scalar, the two soft-caps (absent:
+// the defaults given; null: off), sliding_window (absent: 4096; null: none, refused when a layer
+// slides: call after whatever p.sliding() depends on) and layer_types; use_bidirectional_attention
+// is refused.
+void parse_gemma_fields(const ConfigReader& f, ModelConfig& c, GemmaParams& p,
+                        std::optional<double> attn_softcap, std::optional<double> final_softcap);
+// write_llama_family and those fields.
+void write_gemma_fields(const ModelConfig& c, nlohmann::json& j);
 
-// tiny, small and gpt2-small (a Llama-style model of GPT-2 124M's size): sizes only; the caller
-// sets its architecture's fields.
-std::vector<std::string> llama_family_presets();
+// tiny, small and gpt2-small (a Llama-style model of GPT-2 124M's size), then `own` (the
+// architecture's real-model presets): sizes only; the caller sets its architecture's fields.
+std::vector<std::string> llama_family_presets(const std::vector<std::string>& own = {});
 ModelConfig llama_family_preset(const std::string& arch, const std::string& preset);
+// The shared preset's sizes in a Gemma architecture's params `p` (with that architecture's
+// defaults): tied, token ids 2 (bos) and 1 (eos), GeGLU, query_pre_attn_scalar = head_dim, a
+// sliding window of 4 (tiny) or 256.
+ModelConfig gemma_preset(const std::string& arch, const std::string& preset,
+                         std::unique_ptr<GemmaParams> p);
 
 // What a Llama-style architecture changes in the family's model: its decoder layer (null: the
-// Llama pre-norm layer), (1 + w) final norm, a scaled embedding and soft-capped logits (Gemma 2).
+// Llama pre-norm layer), (1 + w) final norm, a scaled embedding and soft-capped logits (Gemma 2),
+// the decoder's module path (Gemma 3's multimodal checkpoints nest it under the vision model's).
 struct LlamaBuild {
+  std::string base = "model";  // the decoder's module path: model.embed_tokens, model.layers.N
   std::function<std::unique_ptr<Module>(const ModelConfig& c, WeightSource w, int64_t layer,
                                         const std::shared_ptr<const Rope>& rope)>
       layer;
@@ -90,6 +128,9 @@ struct LlamaBuild {
 };
 
 BuiltModel build_llama_family(const ModelConfig& c, WeightSource& w, const LlamaBuild& b = {});
+
+// The longest forward a RoPE allows: max_position_embeddings, or factor times it for dynamic NTK.
+int64_t rope_max_positions(const RopeConfig& r, int64_t max_position_embeddings);
 
 // The parts the Llama-style builders share, each asking `w` for its weights by HF name.
 // RMSNorm `name` of `width` with p.rms_norm_eps; per head when heads > 0; (1 + w) when
@@ -105,6 +146,13 @@ AttentionShape llama_attention_shape(const ModelConfig& c, int64_t layer,
 // gate_proj, act_fn (activation `act`), up_proj, down_proj under `m` (mlp).
 std::unique_ptr<Module> llama_gated_mlp(const ModelConfig& c, WeightSource m,
                                         const std::string& act);
+// Gemma's decoder layer (GemmaParams): four (1 + w) RMSNorms around attention and the GeGLU MLP
+// (SublayerNormBlock), attention scaled by query_pre_attn_scalar^-0.5, its window as p.sliding()
+// says, rotated by `rope`; scores soft-capped when `attn_softcap` and the config sets a cap (Gemma
+// 2); with `qk_norm`, per-head (1 + w) q_norm / k_norm after the three projections (Gemma 3).
+std::unique_ptr<Module> gemma_decoder_layer(const ModelConfig& c, WeightSource w, int64_t layer,
+                                            const std::shared_ptr<const Rope>& rope,
+                                            bool attn_softcap, bool qk_norm);
 
 // The presets and the builder every Llama-style architecture shares; each sets its own fields on
 // the shared presets in preset_fields().

@@ -32,16 +32,18 @@ at::Tensor Attention::forward(const at::Tensor& x, ForwardState& st) {
     v = qkv.narrow(-1, Q + KV, KV).view({B, T, s_.kv_heads, D}).transpose(1, 2);
   } else {
     // [B, T, heads, D]: the per-head norms see each head's features (HF views before the norm).
-    const bool whole = s_.qk_norm_whole;
+    const bool whole = s_.qk_norm_whole, last = s_.qk_norms_last && !whole;
     q = q_->call(x, st);
     if (q_norm_ && whole) q = q_norm_->call(q, st);
     q = q.view({B, T, s_.heads, D});
-    if (q_norm_ && !whole) q = q_norm_->call(q, st);
+    if (q_norm_ && !whole && !last) q = q_norm_->call(q, st);
     k = k_->call(x, st);
     if (k_norm_ && whole) k = k_norm_->call(k, st);
     k = k.view({B, T, s_.kv_heads, D});
-    if (k_norm_ && !whole) k = k_norm_->call(k, st);
+    if (k_norm_ && !whole && !last) k = k_norm_->call(k, st);
     v = v_->call(x, st).view({B, T, s_.kv_heads, D}).transpose(1, 2);
+    if (q_norm_ && last) q = q_norm_->call(q, st);
+    if (k_norm_ && last) k = k_norm_->call(k, st);
     q = q.transpose(1, 2);
     k = k.transpose(1, 2);
   }

@@ -24,6 +24,9 @@ struct AttentionShape {
   // q_norm / k_norm normalise the whole projection (heads * head_dim) before the head split
   // (OLMo 2), instead of each head; their points are then [heads * head_dim] per token.
   bool qk_norm_whole = false;
+  // Per-head q_norm / k_norm run after all three projections (Gemma 3: q_proj, k_proj, v_proj,
+  // q_norm, k_norm) instead of each right after its own (Qwen3: q_proj, q_norm, k_proj, ...).
+  bool qk_norms_last = false;
   // How a fused qkv projection's rows are laid out: kStacked [q (heads * D); k (kv_heads * D);
   // v (kv_heads * D)] (GPT-2's c_attn, Phi-3's qkv_proj), kPerHead [heads, 3, D] (GPT-NeoX's
   // query_key_value: each head's q, k and v rows side by side; kv_heads == heads).
