@@ -559,8 +559,9 @@ def test_init_model_gemma2_2b_preset_config(actcap_bin, tmp_path):
 
 
 # Bad input: one line on stderr, exit 2.
+# A missing config field, a missing tensor and a wrong tensor shape, for every family:
+# tests/integration/test_families.py.
 BAD_CONFIGS = {
-    "olmo2_missing_hidden_size": ("olmo2", dict(hidden_size=None)),
     "olmo2_kv_heads": ("olmo2", dict(num_key_value_heads=3)),
     "gemma2_null_window": ("gemma2", dict(sliding_window=None)),
     "gemma2_layer_types_length": ("gemma2", dict(layer_types=["full_attention"])),
@@ -575,33 +576,12 @@ def test_bad_config_is_one_line_exit_2(models, tmp_path, case):
     arch, changes = BAD_CONFIGS[case]
     m = H.copy_model(models(arch), tmp_path / "m")
     cfg = H.load_config(m)
-    for k, v in changes.items():
-        if v is None and k == "hidden_size":
-            cfg.pop(k)
-        else:
-            cfg[k] = v
+    cfg.update(changes)
     H.save_config(m, cfg)
     p = H.actcap("run", m, "--tokens", "1,2,3", "--capture", "lm_head", "--out", tmp_path / "o")
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert p.returncode == 2 and len(lines) == 1, (p.returncode, p.stderr)
     assert "config.json" in lines[0], lines[0]
-
-
-@pytest.mark.parametrize("arch,tensor", [("olmo2", "model.layers.0.self_attn.q_norm.weight"),
-                                         ("gemma2", "model.layers.1.pre_feedforward_layernorm.weight")])
-@pytest.mark.parametrize("fault", ["missing", "shape"])
-def test_bad_checkpoint_is_one_line_exit_2(models, tmp_path, arch, tensor, fault):
-    m = H.copy_model(models(arch), tmp_path / "m")
-    w = st.load_checkpoint(str(m))
-    if fault == "missing":
-        del w[tensor]
-    else:
-        w[tensor] = np.zeros(w[tensor].shape[0] + 1, dtype=np.float32)
-    st.save(str(m / "model.safetensors"), w, metadata={"format": "pt"})
-    p = H.actcap("run", m, "--tokens", "1,2,3", "--capture", "lm_head", "--out", tmp_path / "o")
-    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
-    assert p.returncode == 2 and len(lines) == 1, (p.returncode, p.stderr)
-    assert tensor in lines[0], lines[0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1145,21 +1125,6 @@ def test_neox_bad_config_is_one_line_exit_2(models, tmp_path, case):
     assert needle in _one_line_exit_2(m, tmp_path)
 
 
-@pytest.mark.parametrize("case", ["missing", "wrong_shape"])
-def test_neox_bad_weights_are_one_line_exit_2(models, tmp_path, case):
-    m = H.copy_model(models("gpt_neox"), tmp_path / "m")
-    tensors = st.load_checkpoint(str(m))
-    name = "gpt_neox.layers.2.attention.query_key_value.weight"
-    if case == "missing":
-        del tensors[name]
-    else:
-        tensors[name] = tensors[name][:, :-1].copy()
-    os.remove(m / "model.safetensors")
-    st.save(str(m / "model.safetensors"), tensors, metadata={"format": "pt"})
-    assert name in _one_line_exit_2(m, tmp_path)
-
-
-
 # ---------------------------------------------------------------------------------------------
 # Phi-3: fused qkv_proj / gate_up_proj, sliding window, longrope around the switch, partial rotary
 # ---------------------------------------------------------------------------------------------
@@ -1290,17 +1255,3 @@ def test_phi3_bad_config_is_one_line_exit_2(models, tmp_path, case):
         partial_rotary_factor=0.5)
     m = with_config(models("phi3"), tmp_path / "m", **changes, **extra)
     assert needle in _one_line_exit_2(m, tmp_path)
-
-
-@pytest.mark.parametrize("case", ["missing", "wrong_shape"])
-def test_phi3_bad_weights_are_one_line_exit_2(models, tmp_path, case):
-    m = H.copy_model(models("phi3"), tmp_path / "m")
-    tensors = st.load_checkpoint(str(m))
-    name = "model.layers.1.mlp.gate_up_proj.weight"
-    if case == "missing":
-        del tensors[name]
-    else:
-        tensors[name] = tensors[name][:-2].copy()
-    os.remove(m / "model.safetensors")
-    st.save(str(m / "model.safetensors"), tensors, metadata={"format": "pt"})
-    assert name in _one_line_exit_2(m, tmp_path)
