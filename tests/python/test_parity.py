@@ -455,8 +455,8 @@ def test_parity_olmo2_real_config_layout(actcap_bin, tmp_path, bias):
 
 OLMO2_1B_KEYS = ["architectures", "model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
                  "num_attention_heads", "num_key_value_heads", "vocab_size", "max_position_embeddings",
-                 "rms_norm_eps", "tie_word_embeddings", "eos_token_id", "hidden_act", "attention_bias",
-                 "rope_theta"]
+                 "rms_norm_eps", "tie_word_embeddings", "bos_token_id", "eos_token_id", "hidden_act",
+                 "attention_bias", "rope_theta", "rope_scaling"]
 
 
 def check_preset_config(tmp_path, arch, preset, real, keys):
@@ -467,7 +467,7 @@ def check_preset_config(tmp_path, arch, preset, real, keys):
              check=True)
     assert not (out / "model.safetensors").exists(), "--config-only wrote weights"
     cfg = H.load_config(out)
-    bad = {k: (cfg.get(k), real[k]) for k in keys if cfg.get(k) != real[k]}
+    bad = {k: (cfg.get(k), real.get(k)) for k in keys if cfg.get(k) != real.get(k)}  # absent: None
     assert not bad, f"(init-model, {preset}): {bad}"
     c, r = reference.Config(cfg), reference.Config(real)
     assert (c.rope, c.windows, c.tie) == (r.rope, r.windows, r.tie)
@@ -548,9 +548,9 @@ def test_parity_gemma2_real_config_layout(actcap_bin, tmp_path):
 
 GEMMA2_2B_KEYS = ["architectures", "model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
                   "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
-                  "max_position_embeddings", "rms_norm_eps", "bos_token_id", "eos_token_id",
+                  "max_position_embeddings", "rms_norm_eps", "bos_token_id", "eos_token_id", "hidden_act",
                   "hidden_activation", "attention_bias", "query_pre_attn_scalar", "sliding_window",
-                  "attn_logit_softcapping", "final_logit_softcapping", "rope_theta"]
+                  "attn_logit_softcapping", "final_logit_softcapping", "rope_theta", "initializer_range"]
 
 
 def test_init_model_gemma2_2b_preset_config(actcap_bin, tmp_path):
@@ -1076,6 +1076,8 @@ def test_parity_neox_head_stored_as_lm_head(models, tmp_path):
 
 
 # EleutherAI/pythia-160m's config.json (transformers 4.24 layout).
+# EleutherAI/pythia-160m's config.json (huggingface.co/EleutherAI/pythia-160m/blob/main/config.json,
+# transformers 4.24.0; torch_dtype float16 there, init-model's --dtype here).
 PYTHIA_160M_CONFIG = {
     "architectures": ["GPTNeoXForCausalLM"], "bos_token_id": 0, "eos_token_id": 0,
     "hidden_act": "gelu", "hidden_size": 768, "initializer_range": 0.02, "intermediate_size": 3072,
@@ -1214,6 +1216,9 @@ def test_parity_phi3_python_written_defaults(actcap_bin, tmp_path):
 
 
 # microsoft/Phi-3-mini-4k-instruct's config.json (transformers 4.40 layout).
+# microsoft/Phi-3-mini-4k-instruct's config.json as first released (904 bytes, transformers 4.39.3;
+# quoted whole by a duplicate of the repository and by fine-tunes' configs). Left out: auto_map,
+# pad_token_id 32000 (actcap keeps no pad id), torch_dtype (bfloat16 there), use_cache.
 PHI3_MINI_CONFIG = {
     "architectures": ["Phi3ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1, "embd_pdrop": 0.0,
     "eos_token_id": 32000, "hidden_act": "silu", "hidden_size": 3072, "initializer_range": 0.02,
