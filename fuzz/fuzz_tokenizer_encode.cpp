@@ -268,67 +268,58 @@ json metaspace(const char* scheme, bool split) {
       {"type", "Metaspace"}, {"replacement", kMeta}, {"prepend_scheme", scheme}, {"split", split}};
 }
 
-std::unique_ptr<actcap::Tokenizer> build_llama2() {
+// A tokenizer.json over sentencepiece_vocab_and_merges() (byte_fallback, unk, fuse_unk) with its
+// added tokens, the given normalizer, pre-tokenizer and decoders (in a Sequence), and
+// TemplateProcessing <s> (... </s>).
+std::unique_ptr<actcap::Tokenizer> build_sentencepiece(json normalizer, json pre_tokenizer,
+                                                       json decoders, bool eos, bool ignore_merges,
+                                                       const char* origin) {
   json merges;
   json vocab = sentencepiece_vocab_and_merges(merges);
   json doc = {{"version", "1.0"},
               {"added_tokens", sentencepiece_added()},
-              {"normalizer",
-               {{"type", "Sequence"},
-                {"normalizers",
-                 {{{"type", "Prepend"}, {"prepend", kMeta}},
-                  {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", kMeta}}}}}},
-              {"pre_tokenizer", nullptr},
-              {"post_processor", template_processing(false)},
-              {"decoder",
-               {{"type", "Sequence"},
-                {"decoders",
-                 {{{"type", "Replace"}, {"pattern", {{"String", kMeta}}}, {"content", " "}},
-                  {{"type", "ByteFallback"}},
-                  {{"type", "Fuse"}},
-                  {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
-              {"model", bpe_model(vocab, merges, false, "<unk>", true, true)}};
-  return actcap::Tokenizer::from_json(doc.dump(), "llama2-like tokenizer.json");
+              {"normalizer", normalizer},
+              {"pre_tokenizer", pre_tokenizer},
+              {"post_processor", template_processing(eos)},
+              {"decoder", {{"type", "Sequence"}, {"decoders", decoders}}},
+              {"model", bpe_model(vocab, merges, ignore_merges, "<unk>", true, true)}};
+  return actcap::Tokenizer::from_json(doc.dump(), origin);
+}
+
+std::unique_ptr<actcap::Tokenizer> build_llama2() {
+  return build_sentencepiece(
+      {{"type", "Sequence"},
+       {"normalizers",
+        {{{"type", "Prepend"}, {"prepend", kMeta}},
+         {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", kMeta}}}}},
+      nullptr,
+      {{{"type", "Replace"}, {"pattern", {{"String", kMeta}}}, {"content", " "}},
+       {{"type", "ByteFallback"}},
+       {{"type", "Fuse"}},
+       {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}},
+      false, false, "llama2-like tokenizer.json");
 }
 
 std::unique_ptr<actcap::Tokenizer> build_metaspace() {
-  json merges;
-  json vocab = sentencepiece_vocab_and_merges(merges);
-  json doc = {{"version", "1.0"},
-              {"added_tokens", sentencepiece_added()},
-              {"normalizer", nullptr},
-              {"pre_tokenizer", metaspace("first", false)},
-              {"post_processor", template_processing(true)},
-              {"decoder",
-               {{"type", "Sequence"},
-                {"decoders", {{{"type", "ByteFallback"}}, metaspace("first", false)}}}},
-              {"model", bpe_model(vocab, merges, true, "<unk>", true, true)}};
-  return actcap::Tokenizer::from_json(doc.dump(), "metaspace tokenizer.json");
+  return build_sentencepiece(nullptr, metaspace("first", false),
+                             {{{"type", "ByteFallback"}}, metaspace("first", false)}, true, true,
+                             "metaspace tokenizer.json");
 }
 
 std::unique_ptr<actcap::Tokenizer> build_strip() {
-  json merges;
-  json vocab = sentencepiece_vocab_and_merges(merges);
-  json doc = {{"version", "1.0"},
-              {"added_tokens", sentencepiece_added()},
-              {"normalizer",
-               {{"type", "Sequence"},
-                {"normalizers",
-                 {{{"type", "Strip"}, {"strip_left", true}, {"strip_right", true}},
-                  {{"type", "Lowercase"}},
-                  {{"type", "Replace"}, {"pattern", {{"Regex", "[0-9]+"}}}, {"content", "12"}}}}}},
-              {"pre_tokenizer", metaspace("always", true)},
-              {"post_processor", template_processing(true)},
-              {"decoder",
-               {{"type", "Sequence"},
-                {"decoders",
-                 {{{"type", "ByteFallback"}},
-                  metaspace("always", true),
-                  {{"type", "Fuse"}},
-                  {{"type", "Strip"}, {"content", " "}, {"start", 0}, {"stop", 1}},
-                  {{"type", "ByteLevel"}}}}}},
-              {"model", bpe_model(vocab, merges, false, "<unk>", true, true)}};
-  return actcap::Tokenizer::from_json(doc.dump(), "strip tokenizer.json");
+  return build_sentencepiece(
+      {{"type", "Sequence"},
+       {"normalizers",
+        {{{"type", "Strip"}, {"strip_left", true}, {"strip_right", true}},
+         {{"type", "Lowercase"}},
+         {{"type", "Replace"}, {"pattern", {{"Regex", "[0-9]+"}}}, {"content", "12"}}}}},
+      metaspace("always", true),
+      {{{"type", "ByteFallback"}},
+       metaspace("always", true),
+       {{"type", "Fuse"}},
+       {{"type", "Strip"}, {"content", " "}, {"start", 0}, {"stop", 1}},
+       {{"type", "ByteLevel"}}},
+      true, false, "strip tokenizer.json");
 }
 
 struct Tokenizers {
