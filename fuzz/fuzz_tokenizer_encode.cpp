@@ -4,10 +4,23 @@
 //   llama3 Llama-3-like: Sequence[Split(Llama 3 regex, Isolated), ByteLevel(use_regex=false)],
 //          ignore_merges, TemplateProcessing adding <|begin_of_text|>;
 //   misc   not byte-level: NFKC normalizer, Digits/Split pre-tokenizers, unk + fuse_unk +
-//          byte_fallback, lstrip/rstrip/single_word/normalized added tokens, BertProcessing.
+//          byte_fallback, lstrip/rstrip/single_word/normalized added tokens, BertProcessing;
+//   llama2 SentencePiece-style as Llama 2 ships it: normalizers Prepend("\u2581") +
+//          Replace(" " -> "\u2581"), no pre-tokenizer, byte_fallback over all 256 bytes,
+//          TemplateProcessing <s>, decoders Replace + ByteFallback + Fuse + Strip(" ", 1, 0);
+//   metaspace  as Mistral v0.3 ships it: Metaspace pre-tokenizer (prepend_scheme first, no
+//          split), ignore_merges + byte_fallback, TemplateProcessing <s> ... </s>, decoders
+//          ByteFallback + Metaspace(first);
+//   strip  normalizers Strip + Lowercase + Replace(regex) before Metaspace (always, split),
+//          TemplateProcessing <s> ... </s>, decoders ByteFallback, Metaspace, Fuse, Strip,
+//          ByteLevel in one Sequence.
 // Invariants (asserted):
 //   * gpt2 and llama3 are byte-level without a normalizer: decode(encode(x)) == x for all bytes x;
-//   * gpt2's ByteLevel post-processor adds nothing; llama3's adds exactly <|begin_of_text|> first;
+//   * llama2 and metaspace are lossless on valid UTF-8 without U+2581 and added-token text (and,
+//     for metaspace, not starting with a space): decode(encode(x)) == x;
+//   * gpt2's ByteLevel post-processor adds nothing; llama3's adds exactly <|begin_of_text|> first,
+//     llama2's <s> first, metaspace's and strip's <s> first and </s> last;
+//   * strip: whitespace around the text changes no id (Strip is its first normalizer);
 //   * encode is deterministic (the second call is served by the BPE cache);
 //   * Bpe::merge (quadratic scan) == Bpe::merge_with_queue on the same symbols.
 #include <memory>
@@ -19,6 +32,7 @@
 #include "fuzz_common.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/hf_tokenizer.h"
+#include "tokenizer/utf8.h"
 
 namespace {
 
@@ -200,10 +214,121 @@ std::unique_ptr<actcap::Tokenizer> build_misc() {
   return actcap::Tokenizer::from_json(doc.dump(), "misc tokenizer.json");
 }
 
+// ---- SentencePiece-style tokenizers (Llama 2, Mistral v0.3) -----------------------------------
+
+const char* kMeta = "\xe2\x96\x81";  // U+2581, SentencePiece's space
+constexpr int64_t kUnk = 0, kBos = 1, kEos = 2;
+
+// <unk> <s> </s>, the 256 byte tokens <0x00>..<0xFF>, a few characters and merges over them
+// (spaces spelled as U+2581), in the [a, b] form of merges.
+json sentencepiece_vocab_and_merges(json& merges) {
+  json vocab = {{"<unk>", kUnk}, {"<s>", kBos}, {"</s>", kEos}};
+  int64_t next = 3;
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    vocab[name] = next++;
+  }
+  for (const char* ch : {kMeta, "a", "b", "e", "g", "h", "i", "l", "n", "o", "r", "s", "t", "w",
+                         "1", "2", "\xc3\xa9", "\xe6\x97\xa5"})
+    vocab[ch] = next++;
+  const std::string m = kMeta;
+  const std::vector<std::pair<std::string, std::string>> pairs = {
+      {m, "t"},       {"h", "e"},      {m + "t", "he"}, {"i", "n"},    {"in", "g"},
+      {m, "a"},       {"a", "a"},      {"aa", "a"},     {"a", "aa"},   {m, m},
+      {m + m, m + m}, {"l", "l"},      {"he", "ll"},    {"hell", "o"}, {m, "w"},
+      {"o", "r"},     {m + "w", "or"}, {"1", "2"},      {"e", "r"},    {m, "\xe6\x97\xa5"}};
+  merges = json::array();
+  for (const auto& [a, b] : pairs) {
+    merges.push_back(json::array({a, b}));
+    if (!vocab.contains(a + b)) vocab[a + b] = next++;
+  }
+  return vocab;
+}
+
+json sentencepiece_added() {
+  return {added(kUnk, "<unk>", true), added(kBos, "<s>", true), added(kEos, "</s>", true)};
+}
+
+json special_item(const char* token) { return {{"SpecialToken", {{"id", token}, {"type_id", 0}}}}; }
+
+json template_processing(bool eos) {
+  json single = {special_item("<s>"), {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}};
+  if (eos) single.push_back(special_item("</s>"));
+  json specials = {{"<s>", {{"id", "<s>"}, {"ids", {kBos}}, {"tokens", {"<s>"}}}}};
+  if (eos) specials["</s>"] = {{"id", "</s>"}, {"ids", {kEos}}, {"tokens", {"</s>"}}};
+  return {{"type", "TemplateProcessing"},
+          {"single", single},
+          {"pair", json::array()},
+          {"special_tokens", specials}};
+}
+
+json metaspace(const char* scheme, bool split) {
+  return {
+      {"type", "Metaspace"}, {"replacement", kMeta}, {"prepend_scheme", scheme}, {"split", split}};
+}
+
+// A tokenizer.json over sentencepiece_vocab_and_merges() (byte_fallback, unk, fuse_unk) with its
+// added tokens, the given normalizer, pre-tokenizer and decoders (in a Sequence), and
+// TemplateProcessing <s> (... </s>).
+std::unique_ptr<actcap::Tokenizer> build_sentencepiece(json normalizer, json pre_tokenizer,
+                                                       json decoders, bool eos, bool ignore_merges,
+                                                       const char* origin) {
+  json merges;
+  json vocab = sentencepiece_vocab_and_merges(merges);
+  json doc = {{"version", "1.0"},
+              {"added_tokens", sentencepiece_added()},
+              {"normalizer", normalizer},
+              {"pre_tokenizer", pre_tokenizer},
+              {"post_processor", template_processing(eos)},
+              {"decoder", {{"type", "Sequence"}, {"decoders", decoders}}},
+              {"model", bpe_model(vocab, merges, ignore_merges, "<unk>", true, true)}};
+  return actcap::Tokenizer::from_json(doc.dump(), origin);
+}
+
+std::unique_ptr<actcap::Tokenizer> build_llama2() {
+  return build_sentencepiece(
+      {{"type", "Sequence"},
+       {"normalizers",
+        {{{"type", "Prepend"}, {"prepend", kMeta}},
+         {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", kMeta}}}}},
+      nullptr,
+      {{{"type", "Replace"}, {"pattern", {{"String", kMeta}}}, {"content", " "}},
+       {{"type", "ByteFallback"}},
+       {{"type", "Fuse"}},
+       {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}},
+      false, false, "llama2-like tokenizer.json");
+}
+
+std::unique_ptr<actcap::Tokenizer> build_metaspace() {
+  return build_sentencepiece(nullptr, metaspace("first", false),
+                             {{{"type", "ByteFallback"}}, metaspace("first", false)}, true, true,
+                             "metaspace tokenizer.json");
+}
+
+std::unique_ptr<actcap::Tokenizer> build_strip() {
+  return build_sentencepiece(
+      {{"type", "Sequence"},
+       {"normalizers",
+        {{{"type", "Strip"}, {"strip_left", true}, {"strip_right", true}},
+         {{"type", "Lowercase"}},
+         {{"type", "Replace"}, {"pattern", {{"Regex", "[0-9]+"}}}, {"content", "12"}}}}},
+      metaspace("always", true),
+      {{{"type", "ByteFallback"}},
+       metaspace("always", true),
+       {{"type", "Fuse"}},
+       {{"type", "Strip"}, {"content", " "}, {"start", 0}, {"stop", 1}},
+       {{"type", "ByteLevel"}}},
+      true, false, "strip tokenizer.json");
+}
+
 struct Tokenizers {
   std::unique_ptr<actcap::Tokenizer> gpt2 = build_gpt2();
   std::unique_ptr<actcap::Tokenizer> llama3 = build_llama3();
   std::unique_ptr<actcap::Tokenizer> misc = build_misc();
+  std::unique_ptr<actcap::Tokenizer> llama2 = build_llama2();
+  std::unique_ptr<actcap::Tokenizer> metaspace = build_metaspace();
+  std::unique_ptr<actcap::Tokenizer> strip = build_strip();
 };
 
 const Tokenizers& tokenizers() {
@@ -239,6 +364,29 @@ void round_trip(const actcap::Tokenizer& t, const std::string& s, const char* wh
              why.c_str());
   FUZZ_CHECK(back == s, "%s: decode(encode(x)) != x\n  x    = '%s'\n  back = '%s'", which,
              fuzz::escape(s).c_str(), fuzz::escape(back).c_str());
+}
+
+// Whether x round-trips through the SentencePiece-style tokenizers: valid UTF-8, no U+2581 (it
+// decodes as a space), no added token's text (the text around an added token is normalized on
+// its own, so Prepend / Metaspace add a space there).
+bool sentencepiece_lossless(const std::string& x) {
+  for (size_t i = 0; i < x.size();) {
+    size_t len;
+    if (actcap::tok::utf8_decode(x, i, &len) < 0) return false;
+    i += len;
+  }
+  for (const char* t : {kMeta, "<unk>", "<s>", "</s>"})
+    if (x.find(t) != std::string::npos) return false;
+  return true;
+}
+
+// add_special == [<s>] + ids (+ [</s>]).
+void check_template(const actcap::Tokenizer& t, const std::string& s, bool eos, const char* which) {
+  std::vector<int64_t> plain = encode(t, s, false, which);
+  plain.insert(plain.begin(), kBos);
+  if (eos) plain.push_back(kEos);
+  FUZZ_CHECK(encode(t, s, true, which) == plain, "%s: add_special is not <s> + ids%s", which,
+             eos ? " + </s>" : "");
 }
 
 void check_merge(const actcap::tok::Bpe& bpe, std::vector<int32_t> symbols) {
@@ -277,6 +425,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                "misc: BertProcessing template not applied");
     FUZZ_CHECK(encode(*t.misc, text, true, "misc") == ids, "misc: not deterministic");
     FUZZ_CHECK(fuzz::clean([&] { t.misc->decode(ids); }), "misc: decode(encode(x)) threw");
+  }
+
+  // SentencePiece-style: lossless where the format is, the templates, Strip first.
+  if (sentencepiece_lossless(text)) {
+    round_trip(*t.llama2, text, "llama2");
+    if (text.empty() || text[0] != ' ') round_trip(*t.metaspace, text, "metaspace");
+  }
+  check_template(*t.llama2, text, false, "llama2");
+  check_template(*t.metaspace, text, true, "metaspace");
+  {
+    const std::vector<int64_t> ids = encode(*t.strip, text, false, "strip");
+    FUZZ_CHECK(encode(*t.strip, " \t" + text + "\n ", false, "strip") == ids,
+               "strip: whitespace around '%s' changed the ids", fuzz::escape(text).c_str());
+    check_template(*t.strip, text, true, "strip");
+    FUZZ_CHECK(fuzz::clean([&] { t.strip->decode(ids); }), "strip: decode(encode(x)) threw");
   }
 
   // Both merge strategies on the input as byte symbols (id == byte in the byte-level vocab), and

@@ -7,7 +7,7 @@ tiny` outputs, tokenizers are tiny hand-made tokenizer.json documents (not the 2
 """
 import json
 import os
-import shutil
+import re
 import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -15,9 +15,13 @@ CORPUS = os.path.join(HERE, "corpus")
 
 
 def reset(target):
+    """Empties fuzz/corpus/<target>/ of the seeds this script writes. Inputs libFuzzer found and
+    someone committed (named by their SHA-1, 40 hex digits) are kept."""
     d = os.path.join(CORPUS, target)
-    shutil.rmtree(d, ignore_errors=True)
-    os.makedirs(d)
+    os.makedirs(d, exist_ok=True)
+    for name in os.listdir(d):
+        if not re.fullmatch(r"[0-9a-f]{40}", name):
+            os.remove(os.path.join(d, name))
     return d
 
 
@@ -348,6 +352,103 @@ def tokenizer_seeds():
     write(d, "bad_model_type.json", json.dumps(dict(small, model={"type": "WordPiece", "vocab": {}})))
     write(d, "bad_template.json", json.dumps(dict(llama3, post_processor={
         "type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<x>"}}], "special_tokens": {}})))
+    sentencepiece_seeds(d)
+
+
+# SentencePiece-style tokenizer.json files (Llama 2, Mistral, Gemma, Phi-3): spaces spelled U+2581,
+# byte fallback over the 256 <0xXX> tokens, templates adding <s> / </s>.
+META = "\u2581"
+
+
+def sentencepiece_model(byte_tokens=range(256), **kw):
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for b in byte_tokens:
+        vocab[f"<0x{b:02X}>"] = len(vocab)
+    for c in [META, "a", "b", "e", "h", "l", "o", "w", "r", "1", "2", "é", "日"]:
+        vocab[c] = len(vocab)
+    merges = []
+    for a, b in [(META, "h"), ("e", "l"), (META + "h", "el"), ("l", "o"), (META, META), (META, "w"),
+                 ("o", "r"), (META + "w", "or"), ("1", "2"), (META, "日")]:
+        merges.append([a, b])
+        vocab.setdefault(a + b, len(vocab))
+    return bpe(vocab, merges, unk_token="<unk>", **kw)
+
+
+def template(eos, pair=False):
+    single = [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}]
+    if eos:
+        single.append({"SpecialToken": {"id": "</s>", "type_id": 0}})
+    specials = {t: {"id": t, "ids": [i], "tokens": [t]} for t, i in [("<s>", 1), ("</s>", 2)] if eos or i == 1}
+    return {"type": "TemplateProcessing", "single": single,
+            "pair": single + [{"Sequence": {"id": "B", "type_id": 1}}] if pair else [],
+            "special_tokens": specials}
+
+
+def metaspace(kind, scheme=None, split=None, **legacy):
+    m = {"type": kind, "replacement": META}
+    if scheme is not None:
+        m["prepend_scheme"] = scheme
+    if split is not None:
+        m["split"] = split
+    m.update(legacy)  # the older spelling: add_prefix_space instead of prepend_scheme
+    return m
+
+
+def sentencepiece_seeds(d):
+    added_sp = [added(0, "<unk>"), added(1, "<s>"), added(2, "</s>")]
+    base = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added_sp}
+    # Llama 2: Prepend + Replace normalizers, no pre-tokenizer, its four decoders.
+    llama2 = dict(base, normalizer={"type": "Sequence", "normalizers": [
+                      {"type": "Prepend", "prepend": META},
+                      {"type": "Replace", "pattern": {"String": " "}, "content": META}]},
+                  pre_tokenizer=None, post_processor=template(False, pair=True),
+                  decoder={"type": "Sequence", "decoders": [
+                      {"type": "Replace", "pattern": {"String": META}, "content": " "},
+                      {"type": "ByteFallback"}, {"type": "Fuse"},
+                      {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+                  model=sentencepiece_model(fuse_unk=True, byte_fallback=True))
+    write(d, "llama2_sentencepiece.json", json.dumps(llama2, ensure_ascii=False))
+    # Mistral v0.3: Metaspace (first, no split) and its decoder, ignore_merges, <s> ... </s>.
+    mistral = dict(base, normalizer=None, pre_tokenizer=metaspace("Metaspace", "first", False),
+                   post_processor=template(True),
+                   decoder={"type": "Sequence", "decoders": [
+                       {"type": "ByteFallback"}, metaspace("Metaspace", "first", False)]},
+                   model=sentencepiece_model(byte_fallback=True, ignore_merges=True))
+    write(d, "mistral_metaspace_first.json", json.dumps(mistral, ensure_ascii=False))
+    # Strip, Lowercase and a Replace regex before Metaspace (always, split); every decoder in one
+    # Sequence, ByteLevel included.
+    strip = dict(base, normalizer={"type": "Sequence", "normalizers": [
+                     {"type": "Strip", "strip_left": True, "strip_right": True}, {"type": "Lowercase"},
+                     {"type": "Replace", "pattern": {"Regex": "[0-9]+"}, "content": "12"}]},
+                 pre_tokenizer=metaspace("Metaspace", "always", True), post_processor=template(True),
+                 decoder={"type": "Sequence", "decoders": [
+                     {"type": "ByteFallback"}, metaspace("Metaspace", "always", True), {"type": "Fuse"},
+                     {"type": "Strip", "content": " ", "start": 0, "stop": 1}, {"type": "ByteLevel"}]},
+                 model=sentencepiece_model(byte_fallback=True))
+    write(d, "metaspace_always_split_normalizers.json", json.dumps(strip, ensure_ascii=False))
+    # Gemma: a Replace normalizer only, Metaspace never; older files' add_prefix_space spelling.
+    gemma = dict(base, normalizer={"type": "Replace", "pattern": {"String": " "}, "content": META},
+                 pre_tokenizer=metaspace("Metaspace", "never", False), post_processor=template(False),
+                 decoder={"type": "Sequence", "decoders": [
+                     {"type": "Replace", "pattern": {"String": META}, "content": " "},
+                     {"type": "ByteFallback"}, {"type": "Fuse"}]},
+                 model=sentencepiece_model(byte_fallback=True))
+    write(d, "gemma_replace_metaspace_never.json", json.dumps(gemma, ensure_ascii=False))
+    # The near-valid ones, and the older spelling, with a few byte tokens only (smaller seeds).
+    llama2["model"] = mistral["model"] = sentencepiece_model(byte_tokens=(0x00, 0x41, 0xC3, 0xE6, 0xFF),
+                                                             byte_fallback=True)
+    legacy = dict(mistral, pre_tokenizer=metaspace("Metaspace", add_prefix_space=True),
+                  decoder=metaspace("Metaspace", add_prefix_space=False))
+    write(d, "metaspace_add_prefix_space_legacy.json", json.dumps(legacy, ensure_ascii=False))
+    # Near-valid.
+    write(d, "bad_metaspace_scheme.json", json.dumps(
+        dict(mistral, pre_tokenizer=metaspace("Metaspace", "sometimes", False)), ensure_ascii=False))
+    write(d, "bad_strip_decoder_content.json", json.dumps(dict(llama2, decoder={
+        "type": "Strip", "content": "ab", "start": 1, "stop": 0}), ensure_ascii=False))
+    write(d, "bad_prepend_missing.json", json.dumps(dict(llama2, normalizer={"type": "Prepend"}),
+                                                    ensure_ascii=False))
+    write(d, "bad_replace_pattern.json", json.dumps(dict(llama2, normalizer={
+        "type": "Replace", "pattern": {"Glob": " "}, "content": META}), ensure_ascii=False))
 
 
 def encode_seeds():
@@ -368,6 +469,14 @@ def encode_seeds():
         "unicode.txt": "café 日本語 한국어 😀 👨‍👩‍👧 e\u0301 Å ﬁ",
         "long_word.txt": "a" * 200 + " " + "ab" * 60 + " " + "ba" * 70,
         "merges.txt": "aaaa aaaaa aabaab bbbbab hello hellohello the he ll",
+        # SentencePiece-style tokenizers: leading / repeated spaces, a literal U+2581, added
+        # tokens inside text, upper case and digits (Lowercase, Replace), rare scripts (byte
+        # fallback), whitespace that Strip removes.
+        "sentencepiece.txt": " hello  world\u2581x<s>in</s>side<unk> a",
+        "leading_spaces.txt": "   three spaces first, two  inside,  ",
+        "upper_digits.txt": "HELLO World 1234567 Éé Straße İ",
+        "byte_fallback.txt": "ж ꯍ 𝔸 ᚠ ☃ \u0301 日本",
+        "strip_whitespace.txt": "\u3000\t padded \u00a0\n\u2028",
     }
     for name, text in samples.items():
         write(d, name, text)

@@ -1,7 +1,7 @@
 // `actcap repro`: the seed's minimal reproduction, run for real in this engine. A GPT-2-style model
-// with 12 blocks is split over N virtual devices and run for two steps in inference mode while
-// hooks capture every block output four ways; each capture is compared with the block's true
-// output.
+// with 12 blocks (or another architecture's tiny preset with 12 layers) is split over N virtual
+// devices and run for two steps in inference mode while hooks capture every block output four
+// ways; each capture is compared with the block's true output.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +19,8 @@ struct ReproResult {
   std::string error;  // the run's error, empty when it completed
 };
 
-std::vector<ReproResult> run_repro(const std::vector<int>& device_counts);
+// arch: an architecture as `init-model --arch` names it; InputError for an unknown one.
+std::vector<ReproResult> run_repro(const std::vector<int>& device_counts,
+                                   const std::string& arch = "gpt2");
 
 }  // namespace actcap

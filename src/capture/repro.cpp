@@ -1,8 +1,10 @@
 #include "actcap/repro.h"
 
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "actcap/capture.h"
+#include "actcap/config.h"
 #include "actcap/error.h"
 #include "actcap/init_model.h"
 #include "actcap/model.h"
@@ -12,12 +14,32 @@ namespace actcap {
 
 namespace {
 
-std::unique_ptr<Model> repro_model() {
-  ModelConfig c = preset_config("gpt2", "tiny");
-  c.vocab_size = 257;
-  c.max_position_embeddings = 128;
-  c.num_hidden_layers = 12;
+// GPT-2: the seed's 12-block model. Another architecture: its tiny preset, as written to
+// config.json and read back, with 12 layers (every per-layer setting follows the count).
+std::unique_ptr<Model> repro_model(const std::string& arch) {
+  ModelConfig c = preset_config(arch, "tiny");
+  if (arch == "gpt2") {
+    c.vocab_size = 257;
+    c.max_position_embeddings = 128;
+    c.num_hidden_layers = 12;
+  } else {
+    nlohmann::json j = nlohmann::json::parse(config_to_json(c));
+    j["num_hidden_layers"] = 12;
+    j.erase("layer_types");
+    c = parse_config(j.dump(), concat("the ", arch, " repro model"));
+  }
   return Model::from_tensors(c, random_weights(c, 7, at::kFloat), "repro");
+}
+
+// Every block's output: "transformer.h.*", "model.layers.*", "gpt_neox.layers.*".
+std::string block_pattern(const Model& m) {
+  const std::vector<std::vector<std::string>> modules = m.stage_modules();
+  for (size_t i = 0; i < modules.size(); ++i)
+    if (m.stage_kind(i) == StageKind::kBlock) {
+      const std::string& first = modules[i].front();
+      return first.substr(0, first.rfind('.')) + ".*";
+    }
+  throw RunError("the repro model has no blocks");
 }
 
 std::vector<Batch> repro_batches(const Model& m) {
@@ -72,13 +94,13 @@ void compare(ReproResult& r, const std::map<Key, at::Tensor>& truth,
 
 }  // namespace
 
-std::vector<ReproResult> run_repro(const std::vector<int>& device_counts) {
+std::vector<ReproResult> run_repro(const std::vector<int>& device_counts, const std::string& arch) {
   std::vector<ReproResult> out;
-  const std::string pattern = "transformer.h.*";
   for (int n : device_counts) {
     if (n < 1 || n > 64)
       throw InputError(concat("device count ", n, " is not between 1 and 64"), {"devices"});
-    auto m = repro_model();
+    auto m = repro_model(arch);
+    const std::string pattern = block_pattern(*m);
     auto batches = repro_batches(*m);
     place_on(*m, n, batches.front());
 

@@ -20,19 +20,8 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
 import st  # noqa: E402  minimal safetensors reader written from the spec
 sys.path.insert(0, os.path.dirname(__file__))
-from cli import ACTCAP, corpus, one_error_line, run, write_jsonl  # noqa: E402
+from cli import ACTCAP, assert_same_files, corpus, manifest, one_error_line, run, write_jsonl  # noqa: E402
 
-
-
-def manifest(out):
-    """manifest.json, with the shards an unfinished run claims in manifest.journal (whole lines)."""
-    m = json.load(open(out / "manifest.json"))
-    journal = out / "manifest.journal"
-    if not m["complete"] and journal.exists():
-        for line in journal.read_text().split("\n")[:-1]:  # after the last newline: an unfinished append
-            if json.loads(line)["shard"]["file"] not in [s["file"] for s in m["shards"]]:
-                m["shards"].append(json.loads(line)["shard"])
-    return m
 
 
 def assert_claimed_shards_intact(out, killed=False):
@@ -50,16 +39,6 @@ def assert_claimed_shards_intact(out, killed=False):
     assert problems in ([], ["run is not marked complete"]), problems
     assert v["shards"] == len(m["shards"])  # verify counts what the journal claims too
     return m
-
-
-def assert_same_files(out, ref):
-    got, want = manifest(out), manifest(ref)
-    assert got["complete"] and want["complete"]
-    assert [s["file"] for s in got["shards"]] == [s["file"] for s in want["shards"]]
-    for s in want["shards"]:
-        assert open(out / s["file"], "rb").read() == open(ref / s["file"], "rb").read(), s["file"]
-    assert sorted(os.listdir(out)) == sorted(os.listdir(ref))  # no leftover temp or unclaimed files
-    assert run("verify", out).returncode == 0
 
 
 @pytest.fixture(scope="module")

@@ -213,7 +213,11 @@ QWEN3_0_6B_CONFIG = {
 
 
 # allenai/OLMo-2-0425-1B's config.json (transformers 4.x layout): what `actcap init-model --arch
-# olmo2 --preset olmo-2-1b` must reproduce.
+# olmo2 --preset olmo-2-1b` must reproduce. Not read from the repository itself: as quoted by a
+# fine-tune's config.json (CodeAtCMU/OLMo-2-0425-1B_full_sft_..., transformers 4.52.1, bfloat16),
+# fairseq2's OLMo config (defaults "correspond to allenai/OLMo-2-0425-1B": bos None, eos 100257,
+# pad 100277) and the model card (16 layers, 2048 wide, 16 heads, 4096 context). No
+# bos_token_id: OLMo 2 has none. torch_dtype of the release not seen.
 OLMO2_1B_CONFIG = {
     "architectures": ["Olmo2ForCausalLM"],
     "attention_bias": False,
@@ -240,7 +244,9 @@ OLMO2_1B_CONFIG = {
 
 
 # google/gemma-2-2b's config.json (transformers 4.42 layout): what `actcap init-model --arch gemma2
-# --preset gemma-2-2b` must reproduce.
+# --preset gemma-2-2b` must reproduce. Every size, token id, soft-cap, window and scalar here is
+# as kohya-ss/sd-scripts (library/lumina_util.py) quotes the file (there with transformers
+# 4.44.2); no tie_word_embeddings key (Gemma2Config: tied).
 GEMMA2_2B_CONFIG = {
     "architectures": ["Gemma2ForCausalLM"],
     "attention_bias": False,

@@ -455,8 +455,8 @@ def test_parity_olmo2_real_config_layout(actcap_bin, tmp_path, bias):
 
 OLMO2_1B_KEYS = ["architectures", "model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
                  "num_attention_heads", "num_key_value_heads", "vocab_size", "max_position_embeddings",
-                 "rms_norm_eps", "tie_word_embeddings", "eos_token_id", "hidden_act", "attention_bias",
-                 "rope_theta"]
+                 "rms_norm_eps", "tie_word_embeddings", "bos_token_id", "eos_token_id", "hidden_act",
+                 "attention_bias", "rope_theta", "rope_scaling"]
 
 
 def check_preset_config(tmp_path, arch, preset, real, keys):
@@ -467,7 +467,7 @@ def check_preset_config(tmp_path, arch, preset, real, keys):
              check=True)
     assert not (out / "model.safetensors").exists(), "--config-only wrote weights"
     cfg = H.load_config(out)
-    bad = {k: (cfg.get(k), real[k]) for k in keys if cfg.get(k) != real[k]}
+    bad = {k: (cfg.get(k), real.get(k)) for k in keys if cfg.get(k) != real.get(k)}  # absent: None
     assert not bad, f"(init-model, {preset}): {bad}"
     c, r = reference.Config(cfg), reference.Config(real)
     assert (c.rope, c.windows, c.tie) == (r.rope, r.windows, r.tie)
@@ -548,9 +548,9 @@ def test_parity_gemma2_real_config_layout(actcap_bin, tmp_path):
 
 GEMMA2_2B_KEYS = ["architectures", "model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
                   "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
-                  "max_position_embeddings", "rms_norm_eps", "bos_token_id", "eos_token_id",
+                  "max_position_embeddings", "rms_norm_eps", "bos_token_id", "eos_token_id", "hidden_act",
                   "hidden_activation", "attention_bias", "query_pre_attn_scalar", "sliding_window",
-                  "attn_logit_softcapping", "final_logit_softcapping", "rope_theta"]
+                  "attn_logit_softcapping", "final_logit_softcapping", "rope_theta", "initializer_range"]
 
 
 def test_init_model_gemma2_2b_preset_config(actcap_bin, tmp_path):
@@ -776,8 +776,9 @@ def test_gemma3_multimodal_without_text_weights_is_one_line_exit_2(actcap_bin, t
 
 
 # Bad input: one line on stderr, exit 2.
+# A missing config field, a missing tensor and a wrong tensor shape, for every family:
+# tests/integration/test_families.py.
 BAD_CONFIGS = {
-    "olmo2_missing_hidden_size": ("olmo2", dict(hidden_size=None)),
     "olmo2_kv_heads": ("olmo2", dict(num_key_value_heads=3)),
     "gemma2_null_window": ("gemma2", dict(sliding_window=None)),
     "gemma2_layer_types_length": ("gemma2", dict(layer_types=["full_attention"])),
@@ -813,24 +814,6 @@ def test_bad_config_is_one_line_exit_2(models, tmp_path, case):
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert p.returncode == 2 and len(lines) == 1, (p.returncode, p.stderr)
     assert "config.json" in lines[0], lines[0]
-
-
-@pytest.mark.parametrize("arch,tensor", [("olmo2", "model.layers.0.self_attn.q_norm.weight"),
-                                         ("gemma2", "model.layers.1.pre_feedforward_layernorm.weight"),
-                                         ("gemma3_text", "model.layers.2.self_attn.k_norm.weight")])
-@pytest.mark.parametrize("fault", ["missing", "shape"])
-def test_bad_checkpoint_is_one_line_exit_2(models, tmp_path, arch, tensor, fault):
-    m = H.copy_model(models(arch), tmp_path / "m")
-    w = st.load_checkpoint(str(m))
-    if fault == "missing":
-        del w[tensor]
-    else:
-        w[tensor] = np.zeros(w[tensor].shape[0] + 1, dtype=np.float32)
-    st.save(str(m / "model.safetensors"), w, metadata={"format": "pt"})
-    p = H.actcap("run", m, "--tokens", "1,2,3", "--capture", "lm_head", "--out", tmp_path / "o")
-    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
-    assert p.returncode == 2 and len(lines) == 1, (p.returncode, p.stderr)
-    assert tensor in lines[0], lines[0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1325,6 +1308,8 @@ def test_parity_neox_head_stored_as_lm_head(models, tmp_path):
 
 
 # EleutherAI/pythia-160m's config.json (transformers 4.24 layout).
+# EleutherAI/pythia-160m's config.json (huggingface.co/EleutherAI/pythia-160m/blob/main/config.json,
+# transformers 4.24.0; torch_dtype float16 there, init-model's --dtype here).
 PYTHIA_160M_CONFIG = {
     "architectures": ["GPTNeoXForCausalLM"], "bos_token_id": 0, "eos_token_id": 0,
     "hidden_act": "gelu", "hidden_size": 768, "initializer_range": 0.02, "intermediate_size": 3072,
@@ -1372,21 +1357,6 @@ def test_neox_bad_config_is_one_line_exit_2(models, tmp_path, case):
     changes, needle = NEOX_BAD_CONFIGS[case]
     m = with_config(models("gpt_neox"), tmp_path / "m", **changes)
     assert needle in _one_line_exit_2(m, tmp_path)
-
-
-@pytest.mark.parametrize("case", ["missing", "wrong_shape"])
-def test_neox_bad_weights_are_one_line_exit_2(models, tmp_path, case):
-    m = H.copy_model(models("gpt_neox"), tmp_path / "m")
-    tensors = st.load_checkpoint(str(m))
-    name = "gpt_neox.layers.2.attention.query_key_value.weight"
-    if case == "missing":
-        del tensors[name]
-    else:
-        tensors[name] = tensors[name][:, :-1].copy()
-    os.remove(m / "model.safetensors")
-    st.save(str(m / "model.safetensors"), tensors, metadata={"format": "pt"})
-    assert name in _one_line_exit_2(m, tmp_path)
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1478,6 +1448,9 @@ def test_parity_phi3_python_written_defaults(actcap_bin, tmp_path):
 
 
 # microsoft/Phi-3-mini-4k-instruct's config.json (transformers 4.40 layout).
+# microsoft/Phi-3-mini-4k-instruct's config.json as first released (904 bytes, transformers 4.39.3;
+# quoted whole by a duplicate of the repository and by fine-tunes' configs). Left out: auto_map,
+# pad_token_id 32000 (actcap keeps no pad id), torch_dtype (bfloat16 there), use_cache.
 PHI3_MINI_CONFIG = {
     "architectures": ["Phi3ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1, "embd_pdrop": 0.0,
     "eos_token_id": 32000, "hidden_act": "silu", "hidden_size": 3072, "initializer_range": 0.02,
@@ -1519,17 +1492,3 @@ def test_phi3_bad_config_is_one_line_exit_2(models, tmp_path, case):
         partial_rotary_factor=0.5)
     m = with_config(models("phi3"), tmp_path / "m", **changes, **extra)
     assert needle in _one_line_exit_2(m, tmp_path)
-
-
-@pytest.mark.parametrize("case", ["missing", "wrong_shape"])
-def test_phi3_bad_weights_are_one_line_exit_2(models, tmp_path, case):
-    m = H.copy_model(models("phi3"), tmp_path / "m")
-    tensors = st.load_checkpoint(str(m))
-    name = "model.layers.1.mlp.gate_up_proj.weight"
-    if case == "missing":
-        del tensors[name]
-    else:
-        tensors[name] = tensors[name][:-2].copy()
-    os.remove(m / "model.safetensors")
-    st.save(str(m / "model.safetensors"), tensors, metadata={"format": "pt"})
-    assert name in _one_line_exit_2(m, tmp_path)

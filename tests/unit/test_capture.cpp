@@ -16,7 +16,9 @@
 #include "actcap/init_model.h"
 #include "actcap/model.h"
 #include "actcap/planner.h"
+#include "actcap/repro.h"
 #include "executor/transfer.h"
+#include "models/arch/architecture.h"
 #include "models/weights.h"
 
 using namespace actcap;
@@ -151,6 +153,27 @@ TEST(SeedSuite, NoCorruptionOverThreeOrMoreDevicesInInferenceMode) {
     EXPECT_GE(m->transfer_stats().transfers, n - 1);
     for (const auto& [name, t] : expected)
       EXPECT_TRUE(at::equal(cap.get(name), t)) << n << " devices: " << name;
+  }
+}
+
+// `actcap repro`'s reproduction on every registered architecture (its tiny preset with 12 layers)
+// over 3 virtual devices: a hook that keeps the borrowed block output sees it overwritten, the
+// bare-reference guard stops that run asking for clone(), and cloning in the hook or SafeCapturer
+// give every block output of both steps exactly (issue 13: repro works on each family).
+TEST(Repro, EveryArchitecture) {
+  for (const Architecture* a : architectures()) {
+    SCOPED_TRACE(a->name());
+    std::map<std::string, ReproResult> by;
+    for (const ReproResult& r : run_repro({3}, a->name())) by[r.name] = r;
+    ASSERT_EQ(by.size(), 4u);
+    EXPECT_GT(by["naive"].mismatched, 0);
+    EXPECT_EQ(by["guarded"].mismatched, -1);
+    EXPECT_THAT(by["guarded"].error, HasSubstr("clone()"));
+    for (const char* v : {"clone", "safe"}) {
+      EXPECT_EQ(by[v].mismatched, 0) << v;
+      EXPECT_EQ(by[v].total, 24) << v;  // 12 blocks x 2 steps
+      EXPECT_EQ(by[v].error, "") << v;
+    }
   }
 }
 

@@ -44,8 +44,11 @@ class Olmo2 : public LlamaFamilyArchitecture {
     auto p = std::make_unique<LlamaParams>();
     p->rms_norm_eps = 1e-5;  // Olmo2Config's default
     LlamaDefaults d;         // max_position_embeddings 2048, head_dim hidden / heads
-    d.bos_token_id = d.eos_token_id = 50279;  // bos_token_id is None in Olmo2Config
+    d.eos_token_id = 50279;
     parse_llama_family(f, d, c, *p);
+    // OLMo 2 has no BOS token: Olmo2Config's bos_token_id is None, and the released config.json
+    // files leave it out. It stands as the EOS id here, and write() leaves it out again.
+    if (!f.has("bos_token_id")) c.bos_token_id = c.eos_token_id;
     p->attention_bias = f.boolean({"attention_bias"}, false);  // q, k, v and o
     p->qkv_bias = p->o_bias = p->attention_bias;
     c.arch_params = std::move(p);
@@ -54,6 +57,7 @@ class Olmo2 : public LlamaFamilyArchitecture {
   void write(const ModelConfig& c, nlohmann::json& j) const override {
     write_llama_family(c, j);
     j["attention_bias"] = c.params<LlamaParams>().attention_bias;
+    if (c.bos_token_id == c.eos_token_id) j.erase("bos_token_id");  // None, as parse() reads it
   }
 
   std::vector<std::string> presets() const override {
@@ -68,7 +72,7 @@ class Olmo2 : public LlamaFamilyArchitecture {
     auto& p = c.params<LlamaParams>();
     p.rms_norm_eps = 1e-6;
     if (!real) return c;
-    // allenai/OLMo-2-0425-1B's config.json.
+    // allenai/OLMo-2-0425-1B's config.json (no bos_token_id: see parse()).
     c.vocab_size = 100352, c.hidden_size = 2048, p.intermediate_size = 8192;
     c.num_hidden_layers = 16, c.num_attention_heads = 16, p.num_key_value_heads = 16;
     p.head_dim = 128, c.max_position_embeddings = 4096, p.rope.rope_theta = 500000.0;
