@@ -16,6 +16,7 @@ namespace {
 // The flags of `actcap repro`.
 struct ReproCommand {
   std::string devices = "1,2,3,4";
+  std::string arch = "gpt2";
   bool json = false;
 };
 
@@ -31,7 +32,7 @@ int run_repro_command(const ReproCommand& o) {
           concat("--devices: '", item, "' is not a device count between 1 and 64 (e.g. 1,2,3,4)"));
     counts.push_back(static_cast<int>(*v));
   }
-  auto results = run_repro(counts);
+  auto results = run_repro(counts, o.arch);
   if (o.json) {
     nlohmann::json arr = nlohmann::json::array();
     for (const auto& r : results)
@@ -46,7 +47,8 @@ int run_repro_command(const ReproCommand& o) {
     std::cout << nlohmann::json({{"variants", arr}}).dump(2) << "\n";
     return 0;
   }
-  std::cout << "12-block GPT-2-style model, 2 steps, hooks on every block output, inference mode\n";
+  std::cout << "12-block " << (o.arch == "gpt2" ? "GPT-2" : o.arch)
+            << "-style model, 2 steps, hooks on every block output, inference mode\n";
   std::cout << std::left << std::setw(9) << "devices" << std::setw(9) << "variant" << std::setw(12)
             << "mismatched" << std::setw(13) << "max_abs_err"
             << "result\n";
@@ -74,6 +76,8 @@ Command add_repro(CLI::App& app) {
       "repro", "Reproduce the kept-hook-reference corruption and show each defence");
   auto o = std::make_shared<ReproCommand>();
   sub->add_option("--devices", o->devices, "Device counts to try, e.g. 1,2,3,4");
+  sub->add_option("--arch", o->arch,
+                  "Architecture of the model the reproduction builds (as init-model --arch)");
   sub->add_flag("--json", o->json, "Machine-readable output");
   return {sub, [o] { return run_repro_command(*o); }};
 }
