@@ -58,9 +58,11 @@ uint64_t Module::parameter_bytes() const {
 
 int64_t Module::widen_elements() const {
   int64_t n = 0;
-  for (const at::Tensor* t : parameters_)
-    if (t->defined() && t->element_size() == 2 && t->is_floating_point())
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    const at::Tensor* t = parameters_[i];
+    if (widened_[i] && t->defined() && t->element_size() == 2 && t->is_floating_point())
       n = std::max(n, t->numel());
+  }
   for (const auto& c : children_) n = std::max(n, c->widen_elements());
   return n;
 }
@@ -157,7 +159,7 @@ at::Tensor Linear::forward(const at::Tensor& x, ForwardState& st) {
 Embedding::Embedding(const std::string& name, at::Tensor weight)
     : Module(name, ids_point(name + ":input"), hidden_point(name, weight.size(1))),
       weight_(std::move(weight)) {
-  parameter(weight_);
+  parameter(weight_, /*widened=*/false);
 }
 
 at::Tensor Embedding::forward(const at::Tensor& ids, ForwardState&) {

@@ -116,7 +116,12 @@ class Module {
   }
   // Registers a parameter tensor (a member of the derived module; undefined = absent) so
   // to_device() moves it and parameter_bytes() counts it.
-  void parameter(at::Tensor& t) { parameters_.push_back(&t); }
+  // `widened`: forward() widens it whole when it is 16-bit (Linear), so it sizes the widening
+  // scratch; lookup tables that widen only the rows they gather pass false.
+  void parameter(at::Tensor& t, bool widened = true) {
+    parameters_.push_back(&t);
+    widened_.push_back(widened);
+  }
 
  private:
   at::Tensor call_hooked(const at::Tensor& x, ForwardState& st);
@@ -124,6 +129,7 @@ class Module {
   PointInfo in_, out_;
   std::vector<std::unique_ptr<Module>> children_;
   std::vector<at::Tensor*> parameters_;
+  std::vector<bool> widened_;           // per parameter, see parameter()
   std::shared_ptr<ModuleHooks> hooks_;  // null when no hook: call() stays one test
 };
 

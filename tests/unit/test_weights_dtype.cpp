@@ -147,6 +147,10 @@ TEST(WeightsDtype, PlannerCountsStoredBytesAndTheScratch) {
   const uint64_t largest_block_matrix = 4 * static_cast<uint64_t>(p.intermediate_size) *
                                         static_cast<uint64_t>(c.hidden_size);  // gate/up/down
   for (size_t i = 0; i < k.size(); ++i) {
+    // Embeddings widen only the rows they gather: no scratch.
+    if (keep->stage_kind(i) == StageKind::kEmbeddings) {
+      EXPECT_EQ(k[i].workspace_bytes, w[i].workspace_bytes);
+    }
     if (keep->stage_kind(i) != StageKind::kBlock) continue;
     EXPECT_LT(k[i].weight_bytes, w[i].weight_bytes * 55 / 100);
     EXPECT_EQ(k[i].workspace_bytes, w[i].workspace_bytes + largest_block_matrix);

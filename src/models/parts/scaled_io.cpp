@@ -6,7 +6,7 @@ ScaledEmbedding::ScaledEmbedding(const std::string& name, at::Tensor weight, flo
     : Module(name, ids_point(name + ":input"), hidden_point(name, weight.size(1))),
       weight_(std::move(weight)),
       scale_(scale) {
-  parameter(weight_);
+  parameter(weight_, /*widened=*/false);
 }
 
 at::Tensor ScaledEmbedding::forward(const at::Tensor& ids, ForwardState&) {
