@@ -17,19 +17,13 @@ virtual devices with the default mode, once, and reports the same figures.
 import argparse
 import json
 import os
-import random
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-
-def make_corpus(path, docs, tokens, vocab, seed=0):
-    rng = random.Random(seed)
-    with open(path, "w") as f:
-        for _ in range(docs):
-            f.write(json.dumps({"input_ids": [rng.randrange(vocab) for _ in range(tokens)]}) + "\n")
+from ab_binaries import make_corpus  # the same seeded corpus writer
 
 
 def make_model(actcap, arch, preset, dtype, models_dir):

@@ -162,10 +162,13 @@ Embedding::Embedding(const std::string& name, at::Tensor weight)
   parameter(weight_, /*widened=*/false);
 }
 
-at::Tensor Embedding::forward(const at::Tensor& ids, ForwardState&) {
-  // A 16-bit table is looked up as stored; only the rows gathered are widened.
-  at::Tensor rows = at::embedding(weight_, ids);
+at::Tensor embedding_rows(const at::Tensor& weight, const at::Tensor& ids) {
+  at::Tensor rows = at::embedding(weight, ids);
   return rows.scalar_type() == at::kFloat ? rows : rows.to(at::kFloat);
+}
+
+at::Tensor Embedding::forward(const at::Tensor& ids, ForwardState&) {
+  return embedding_rows(weight_, ids);
 }
 
 Activation::Activation(const std::string& name, const std::string& kind, int64_t width)

@@ -153,6 +153,10 @@ class Linear : public Module {
   at::Tensor weight_, bias_;
 };
 
+// weight[ids] as float32: a 16-bit table is looked up as stored and only the gathered rows are
+// widened (Embedding, ScaledEmbedding).
+at::Tensor embedding_rows(const at::Tensor& weight, const at::Tensor& ids);
+
 class Embedding : public Module {
  public:
   Embedding(const std::string& name, at::Tensor weight);

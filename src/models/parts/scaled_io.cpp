@@ -10,10 +10,8 @@ ScaledEmbedding::ScaledEmbedding(const std::string& name, at::Tensor weight, flo
 }
 
 at::Tensor ScaledEmbedding::forward(const at::Tensor& ids, ForwardState&) {
-  // A 16-bit table is looked up as stored; only the rows gathered are widened, then scaled in
-  // float32 as HF scales float32 hidden states.
-  at::Tensor rows = at::embedding(weight_, ids);
-  if (rows.scalar_type() != at::kFloat) rows = rows.to(at::kFloat);
+  // Scaled in float32, as HF scales float32 hidden states.
+  at::Tensor rows = embedding_rows(weight_, ids);
   return rows.mul_(at::scalar_tensor(scale_, rows.options()));
 }
 
