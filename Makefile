@@ -5,7 +5,8 @@ JOBS ?= $(shell nproc)
 PY := /usr/bin/python3
 APT_PACKAGES := build-essential cmake pkg-config libtorch-dev libopenblas0-pthread \
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev \
-  libpcre2-dev libicu-dev python3-torch python3-numpy python3-pytest
+  libpcre2-dev libicu-dev python3-torch python3-numpy python3-pytest \
+  python3-dev pybind11-dev python3-pybind11 python3-setuptools python3-wheel python3-pip python3-venv
 
 .PHONY: deps build test demo bench clean format sanitize sanitize-address sanitize-thread ci-extra
 
@@ -24,7 +25,7 @@ deps:
 	fi
 
 $(BUILD)/CMakeCache.txt: CMakeLists.txt | deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE=$(PY)
 
 build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
@@ -66,7 +67,7 @@ sanitize-address: fuzz-build
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(FUZZ_BUILD)/actcap_tests --gtest_brief=1
 
 sanitize-thread: deps
-	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1" -DACTCAP_SANITIZE=thread
+	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1" -DACTCAP_SANITIZE=thread -DACTCAP_BUILD_PYTHON=OFF
 	cmake --build build-tsan -j $(JOBS) --target actcap_tests
 	OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 build-tsan/actcap_tests --gtest_brief=1
 

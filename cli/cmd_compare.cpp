@@ -3,7 +3,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "actcap/capture.h"
+#include "actcap/compare.h"
 #include "actcap/error.h"
 #include "actcap/hash.h"
 #include "common.h"
@@ -30,39 +30,23 @@ int run_compare_command(const CompareCommand& o) {
   auto seqs = o.tokens.empty() ? tokenize_text(*model, o.text) : parse_token_lists(o.tokens);
   Batch batch =
       Batch::from_sequences(seqs, model->config().vocab_size, model->config().max_positions());
-  auto capture_run = [&](std::map<std::string, at::Tensor>& out) {
-    SafeCapturer cap(*model, CaptureOptions{o.capture});
-    out["logits"] = cap.run(batch).to(at::kCPU);
-    for (const PointInfo& p : cap.plan()) out[p.name] = cap.get(p.name);
-    return cap.plan();
-  };
-  std::map<std::string, at::Tensor> ref, split;
-  model->place(ExecutionOptions{});  // everything on one device
-  auto plan = capture_run(ref);
-  DevicePlan dp = split_model(*model, split_options(dev), batch.size(), batch.max_len(), plan);
-  capture_run(split);
+  const CompareReport report = compare_split(*model, batch, o.capture, split_options(dev));
   std::vector<std::string> order;
-  for (const PointInfo& p : plan) order.push_back(p.name);
-  order.push_back("logits");
   int64_t bad = 0;
   nlohmann::json rows = nlohmann::json::array();
-  for (const std::string& name : order) {
-    const at::Tensor& a = ref.at(name);
-    const at::Tensor& b = split.at(name);
-    const bool equal = at::equal(a, b);
-    const double diff =
-        a.is_floating_point() ? (a - b).abs().max().item<double>() : static_cast<double>(!equal);
-    bad += !equal;
-    rows.push_back({{"point", name},
-                    {"equal", equal},
-                    {"max_abs_diff", diff},
-                    {"reference_xxh3", hex64(tensor_xxh3(a))},
-                    {"split_xxh3", hex64(tensor_xxh3(b))}});
+  for (const CompareRow& r : report.rows) {
+    order.push_back(r.point);
+    bad += !r.equal;
+    rows.push_back({{"point", r.point},
+                    {"equal", r.equal},
+                    {"max_abs_diff", r.max_abs_diff},
+                    {"reference_xxh3", hex64(r.reference_xxh3)},
+                    {"split_xxh3", hex64(r.split_xxh3)}});
   }
   if (o.json) {
     std::cout << nlohmann::json({{"equal", bad == 0},
                                  {"mismatched", bad},
-                                 {"device_map", dp.device_map()},
+                                 {"device_map", report.plan.device_map()},
                                  {"points", rows}})
                      .dump(2)
               << "\n";

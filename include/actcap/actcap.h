@@ -1,12 +1,14 @@
 // actcap's public API in one include: load a Hugging Face checkpoint (model.h), split it across
 // devices for a run (split.h, planner.h, devices.h, executor.h), capture hook points safely
-// (capture.h, hooks.h, observer.h), export and verify activation folders (export.h, extract.h), and
-// the building blocks under them (safetensors.h, checkpoint.h, config.h, tokenizer.h, hash.h).
-// examples/embed.cpp is a short program over it.
+// (capture.h, hooks.h, observer.h; snapshot.h for tensors from elsewhere), prove a split run
+// equals a single-device one (compare.h), export and verify activation folders (export.h,
+// extract.h), and the building blocks under them (safetensors.h, checkpoint.h, config.h,
+// tokenizer.h, hash.h). examples/embed.cpp is a short program over it.
 #pragma once
 
 #include "actcap/capture.h"
 #include "actcap/checkpoint.h"
+#include "actcap/compare.h"
 #include "actcap/config.h"
 #include "actcap/devices.h"
 #include "actcap/diagnostics.h"
@@ -23,5 +25,6 @@
 #include "actcap/planner.h"
 #include "actcap/repro.h"
 #include "actcap/safetensors.h"
+#include "actcap/snapshot.h"
 #include "actcap/split.h"
 #include "actcap/tokenizer.h"

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,6 +19,8 @@
 #include "actcap/observer.h"
 
 namespace actcap {
+
+struct RowSelection;  // snapshot.h
 
 // Which token positions of each sequence to keep.
 //   "all" | "first" | "last" | comma-separated Python-style ranges "0:8,-4:,10" (negative counts
@@ -93,8 +96,8 @@ class SafeCapturer : public Observer {
                  Model::Logits logits = Model::Logits::kCompute);
 
   // Row provenance of the last forward: sequence index and position of each captured row.
-  const std::vector<int64_t>& row_seq() const { return row_seq_; }
-  const std::vector<int64_t>& row_pos() const { return row_pos_; }
+  const std::vector<int64_t>& row_seq() const;
+  const std::vector<int64_t>& row_pos() const;
 
   const std::vector<Snapshot>& snapshots() const { return snapshots_; }
   // Verified read: the rows of one call of `point` (call < 0: all calls concatenated in order).
@@ -131,9 +134,8 @@ class SafeCapturer : public Observer {
   bool rows_selected_ = false;  // run() selected the rows of the forward it is starting
   bool forward_ended_ = false;  // the forward run() started reached its end event
   size_t forward_first_ = 0;    // snapshots_.size() when the current forward began
-  at::Tensor row_index_;        // flat b*T + t of the selected tokens of the current batch
-  bool all_rows_ = false;       // row_index_ is every token in order (no padding, all positions)
-  std::vector<int64_t> row_seq_, row_pos_;
+  // The selected tokens of the current batch (snapshot.h).
+  std::unique_ptr<RowSelection> rows_;
 };
 
 }  // namespace actcap

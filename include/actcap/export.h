@@ -5,9 +5,12 @@
 // manifest takes them all in when the run completes (or is resumed).
 #pragma once
 
+#include <functional>
+#include <map>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "actcap/capture.h"
@@ -53,10 +56,34 @@ struct ExportFaults {
 // InputError (setting "kill_at") otherwise.
 void parse_kill_at(const std::string& text, ExportFaults& faults);
 
+// Who produced a capture: the manifest's "model" (path, model_type, fingerprint of the weights)
+// and "device_map" (module name -> device).
+struct CaptureOrigin {
+  std::string path, model_type, fingerprint;
+  std::map<std::string, std::string> device_map;
+};
+CaptureOrigin capture_origin(const Model& model);
+
 // Writes the snapshots of a single forward as shard-00000.safetensors, then manifest.json.
 // Verifies every snapshot's fingerprint before writing and the shard's bytes after.
 std::vector<ExportedTensor> export_run(const std::string& dir, const SafeCapturer& capturer,
                                        const Model& model, const ExportFaults& faults = {});
+// The same for rows captured elsewhere (the Python package's SafeCapturer over a torch model):
+// `points` [rows, ...] in plan order, each row's sequence and position, and `reverify`, called
+// after the checksums are taken, which must throw when a snapshot changed since it was captured.
+std::vector<ExportedTensor> export_rows(
+    const std::string& dir, const CaptureOrigin& origin,
+    const std::vector<std::pair<std::string, at::Tensor>>& points,
+    const std::vector<int64_t>& row_seq, const std::vector<int64_t>& row_pos,
+    const std::function<void()>& reverify, const ExportFaults& faults = {});
+// A SnapshotStore's captures (snapshot.h) as one forward's shard: per forward (Snapshot::step) in
+// order, each of `points` (empty: every point kept) must have exactly one snapshot, and all of them
+// the same rows (their RowSelection, or the whole [batch, seq, ...] tensor); sequences are numbered
+// across forwards. RunError naming the point and forward otherwise.
+class SnapshotStore;
+std::vector<ExportedTensor> export_snapshots(const std::string& dir, SnapshotStore& store,
+                                             const CaptureOrigin& origin,
+                                             std::vector<std::string> points = {});
 
 // `actcap verify`: re-reads an output folder and checks everything a reader decodes from it: the
 // manifest's own checksum, the journal's lines, and for every claimed shard its header bytes

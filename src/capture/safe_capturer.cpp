@@ -7,6 +7,7 @@
 #include "actcap/error.h"
 #include "actcap/hash.h"
 #include "actcap/numbers.h"
+#include "actcap/snapshot.h"
 
 namespace actcap {
 
@@ -102,7 +103,7 @@ std::vector<PointInfo> plan_capture(const Model& model, const CaptureOptions& op
 }
 
 SafeCapturer::SafeCapturer(Model& model, CaptureOptions options)
-    : model_(model), options_(std::move(options)) {
+    : model_(model), options_(std::move(options)), rows_(std::make_unique<RowSelection>()) {
   plan_ = plan_capture(model_, options_);
   // Observe each planned point once (not per pattern), so overlapping patterns never capture twice.
   std::vector<std::string> points;
@@ -114,6 +115,9 @@ SafeCapturer::SafeCapturer(Model& model, CaptureOptions options)
 }
 
 SafeCapturer::~SafeCapturer() { handle_.remove(); }
+
+const std::vector<int64_t>& SafeCapturer::row_seq() const { return rows_->row_seq; }
+const std::vector<int64_t>& SafeCapturer::row_pos() const { return rows_->row_pos; }
 
 int64_t SafeCapturer::bytes_per_token() const {
   int64_t total = 0;
@@ -157,23 +161,24 @@ void SafeCapturer::select_rows(const Batch& batch,
     throw InputError(
         concat("positions given for ", positions.size(), " sequences, batch has ", batch.size()));
   const int64_t T = batch.ids.size(1);
+  RowSelection r;
+  r.batch = batch.size();
+  r.seq = T;
   std::vector<int64_t> idx;
-  row_seq_.clear();
-  row_pos_.clear();
   for (int64_t b = 0; b < batch.size(); ++b)
     for (int64_t t : positions[b]) {
       if (t < 0 || t >= batch.lengths[b])
         throw InputError(
             concat("position ", t, " is outside sequence ", b, " of length ", batch.lengths[b]));
       idx.push_back(b * T + t);
-      row_seq_.push_back(b);
-      row_pos_.push_back(t);
+      r.row_seq.push_back(b);
+      r.row_pos.push_back(t);
     }
   checked_bytes_for_rows(idx.size());  // before anything runs or is kept
-  row_index_ = at::tensor(idx, at::kLong);
-  all_rows_ = static_cast<int64_t>(idx.size()) == batch.size() * T;
-  for (size_t i = 0; all_rows_ && i < idx.size(); ++i)
-    all_rows_ = idx[i] == static_cast<int64_t>(i);
+  r.index = at::tensor(idx, at::kLong);
+  r.all = static_cast<int64_t>(idx.size()) == batch.size() * T;
+  for (size_t i = 0; r.all && i < idx.size(); ++i) r.all = idx[i] == static_cast<int64_t>(i);
+  *rows_ = std::move(r);
 }
 
 void SafeCapturer::set_positions(std::vector<std::vector<int64_t>> positions) {
@@ -195,30 +200,15 @@ void SafeCapturer::on_forward_begin(const ForwardBegin& event) {
 }
 
 void SafeCapturer::on_point(const HookContext& ctx, const at::Tensor& t) {
-  const c10::ScalarType dtype = dtype_.at(ctx.point);
-  // Snapshot on the producing device: index_select writes fresh memory, so nothing here aliases
-  // the borrowed tensor. Then move to the stable device with a blocking copy, so the snapshot is
-  // complete before the hook returns. Every token selected (no padding, all positions): one
-  // contiguous copy, converting on the way, which is 2-4x faster than index_select's row gather
-  // on CPU; on CPU without conversion, our own parallel copy that fingerprints each chunk while it
-  // is in cache. All of these write fresh memory, never a view of `t`.
-  const at::Tensor flat = t.flatten(0, 1);
-  at::Tensor rows;
-  uint64_t fingerprint = 0;
-  if (all_rows_ && flat.scalar_type() == dtype && flat.is_contiguous() && flat.device().is_cpu() &&
-      options_.stable_device.is_cpu()) {
-    rows = at::empty(flat.sizes(), flat.options());
-    fingerprint =
-        copy_chunked(flat.data_ptr(), rows.data_ptr(),
-                     static_cast<size_t>(flat.numel()) * flat.element_size(), options_.fingerprint);
-  } else {
-    rows = all_rows_ ? flat.to(dtype, /*non_blocking=*/false, /*copy=*/true)
-                     : flat.index_select(0, row_index_.to(t.device()));
-    if (rows.scalar_type() != dtype) rows = rows.to(dtype);
-    rows = rows.to(options_.stable_device, /*non_blocking=*/false, /*copy=*/false);
-    if (options_.fingerprint) fingerprint = tensor_chunked_xxh3(rows);
+  // snapshot.h: the selected rows copied into fresh memory on the producing device, then moved to
+  // the stable device. Blocking here: the snapshot is complete before the hook returns.
+  SnapshotCopy copy = snapshot_copy(t, rows_.get(), dtype_.at(ctx.point), options_.stable_device,
+                                    options_.fingerprint);
+  if (copy.pending) {
+    wait(*copy.pending);
+    if (options_.fingerprint) copy.xxh3 = tensor_chunked_xxh3(copy.rows);
   }
-  snapshots_.push_back(Snapshot{ctx.point, ctx.call_index, ctx.step, rows, fingerprint});
+  snapshots_.push_back(Snapshot{ctx.point, ctx.call_index, ctx.step, copy.rows, copy.xxh3});
 }
 
 void SafeCapturer::on_forward_end(const ForwardEnd&) {

@@ -245,24 +245,26 @@ std::vector<VerifyIssue> check_shard(const SafetensorsFile& shard, const std::st
   return out;
 }
 
-json manifest_head(const Model& model, const std::vector<PointInfo>& plan) {
+json manifest_head(const CaptureOrigin& origin, const std::vector<PointInfo>& plan) {
   json points = json::object();
   for (const PointInfo& p : plan)
     points[p.name] = {{"dtype", safetensors_dtype_name(p.dtype)}, {"shape", p.shape}};
   json device_map = json::object();
-  const auto modules = model.stage_modules();
-  for (size_t i = 0; i < modules.size(); ++i)
-    for (const std::string& m : modules[i]) device_map[m] = model.stage_device(i).str();
+  for (const auto& [module, device] : origin.device_map) device_map[module] = device;
   return {{"format", kFormatVersion},
           {"complete", false},
           {"model",
-           {{"path", model.origin()},
-            {"model_type", model.config().model_type},
-            {"fingerprint", model.fingerprint()}}},
+           {{"path", origin.path},
+            {"model_type", origin.model_type},
+            {"fingerprint", origin.fingerprint}}},
           {"device_map", device_map},
           {"points", points},
           {"rows", 0},
           {"shards", json::array()}};
+}
+
+json manifest_head(const Model& model, const std::vector<PointInfo>& plan) {
+  return manifest_head(capture_origin(model), plan);
 }
 
 void write_manifest(const std::string& dir, const json& manifest, FaultPoints* faults) {

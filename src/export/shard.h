@@ -79,6 +79,7 @@ VerifyReport verify_output(const std::string& dir, nlohmann::json& claimed);
 
 // format, complete (false), model (path, model_type, fingerprint), device_map, points (dtype
 // and per-token shape of each planned point), rows (0), shards ([]).
+nlohmann::json manifest_head(const CaptureOrigin& origin, const std::vector<PointInfo>& plan);
 nlohmann::json manifest_head(const Model& model, const std::vector<PointInfo>& plan);
 
 // Seals `manifest` (seal_manifest) and writes DIR/manifest.json crash-safely.

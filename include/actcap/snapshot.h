@@ -1,0 +1,112 @@
+// Snapshots of borrowed tensors for producers outside actcap's engine: the Python package's
+// SafeCapturer over any torch.nn.Module (python/), or a LibTorch program's own hooks. The same
+// copy the engine's SafeCapturer makes (capture.h): rows selected and copied on the producing
+// device and its current stream into fresh memory, then moved to a stable device; an accelerator's
+// copy to the host is asynchronous, into pinned memory, and fenced by an event before anything
+// reads it; every snapshot is fingerprinted (chunked XXH3) once its bytes are final and re-checked
+// on every read.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actcap/capture.h"
+
+namespace actcap {
+
+struct PendingCopy;  // an accelerator -> host copy in flight (snapshot.cpp)
+
+// The rows of a [batch, seq, ...] tensor a capture keeps, in (sequence, position) order: flat
+// indices b * seq + t, with each row's sequence and position. A position counts the real tokens
+// of its sequence from 0, wherever the padding is.
+struct RowSelection {
+  int64_t batch = 0, seq = 0;
+  at::Tensor index;  // int64 [rows] on the CPU
+  std::vector<int64_t> row_seq, row_pos;
+  bool all = false;  // every (b, t) in order: the copy needs no gather
+  int64_t rows() const { return static_cast<int64_t>(row_seq.size()); }
+
+  // From an attention mask [batch, seq] (nonzero = real token; left, right or any padding): the
+  // positions `positions` selects among each sequence's real tokens. InputError for a mask that
+  // is not 2-D.
+  static RowSelection from_mask(const at::Tensor& attention_mask, const PositionSpec& positions);
+  // Every sequence `seq` tokens long, no padding.
+  static RowSelection dense(int64_t batch, int64_t seq, const PositionSpec& positions);
+};
+
+// The copy every capture makes of a borrowed tensor: `rows` of `borrowed` (flattened over its
+// first two dimensions; null = the whole tensor) in `dtype`, in fresh memory on the producing
+// device, then on `stable`. `fingerprint`: the chunked XXH3 of the result (0 when not asked for,
+// or when the copy is still in flight: see `pending`). Never a view of `borrowed`.
+struct SnapshotCopy {
+  at::Tensor rows;
+  uint64_t xxh3 = 0;
+  // An accelerator -> host copy still in flight: wait() on it before reading `rows`.
+  std::shared_ptr<PendingCopy> pending;
+};
+SnapshotCopy snapshot_copy(const at::Tensor& borrowed, const RowSelection* rows,
+                           c10::ScalarType dtype, c10::Device stable, bool fingerprint);
+// Waits for an asynchronous snapshot_copy (a no-op for a finished one).
+void wait(PendingCopy& pending);
+
+struct SnapshotStoreOptions {
+  c10::Device stable_device = c10::kCPU;
+  std::optional<c10::ScalarType> dtype;  // floating tensors are cast to it; integers stay
+  std::optional<uint64_t> budget_bytes;  // snapshots kept at once
+  bool fingerprint = true;
+};
+
+// Every call of every point, kept with its index. Reads (get, verify, snapshots) first fence: they
+// wait for the copies still in flight and fingerprint them.
+class SnapshotStore {
+ public:
+  explicit SnapshotStore(SnapshotStoreOptions options = {});
+  ~SnapshotStore();  // waits for copies in flight: their memory must outlive them
+  SnapshotStore(const SnapshotStore&) = delete;
+  SnapshotStore& operator=(const SnapshotStore&) = delete;
+
+  const SnapshotStoreOptions& options() const { return options_; }
+
+  // Snapshots `borrowed` as call N of `point` (returned), part of forward `step`. With `rows`,
+  // `borrowed` must be [rows->batch, rows->seq, ...] (InputError naming the point and the shapes
+  // otherwise) and only those rows are kept. RunError, keeping nothing, when the snapshot would
+  // take the store over its budget.
+  int64_t capture(const std::string& point, const at::Tensor& borrowed,
+                  std::shared_ptr<const RowSelection> rows, int64_t step);
+
+  // Waits for every copy in flight and fingerprints it; returns how many it waited for.
+  int64_t fence();
+  // Verified read (fenced): the rows of call `call` of `point`, or (call < 0) all its calls
+  // concatenated in order. RunError when nothing matches or a snapshot's bytes changed.
+  at::Tensor get(const std::string& point, int64_t call = -1);
+  // Re-hashes every snapshot (fenced); RunError naming the first that changed.
+  void verify();
+  const std::vector<Snapshot>& snapshots();  // fenced
+  // The row selection a snapshot was taken with (null: the whole tensor).
+  const std::shared_ptr<const RowSelection>& selection(size_t snapshot) const;
+
+  std::vector<std::string> points() const;  // of the kept snapshots, in first-capture order
+  // Calls of `point` since the store was created (clear() keeps counting).
+  int64_t calls(const std::string& point) const;
+  uint64_t bytes() const { return bytes_; }
+  int64_t in_flight() const;
+  void clear();  // drops every snapshot (fenced)
+
+ private:
+  void check(const Snapshot& s) const;
+  SnapshotStoreOptions options_;
+  std::vector<Snapshot> snapshots_;
+  std::vector<std::shared_ptr<const RowSelection>> selections_;
+  std::vector<std::shared_ptr<PendingCopy>> pending_;  // parallel to snapshots_ (null: done)
+  std::map<std::string, int64_t> calls_;
+  uint64_t bytes_ = 0;
+};
+
+}  // namespace actcap

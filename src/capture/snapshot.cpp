@@ -1,0 +1,243 @@
+#include "actcap/snapshot.h"
+
+#include <c10/core/Event.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <algorithm>
+#include <optional>
+
+#include "actcap/error.h"
+#include "actcap/hash.h"
+#include "actcap/numbers.h"
+#include "util/torch_compat.h"
+
+namespace actcap {
+
+namespace {
+
+std::string shape_text(at::IntArrayRef sizes) {
+  std::string s = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + std::to_string(sizes[i]);
+  return s + "]";
+}
+
+RowSelection select(int64_t batch, int64_t seq, const std::vector<std::vector<int64_t>>& real,
+                    const PositionSpec& positions) {
+  RowSelection r;
+  r.batch = batch;
+  r.seq = seq;
+  std::vector<int64_t> idx;
+  for (int64_t b = 0; b < batch; ++b) {
+    const std::vector<int64_t>& cols = real[b];
+    for (int64_t p : positions.select(static_cast<int64_t>(cols.size()))) {
+      idx.push_back(b * seq + cols[p]);
+      r.row_seq.push_back(b);
+      r.row_pos.push_back(p);
+    }
+  }
+  r.all = static_cast<int64_t>(idx.size()) == batch * seq;
+  for (size_t i = 0; r.all && i < idx.size(); ++i) r.all = idx[i] == static_cast<int64_t>(i);
+  r.index = at::tensor(idx, at::kLong);
+  return r;
+}
+
+}  // namespace
+
+RowSelection RowSelection::from_mask(const at::Tensor& attention_mask,
+                                     const PositionSpec& positions) {
+  if (attention_mask.dim() != 2)
+    throw InputError(
+        concat("attention_mask must be [batch, seq]; it is ", shape_text(attention_mask.sizes())),
+        {"attention_mask"});
+  const at::Tensor m = attention_mask.ne(0).to(at::kCPU).contiguous();
+  const int64_t B = m.size(0), T = m.size(1);
+  const bool* p = m.data_ptr<bool>();
+  std::vector<std::vector<int64_t>> real(B);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      if (p[b * T + t]) real[b].push_back(t);
+  return select(B, T, real, positions);
+}
+
+RowSelection RowSelection::dense(int64_t batch, int64_t seq, const PositionSpec& positions) {
+  std::vector<int64_t> cols(seq);
+  for (int64_t t = 0; t < seq; ++t) cols[t] = t;
+  return select(batch, seq, std::vector<std::vector<int64_t>>(batch, cols), positions);
+}
+
+// An accelerator -> host copy in flight: the event recorded after it on the producer's stream,
+// and the device-side rows it reads (kept alive until it finished: freeing them earlier would let
+// the caching allocator hand their memory to the next kernel while the copy still reads it).
+struct PendingCopy {
+  std::optional<c10::Event> event;
+  at::Tensor source;
+};
+
+void wait(PendingCopy& pending) {
+  if (pending.event) synchronize_event(*pending.event);
+  pending.event.reset();
+  pending.source.reset();
+}
+
+SnapshotCopy snapshot_copy(const at::Tensor& borrowed, const RowSelection* rows,
+                           c10::ScalarType dtype, c10::Device stable, bool fingerprint) {
+  const at::Tensor src = rows ? borrowed.flatten(0, 1) : borrowed;
+  const bool all = !rows || rows->all;
+  SnapshotCopy out;
+  // CPU to CPU, every row, no conversion: our own parallel copy, fingerprinting each chunk while it
+  // is in cache.
+  if (all && src.scalar_type() == dtype && src.is_contiguous() && src.device().is_cpu() &&
+      stable.is_cpu()) {
+    out.rows = at::empty(src.sizes(), src.options());
+    out.xxh3 = copy_chunked(src.data_ptr(), out.rows.data_ptr(),
+                            static_cast<size_t>(src.numel()) * src.element_size(), fingerprint);
+    return out;
+  }
+  // On the producing device and its current stream, into fresh memory: a converting copy (2-4x
+  // faster than index_select's gather on CPU) or the gather of the selected rows.
+  at::Tensor copy = all ? src.to(dtype, /*non_blocking=*/false, /*copy=*/true)
+                        : src.index_select(0, rows->index.to(src.device()));
+  if (copy.scalar_type() != dtype) copy = copy.to(dtype);
+  if (!copy.device().is_cpu() && stable.is_cpu()) {
+    // Accelerator -> host: an asynchronous copy into pinned memory on the producer's stream, and
+    // an event after it. Nothing reads the host rows before wait() has synchronized on it.
+    out.rows = at::empty(copy.sizes(), copy.options().device(c10::kCPU).pinned_memory(true));
+    out.rows.copy_(copy, /*non_blocking=*/true);
+    auto pending = std::make_shared<PendingCopy>();
+    const c10::impl::DeviceGuardImplInterface* impl =
+        c10::impl::getDeviceGuardImpl(copy.device().type());
+    pending->event.emplace(copy.device().type());
+    pending->event->record(impl->getStream(copy.device()));
+    pending->source = copy;
+    out.pending = std::move(pending);
+    return out;
+  }
+  out.rows = copy.to(stable, /*non_blocking=*/false, /*copy=*/false);
+  if (fingerprint) out.xxh3 = tensor_chunked_xxh3(out.rows);
+  return out;
+}
+
+SnapshotStore::SnapshotStore(SnapshotStoreOptions options) : options_(std::move(options)) {}
+
+SnapshotStore::~SnapshotStore() {
+  for (auto& p : pending_)
+    if (p) wait(*p);
+}
+
+int64_t SnapshotStore::capture(const std::string& point, const at::Tensor& borrowed,
+                               std::shared_ptr<const RowSelection> rows, int64_t step) {
+  if (!borrowed.defined()) throw InputError(concat("hook point '", point, "' produced no tensor"));
+  if (rows &&
+      (borrowed.dim() < 2 || borrowed.size(0) != rows->batch || borrowed.size(1) != rows->seq))
+    throw InputError(
+        concat("hook point '", point, "' produced a tensor of shape ", shape_text(borrowed.sizes()),
+               ", not [batch, seq, ...] = [", rows->batch, ", ", rows->seq,
+               ", ...] as the attention mask or positions say: rows can only be taken "
+               "from such tensors; capture this point whole (no attention mask, no positions) or "
+               "choose another point"),
+        {"points", "positions", "attention_mask"});
+  const c10::ScalarType dtype = options_.dtype && at::isFloatingType(borrowed.scalar_type())
+                                    ? *options_.dtype
+                                    : borrowed.scalar_type();
+  int64_t elements = borrowed.numel();
+  if (rows)
+    elements = borrowed.size(0) * borrowed.size(1) == 0
+                   ? 0
+                   : elements / (borrowed.size(0) * borrowed.size(1)) * rows->rows();
+  const uint64_t need = static_cast<uint64_t>(elements) * c10::elementSize(dtype);
+  if (options_.budget_bytes && bytes_ + need > *options_.budget_bytes)
+    throw RunError(concat("capturing hook point '", point, "' (", format_bytes(need),
+                          ") takes the snapshots kept to ", format_bytes(bytes_ + need),
+                          ", over the capture budget of ", format_bytes(*options_.budget_bytes),
+                          "; capture fewer points or positions, store a smaller dtype, save and "
+                          "clear between batches, or raise the budget"),
+                   {"budget", "positions", "dtype"});
+  SnapshotCopy copy =
+      snapshot_copy(borrowed, rows.get(), dtype, options_.stable_device, options_.fingerprint);
+  const int64_t call = calls_[point]++;
+  snapshots_.push_back(Snapshot{point, call, step, copy.rows, copy.xxh3});
+  selections_.push_back(std::move(rows));
+  pending_.push_back(std::move(copy.pending));
+  bytes_ += need;
+  return call;
+}
+
+int64_t SnapshotStore::fence() {
+  int64_t waited = 0;
+  for (size_t i = 0; i < pending_.size(); ++i)
+    if (pending_[i]) {
+      wait(*pending_[i]);
+      pending_[i].reset();
+      if (options_.fingerprint) snapshots_[i].xxh3 = tensor_chunked_xxh3(snapshots_[i].rows);
+      ++waited;
+    }
+  return waited;
+}
+
+int64_t SnapshotStore::in_flight() const {
+  int64_t n = 0;
+  for (const auto& p : pending_) n += p != nullptr;
+  return n;
+}
+
+void SnapshotStore::check(const Snapshot& s) const {
+  if (!options_.fingerprint) return;
+  const uint64_t now = tensor_chunked_xxh3(s.rows);
+  if (now != s.xxh3)
+    throw RunError(concat("captured tensor '", s.point, "' (call ", s.call,
+                          ") changed after capture: checksum ", hex64(s.xxh3), " at capture, ",
+                          hex64(now), " now"));
+}
+
+at::Tensor SnapshotStore::get(const std::string& point, int64_t call) {
+  fence();
+  std::vector<at::Tensor> parts;
+  for (const Snapshot& s : snapshots_)
+    if (s.point == point && (call < 0 || s.call == call)) {
+      check(s);
+      parts.push_back(s.rows);
+    }
+  if (parts.empty()) {
+    if (!calls_.count(point))
+      throw RunError(concat("nothing captured at hook point '", point, "'"));
+    throw RunError(concat("no call ", call, " of hook point '", point, "' is kept (",
+                          calls_.at(point), " calls so far; clear() drops the kept ones)"));
+  }
+  return parts.size() == 1 ? parts[0] : at::cat(parts, 0);
+}
+
+void SnapshotStore::verify() {
+  fence();
+  for (const Snapshot& s : snapshots_) check(s);
+}
+
+const std::vector<Snapshot>& SnapshotStore::snapshots() {
+  fence();
+  return snapshots_;
+}
+
+const std::shared_ptr<const RowSelection>& SnapshotStore::selection(size_t snapshot) const {
+  return selections_.at(snapshot);
+}
+
+std::vector<std::string> SnapshotStore::points() const {
+  std::vector<std::string> out;
+  for (const Snapshot& s : snapshots_)
+    if (std::find(out.begin(), out.end(), s.point) == out.end()) out.push_back(s.point);
+  return out;
+}
+
+int64_t SnapshotStore::calls(const std::string& point) const {
+  auto it = calls_.find(point);
+  return it == calls_.end() ? 0 : it->second;
+}
+
+void SnapshotStore::clear() {
+  fence();
+  snapshots_.clear();
+  selections_.clear();
+  pending_.clear();
+  bytes_ = 0;
+}
+
+}  // namespace actcap
