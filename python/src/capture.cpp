@@ -1,0 +1,115 @@
+// The careful part of actcap.SafeCapturer and actcap.audit: row selection, snapshots (copy on the
+// producing device and stream, asynchronous pinned copy to the host, fence, fingerprint), verified
+// reads, saving, and the reference counts the bare-reference check compares.
+#include "actcap/capture.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include "actcap/error.h"
+#include "actcap/export.h"
+#include "actcap/snapshot.h"
+#include "bindings.h"
+#include "convert.h"
+
+namespace actcap::python {
+
+namespace {
+
+at::Tensor int_tensor(const std::vector<int64_t>& v) { return at::tensor(v, at::kLong); }
+
+}  // namespace
+
+void bind_capture(py::module_& m) {
+  py::class_<RowSelection, std::shared_ptr<RowSelection>>(m, "RowSelection")
+      .def_static(
+          "from_mask",
+          [](const at::Tensor& mask, const std::string& positions) {
+            return std::make_shared<RowSelection>(
+                RowSelection::from_mask(mask, PositionSpec::parse(positions)));
+          },
+          py::arg("attention_mask"), py::arg("positions") = "all")
+      .def_static(
+          "dense",
+          [](int64_t batch, int64_t seq, const std::string& positions) {
+            return std::make_shared<RowSelection>(
+                RowSelection::dense(batch, seq, PositionSpec::parse(positions)));
+          },
+          py::arg("batch"), py::arg("seq"), py::arg("positions") = "all")
+      .def_readonly("batch", &RowSelection::batch)
+      .def_readonly("seq", &RowSelection::seq)
+      .def_property_readonly("rows", &RowSelection::rows)
+      .def_property_readonly("row_seq", [](const RowSelection& r) { return int_tensor(r.row_seq); })
+      .def_property_readonly("row_pos",
+                             [](const RowSelection& r) { return int_tensor(r.row_pos); });
+
+  py::class_<SnapshotStore>(m, "SnapshotStore")
+      .def(py::init([](const std::string& device, const std::string& dtype,
+                       std::optional<uint64_t> budget, bool fingerprint) {
+             SnapshotStoreOptions o;
+             o.stable_device = parse_torch_device(device);
+             o.dtype = parse_capture_dtype(dtype);
+             o.budget_bytes = budget;
+             o.fingerprint = fingerprint;
+             return std::make_unique<SnapshotStore>(o);
+           }),
+           py::arg("device") = "cpu", py::arg("dtype") = "keep", py::arg("budget") = py::none(),
+           py::arg("fingerprint") = true)
+      .def(
+          "capture",
+          [](SnapshotStore& s, const std::string& point, const at::Tensor& t,
+             std::shared_ptr<RowSelection> rows,
+             int64_t step) { return s.capture(point, t, std::move(rows), step); },
+          py::arg("point"), py::arg("tensor"), py::arg("rows"), py::arg("step"))
+      .def("fence", &SnapshotStore::fence)
+      .def("get", &SnapshotStore::get, py::arg("point"), py::arg("call") = -1)
+      .def("verify", &SnapshotStore::verify)
+      .def("points", &SnapshotStore::points)
+      .def("calls", &SnapshotStore::calls, py::arg("point"))
+      .def_property_readonly("bytes", &SnapshotStore::bytes)
+      .def_property_readonly("in_flight", &SnapshotStore::in_flight)
+      .def("clear", &SnapshotStore::clear)
+      .def("index",
+           [](SnapshotStore& s) {
+             // (point, call, step, rows selected or None) of every kept snapshot, in order.
+             py::list out;
+             const auto& snaps = s.snapshots();
+             for (size_t i = 0; i < snaps.size(); ++i) {
+               const auto& sel = s.selection(i);
+               out.append(py::make_tuple(
+                   snaps[i].point, snaps[i].call, snaps[i].step,
+                   sel ? py::cast(std::const_pointer_cast<RowSelection>(sel)) : py::none()));
+             }
+             return out;
+           })
+      .def(
+          "save",
+          [](SnapshotStore& s, const std::string& dir, bool overwrite, const std::string& path,
+             const std::string& model_type, const std::string& fingerprint,
+             const std::map<std::string, std::string>& device_map,
+             const std::vector<std::string>& points) {
+            prepare_output_dir(dir, overwrite);
+            const auto exported = export_snapshots(
+                dir, s, CaptureOrigin{path, model_type, fingerprint, device_map}, points);
+            py::list out;
+            for (const ExportedTensor& e : exported)
+              out.append(py::dict(py::arg("name") = e.name, py::arg("shape") = e.shape,
+                                  py::arg("dtype") = e.dtype, py::arg("xxh3") = e.checksum));
+            return out;
+          },
+          py::arg("dir"), py::arg("overwrite"), py::arg("path"), py::arg("model_type"),
+          py::arg("fingerprint"), py::arg("device_map"), py::arg("points"));
+
+  // The bare-reference check of the engine's hooks (src/models/module.cpp), for a Python object:
+  // its Python reference count, and for a tensor the use counts of its TensorImpl and its storage.
+  // A hook that keeps the object, a view or a detach() of it raises one of them.
+  m.def("reference_counts", [](py::handle obj) {
+    const Py_ssize_t py_refs = Py_REFCNT(obj.ptr()) - 1;  // less this call's own borrowed handle
+    if (!THPVariable_Check(obj.ptr())) return py::make_tuple(py_refs, 0, 0);
+    const at::Tensor& t = THPVariable_Unpack(obj.ptr());
+    const size_t storage = t.has_storage() ? t.storage().use_count() : 0;
+    return py::make_tuple(py_refs, t.use_count(), storage);
+  });
+}
+
+}  // namespace actcap::python
