@@ -98,7 +98,8 @@ class SafeCapturer:
     '0:8,-4:'); with an ``attention_mask`` (passed to ``run``/``__call__``, set on
     ``attention_mask``, or seen as the model's keyword argument on torch >= 2.0) padding is never
     captured, left or right, and positions count each sequence's real tokens. Without either,
-    every call's tensor is kept whole. ``dtype`` casts floating snapshots (None keeps them);
+    every call's tensor is kept whole (until a forward has captured rows: from then on every
+    [batch, seq, ...] tensor is kept as rows, so that the calls stack). ``dtype`` casts floating snapshots (None keeps them);
     ``device`` is where snapshots live; ``budget`` (bytes or '2GiB') bounds what is kept;
     ``select`` picks the tensor of outputs that are not tensors (default: element 0 of a tuple,
     ``last_hidden_state`` of a model output), or a dict {pattern: select}.
@@ -141,7 +142,7 @@ class SafeCapturer:
         self._step = -1
         self._forward_mask: Optional[torch.Tensor] = None
         self._rows = None  # this forward's RowSelection, made at its first capture
-        self._fired: Dict[int, set] = {}
+        self._row_mode = False
 
     # ---- hooks ----------------------------------------------------------------------------------
     def __enter__(self) -> "SafeCapturer":
@@ -204,12 +205,14 @@ class SafeCapturer:
             mask = self._forward_mask if self._forward_mask is not None else self.attention_mask
             if mask is not None:
                 self._rows = _core.RowSelection.from_mask(mask, self._positions)
-            elif self._positions_given:
+            elif self._positions_given or self._row_mode:
                 if t.dim() < 2:
                     raise InputError(f"positions need [batch, seq, ...] tensors; got {list(t.shape)}")
                 self._rows = _core.RowSelection.dense(t.shape[0], t.shape[1], self._positions)
             else:
                 self._rows = False  # whole tensors
+            if self._rows:
+                self._row_mode = True  # once rows, rows in every later forward: the calls stack
         return self._rows or None
 
     def _take(self, point: str, value: Any) -> None:

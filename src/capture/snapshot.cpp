@@ -1,6 +1,8 @@
 #include "actcap/snapshot.h"
 
+#include <ATen/core/grad_mode.h>
 #include <c10/core/Event.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <algorithm>
@@ -81,6 +83,11 @@ void wait(PendingCopy& pending) {
 
 SnapshotCopy snapshot_copy(const at::Tensor& borrowed, const RowSelection* rows,
                            c10::ScalarType dtype, c10::Device stable, bool fingerprint) {
+  // A snapshot is an ordinary tensor outside any graph, even when the forward runs under
+  // inference_mode (an inference tensor could not be written to, nor used to train a probe) or
+  // records autograd.
+  c10::InferenceMode ordinary_tensors(/*enabled=*/false);
+  at::NoGradGuard outside_the_graph;
   const at::Tensor src = rows ? borrowed.flatten(0, 1) : borrowed;
   const bool all = !rows || rows->all;
   SnapshotCopy out;
@@ -203,6 +210,13 @@ at::Tensor SnapshotStore::get(const std::string& point, int64_t call) {
     throw RunError(concat("no call ", call, " of hook point '", point, "' is kept (",
                           calls_.at(point), " calls so far; clear() drops the kept ones)"));
   }
+  for (const at::Tensor& t : parts)
+    if (t.dim() != parts[0].dim() || t.dim() == 0 ||
+        t.sizes().slice(1) != parts[0].sizes().slice(1))
+      throw RunError(concat("the calls of hook point '", point, "' do not stack: shapes ",
+                            shape_text(parts[0].sizes()), " and ", shape_text(t.sizes()),
+                            "; read one call at a time (get(point, call)), or capture rows in "
+                            "every forward (an attention mask or positions)"));
   return parts.size() == 1 ? parts[0] : at::cat(parts, 0);
 }
 

@@ -38,6 +38,11 @@ def binary_path():
     return os.environ.get("ACTCAP") or str(DEFAULT_BINARY)
 
 
+def python_package_dir():
+    """<build>/python: where `make build` puts the actcap package (the build of $ACTCAP)."""
+    return Path(binary_path()).resolve().parent / "python"
+
+
 def actcap(*args, timeout=120, check=False):
     """Runs the binary; returns CompletedProcess (text mode). check=True asserts exit code 0."""
     proc = subprocess.run([binary_path(), *[str(a) for a in args]], capture_output=True, text=True,

@@ -47,3 +47,23 @@ def models(actcap_bin, tmp_path_factory):
         return cache[key]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def ac():
+    """The actcap Python package as `make build` assembles it (<build>/python, next to $ACTCAP)."""
+    pkg = H.python_package_dir()
+    if not list(pkg.glob("actcap/_core*.so")):
+        H.skip_or_fail(f"the Python package is not built ({pkg}/actcap); run make build")
+    if str(pkg) not in sys.path:
+        sys.path.insert(0, str(pkg))
+    import actcap
+
+    assert Path(actcap.__file__).resolve().parent == (pkg / "actcap").resolve(), actcap.__file__
+    return actcap
+
+
+@pytest.fixture(scope="session")
+def gpt2_ckpt(models):
+    """A tiny GPT-2 checkpoint (actcap init-model) with 4 blocks."""
+    return models("gpt2")

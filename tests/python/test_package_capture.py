@@ -1,0 +1,455 @@
+"""actcap.SafeCapturer and actcap.audit on HF-shaped torch modules (hf_modules.py): each hazard
+that bites on CPU shows naive hook capture wrong and SafeCapturer exact; the seed's four cases;
+padding, selection, errors, save + verify."""
+import warnings
+
+import pytest
+import torch
+
+import actcap_helpers as H
+import reference as R
+from hf_modules import GPT2LMHeadModel
+
+BLOCKS = [f"transformer.h.{i}" for i in range(4)]
+
+
+def ids_batch(B=2, T=12, seed=0, vocab=256):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (B, T), generator=g)
+
+
+def true_block_outputs(ids, seed=0, mask=None):
+    """Every block's output, from a model without hazards, cloned inside the hook."""
+    model = GPT2LMHeadModel.random(seed=seed)
+    out = {}
+    hs = [b.register_forward_hook(lambda m, a, o, n=n: out.__setitem__(n, o[0].clone()))
+          for n, b in zip(BLOCKS, model.transformer.h)]
+    with torch.inference_mode():
+        model(ids, attention_mask=mask)
+    for h in hs:
+        h.remove()
+    return out
+
+
+def naive_capture(model, how):
+    """The seed's hook in its common spellings: the output itself, .detach(), .to(same device)."""
+    kept = {}
+    keep = {"bare": lambda t: t, "detach": lambda t: t.detach(), "to": lambda t: t.to("cpu"),
+            "clone": lambda t: t.detach().clone()}[how]
+    hs = [b.register_forward_hook(lambda m, a, o, n=n: kept.__setitem__(n, keep(o[0])))
+          for n, b in zip(BLOCKS, model.transformer.h)]
+    return kept, hs
+
+
+# ---- hazards: naive wrong, SafeCapturer exact -------------------------------------------------
+@pytest.mark.parametrize("how", ["bare", "detach", "to"])
+def test_a_later_block_writing_its_input_in_place_corrupts_naive_capture_not_safe(ac, how):
+    ids = ids_batch()
+    truth = true_block_outputs(ids)
+    model = GPT2LMHeadModel.random(inplace_residual=True)
+    kept, hs = naive_capture(model, how)
+    with torch.inference_mode(), ac.SafeCapturer(model, "transformer.h.*") as cap:
+        model(ids)
+    for h in hs:
+        h.remove()
+    wrong = [n for n in BLOCKS if not torch.equal(kept[n], truth[n])]
+    # every block but the last is written by the next one
+    assert wrong == BLOCKS[:-1], f"naive '{how}' capture unexpectedly right for {set(BLOCKS) - set(wrong)}"
+    for n in BLOCKS:
+        assert torch.equal(cap.get(n), truth[n]), n
+    cap.verify()
+
+
+def test_clone_inside_the_hook_is_the_control(ac):
+    ids = ids_batch()
+    truth = true_block_outputs(ids)
+    model = GPT2LMHeadModel.random(inplace_residual=True)
+    kept, hs = naive_capture(model, "clone")
+    with torch.inference_mode():
+        model(ids)
+    assert all(torch.equal(kept[n], truth[n]) for n in BLOCKS)
+
+
+def test_an_output_buffer_reused_across_steps_corrupts_naive_capture_not_safe(ac):
+    model = GPT2LMHeadModel.random(static_output=True)
+    plain = GPT2LMHeadModel.random()
+    a, b = ids_batch(seed=1), ids_batch(seed=2)
+    with torch.inference_mode():
+        truth = [plain(x).last_hidden_state for x in (a, b)]
+    naive = []
+    h = model.transformer.ln_f.register_forward_hook(lambda m, i, o: naive.append(o))
+    with torch.inference_mode(), ac.SafeCapturer(model, "transformer.ln_f") as cap:
+        model(a)
+        model(b)
+    h.remove()
+    assert torch.equal(naive[0], truth[1]) and not torch.equal(naive[0], truth[0])
+    assert cap.calls("transformer.ln_f") == 2
+    assert torch.equal(cap.get("transformer.ln_f", call=0), truth[0])
+    assert torch.equal(cap.get("transformer.ln_f", call=1), truth[1])
+    assert torch.equal(cap.get("transformer.ln_f"), torch.cat(truth))
+
+
+# ---- the seed's four cases, in spirit -----------------------------------------------------------
+def test_seed_copy_isolation(ac):
+    """The captured copy does not follow later writes to the tensor the hook was given."""
+    layer = torch.nn.Linear(4, 4)
+    x = torch.randn(3, 4)
+    seq = torch.nn.Sequential(layer)
+    with torch.no_grad(), ac.SafeCapturer(seq, "0") as cap:
+        y = seq(x)
+    expected = y.clone()
+    y.mul_(-999)  # the producer's buffer is reused
+    assert torch.equal(cap.get("0"), expected)
+
+
+class ArenaDispatch:
+    """A 3-device split simulated on CPU the way an engine with per-device arenas (or a
+    device_map with buffer reuse) runs it: each block's output is written into one of its
+    device's two ping-pong slots, and a block whose input comes from another device first gets it
+    copied into that device's transfer-in slot. Slots are reused by later blocks."""
+
+    def __init__(self, model, devices=3, slots=2):
+        blocks = list(model.transformer.h)
+        per = -(-len(blocks) // devices)
+        self.device_of = [i // per for i in range(len(blocks))]
+        self.slots = {}
+        self.used = {d: 0 for d in range(devices)}
+        self.handles = []
+        for i, blk in enumerate(blocks):
+            self.handles.append(blk.register_forward_pre_hook(self._pre(i)))
+            self.handles.append(blk.register_forward_hook(self._post(i, slots)))
+
+    def _slot(self, key, like):
+        t = self.slots.get(key)
+        if t is None or t.shape != like.shape:
+            t = self.slots[key] = torch.empty_like(like)
+        return t
+
+    def _pre(self, i):
+        def pre(module, args):
+            if i == 0 or self.device_of[i] != self.device_of[i - 1]:
+                x = args[0]
+                return (self._slot((self.device_of[i], "in"), x).copy_(x),) + tuple(args[1:])
+        return pre
+
+    def _post(self, i, slots):
+        def post(module, args, output):
+            d = self.device_of[i]
+            k = self.used[d] % slots
+            self.used[d] += 1
+            return (self._slot((d, k), output[0]).copy_(output[0]),)
+        return post
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+
+
+def test_seed_no_corruption_with_modules_spread_over_three_devices(ac):
+    """9 blocks over 3 (simulated) devices, each device ping-ponging two output slots: block i's
+    slot is rewritten by block i + 2. Naive hooks read the later block; SafeCapturer is exact."""
+    ids = ids_batch(T=10)
+    truth = {}
+    plain = GPT2LMHeadModel.random(n_layer=9)  # same seed: the same weights, no slots
+    hs = [b.register_forward_hook(lambda m, a, o, i=i: truth.__setitem__(i, o[0].clone()))
+          for i, b in enumerate(plain.transformer.h)]
+    with torch.inference_mode():
+        expected_final = plain(ids).last_hidden_state
+    for h in hs:
+        h.remove()
+    model = GPT2LMHeadModel.random(n_layer=9)
+    dispatch = ArenaDispatch(model, devices=3, slots=2)
+    naive = {}
+    nh = [b.register_forward_hook(lambda m, a, o, i=i: naive.__setitem__(i, o[0]))
+          for i, b in enumerate(model.transformer.h)]
+    with torch.inference_mode(), ac.SafeCapturer(model, "transformer.h.*") as cap:
+        out = model(ids).last_hidden_state
+    dispatch.remove()
+    for h in nh:
+        h.remove()
+    assert torch.equal(out, expected_final)  # the dispatch itself computes correctly
+    wrong = [i for i in range(9) if not torch.equal(naive[i], truth[i])]
+    assert wrong == [0, 3, 6], wrong  # the first block of each device: its slot was reused
+    for i in range(9):
+        assert torch.equal(cap.get(f"transformer.h.{i}"), truth[i]), i
+
+
+def test_seed_captured_equals_the_layers_true_output(ac, gpt2_ckpt):
+    """On a real checkpoint: SafeCapturer over the HF-shaped module equals the independent
+    reference (written from HF's modeling code) and actcap's own engine."""
+    model = GPT2LMHeadModel.from_checkpoint(gpt2_ckpt)
+    seqs = [[5, 17, 300, 42, 7, 99, 1], [8, 9, 10, 11, 12, 13, 14]]
+    ids = torch.tensor(seqs)
+    points = ["transformer.h.*", "transformer.h.1.attn", "transformer.ln_f", "transformer.h.2:input"]
+    with torch.inference_mode(), ac.SafeCapturer(model, points) as cap:
+        model(ids)
+    ref = R.Model(gpt2_ckpt)
+    for b, seq in enumerate(seqs):
+        pts = ref.forward(seq)
+        for name in cap.points:
+            got = cap.get(name)[b]
+            assert torch.allclose(got, torch.as_tensor(pts[name]), atol=H.TOL, rtol=0), name
+    engine = ac.load(gpt2_ckpt, devices=3)
+    out = engine.run(seqs, points)
+    for name in cap.points:
+        flat = cap.get(name).flatten(0, 1)
+        assert torch.allclose(flat, out[name], atol=H.TOL, rtol=0), name
+
+
+def test_seed_verify_catches_a_snapshot_changed_behind_its_back(ac):
+    model = GPT2LMHeadModel.random()
+    with torch.inference_mode(), ac.SafeCapturer(model, "transformer.h.1") as cap:
+        model(ids_batch())
+    t = cap.get("transformer.h.1")  # the snapshot itself, no copy
+    cap.verify()
+    t.view(-1)[5] += 1.0
+    with pytest.raises(ac.RunError, match=r"transformer.h.1.*changed after capture"):
+        cap.verify()
+    with pytest.raises(ac.RunError, match="changed after capture"):
+        cap.get("transformer.h.1")
+
+
+# ---- rows: padding and positions ------------------------------------------------------------------
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_padding_is_never_captured_and_rows_match_unpadded_runs(ac, side):
+    model = GPT2LMHeadModel.random()
+    seqs = [[3, 4, 5, 6, 7, 8, 9], [10, 11, 12], [20, 21, 22, 23, 24]]
+    T = max(map(len, seqs))
+    ids = torch.zeros(len(seqs), T, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for b, s in enumerate(seqs):
+        cols = slice(T - len(s), T) if side == "left" else slice(0, len(s))
+        ids[b, cols] = torch.tensor(s)
+        mask[b, cols] = 1
+    with ac.SafeCapturer(model, ["transformer.h.3", "transformer.h.0.mlp"]) as cap:
+        cap(ids, attention_mask=mask)
+    seq_idx, pos = cap.rows()
+    assert seq_idx.tolist() == [b for b, s in enumerate(seqs) for _ in s]
+    assert pos.tolist() == [p for s in seqs for p in range(len(s))]
+    rows = cap.get("transformer.h.3")
+    assert rows.shape == (sum(map(len, seqs)), 32)
+    start = 0
+    for s in seqs:
+        alone = true_block_outputs(torch.tensor([s]))["transformer.h.3"][0]
+        assert torch.allclose(rows[start:start + len(s)], alone, atol=1e-5, rtol=0)
+        start += len(s)
+
+
+def test_positions_count_real_tokens(ac):
+    model = GPT2LMHeadModel.random()
+    ids = ids_batch(B=2, T=6)
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
+    with ac.SafeCapturer(model, "transformer.h.2", positions="last") as cap:
+        cap(ids, attention_mask=mask)
+    assert cap.rows()[1].tolist() == [3, 5]
+    full = ac.SafeCapturer(model, "transformer.h.2")
+    full(ids, attention_mask=mask)
+    whole = full.get("transformer.h.2")
+    assert torch.equal(cap.get("transformer.h.2"), whole[[3, 9]])
+    with ac.SafeCapturer(model, "transformer.h.2", positions="0:2") as first:
+        model(ids)  # no mask: every position is real
+    assert first.rows()[1].tolist() == [0, 1, 0, 1]
+
+
+def test_the_mask_can_be_set_when_the_user_calls_the_model(ac):
+    model = GPT2LMHeadModel.random()
+    ids = ids_batch(B=2, T=5)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    cap = ac.SafeCapturer(model, "transformer.h.0")
+    cap.attention_mask = mask
+    with cap, torch.inference_mode():
+        model(ids, attention_mask=mask)
+    assert cap.get("transformer.h.0").shape == (8, 32)
+
+
+# ---- what a hook point stands for --------------------------------------------------------------
+def test_tuple_and_model_outputs_and_select(ac):
+    model = GPT2LMHeadModel.random()
+    ids = ids_batch()
+    with torch.inference_mode():
+        ref_hidden = model(ids).last_hidden_state
+    with ac.SafeCapturer(model, ["transformer.h.0.attn", "transformer"]) as cap:
+        cap(ids)
+    assert cap.get("transformer.h.0.attn").shape == (2, 12, 32)  # element 0 of (out, weights)
+    assert torch.equal(cap.get("transformer"), ref_hidden)  # last_hidden_state
+    with ac.SafeCapturer(model, "transformer.h.1", select=lambda o: o[0] * 2) as doubled:
+        doubled(ids)
+    with ac.SafeCapturer(model, "transformer.h.1") as plain:
+        plain(ids)
+    assert torch.equal(doubled.get("transformer.h.1"), plain.get("transformer.h.1") * 2)
+    with ac.SafeCapturer(model, "transformer.h.0.attn", select=1) as bad:
+        with pytest.raises(ac.InputError, match="not a tensor.*select="):
+            bad(ids)
+
+
+def test_input_points_and_patterns(ac):
+    model = GPT2LMHeadModel.random()
+    ids = ids_batch()
+    with ac.SafeCapturer(model, ["transformer.h.*:input", "transformer.h.0"]) as cap:
+        cap(ids)
+    assert cap.points[:3] == ["transformer.h.0", "transformer.h.0:input", "transformer.h.1:input"]
+    assert torch.equal(cap.get("transformer.h.1:input"), cap.get("transformer.h.0"))
+    deep = ac.SafeCapturer(model, "**.c_proj")
+    assert deep.points == [f"transformer.h.{i}.{m}.c_proj" for i in range(4) for m in ("attn", "mlp")]
+
+
+def test_hooks_are_removed_on_exit_also_when_the_forward_raises(ac):
+    model = GPT2LMHeadModel.random()
+    before = sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+    with pytest.raises(RuntimeError):
+        with ac.SafeCapturer(model, "transformer.h.*"):
+            model(torch.tensor([[1, 2, 3]]), attention_mask=torch.ones(2, 2))  # bad mask: raises
+    after = sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+    assert before == after
+
+
+# ---- bad arguments: clear typed errors ----------------------------------------------------------
+def test_bad_arguments_raise_typed_errors(ac):
+    model = GPT2LMHeadModel.random()
+    with pytest.raises(ac.InputError, match=r"matches no module.*nearest: transformer.h.0"):
+        ac.SafeCapturer(model, "transformer.h.0.attnn")
+    with pytest.raises(ac.InputError, match="dtype"):
+        ac.SafeCapturer(model, "transformer.h.0", dtype=torch.int32)
+    with pytest.raises(ac.InputError, match="positions"):
+        ac.SafeCapturer(model, "transformer.h.0", positions="1:2:3")
+    with pytest.raises(ac.InputError, match="torch device"):
+        ac.SafeCapturer(model, "transformer.h.0", device="gpu7")
+    with pytest.raises(ac.InputError, match="torch.nn.Module"):
+        ac.SafeCapturer("model", "x")
+    with pytest.raises(ac.InputError):
+        ac.SafeCapturer(model, [])
+    cap = ac.SafeCapturer(model, "transformer.h.0")
+    cap(ids_batch())
+    with pytest.raises(ac.InputError, match="not a planned point"):
+        cap.get("transformer.h.1")
+    with pytest.raises(ac.RunError, match="no call 5"):
+        cap.get("transformer.h.0", call=5)
+    cap.close()
+    with pytest.raises(ac.InputError, match="closed"):
+        cap.get("transformer.h.0")
+    with pytest.raises(ac.InputError, match="closed"):
+        with cap:
+            pass
+    # InputError is a ValueError, RunError a RuntimeError: generic handlers catch them too
+    assert issubclass(ac.InputError, ValueError) and issubclass(ac.RunError, RuntimeError)
+
+
+def test_budget_and_mask_shape_errors(ac):
+    model = GPT2LMHeadModel.random()
+    ids = ids_batch()
+    with ac.SafeCapturer(model, "transformer.h.*", budget=2 * 12 * 32 * 4 * 2) as cap:
+        with pytest.raises(ac.RunError, match="over the capture budget"):
+            cap(ids)
+    assert len(cap.get("transformer.h.1")) == 2  # what fit is kept, verified
+    with ac.SafeCapturer(model, "transformer.h.0.attn.c_attn", positions="last") as cap:
+        cap(ids, attention_mask=torch.ones(2, 12))
+    with ac.SafeCapturer(model, "transformer.wte") as cap:
+        with pytest.raises(ac.InputError, match=r"not \[batch, seq, \.\.\.\] = \[3, 12"):
+            cap(ids, attention_mask=torch.ones(3, 12))
+
+
+# ---- dtype, save, verify ------------------------------------------------------------------------
+def test_save_writes_what_actcap_verify_checks(ac, actcap_bin, tmp_path):
+    model = GPT2LMHeadModel.random()
+    ids = ids_batch()
+    mask = torch.tensor([[1] * 12, [0] * 4 + [1] * 8])
+    with ac.SafeCapturer(model, ["transformer.h.*", "transformer.wte:input"], dtype=torch.bfloat16) as cap:
+        cap(ids, attention_mask=mask)
+        cap(ids[:1])
+    out = tmp_path / "cap"
+    written = cap.save(out)
+    names = [w["name"] for w in written]
+    assert names == ["transformer.wte:input"] + BLOCKS + ["__rows__.seq", "__rows__.pos"]
+    assert H.actcap("verify", out).returncode == 0
+    ds = ac.open(out)
+    assert ds.rows == 20 + 12
+    for n in BLOCKS:
+        assert ds.dtypes[n] == torch.bfloat16
+        assert torch.equal(ds[n], cap.get(n))
+    seq, pos = ds.rows_of()
+    assert seq.tolist() == [0] * 12 + [1] * 8 + [2] * 12  # sequences numbered across forwards
+    assert pos.tolist() == list(range(12)) + list(range(8)) + list(range(12))
+    assert ds["transformer.wte:input"].dtype == torch.int64  # ids stay integers
+    with pytest.raises(ac.InputError, match="not empty"):
+        cap.save(out)
+    cap.save(out, overwrite=True)
+    # a damaged byte: verify fails, and so does reading that tensor
+    shard = out / "shard-00000.safetensors"
+    data = bytearray(shard.read_bytes())
+    data[-100] ^= 0x10
+    shard.write_bytes(bytes(data))
+    assert H.actcap("verify", out).returncode == 1
+    with pytest.raises(ac.RunError):
+        ac.open(out).verify()
+
+
+def test_save_refuses_points_that_fired_twice_in_a_forward(ac, tmp_path):
+    shared = torch.nn.Linear(8, 8)
+
+    class Twice(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.f = shared
+
+        def forward(self, x):
+            return self.f(self.f(x))
+
+    m = Twice()
+    with torch.no_grad(), ac.SafeCapturer(m, "f") as cap:
+        m(torch.randn(2, 3, 8))
+    assert cap.calls("f") == 2
+    with pytest.raises(ac.RunError, match="fired 2 times"):
+        cap.save(tmp_path / "x")
+
+
+# ---- audit -------------------------------------------------------------------------------------
+def test_audit_catches_the_seeds_hook_and_names_it(ac):
+    model = GPT2LMHeadModel.random()
+    outputs = {}
+
+    def seed_hook(module, inputs, output):
+        outputs["layer"] = output  # the seed's bug: a bare reference
+
+    model.transformer.h[2].register_forward_hook(seed_hook)
+    with ac.audit(model) as a:
+        with pytest.raises(ac.RunError, match=r"seed_hook on module 'transformer.h.2' kept a reference to its output"):
+            model(ids_batch())
+    assert a.hooks == 1 and len(a.findings) == 1
+    assert model.transformer.h[2]._forward_hooks[next(iter(model.transformer.h[2]._forward_hooks))] is seed_hook
+
+
+@pytest.mark.parametrize("keep,caught", [
+    (lambda o: o, True),
+    (lambda o: o[0], True),
+    (lambda o: o[0].detach(), True),
+    (lambda o: o[0].cpu(), True),
+    (lambda o: o[0][:, -1], True),
+    (lambda o: o[0].detach().clone(), False),
+    (lambda o: o[0].sum().item(), False),
+    (lambda o: o[0].mean(-1), False),
+])
+def test_audit_warn_mode_reports_what_keeps_a_reference(ac, keep, caught):
+    model = GPT2LMHeadModel.random()
+    store = []
+    model.transformer.h[0].register_forward_hook(lambda m, i, o: store.append(keep(o)))
+    with ac.audit(model, mode="warn") as a, warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        with torch.inference_mode():
+            model(ids_batch())
+            model(ids_batch())
+    assert bool(a.findings) == caught
+    assert len([x for x in w if issubclass(x.category, ac.BareReferenceWarning)]) == int(caught)
+
+
+def test_audit_allows_hooks_that_return_a_replacement_and_pre_hooks(ac):
+    model = GPT2LMHeadModel.random()
+    model.transformer.h[1].register_forward_hook(lambda m, i, o: (o[0] * 1,))
+    model.transformer.h[1].register_forward_hook(lambda m, i, o: o)  # returns it unchanged
+    kept = []
+    model.transformer.h[3].register_forward_pre_hook(lambda m, args: kept.append(args[0]))
+    with ac.audit(model) as a:
+        with pytest.raises(ac.RunError, match=r"pre hook .* on module 'transformer.h.3' kept a reference to its input"):
+            model(ids_batch())
+    assert [f.kind for f in a.findings] == ["pre"]
+    with pytest.raises(ac.InputError, match="mode"):
+        ac.audit(model, mode="loud")

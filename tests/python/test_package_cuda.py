@@ -1,0 +1,70 @@
+"""SafeCapturer on a GPU: asynchronous device->host copies read before they landed, and a real
+transformers model dispatched by accelerate over cuda:0 + cpu, naive capture against safe.
+Skipped where torch sees no CUDA device (the GPU check kit runs them on a GPU machine)."""
+import pytest
+import torch
+
+from hf_modules import GPT2LMHeadModel
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def test_a_non_blocking_copy_read_early_is_wrong_and_safe_capture_fences(ac):
+    model = GPT2LMHeadModel.random(n_embd=256, n_layer=4).cuda()
+    ids = torch.randint(0, 256, (8, 64), device="cuda")
+    naive = {}
+
+    def early(module, args, output):
+        torch.cuda._sleep(200_000_000)  # the stream is busy: the copy below lands late
+        naive[module] = output[0].to("cpu", non_blocking=True)
+
+    hs = [b.register_forward_hook(early) for b in model.transformer.h]
+    with torch.inference_mode(), ac.SafeCapturer(model, "transformer.h.*") as cap:
+        model(ids)
+        read_now = [t.clone() for t in naive.values()]  # read before any synchronize
+    for h in hs:
+        h.remove()
+    torch.cuda.synchronize()
+    truth = [t for t in naive.values()]  # landed by now
+    early_wrong = sum(not torch.equal(a, b) for a, b in zip(read_now, truth))
+    print(f"naive non_blocking copies read early: {early_wrong}/{len(truth)} wrong")
+    for i, t in enumerate(truth):
+        assert torch.equal(cap.get(f"transformer.h.{i}"), t)
+    cap.verify()
+
+
+def test_transformers_model_dispatched_over_cuda_and_cpu_naive_vs_safe(ac):
+    transformers = pytest.importorskip("transformers")
+    accelerate = pytest.importorskip("accelerate")
+    cfg = transformers.GPT2Config(n_layer=6, n_embd=128, n_head=4, vocab_size=1000, n_positions=128)
+    torch.manual_seed(0)
+    ref = transformers.GPT2LMHeadModel(cfg).eval()
+    model = transformers.GPT2LMHeadModel(cfg).eval()
+    model.load_state_dict(ref.state_dict())
+    device_map = {"transformer.wte": 0, "transformer.wpe": 0, "transformer.drop": 0,
+                  **{f"transformer.h.{i}": (0 if i < 3 else "cpu") for i in range(6)},
+                  "transformer.ln_f": "cpu", "lm_head": "cpu"}
+    model = accelerate.dispatch_model(model, device_map=device_map)
+    ids = torch.randint(0, 1000, (4, 32))
+    truth = {}
+    hs = [b.register_forward_hook(lambda m, a, o, i=i: truth.__setitem__(i, o[0].detach().clone()))
+          for i, b in enumerate(ref.transformer.h)]
+    with torch.inference_mode():
+        ref(ids)
+    for h in hs:
+        h.remove()
+    naive = {}
+    hs = [b.register_forward_hook(lambda m, a, o, i=i: naive.__setitem__(i, o[0]))
+          for i, b in enumerate(model.transformer.h)]
+    with torch.inference_mode(), ac.SafeCapturer(model, "transformer.h.*") as cap:
+        model(ids.to("cuda:0"))
+        model(torch.randint(0, 1000, (4, 32)).to("cuda:0"))  # a second step reuses memory
+    for h in hs:
+        h.remove()
+    wrong = sum(not torch.allclose(naive[i].float().cpu(), truth[i], atol=1e-4) for i in range(6))
+    print(f"naive bare references after two steps: {wrong}/6 differ from step 0's true outputs")
+    for i in range(6):
+        got = cap.get(f"transformer.h.{i}", call=0)
+        assert got.device.type == "cpu"
+        assert torch.allclose(got, truth[i], atol=1e-4, rtol=1e-4), i
+    cap.verify()

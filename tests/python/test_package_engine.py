@@ -1,0 +1,202 @@
+"""actcap's engine from Python: load, points, plan, run, compare, extract, open — each checked
+against the CLI writing the same thing, and bad input raising typed errors."""
+import io
+import json
+import subprocess
+import sys
+import types
+
+import pytest
+import torch
+
+import actcap_helpers as H
+import st
+
+SEQS = [[5, 17, 300, 42, 7, 99, 1], [8, 9, 10]]
+
+
+@pytest.fixture(scope="module")
+def engine(ac, gpt2_ckpt):
+    return ac.load(gpt2_ckpt, devices=3)
+
+
+def test_points_and_resolve(ac, engine):
+    pts = engine.points()
+    assert pts[0].name == "transformer.wte:input" or pts[0].name.startswith("transformer.")
+    names = [p.name for p in pts]
+    assert "transformer.h.3.mlp" in names and "lm_head" in names
+    got = engine.resolve("transformer.h.*", dtype=torch.float16)
+    assert [p.name for p in got] == [f"transformer.h.{i}" for i in range(4)]
+    assert all(p.dtype == torch.float16 and p.shape == [64] for p in got)
+    assert engine.config["arch"] == "gpt2" and engine.config["num_hidden_layers"] == 4
+    assert len(engine.fingerprint) == 16
+
+
+def test_run_equals_the_cli_run_byte_for_byte(ac, engine, gpt2_ckpt, tmp_path):
+    out = engine.run(SEQS, ["transformer.h.*", "transformer.ln_f"], positions="1:", dtype="bf16")
+    assert list(out) == [f"transformer.h.{i}" for i in range(4)] + [
+        "transformer.ln_f", "__rows__.seq", "__rows__.pos"]
+    cli = tmp_path / "cli"
+    H.actcap("run", gpt2_ckpt, "--tokens", H.tokens_arg(SEQS), "--capture", "transformer.h.*",
+             "transformer.ln_f", "--positions", "1:", "--dtype", "bf16", "--devices", "3",
+             "--out", cli, check=True)
+    ref = ac.open(cli)
+    for name, t in out.items():
+        assert t.dtype == ref[name].dtype
+        assert torch.equal(t, ref[name]), name
+    assert out["__rows__.seq"].tolist() == [0] * 6 + [1] * 2
+    assert out["__rows__.pos"].tolist() == list(range(1, 7)) + [1, 2]
+
+
+def test_run_inputs_logits_and_explicit_positions(ac, engine):
+    ids = torch.tensor([[5, 17, 300, 0], [8, 9, 10, 11]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
+    a = engine.run(ids, "transformer.h.0", attention_mask=mask, logits=True)
+    b = engine.run([[5, 17, 300], [8, 9, 10, 11]], "transformer.h.0", logits=True)
+    assert torch.equal(a["transformer.h.0"], b["transformer.h.0"])
+    assert a["logits"].shape == (2, 4, 512)
+    c = engine.run(SEQS, "transformer.h.1", positions=[[0, 6], [2]])
+    full = engine.run(SEQS, "transformer.h.1")
+    assert torch.equal(c["transformer.h.1"], full["transformer.h.1"][[0, 6, 9]])
+    assert c["__rows__.pos"].tolist() == [0, 6, 2]
+
+
+def test_compare_proves_the_split_run_equal(ac, engine):
+    res = engine.compare(SEQS, "**")
+    assert res.equal and res.mismatched == 0
+    assert res.rows[-1]["point"] == "logits"
+    assert len(set(res.device_map.values())) == 3
+
+
+def test_plan(ac, engine):
+    plan = engine.plan("transformer.h.*", batch=4, seq=64)
+    assert set(plan.device_map.values()) == {"cpu:0", "cpu:1", "cpu:2"}
+    assert "cpu:1" in str(plan) and len(plan.devices) == 3
+    budget = ac.load("demo", devices=2, max_memory={"cpu:0": "10KiB", "cpu:1": "10KiB"})
+    with pytest.raises(ac.InputError, match="cpu:0"):
+        budget.plan(batch=8, seq=64)
+
+
+def write_corpus(path, n=30):
+    lines = [" ".join(f"w{(i * 7 + j) % 13}" for j in range(3 + i % 9)) for i in range(n)]
+    path.write_text("\n".join(lines) + "\n")
+    return lines
+
+
+def test_extract_from_python_equals_the_cli_and_opens_as_tensors(ac, actcap_bin, tmp_path):
+    corpus = tmp_path / "in.txt"
+    write_corpus(corpus)
+    seen = []
+    py_out, cli_out = tmp_path / "py", tmp_path / "cli"
+    summary = ac.extract("demo", corpus, py_out, "transformer.h.*", devices=3, batch_size=4,
+                         shard_size="8KiB", progress=seen.append)
+    assert summary["documents_done"] == 30 and summary["shards_written"] > 1
+    assert seen and seen[-1]["documents_done"] == 30
+    H.actcap("extract", "demo", "--input", corpus, "--capture", "transformer.h.*", "--devices", "3",
+             "--batch-size", "4", "--shard-size", "8KiB", "--out", cli_out, "--quiet", check=True)
+    a, b = ac.open(py_out), ac.open(cli_out)
+    assert a.rows == b.rows and a.shards == b.shards and a.points == b.points
+    for p in a.points + ["__rows__.seq", "__rows__.pos"]:
+        assert torch.equal(a[p], b[p]), p
+    assert (py_out / "manifest.json").read_bytes().count(b'"rows"') == (cli_out / "manifest.json").read_bytes().count(b'"rows"')
+    a.verify()
+    # the shards are memory-mapped: one shard's tensors share the file's pages
+    first = a.shard(0)
+    assert first["transformer.h.0"].shape[0] == first["__rows__.seq"].shape[0]
+
+
+def test_dataset_batches_are_seeded_and_cover_every_row_once(ac, tmp_path):
+    corpus = tmp_path / "in.txt"
+    write_corpus(corpus, 20)
+    out = tmp_path / "out"
+    ac.extract("demo", corpus, out, ["transformer.h.1", "transformer.h.2"], shard_size="4KiB",
+               progress=False)
+    ds = ac.open(out)
+    assert ds.shards > 2
+    every = ds["transformer.h.1"]
+    got = list(ds.batches("transformer.h.1", 7, seed=3))
+    assert [len(b) for b in got[:-1]] == [7] * (len(got) - 1)
+    again = list(ds.batches("transformer.h.1", 7, seed=3))
+    other = list(ds.batches("transformer.h.1", 7, seed=4))
+    assert all(torch.equal(x, y) for x, y in zip(got, again))
+    assert not all(torch.equal(x, y) for x, y in zip(got, other))
+    perm = torch.randperm(ds.rows, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(torch.cat(got), every[perm])
+    inorder = torch.cat(list(ds.batches("transformer.h.1", 5, shuffle=False)))
+    assert torch.equal(inorder, every)
+    both = next(ds.batches(["transformer.h.1", "transformer.h.2"], 4, dtype=torch.float64))
+    assert set(both) == {"transformer.h.1", "transformer.h.2"} and both["transformer.h.2"].dtype == torch.float64
+    assert sum(len(b) for b in ds.batches("transformer.h.2", 6, drop_last=True)) == ds.rows // 6 * 6
+
+
+def test_open_checks_every_tensor_it_reads(ac, tmp_path):
+    corpus = tmp_path / "in.txt"
+    write_corpus(corpus, 6)
+    out = tmp_path / "out"
+    ac.extract("demo", corpus, out, "transformer.h.0", progress=False)
+    shard = out / "shard-00000.safetensors"
+    data = bytearray(shard.read_bytes())
+    data[-3] ^= 0x01  # the last tensor's bytes (__rows__.pos)
+    shard.write_bytes(bytes(data))
+    ds = ac.open(out)
+    ds["transformer.h.0"]  # undamaged tensor reads fine
+    with pytest.raises(ac.RunError, match=r"__rows__.pos.*checksum"):
+        ds["__rows__.pos"]
+
+
+def test_progress_lines_and_tqdm(ac, tmp_path, capsys, monkeypatch):
+    corpus = tmp_path / "in.txt"
+    write_corpus(corpus, 5)
+    ac.extract("demo", corpus, tmp_path / "a", "transformer.h.0", progress="lines")
+    assert "actcap: 5/5 docs" in capsys.readouterr().err
+    updates = []
+
+    class FakeTqdm:
+        def __init__(self, total, **kw):
+            self.total, self.n = total, 0
+
+        def set_postfix_str(self, s, refresh=True):
+            pass
+
+        def refresh(self):
+            updates.append((self.n, self.total))
+
+        def close(self):
+            updates.append("closed")
+
+    monkeypatch.setitem(sys.modules, "tqdm", types.SimpleNamespace(tqdm=FakeTqdm))
+    ac.extract("demo", corpus, tmp_path / "b", "transformer.h.0", progress=True)
+    assert updates[-2] == (5, 5) and updates[-1] == "closed"
+
+
+def test_bad_input_raises_typed_errors(ac, engine, tmp_path):
+    with pytest.raises(ac.InputError):
+        ac.load(tmp_path / "nothing-here")
+    with pytest.raises(ac.InputError, match="unknown device 'gpu:1'"):
+        ac.load("demo", devices="cpu:0,gpu:1")
+    with pytest.raises(ac.InputError, match=r"matches no hook point.*nearest"):
+        engine.run(SEQS, "transformer.h.9.mlpp")
+    with pytest.raises(ac.InputError, match="vocab|outside"):
+        engine.run([[100000]], "transformer.h.0")
+    with pytest.raises(ac.InputError, match="tokenizer"):
+        engine.run("some text", "transformer.h.0")
+    with pytest.raises(ac.InputError, match="over the capture budget"):
+        engine.run(SEQS, "**", budget="1KiB")
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "x").write_text("x")
+    corpus = tmp_path / "in.txt"
+    write_corpus(corpus, 3)
+    with pytest.raises(ac.InputError, match="not empty"):
+        ac.extract("demo", corpus, tmp_path / "busy", "transformer.h.0", progress=False)
+    with pytest.raises(ac.InputError, match="not an actcap output folder"):
+        ac.open(tmp_path / "busy")
+    with pytest.raises(ac.InputError, match="not a folder"):
+        ac.open(tmp_path / "in.txt")
+    (tmp_path / "fake").mkdir()
+    (tmp_path / "fake" / "manifest.json").write_text(json.dumps({"format": "other/1"}))
+    with pytest.raises(ac.InputError, match="not an actcap manifest"):
+        ac.open(tmp_path / "fake")
+    good = tmp_path / "good"
+    ac.extract("demo", corpus, good, "transformer.h.0", progress=False)
+    with pytest.raises(ac.InputError, match="not a point.*nearest: transformer.h.0"):
+        ac.open(good)["transformer.h.00"]
