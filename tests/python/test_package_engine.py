@@ -1,10 +1,12 @@
 """actcap's engine from Python: load, points, plan, run, compare, extract, open — each checked
 against the CLI writing the same thing, and bad input raising typed errors."""
 import io
+import os
 import json
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -200,3 +202,16 @@ def test_bad_input_raises_typed_errors(ac, engine, tmp_path):
     ac.extract("demo", corpus, good, "transformer.h.0", progress=False)
     with pytest.raises(ac.InputError, match="not a point.*nearest: transformer.h.0"):
         ac.open(good)["transformer.h.00"]
+
+
+def test_readme_quickstart_prints_what_the_readme_shows(ac):
+    """examples/quickstart.py is the README's Python worked example: its output is the README's."""
+    repo = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=str(H.python_package_dir()))
+    run = subprocess.run([sys.executable, str(repo / "examples" / "quickstart.py")], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    readme = (repo / "README.md").read_text()
+    shown = readme.split("$ PYTHONPATH=build/python python3 examples/quickstart.py\n", 1)[1]
+    shown = shown.split("```", 1)[0]
+    assert run.stdout == shown
