@@ -14,7 +14,7 @@
    tensor), each one captured; (time with capture - time without) / hooks, in microseconds, for
    the seed's hook and for SafeCapturer (nnsight publishes 30-80 us per saved value).
 
-  PYTHONPATH=build/python /usr/bin/python3 bench/python_capture.py --rounds 15
+  PYTHONPATH=build/python /usr/bin/python3 bench/python_capture.py --rounds 25 [--keep-freed-memory]
 """
 import argparse
 import os
@@ -149,7 +149,12 @@ def main():
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--hooks", type=int, default=200)
+    ap.add_argument("--keep-freed-memory", action="store_true",
+                    help="actcap.keep_freed_memory() first (glibc keeps freed memory, as actcap's CLI does)")
     args = ap.parse_args()
+    if args.keep_freed_memory:
+        assert actcap.keep_freed_memory()
+        print("actcap.keep_freed_memory(): glibc keeps freed memory")
     forward_bench(args)
     per_hook_bench(args)
 

@@ -19,11 +19,12 @@ from .audit import Audit, BareReferenceWarning, Finding, audit
 from .capture import SafeCapturer, module_points, resolve_points
 from .dataset import Dataset, open, verify
 from .engine import Comparison, Engine, Plan, Point, extract, load
+from .runtime import keep_freed_memory
 
 __version__ = "0.1.0"
 
 __all__ = [
     "InputError", "RunError", "SafeCapturer", "audit", "Audit", "Finding", "BareReferenceWarning",
     "load", "Engine", "Plan", "Point", "Comparison", "extract", "open", "verify", "Dataset",
-    "module_points", "resolve_points", "__version__",
+    "module_points", "resolve_points", "keep_freed_memory", "__version__",
 ]

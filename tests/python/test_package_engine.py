@@ -215,3 +215,12 @@ def test_readme_quickstart_prints_what_the_readme_shows(ac):
     shown = readme.split("$ PYTHONPATH=build/python python3 examples/quickstart.py\n", 1)[1]
     shown = shown.split("```", 1)[0]
     assert run.stdout == shown
+
+
+def test_keep_freed_memory_sets_glibc_options(ac):
+    """actcap.keep_freed_memory() calls mallopt (in a child process: it is process-wide)."""
+    env = dict(os.environ, PYTHONPATH=str(H.python_package_dir()))
+    code = "import actcap; print(actcap.keep_freed_memory())"
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0 and run.stdout.strip() == "True", run.stdout + run.stderr
