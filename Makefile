@@ -8,7 +8,7 @@ APT_PACKAGES := build-essential cmake pkg-config libtorch-dev libopenblas0-pthre
   libpcre2-dev libicu-dev python3-torch python3-numpy python3-pytest \
   python3-dev pybind11-dev python3-pybind11 python3-setuptools python3-wheel python3-pip python3-venv
 
-.PHONY: deps build test demo bench clean format sanitize sanitize-address sanitize-thread ci-extra
+.PHONY: deps build test demo bench clean format sanitize sanitize-address sanitize-thread ci-extra gpu-bundle
 
 # Idempotent: apt-get runs only when a package is missing. Node.js and npm (the tokenizer parity
 # test's reference, tests/python/test_tokenizer_parity.py) are looked for as commands, not packages:
@@ -70,6 +70,20 @@ sanitize-thread: deps
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1" -DACTCAP_SANITIZE=thread -DACTCAP_BUILD_PYTHON=OFF
 	cmake --build build-tsan -j $(JOBS) --target actcap_tests
 	OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 build-tsan/actcap_tests --gtest_brief=1
+
+# The GPU check kit (scripts/gpu-check.sh): the Debian packages our build needs that the GPU
+# machine lacks (it has CUDA PyTorch, CMake, ninja, a compiler, no package registry), downloaded
+# here into $(GPU_BUNDLE)/ (ignored), to travel with the working tree and unpack there into a
+# private prefix. Needs `apt-get update` to have run.
+GPU_BUNDLE ?= gpu-bundle
+GPU_BUNDLE_PACKAGES := nlohmann-json3-dev libcli11-dev libxxhash-dev libxxhash0 libpcre2-dev \
+  libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libicu-dev libicu72 libgtest-dev \
+  libgmock-dev pkgconf pkgconf-bin libpkgconf3
+
+gpu-bundle:
+	rm -rf $(GPU_BUNDLE) && mkdir -p $(GPU_BUNDLE)
+	cd $(GPU_BUNDLE) && apt-get download $(GPU_BUNDLE_PACKAGES)
+	@du -sh $(GPU_BUNDLE); ls $(GPU_BUNDLE)
 
 # What CI runs after `make test`: sanitizers, fuzz regressions and a short fuzz of every target.
 ci-extra: sanitize fuzz-regress fuzz-smoke

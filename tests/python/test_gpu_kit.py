@@ -1,0 +1,93 @@
+"""The CPU-side steps of the GPU check kit (scripts/gpu-check.sh), offline: a bundle of the
+packages `make gpu-bundle` names, repacked from this machine's installed copies (`make gpu-bundle`
+itself downloads them with apt-get), unpacked into a private prefix and configured against
+/usr/bin/python3's torch; every dependency must then come from the prefix."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import actcap_helpers as H
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "gpu-check.sh"
+
+
+def bundle_packages():
+    text = (REPO / "Makefile").read_text()
+    m = re.search(r"^GPU_BUNDLE_PACKAGES := ((?:.*\\\n)*.*)$", text, re.M)
+    assert m, "GPU_BUNDLE_PACKAGES not found in the Makefile"
+    return m.group(1).replace("\\\n", " ").split()
+
+
+def repack(pkg, out):
+    """A .deb of an installed package's files (what `apt-get download` would fetch)."""
+    info = subprocess.run(["dpkg-query", "-W", "-f=${Version} ${Architecture}", pkg],
+                          capture_output=True, text=True)
+    if info.returncode != 0:
+        H.skip_or_fail(f"{pkg} is not installed here (make deps installs it)")
+    version, arch = info.stdout.split()
+    root = out / f"{pkg}-tree"
+    (root / "DEBIAN").mkdir(parents=True)
+    (root / "DEBIAN" / "control").write_text(
+        f"Package: {pkg}\nVersion: {version}\nArchitecture: {arch}\nMaintainer: actcap tests\n"
+        f"Description: repacked {pkg}\n")
+    files = subprocess.run(["dpkg", "-L", pkg], capture_output=True, text=True, check=True)
+    for line in files.stdout.splitlines():
+        src = Path(line)
+        if line in ("/.", "/") or src.is_dir() and not src.is_symlink():
+            continue
+        if not (src.is_file() or src.is_symlink()):
+            continue
+        dst = root / line.lstrip("/")
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink():
+            os.symlink(os.readlink(src), dst)
+        else:
+            shutil.copy2(src, dst)
+    subprocess.run(["dpkg-deb", "--root-owner-group", "-b", str(root), str(out / f"{pkg}.deb")],
+                   check=True, capture_output=True)
+    shutil.rmtree(root)
+
+
+def test_bundle_unpacks_into_a_prefix_and_configures_against_the_given_torch(tmp_path):
+    if not shutil.which("dpkg-deb") or not shutil.which("cmake"):
+        H.skip_or_fail("dpkg-deb and cmake are needed")
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    for pkg in bundle_packages():
+        repack(pkg, bundle)
+    build = tmp_path / "build-gpu"
+    env = dict(os.environ, PYTHON="/usr/bin/python3", GPU_BUNDLE=str(bundle), GPU_BUILD=str(build))
+    run = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "report"), "unpack", "configure"],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert run.returncode == 0, report + (tmp_path / "report" / "logs.txt").read_text()[-4000:]
+    assert "| unpack | ok |" in report and "| configure | ok |" in report
+    assert "torch 1.13" in report
+    cache = (build / "CMakeCache.txt").read_text()
+    prefix = str(build / "prefix")
+    for key in ("nlohmann_json_DIR", "CLI11_DIR", "GTest_DIR", "pkgcfg_lib_XXHASH_xxhash",
+                "pkgcfg_lib_PCRE2_pcre2-8", "pkgcfg_lib_ICU_icuuc"):
+        m = re.search(rf"^{re.escape(key)}:\w+=(.*)$", cache, re.M)
+        assert m and m.group(1).startswith(prefix), (key, m and m.group(1))
+    assert re.search(r"^ACTCAP_WERROR:BOOL=OFF$", cache, re.M)
+    assert re.search(r"^Python_EXECUTABLE:\w+=/usr/bin/python3$", cache, re.M)
+
+
+def test_missing_bundle_and_unknown_stage_are_clear(tmp_path):
+    env = dict(os.environ, PYTHON="/usr/bin/python3", GPU_BUNDLE=str(tmp_path / "none"),
+               GPU_BUILD=str(tmp_path / "b"))
+    bad = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "r"), "warp"], cwd=REPO, env=env,
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown stage 'warp'" in bad.stderr
+    run = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "r"), "unpack", "configure"],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1
+    report = (tmp_path / "r" / "report.md").read_text()
+    assert "| unpack | FAILED (exit 1) |" in report and "configure" not in report.split("| ---")[-1]
+    assert "run `make gpu-bundle`" in report
