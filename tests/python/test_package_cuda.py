@@ -9,6 +9,11 @@ from hf_modules import GPT2LMHeadModel
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
+def hidden(output):
+    """A block's hidden states: transformers 4.x blocks return a tuple, 5.x the tensor itself."""
+    return output[0] if isinstance(output, tuple) else output
+
+
 def test_a_non_blocking_copy_read_early_is_wrong_and_safe_capture_fences(ac):
     model = GPT2LMHeadModel.random(n_embd=256, n_layer=4).cuda()
     ids = torch.randint(0, 256, (8, 64), device="cuda")
@@ -47,14 +52,14 @@ def test_transformers_model_dispatched_over_cuda_and_cpu_naive_vs_safe(ac):
     model = accelerate.dispatch_model(model, device_map=device_map)
     ids = torch.randint(0, 1000, (4, 32))
     truth = {}
-    hs = [b.register_forward_hook(lambda m, a, o, i=i: truth.__setitem__(i, o[0].detach().clone()))
+    hs = [b.register_forward_hook(lambda m, a, o, i=i: truth.__setitem__(i, hidden(o).detach().clone()))
           for i, b in enumerate(ref.transformer.h)]
     with torch.inference_mode():
         ref(ids)
     for h in hs:
         h.remove()
     naive = {}
-    hs = [b.register_forward_hook(lambda m, a, o, i=i: naive.__setitem__(i, o[0]))
+    hs = [b.register_forward_hook(lambda m, a, o, i=i: naive.__setitem__(i, hidden(o)))
           for i, b in enumerate(model.transformer.h)]
     with torch.inference_mode(), ac.SafeCapturer(model, "transformer.h.*") as cap:
         model(ids.to("cuda:0"))
