@@ -10,6 +10,7 @@ hook that still holds its input or output, a view or a ``detach()`` of it (``.cp
 """
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Tuple
@@ -52,6 +53,12 @@ def _watched(value: Any, label: str, out: List[Tuple[str, Any]]) -> None:
         for k, v in value.items() if hasattr(value, "items") else []:
             if isinstance(v, torch.Tensor):
                 out.append((f"{label}.{k}", v))
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):  # output dataclasses
+        out.append((label, value))
+        for f in dataclasses.fields(value):
+            v = getattr(value, f.name, None)
+            if isinstance(v, torch.Tensor):
+                out.append((f"{label}.{f.name}", v))
 
 
 def _storage_ptr(t: torch.Tensor) -> int:
@@ -61,10 +68,10 @@ def _storage_ptr(t: torch.Tensor) -> int:
         return t.storage().data_ptr()
 
 
-def _held_by(result: Any, obj: Any) -> Tuple[int, int]:
+def _held_by(result: Any, obj: Any) -> Tuple[int, int, int]:
     """References the hook's return value itself holds on `obj` (it replaces the output, so the
-    forward keeps it, not the hook): (python references, storage uses)."""
-    py = storage = 0
+    forward keeps it, not the hook): (python references, TensorImpl uses, storage uses)."""
+    py = impl = storage = 0
     items = result if isinstance(result, (tuple, list)) else (result,)
     if result is obj:
         py += 1
@@ -74,7 +81,9 @@ def _held_by(result: Any, obj: Any) -> Tuple[int, int]:
         elif (isinstance(r, torch.Tensor) and isinstance(obj, torch.Tensor) and r.numel()
               and obj.numel() and r.device == obj.device and _storage_ptr(r) == _storage_ptr(obj)):
             storage += 1
-    return py, storage
+            if r is not obj and r._base is obj:  # a view of it: the view holds it as its base
+                impl += 1
+    return py, impl, storage
 
 
 class Audit:
@@ -123,8 +132,8 @@ class Audit:
             result = fn(*args)
             for (label, obj), b in zip(watched, before):
                 py, impl, storage = _core.reference_counts(obj)
-                held_py, held_storage = _held_by(result, obj)
-                if py - held_py > b[0] or impl > b[1] or storage - held_storage > b[2]:
+                held_py, held_impl, held_storage = _held_by(result, obj)
+                if py - held_py > b[0] or impl - held_impl > b[1] or storage - held_storage > b[2]:
                     self._report(Finding(module_name, hook_name, kind, label))
                     break
             return result
@@ -149,5 +158,7 @@ def audit(model: torch.nn.Module, mode: str = "error") -> Audit:
     detach() of it, after it returns is reported: ``mode="error"`` raises RunError naming the
     module and the hook (stopping the forward), ``mode="warn"`` warns once per hook
     (BareReferenceWarning) and records it in ``findings``. Use as a context manager, or call
-    ``restore()``."""
+    ``restore()``. Run the audited forward under ``torch.no_grad()`` or ``inference_mode()``: with
+    autograd recording, what a hook computes from the output (``o.norm()``) saves the output for
+    backward, and that reference counts as kept."""
     return Audit(model, mode)

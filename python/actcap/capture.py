@@ -70,14 +70,21 @@ def default_select(value: Any) -> Optional[torch.Tensor]:
 
 
 def _apply_select(select: Selector, value: Any, point: str) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):  # select picks among outputs that are not tensors
+        return value
     if select is None:
         t = default_select(value)
     elif callable(select):
         t = select(value)
-    elif isinstance(select, int) and not isinstance(select, bool):
-        t = value[select]
-    elif isinstance(select, str):
-        t = value[select] if isinstance(value, Mapping) else getattr(value, select)
+    elif isinstance(select, (int, str)) and not isinstance(select, bool):
+        try:
+            if isinstance(select, int) or isinstance(value, Mapping):
+                t = value[select]
+            else:
+                t = getattr(value, select)
+        except (IndexError, KeyError, AttributeError, TypeError):
+            raise InputError(f"select={select!r} for point '{point}': its "
+                             f"{type(value).__name__} output has no such element") from None
     else:
         raise InputError(f"select {select!r} for point '{point}' is not an int, a name or a callable")
     if not isinstance(t, torch.Tensor):
@@ -143,6 +150,8 @@ class SafeCapturer:
         self._forward_mask: Optional[torch.Tensor] = None
         self._rows = None  # this forward's RowSelection, made at its first capture
         self._row_mode = False
+        self._rows_key = None
+        self._in_root = False  # between the root module's pre-hook and its forward hook
 
     # ---- hooks ----------------------------------------------------------------------------------
     def __enter__(self) -> "SafeCapturer":
@@ -163,6 +172,7 @@ class SafeCapturer:
                 self._handles.append(self.model.register_forward_pre_hook(self._begin, with_kwargs=True))
             else:
                 self._handles.append(self.model.register_forward_pre_hook(self._begin))
+            self._handles.append(self.model.register_forward_hook(self._end))
             for p in self.points:
                 name, is_input = (p[:-6], True) if p.endswith(":input") else (p, False)
                 mod = modules[name]
@@ -196,13 +206,26 @@ class SafeCapturer:
     def _begin(self, module, args, kwargs=None):
         self._step += 1
         self._rows = None
+        self._in_root = True
         mask = kwargs.get("attention_mask") if kwargs else None
         self._forward_mask = mask if isinstance(mask, torch.Tensor) else None
         return None
 
+    def _end(self, module, args, output):
+        self._in_root = False
+        return None
+
     def _selection(self, t: torch.Tensor):
+        mask = self._forward_mask if self._forward_mask is not None else self.attention_mask
+        if self._rows is not None and t.dim() >= 2:
+            # A submodule called by itself (no root forward began): a new mask or a new
+            # [batch, seq] is a new forward.
+            key = (id(mask), tuple(t.shape[:2]))
+            if key != self._rows_key and not self._in_root:
+                self._rows = None
+                self._step += 1
         if self._rows is None:
-            mask = self._forward_mask if self._forward_mask is not None else self.attention_mask
+            self._rows_key = (id(mask), tuple(t.shape[:2])) if t.dim() >= 2 else None
             if mask is not None:
                 self._rows = _core.RowSelection.from_mask(mask, self._positions)
             elif self._positions_given or self._row_mode:
@@ -261,7 +284,9 @@ class SafeCapturer:
     # ---- reading --------------------------------------------------------------------------------
     def get(self, point: str, call: Optional[int] = None) -> torch.Tensor:
         """The snapshot of ``call`` of ``point`` (None: every call, concatenated in order), after
-        the fence and a fingerprint check. RunError when its bytes changed since capture."""
+        the fence and a fingerprint check. RunError when its bytes changed since capture. A single
+        call's tensor is the snapshot itself, not a copy: ``.clone()`` it before writing to it
+        in place (otherwise later reads, ``verify()`` and ``save()`` report it changed)."""
         self._check_open()
         if point not in self.points:
             raise InputError(f"'{point}' is not a planned point of this capturer "
@@ -270,6 +295,7 @@ class SafeCapturer:
 
     def calls(self, point: str) -> int:
         """How many times ``point`` fired since the capturer was made."""
+        self._check_open()
         return self._store.calls(point)
 
     def rows(self, point: Optional[str] = None, call: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -299,6 +325,8 @@ class SafeCapturer:
 
     @property
     def nbytes(self) -> int:
+        """Bytes of the snapshots kept."""
+        self._check_open()
         return self._store.bytes
 
     def clear(self) -> None:
@@ -330,5 +358,7 @@ def parameters_fingerprint(model: torch.nn.Module) -> str:
     parts = []
     for name, t in list(model.named_parameters()) + list(model.named_buffers()):
         t = t.detach()
-        parts.append(f"{name}|{t.dtype}|{list(t.shape)}|{_core.xxh3(t.cpu())}")
+        # offloaded (meta) tensors have no bytes here: their name, dtype and shape only
+        digest = "meta" if t.device.type == "meta" else _core.xxh3(t.cpu())
+        parts.append(f"{name}|{t.dtype}|{list(t.shape)}|{digest}")
     return _core.xxh3_bytes("\n".join(parts).encode())

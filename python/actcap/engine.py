@@ -124,6 +124,8 @@ class Engine:
         if isinstance(inputs, torch.Tensor):
             if inputs.dim() == 1:
                 inputs = inputs.unsqueeze(0)
+                if attention_mask is not None and attention_mask.dim() == 1:
+                    attention_mask = attention_mask.unsqueeze(0)
             if inputs.dim() != 2 or inputs.is_floating_point():
                 raise InputError(f"input_ids must be an integer [batch, seq] tensor, got "
                                  f"{inputs.dtype} {list(inputs.shape)}")
@@ -173,7 +175,13 @@ class Engine:
         explicit = None
         spec = "all"
         if positions is not None and not isinstance(positions, (str, int)):
-            explicit = [[int(p) for p in ps] for ps in positions]
+            try:
+                explicit = [[int(p) for p in ps] for ps in positions]
+            except TypeError:
+                raise InputError("positions: 'all', 'first', 'last', an int, ranges like '0:8,-4:', "
+                                 "or one list of positions per sequence (e.g. [[0, 3], [1]])") from None
+            if len(explicit) != len(seqs):
+                raise InputError(f"positions gives {len(explicit)} lists for {len(seqs)} sequences")
         else:
             spec = _convert.positions_spec(positions)
         return self._core.run(seqs, _convert.patterns(capture, "capture"),

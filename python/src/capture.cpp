@@ -5,6 +5,11 @@
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
 
 #include "actcap/error.h"
 #include "actcap/export.h"
@@ -17,6 +22,45 @@ namespace actcap::python {
 namespace {
 
 at::Tensor int_tensor(const std::vector<int64_t>& v) { return at::tensor(v, at::kLong); }
+
+// Writes through `write` into a sibling staging folder and moves the result into `dir` only once
+// it is complete (shards first, manifest last): a save that fails (nothing captured, a point that
+// did not fire once per forward) leaves `dir` as it was, even with overwrite.
+std::vector<ExportedTensor> save_staged(
+    const std::string& dir, bool overwrite,
+    const std::function<std::vector<ExportedTensor>(const std::string&)>& write) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!overwrite)
+    prepare_output_dir(dir, false);  // refuses a non-empty folder, touches nothing
+  else if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    throw InputError(concat("output folder ", dir, " exists and is not a folder"), {"out"});
+  fs::path target = fs::absolute(dir).lexically_normal();
+  if (target.filename().empty()) target = target.parent_path();
+  const fs::path staging = target.string() + ".partial-" + std::to_string(::getpid());
+  fs::remove_all(staging, ec);
+  prepare_output_dir(staging.string(), false);
+  std::vector<ExportedTensor> out;
+  try {
+    out = write(staging.string());
+  } catch (...) {
+    fs::remove_all(staging, ec);
+    throw;
+  }
+  prepare_output_dir(target.string(), true);  // the old manifest goes first, then its shards
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(staging)) files.push_back(entry.path());
+  std::stable_partition(files.begin(), files.end(),
+                        [](const fs::path& f) { return f.filename() != "manifest.json"; });
+  for (const fs::path& f : files) {
+    fs::rename(f, target / f.filename(), ec);
+    if (ec)
+      throw RunError(
+          concat("cannot move ", f.string(), " into ", target.string(), ": ", ec.message()));
+  }
+  fs::remove_all(staging, ec);
+  return out;
+}
 
 }  // namespace
 
@@ -88,9 +132,10 @@ void bind_capture(py::module_& m) {
              const std::string& model_type, const std::string& fingerprint,
              const std::map<std::string, std::string>& device_map,
              const std::vector<std::string>& points) {
-            prepare_output_dir(dir, overwrite);
-            const auto exported = export_snapshots(
-                dir, s, CaptureOrigin{path, model_type, fingerprint, device_map}, points);
+            const auto exported = save_staged(dir, overwrite, [&](const std::string& staging) {
+              return export_snapshots(
+                  staging, s, CaptureOrigin{path, model_type, fingerprint, device_map}, points);
+            });
             py::list out;
             for (const ExportedTensor& e : exported)
               out.append(py::dict(py::arg("name") = e.name, py::arg("shape") = e.shape,

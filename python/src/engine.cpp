@@ -2,6 +2,7 @@
 // with run (one verified capture as torch tensors), plan, compare and extract.
 #include <ATen/ATen.h>
 
+#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "actcap/capture.h"
@@ -25,6 +26,9 @@ struct Engine {
   std::unique_ptr<Model> model;
   SplitOptions split;
   std::unique_ptr<Tokenizer> tokenizer;  // null: the model has no tokenizer.json
+  // One run at a time: placement and the executor's lanes belong to the model. Taken only after
+  // the GIL is released (a progress callback re-takes the GIL while holding it).
+  std::mutex busy;
 
   Batch batch(const std::vector<std::vector<int64_t>>& seqs) const {
     if (seqs.empty()) throw InputError("no sequences given", {"input_ids"});
@@ -125,12 +129,19 @@ void bind_engine(py::module_& m) {
           "plan",
           [](Engine& e, const std::vector<std::string>& patterns, const std::string& dtype,
              int64_t batch, int64_t seq) {
-            std::vector<PointInfo> capture;
-            if (!patterns.empty())
-              capture = plan_capture(*e.model, capture_options(patterns, dtype, "all", {}));
-            const DevicePlan plan =
-                plan_split(*e.model, e.split, batch, seq, capture, Model::Logits::kSkipIfUnhooked);
-            return py::make_tuple(plan.to_json().dump(), plan.table());
+            std::string json, table;
+            {
+              py::gil_scoped_release release;
+              std::lock_guard<std::mutex> one_run(e.busy);
+              std::vector<PointInfo> capture;
+              if (!patterns.empty())
+                capture = plan_capture(*e.model, capture_options(patterns, dtype, "all", {}));
+              const DevicePlan plan = plan_split(*e.model, e.split, batch, seq, capture,
+                                                 Model::Logits::kSkipIfUnhooked);
+              json = plan.to_json().dump();
+              table = plan.table();
+            }
+            return py::make_tuple(json, table);
           },
           py::arg("patterns"), py::arg("dtype"), py::arg("batch"), py::arg("seq"))
       .def(
@@ -145,6 +156,7 @@ void bind_engine(py::module_& m) {
             std::vector<std::string> order;
             {
               py::gil_scoped_release release;
+              std::lock_guard<std::mutex> one_run(e.busy);
               const Model::Logits mode =
                   logits ? Model::Logits::kCompute : Model::Logits::kSkipIfUnhooked;
               SafeCapturer cap(*e.model, capture_options(patterns, dtype, positions, budget));
@@ -180,6 +192,7 @@ void bind_engine(py::module_& m) {
             CompareReport report;
             {
               py::gil_scoped_release release;
+              std::lock_guard<std::mutex> one_run(e.busy);
               report = compare_split(*e.model, batch, patterns, e.split);
             }
             py::list rows;
@@ -212,6 +225,7 @@ void bind_engine(py::module_& m) {
             ExtractResult r;
             {
               py::gil_scoped_release release;
+              std::lock_guard<std::mutex> one_run(e.busy);
               const int64_t len = max_length > 0 ? max_length : e.model->config().max_positions();
               split_model(*e.model, e.split, batch_size, len, plan_capture(*e.model, x.capture),
                           Model::Logits::kSkipIfUnhooked);

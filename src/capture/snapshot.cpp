@@ -210,6 +210,7 @@ at::Tensor SnapshotStore::get(const std::string& point, int64_t call) {
     throw RunError(concat("no call ", call, " of hook point '", point, "' is kept (",
                           calls_.at(point), " calls so far; clear() drops the kept ones)"));
   }
+  if (parts.size() == 1) return parts[0];
   for (const at::Tensor& t : parts)
     if (t.dim() != parts[0].dim() || t.dim() == 0 ||
         t.sizes().slice(1) != parts[0].sizes().slice(1))
@@ -217,7 +218,7 @@ at::Tensor SnapshotStore::get(const std::string& point, int64_t call) {
                             shape_text(parts[0].sizes()), " and ", shape_text(t.sizes()),
                             "; read one call at a time (get(point, call)), or capture rows in "
                             "every forward (an attention mask or positions)"));
-  return parts.size() == 1 ? parts[0] : at::cat(parts, 0);
+  return at::cat(parts, 0);
 }
 
 void SnapshotStore::verify() {

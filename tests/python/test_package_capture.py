@@ -453,3 +453,95 @@ def test_audit_allows_hooks_that_return_a_replacement_and_pre_hooks(ac):
     assert [f.kind for f in a.findings] == ["pre"]
     with pytest.raises(ac.InputError, match="mode"):
         ac.audit(model, mode="loud")
+
+
+# ---- edge cases found in review ----------------------------------------------------------------
+def test_select_applies_only_to_outputs_that_are_not_tensors(ac):
+    model = GPT2LMHeadModel.random()
+    ids = ids_batch()
+    with torch.inference_mode(), ac.SafeCapturer(
+            model, ["transformer.h.0", "transformer.h.0.mlp", "transformer.h.1:input"], select=0) as cap:
+        model(ids)
+    assert cap.get("transformer.h.0").shape == (2, 12, 32)       # element 0 of the block's tuple
+    assert cap.get("transformer.h.0.mlp").shape == (2, 12, 32)   # a tensor: kept whole
+    assert cap.get("transformer.h.1:input").shape == (2, 12, 32)
+    with ac.SafeCapturer(model, "transformer.h.0", select=5) as cap:
+        with pytest.raises(ac.InputError, match=r"select=5 for point 'transformer.h.0'"):
+            cap(ids)
+    with ac.SafeCapturer(model, "transformer.h.0.attn", select="nope") as cap:
+        with pytest.raises(ac.InputError, match="select='nope'"):
+            cap(ids)
+
+
+def test_a_scalar_output_reads_back(ac):
+    class Loss(torch.nn.Module):
+        def forward(self, y):
+            return y.pow(2).mean()
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), Loss())
+    with torch.no_grad(), ac.SafeCapturer(model, "1") as cap:
+        a = model(torch.randn(3, 4))
+        b = model(torch.randn(3, 4))
+    assert torch.equal(cap.get("1", call=0), a) and torch.equal(cap.get("1", call=1), b)
+    with pytest.raises(ac.RunError, match="do not stack"):
+        cap.get("1")
+
+
+def test_calling_a_submodule_directly_starts_a_new_forward_per_mask(ac):
+    model = GPT2LMHeadModel.random()
+    ids = ids_batch(T=5)
+    full = torch.ones(2, 5, dtype=torch.long)
+    right = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    with torch.inference_mode(), ac.SafeCapturer(model, "transformer.h.3", positions="last") as cap:
+        cap.attention_mask = full
+        model.transformer(ids, attention_mask=full)
+        cap.attention_mask = right
+        out = model.transformer(ids, attention_mask=right)
+    seq, pos = cap.rows("transformer.h.3")
+    assert pos.tolist() == [4, 4, 2, 4]  # the second forward's last real tokens, not position 4
+    assert cap.calls("transformer.h.3") == 2
+
+
+def test_save_of_a_model_with_offloaded_meta_tensors(ac, actcap_bin, tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    model.register_buffer("offloaded", torch.empty(4, device="meta"))
+    with torch.no_grad(), ac.SafeCapturer(model, "0") as cap:
+        model(torch.randn(2, 3, 4))
+    cap.save(tmp_path / "o")
+    assert H.actcap("verify", tmp_path / "o").returncode == 0
+
+
+def test_a_failing_save_leaves_the_previous_output_as_it_was(ac, actcap_bin, tmp_path):
+    model = GPT2LMHeadModel.random()
+    out = tmp_path / "o"
+    with ac.SafeCapturer(model, "transformer.h.0") as cap:
+        cap(ids_batch())
+    cap.save(out)
+    before = sorted(p.name for p in out.iterdir())
+    cap.clear()
+    with pytest.raises((ac.RunError, ac.InputError)):
+        cap.save(out, overwrite=True)  # nothing captured any more
+    assert sorted(p.name for p in out.iterdir()) == before
+    assert H.actcap("verify", out).returncode == 0
+    assert not list(tmp_path.glob("o.partial-*"))
+    with ac.SafeCapturer(model, "transformer.h.1") as cap2:
+        cap2(ids_batch())
+    cap2.save(out, overwrite=True)  # a good save replaces it
+    assert ac.open(out).points == ["transformer.h.1"]
+
+
+def test_audit_allows_a_returned_view_and_looks_inside_dataclass_outputs(ac):
+    model = GPT2LMHeadModel.random()
+    h = model.transformer.h[0].register_forward_hook(lambda m, i, o: (o[0].view(o[0].shape),))
+    with torch.no_grad(), ac.audit(model, mode="error") as a:
+        model(ids_batch())
+    h.remove()
+    assert a.findings == []
+    kept = {}
+    h = model.transformer.register_forward_hook(
+        lambda m, i, o: kept.__setitem__("h", o.last_hidden_state))
+    with torch.no_grad(), ac.audit(model, mode="warn") as a, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model(ids_batch())
+    h.remove()
+    assert [f.kept for f in a.findings] == ["output.last_hidden_state"]

@@ -224,3 +224,33 @@ def test_keep_freed_memory_sets_glibc_options(ac):
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=120)
     assert run.returncode == 0 and run.stdout.strip() == "True", run.stdout + run.stderr
+
+
+def test_one_engine_from_two_threads_runs_one_forward_at_a_time(ac, engine):
+    import threading
+    want = {len(s): engine.run(s, "transformer.h.2") for s in ([SEQS[0]], SEQS + [SEQS[0]])}
+    bad = []
+
+    def work(seqs):
+        for _ in range(8):
+            got = engine.run(seqs, "transformer.h.2")
+            if not torch.equal(got["transformer.h.2"], want[len(seqs)]["transformer.h.2"]):
+                bad.append(len(seqs))
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in ([SEQS[0]], SEQS + [SEQS[0]])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert bad == []
+
+
+def test_positions_lists_and_one_dimensional_inputs(ac, engine):
+    with pytest.raises(ac.InputError, match="one list of positions per sequence"):
+        engine.run(SEQS, "transformer.h.0", positions=[0, 1])
+    with pytest.raises(ac.InputError, match="gives 1 lists for 2 sequences"):
+        engine.run(SEQS, "transformer.h.0", positions=[[0]])
+    ids = torch.tensor([5, 17, 300, 42])
+    out = engine.run(ids, "transformer.h.0", attention_mask=torch.tensor([0, 1, 1, 1]))
+    assert out["__rows__.pos"].tolist() == [0, 1, 2]
+    assert torch.equal(out["transformer.h.0"], engine.run([[17, 300, 42]], "transformer.h.0")["transformer.h.0"])
