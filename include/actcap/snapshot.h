@@ -56,6 +56,13 @@ SnapshotCopy snapshot_copy(const at::Tensor& borrowed, const RowSelection* rows,
 // Waits for an asynchronous snapshot_copy (a no-op for a finished one).
 void wait(PendingCopy& pending);
 
+// RunError naming the point and call when a fingerprinted snapshot's bytes changed since capture.
+void check_snapshot(const Snapshot& s, bool fingerprinted);
+// The kept snapshots of `point` (call < 0: every call, in order), each checked as above, stacked
+// along rows (RunError when the calls' shapes do not stack); undefined when none matches.
+at::Tensor read_snapshots(const std::vector<Snapshot>& snapshots, const std::string& point,
+                          int64_t call, bool fingerprinted);
+
 struct SnapshotStoreOptions {
   c10::Device stable_device = c10::kCPU;
   std::optional<c10::ScalarType> dtype;  // floating tensors are cast to it; integers stay
@@ -100,7 +107,6 @@ class SnapshotStore {
   void clear();  // drops every snapshot (fenced)
 
  private:
-  void check(const Snapshot& s) const;
   SnapshotStoreOptions options_;
   std::vector<Snapshot> snapshots_;
   std::vector<std::shared_ptr<const RowSelection>> selections_;

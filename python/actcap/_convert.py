@@ -51,18 +51,18 @@ def size_bytes(value: Union[None, int, str], what: str) -> Optional[int]:
     return _core.parse_bytes(value)
 
 
+def cli_text(value: Any, what: str, hint: str) -> str:
+    """An int or a string as the CLI's text for ``what``; InputError listing ``hint`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise InputError(f"{what} {value!r}: give {hint}")
+    return str(value)
+
+
 def positions_spec(positions: PositionsArg) -> str:
     """The position syntax of the CLI: all | first | last | "0:8,-4:" ; an int is one position."""
     if positions is None:
         return "all"
-    if isinstance(positions, bool):
-        raise InputError(f"positions {positions!r} is not a position spec")
-    if isinstance(positions, int):
-        return str(positions)
-    if isinstance(positions, str):
-        return positions
-    raise InputError(f"positions {positions!r}: give 'all', 'first', 'last', an int or ranges "
-                     "like '0:8,-4:'")
+    return cli_text(positions, "positions", "'all', 'first', 'last', an int or ranges like '0:8,-4:'")
 
 
 def patterns(points: Union[str, Sequence[str]], what: str = "points") -> list:

@@ -49,15 +49,9 @@ class Comparison:
 def _devices_arg(devices: Any) -> str:
     if devices is None:
         return ""
-    if isinstance(devices, bool):
-        raise InputError(f"devices {devices!r}: give a count, 'cpu:0,cpu:1,cuda:0' or a list")
-    if isinstance(devices, int):
-        return str(devices)
-    if isinstance(devices, str):
-        return devices
     if isinstance(devices, (list, tuple)):
         return ",".join(str(d) for d in devices)
-    raise InputError(f"devices {devices!r}: give a count, 'cpu:0,cpu:1,cuda:0' or a list")
+    return _convert.cli_text(devices, "devices", "a count, 'cpu:0,cpu:1,cuda:0' or a list")
 
 
 def _max_memory_arg(max_memory: Any) -> str:

@@ -14,7 +14,7 @@ def keep_freed_memory(trim_threshold: int = 1 << 30, top_pad: int = 64 << 20) ->
     """Tells glibc to keep freed memory for reuse instead of handing it back to the system
     (``mallopt``: no mmap'd chunks, a 1 GiB trim threshold, 64 MiB top pad), for the whole
     process and from now on. A CPU forward then stops faulting its temporaries in again on every
-    call (BENCHMARKS.md item 10: a GPT-2-small forward 19% faster here), and capturing with
+    call (BENCHMARKS.md item 10: a GPT-2-small forward took 15-22% less time here), and capturing with
     SafeCapturer no longer moves where they land. The cost: the process's resident memory stays
     at its peak. Same as the environment variables ``MALLOC_MMAP_MAX_=0
     MALLOC_TRIM_THRESHOLD_=1073741824 MALLOC_TOP_PAD_=67108864``. Returns False where the C

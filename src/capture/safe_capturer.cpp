@@ -245,32 +245,15 @@ at::Tensor SafeCapturer::run(const Batch& batch, const std::vector<std::vector<i
   return out;
 }
 
-namespace {
-void check(const Snapshot& s, bool fingerprinted) {
-  if (!fingerprinted) return;
-  const uint64_t now = tensor_chunked_xxh3(s.rows);
-  if (now != s.xxh3)
-    throw RunError(concat("captured tensor '", s.point, "' (call ", s.call,
-                          ") changed after capture: checksum ", hex64(s.xxh3), " at capture, ",
-                          hex64(now), " now"));
-}
-}  // namespace
-
 void SafeCapturer::verify() const {
-  for (const Snapshot& s : snapshots_) check(s, options_.fingerprint);
+  for (const Snapshot& s : snapshots_) check_snapshot(s, options_.fingerprint);
 }
 
 at::Tensor SafeCapturer::get(const std::string& point, int64_t call) const {
-  std::vector<at::Tensor> parts;
-  for (const Snapshot& s : snapshots_)
-    if (s.point == point && (call < 0 || s.call == call)) {
-      check(s, options_.fingerprint);
-      parts.push_back(s.rows);
-    }
-  if (parts.empty())
-    throw RunError(call < 0 ? concat("nothing captured at hook point '", point, "'")
-                            : concat("no call ", call, " captured at hook point '", point, "'"));
-  return parts.size() == 1 ? parts[0] : at::cat(parts, 0);
+  at::Tensor rows = read_snapshots(snapshots_, point, call, options_.fingerprint);
+  if (rows.defined()) return rows;
+  throw RunError(call < 0 ? concat("nothing captured at hook point '", point, "'")
+                          : concat("no call ", call, " captured at hook point '", point, "'"));
 }
 
 }  // namespace actcap

@@ -187,8 +187,8 @@ int64_t SnapshotStore::in_flight() const {
   return n;
 }
 
-void SnapshotStore::check(const Snapshot& s) const {
-  if (!options_.fingerprint) return;
+void check_snapshot(const Snapshot& s, bool fingerprinted) {
+  if (!fingerprinted) return;
   const uint64_t now = tensor_chunked_xxh3(s.rows);
   if (now != s.xxh3)
     throw RunError(concat("captured tensor '", s.point, "' (call ", s.call,
@@ -196,21 +196,15 @@ void SnapshotStore::check(const Snapshot& s) const {
                           hex64(now), " now"));
 }
 
-at::Tensor SnapshotStore::get(const std::string& point, int64_t call) {
-  fence();
+at::Tensor read_snapshots(const std::vector<Snapshot>& snapshots, const std::string& point,
+                          int64_t call, bool fingerprinted) {
   std::vector<at::Tensor> parts;
-  for (const Snapshot& s : snapshots_)
+  for (const Snapshot& s : snapshots)
     if (s.point == point && (call < 0 || s.call == call)) {
-      check(s);
+      check_snapshot(s, fingerprinted);
       parts.push_back(s.rows);
     }
-  if (parts.empty()) {
-    if (!calls_.count(point))
-      throw RunError(concat("nothing captured at hook point '", point, "'"));
-    throw RunError(concat("no call ", call, " of hook point '", point, "' is kept (",
-                          calls_.at(point), " calls so far; clear() drops the kept ones)"));
-  }
-  if (parts.size() == 1) return parts[0];
+  if (parts.size() <= 1) return parts.empty() ? at::Tensor() : parts[0];
   for (const at::Tensor& t : parts)
     if (t.dim() != parts[0].dim() || t.dim() == 0 ||
         t.sizes().slice(1) != parts[0].sizes().slice(1))
@@ -221,9 +215,18 @@ at::Tensor SnapshotStore::get(const std::string& point, int64_t call) {
   return at::cat(parts, 0);
 }
 
+at::Tensor SnapshotStore::get(const std::string& point, int64_t call) {
+  fence();
+  at::Tensor rows = read_snapshots(snapshots_, point, call, options_.fingerprint);
+  if (rows.defined()) return rows;
+  if (!calls_.count(point)) throw RunError(concat("nothing captured at hook point '", point, "'"));
+  throw RunError(concat("no call ", call, " of hook point '", point, "' is kept (",
+                        calls_.at(point), " calls so far; clear() drops the kept ones)"));
+}
+
 void SnapshotStore::verify() {
   fence();
-  for (const Snapshot& s : snapshots_) check(s);
+  for (const Snapshot& s : snapshots_) check_snapshot(s, options_.fingerprint);
 }
 
 const std::vector<Snapshot>& SnapshotStore::snapshots() {
