@@ -5,7 +5,7 @@
 #
 #   scripts/gpu-check.sh REPORT_DIR [STAGE ...]
 #
-# Stages, in order (default: all): unpack configure build unit doctor compare mixed repro python.
+# Stages, in order (default: all): unpack configure build unit doctor compare mixed repro python bench.
 # unpack   the bundle's .debs into a private prefix (build-gpu/prefix), .pc files re-pointed there;
 #          never over /
 # configure  CMake against python3's torch (torch.utils.cmake_prefix_path) and the prefix, into
@@ -18,12 +18,18 @@
 # repro    `actcap repro`
 # python   the Python package's tests (test_package_*.py; the CUDA ones need transformers and
 #          accelerate) against build-gpu/python
+# bench    bench/gpu_bench.py (actcap vs transformers on gpt2-small, Llama-3.2-1B and 8B shapes, bf16;
+#          capture cost; device->host GB/s) into REPORT_DIR/bench.md and bench.json, its own time
+#          budget GPU_BENCH_BUDGET (default 180 s) under the stage timeout GPU_BENCH_TIMEOUT
+#          (default 240 s); its tables are appended to report.md
 #
 # Writes REPORT_DIR/report.md (a line per stage: status, seconds, the log's tail on failure) and
 # REPORT_DIR/logs.txt (every stage's log). Touches nothing outside the checkout and REPORT_DIR.
 # Environment: PYTHON (default python3), JOBS (default nproc), GPU_BUNDLE (default gpu-bundle),
 # GPU_BUILD (default build-gpu; relative paths are inside the checkout), GPU_CMAKE_ARGS (more
-# configure arguments, e.g. -DCMAKE_CXX_STANDARD=20), GPU_CHECK_TIMEOUT per stage in seconds (default 420).
+# configure arguments, e.g. -DCMAKE_CXX_STANDARD=20), GPU_CHECK_TIMEOUT per stage in seconds (default 420;
+# the bench stage has its own, GPU_BENCH_TIMEOUT), GPU_BENCH_ARGS (more bench/gpu_bench.py arguments,
+# e.g. --quick).
 set -uo pipefail
 
 if [ $# -lt 1 ]; then
@@ -39,11 +45,13 @@ JOBS=${JOBS:-$(nproc)}
 BUNDLE=${GPU_BUNDLE:-gpu-bundle}
 BUILD=${GPU_BUILD:-build-gpu}
 STAGE_TIMEOUT=${GPU_CHECK_TIMEOUT:-420}
+BENCH_TIMEOUT=${GPU_BENCH_TIMEOUT:-240}
+BENCH_BUDGET=${GPU_BENCH_BUDGET:-180}
 case $BUILD in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
 case $BUNDLE in /*) ;; *) BUNDLE="$ROOT/$BUNDLE" ;; esac
 PREFIX="$BUILD/prefix"
 LOGS="$BUILD/logs"
-ALL_STAGES="unpack configure build unit doctor compare mixed repro python"
+ALL_STAGES="unpack configure build unit doctor compare mixed repro python bench"
 STAGES=${*:-$ALL_STAGES}
 mkdir -p "$LOGS"
 : > "$REPORT/logs.txt"
@@ -68,13 +76,14 @@ TAILS=""
 run_stage() {
   local name=$1
   shift
-  local log="$LOGS/$name.log" start=$SECONDS rc
+  local log="$LOGS/$name.log" start=$SECONDS rc limit=$STAGE_TIMEOUT
+  [ "$name" = bench ] && limit=$BENCH_TIMEOUT
   echo "== $name: $*" | tee "$log"
   # the stage function runs in a child bash (exported below) so that timeout can stop it
-  timeout "$STAGE_TIMEOUT" bash -c "$*" >> "$log" 2>&1
+  timeout "$limit" bash -c "$*" >> "$log" 2>&1
   rc=$?
   local secs=$((SECONDS - start)) status=ok
-  if [ $rc -eq 124 ]; then status="timed out (${STAGE_TIMEOUT} s)"; elif [ $rc -ne 0 ]; then status="FAILED (exit $rc)"; fi
+  if [ $rc -eq 124 ]; then status="timed out (${limit} s)"; elif [ $rc -ne 0 ]; then status="FAILED (exit $rc)"; fi
   echo "| $name | $status | $secs |" >> "$REPORT/report.md"
   { echo "===== $name ($status, $secs s)"; cat "$log"; echo; } >> "$REPORT/logs.txt"
   echo "   $name: $status, $secs s"
@@ -174,9 +183,20 @@ stage_python() {
     tests/python/test_package_cuda.py tests/python/test_package_capture.py tests/python/test_package_engine.py -rs
 }
 
-export ROOT PYTHON JOBS BUNDLE BUILD PREFIX
+# The GPU benchmark: writes bench.md (its tables, appended to report.md at the end) and bench.json.
+# Checkpoints are cached in $BUILD/gpu-bench-models for a rerun on the same machine.
+stage_bench() {
+  prefix_env
+  rm -f "$REPORT/bench.md" "$REPORT/bench.json"
+  # exec: the stage timeout's SIGTERM reaches the benchmark, which still writes its report
+  PYTHONUNBUFFERED=1 exec $PYTHON bench/gpu_bench.py --actcap "$BUILD/actcap" --python-dir "$BUILD/python" \
+    --models-dir "$BUILD/gpu-bench-models" --budget-s "$BENCH_BUDGET" \
+    --out "$REPORT/bench.md" --json-out "$REPORT/bench.json" ${GPU_BENCH_ARGS:-}
+}
+
+export ROOT PYTHON JOBS BUNDLE BUILD PREFIX REPORT BENCH_BUDGET
 export -f prefix_env models stage_unpack stage_configure stage_build stage_unit stage_doctor \
-  stage_compare stage_mixed stage_repro stage_python
+  stage_compare stage_mixed stage_repro stage_python stage_bench
 
 status=0
 for s in $STAGES; do
@@ -193,6 +213,10 @@ done
   echo
   if [ -z "$FAILURES" ]; then echo "All stages passed."; else echo "Failed:$FAILURES"; fi
   printf '%s\n' "$TAILS"
+  if [ -s "$REPORT/bench.md" ]; then
+    echo
+    cat "$REPORT/bench.md"
+  fi
 } >> "$REPORT/report.md"
 echo "report: $REPORT/report.md"
 exit $status
