@@ -21,6 +21,7 @@
 namespace actcap {
 
 struct RowSelection;  // snapshot.h
+struct PendingCopy;   // src/capture/pending_copy.h
 
 // Which token positions of each sequence to keep.
 //   "all" | "first" | "last" | comma-separated Python-style ranges "0:8,-4:,10" (negative counts
@@ -99,14 +100,20 @@ class SafeCapturer : public Observer {
   const std::vector<int64_t>& row_seq() const;
   const std::vector<int64_t>& row_pos() const;
 
-  const std::vector<Snapshot>& snapshots() const { return snapshots_; }
+  // Fenced (see fence()).
+  const std::vector<Snapshot>& snapshots() const;
+  // Waits for the snapshot copies still in flight and fingerprints them; returns how many it waited
+  // for. On a virtual CPU or accelerator device a hook only queues the copy of what it captured on
+  // the device's copy queue (docs/execution.md); every read (get, verify, snapshots, clear) fences
+  // first.
+  int64_t fence() const;
   // Verified read: the rows of one call of `point` (call < 0: all calls concatenated in order).
   // Throws RunError when a snapshot's bytes no longer match its fingerprint, or nothing was
   // captured.
   at::Tensor get(const std::string& point, int64_t call = -1) const;
   // Re-hashes every snapshot; throws RunError naming the first that changed.
   void verify() const;
-  void clear() { snapshots_.clear(); }
+  void clear();  // fenced
 
  private:
   // Tests only (tests/unit/test_capture.cpp): stops observing a planned point, the one way to make
@@ -129,7 +136,10 @@ class SafeCapturer : public Observer {
   std::vector<PointInfo> plan_;
   std::map<std::string, c10::ScalarType> dtype_;  // each planned point's stored dtype
   ObserverHandle handle_;
-  std::vector<Snapshot> snapshots_;
+  // Mutable: a fence (in const reads) fills in the copies that landed.
+  mutable std::vector<Snapshot> snapshots_;
+  mutable std::vector<std::shared_ptr<PendingCopy>> pending_;  // parallel (null: landed)
+  mutable int64_t in_flight_ = 0;
   std::optional<std::vector<std::vector<int64_t>>> next_positions_;  // set_positions()
   bool rows_selected_ = false;  // run() selected the rows of the forward it is starting
   bool forward_ended_ = false;  // the forward run() started reached its end event

@@ -24,11 +24,33 @@ struct TransferFault {
   int64_t fired = 0;  // copies damaged so far
 };
 
+// Test-only faults of the asynchronous execution (docs/execution.md), read by the CLI from
+// ACTCAP_FAULT together with the transfer faults:
+//   delay:copy:MS            every copy (boundary transfer, capture copy) first sleeps MS ms
+//   delay:stage:MS           every stage first sleeps MS ms
+//   nofence:transfer-out     a boundary copy after a block does not wait for that block
+//   nofence:transfer-in      a stage after a boundary does not wait for the copy of its input
+//   nofence:capture-read     reads of captures (get, verify, export) do not wait for their copies
+//   nofence:capture-source   a capture copy reads the borrowed tensor itself, later, instead of a
+//                            snapshot taken on the producer's queue when the hook ran
+// With a delay, each removed fence makes wrong values (tests/unit/test_async.cpp shows it); the
+// fences are what make them exact.
+struct AsyncFaults {
+  int delay_copy_ms = 0, delay_stage_ms = 0;
+  bool nofence_transfer_out = false, nofence_transfer_in = false;
+  bool nofence_capture_read = false, nofence_capture_source = false;
+  bool any() const;
+};
+
 struct ExecutionOptions {
   std::vector<DeviceId> stage_device;    // one per stage; empty = everything on `cpu`
   std::map<DeviceId, uint64_t> budgets;  // enforced on weights + arena; absent = unlimited
   bool verify_transfers = true;          // checksum both sides of every inter-device copy
   std::vector<TransferFault> faults;     // test-only (above); Model::placement() counts `fired`
+  AsyncFaults async_faults;              // test-only (above)
+  // Capture copies a device may have in flight (bytes): a hook that would go over waits for the
+  // oldest to land (back-pressure: it blocks, never drops; DeviceStats::copy_waits counts it).
+  uint64_t copy_window_bytes = uint64_t{256} << 20;
 };
 
 struct DeviceStats {
@@ -39,6 +61,11 @@ struct DeviceStats {
   int64_t slot_reuses = 0;   // times an arena slot was handed out again (memory reused)
   int64_t transfers_in = 0;
   uint64_t bytes_in = 0;
+  // Capture copies queued on the device's copy queue, their bytes, and the times a hook waited
+  // for room in the copy window (ExecutionOptions::copy_window_bytes).
+  int64_t capture_copies = 0;
+  uint64_t capture_bytes = 0;
+  int64_t copy_waits = 0;
 };
 
 struct TransferStats {
@@ -49,9 +76,10 @@ struct TransferStats {
   uint64_t bytes = 0;
 };
 
-// Parses the ACTCAP_FAULT syntax above; throws InputError (setting "transfer_faults") when
-// malformed.
+// Parse the ACTCAP_FAULT syntax above: the transfer faults, and the delays and removed fences. Each
+// skips the other's items and throws InputError (setting "transfer_faults") for a malformed one.
 std::vector<TransferFault> parse_faults(const std::string& text);
+AsyncFaults parse_async_faults(const std::string& text);
 // The links (ordered device pairs) a forward over stages placed on `stage_device`, in order,
 // crosses. Throws InputError when a fault names a link that is not one of them, naming it and the
 // links there are: such a fault could never fire, so a test relying on it would prove nothing.

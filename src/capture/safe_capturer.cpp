@@ -8,6 +8,7 @@
 #include "actcap/hash.h"
 #include "actcap/numbers.h"
 #include "actcap/snapshot.h"
+#include "capture/pending_copy.h"
 
 namespace actcap {
 
@@ -200,15 +201,43 @@ void SafeCapturer::on_forward_begin(const ForwardBegin& event) {
 }
 
 void SafeCapturer::on_point(const HookContext& ctx, const at::Tensor& t) {
-  // snapshot.h: the selected rows copied into fresh memory on the producing device, then moved to
-  // the stable device. Blocking here: the snapshot is complete before the hook returns.
-  SnapshotCopy copy = snapshot_copy(t, rows_.get(), dtype_.at(ctx.point), options_.stable_device,
-                                    options_.fingerprint);
-  if (copy.pending) {
-    wait(*copy.pending);
-    if (options_.fingerprint) copy.xxh3 = tensor_chunked_xxh3(copy.rows);
-  }
+  // On a virtual CPU or accelerator lane: the selected rows snapshotted on the producer's queue,
+  // and their copy to the host queued on the lane's copy queue (pending_copy.h), fenced before any
+  // read. Elsewhere (plain cpu, or a forward outside the executor): copied here, complete before
+  // the hook returns (snapshot.h).
+  const LaneContext* lane = current_lane();
+  SnapshotCopy copy = copies_on_lane(lane, options_.stable_device)
+                          ? snapshot_copy_on_lane(*lane, t, rows_.get(), dtype_.at(ctx.point))
+                          : snapshot_copy(t, rows_.get(), dtype_.at(ctx.point),
+                                          options_.stable_device, options_.fingerprint);
   snapshots_.push_back(Snapshot{ctx.point, ctx.call_index, ctx.step, copy.rows, copy.xxh3});
+  pending_.push_back(std::move(copy.pending));
+  if (pending_.back()) ++in_flight_;
+}
+
+int64_t SafeCapturer::fence() const {
+  if (in_flight_ == 0) return 0;
+  int64_t waited = 0;
+  for (size_t i = 0; i < pending_.size(); ++i)
+    if (pending_[i]) {
+      Snapshot& s = snapshots_[i];
+      s.xxh3 = finish_copy(*pending_[i], s.rows, options_.fingerprint, s.point, s.call);
+      pending_[i].reset();
+      ++waited;
+    }
+  in_flight_ = 0;
+  return waited;
+}
+
+const std::vector<Snapshot>& SafeCapturer::snapshots() const {
+  fence();
+  return snapshots_;
+}
+
+void SafeCapturer::clear() {
+  fence();
+  snapshots_.clear();
+  pending_.clear();
 }
 
 void SafeCapturer::on_forward_end(const ForwardEnd&) {
@@ -246,10 +275,12 @@ at::Tensor SafeCapturer::run(const Batch& batch, const std::vector<std::vector<i
 }
 
 void SafeCapturer::verify() const {
+  fence();
   for (const Snapshot& s : snapshots_) check_snapshot(s, options_.fingerprint);
 }
 
 at::Tensor SafeCapturer::get(const std::string& point, int64_t call) const {
+  fence();
   at::Tensor rows = read_snapshots(snapshots_, point, call, options_.fingerprint);
   if (rows.defined()) return rows;
   throw RunError(call < 0 ? concat("nothing captured at hook point '", point, "'")

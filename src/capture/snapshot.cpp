@@ -6,11 +6,15 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <algorithm>
+#include <chrono>
 #include <optional>
+#include <thread>
 
 #include "actcap/error.h"
 #include "actcap/hash.h"
 #include "actcap/numbers.h"
+#include "capture/pending_copy.h"
+#include "executor/device_hash.h"
 #include "util/torch_compat.h"
 
 namespace actcap {
@@ -67,18 +71,92 @@ RowSelection RowSelection::dense(int64_t batch, int64_t seq, const PositionSpec&
   return select(batch, seq, std::vector<std::vector<int64_t>>(batch, cols), positions);
 }
 
-// An accelerator -> host copy in flight: the event recorded after it on the producer's stream,
-// and the device-side rows it reads (kept alive until it finished: freeing them earlier would let
-// the caching allocator hand their memory to the next kernel while the copy still reads it).
-struct PendingCopy {
-  std::optional<c10::Event> event;
-  at::Tensor source;
-};
-
 void wait(PendingCopy& pending) {
+  if (!pending.fenced) return;  // test-only: nofence:capture-read
   if (pending.event) synchronize_event(*pending.event);
+  pending.landed.synchronize();
   pending.event.reset();
   pending.source.reset();
+  if (pending.error) std::rethrow_exception(pending.error);
+}
+
+uint64_t finish_copy(PendingCopy& pending, const at::Tensor& rows, bool fingerprint,
+                     const std::string& point, int64_t call) {
+  wait(pending);
+  if (pending.host_hash.defined()) {
+    const uint64_t device = static_cast<uint64_t>(pending.host_hash.item<int64_t>());
+    const uint64_t host = device_hash_value(rows);
+    if (device != host)
+      throw RunError(concat("captured tensor '", point, "' (call ", call,
+                            ") was damaged between the device and host memory: device hash ",
+                            hex64(device), ", host copy ", hex64(host),
+                            "; run `doctor` on the device"));
+  }
+  if (!fingerprint) return 0;
+  return pending.hashed && pending.fenced ? pending.xxh3 : tensor_chunked_xxh3(rows);
+}
+
+bool copies_on_lane(const LaneContext* lane, c10::Device stable) {
+  return lane && stable.is_cpu() && lane->copy && lane->copy->kind() != WorkQueue::Kind::kInline;
+}
+
+SnapshotCopy snapshot_copy_on_lane(const LaneContext& lane, const at::Tensor& borrowed,
+                                   const RowSelection* rows, c10::ScalarType dtype) {
+  c10::InferenceMode ordinary_tensors(/*enabled=*/false);
+  at::NoGradGuard outside_the_graph;
+  const at::Tensor src = rows ? borrowed.flatten(0, 1) : borrowed;
+  const bool all = !rows || rows->all;
+  const bool accelerator = lane.copy->kind() == WorkQueue::Kind::kAccelerator;
+  // 1. The snapshot, on the producer's queue (this hook runs in the stage's work): fresh device
+  // memory that nothing else writes, so the copy below may run whenever the copy queue gets to it.
+  // Test-only nofence:capture-source keeps the borrowed tensor instead: the copy then reads memory
+  // the forward goes on writing.
+  at::Tensor snap;
+  if (lane.faults && lane.faults->nofence_capture_source && all && src.scalar_type() == dtype &&
+      src.is_contiguous())
+    snap = src;
+  else
+    snap = (all ? src.to(dtype, /*non_blocking=*/false, /*copy=*/true)
+                : src.index_select(0, rows->index.to(src.device())).to(dtype))
+               .contiguous();
+  const uint64_t need = static_cast<uint64_t>(snap.numel()) * snap.element_size();
+  // 2. Room in the copy window (back-pressure: waits for the oldest copies, never drops).
+  lane.window->reserve(need);
+  SnapshotCopy out;
+  out.rows = at::empty(snap.sizes(), snap.options().device(c10::kCPU).pinned_memory(accelerator));
+  auto pending = std::make_shared<PendingCopy>();
+  pending->fenced = !(lane.faults && lane.faults->nofence_capture_read);
+  if (accelerator) pending->device_hash = device_hash(snap);  // queued on the producer's stream
+  // 3. The copy to the host on the copy queue, after the snapshot (on a virtual lane the hook's
+  // own thread already ordered it; on an accelerator the copy stream waits for an event).
+  lane.copy->wait(lane.compute->record());
+  const int delay_ms = lane.faults ? lane.faults->delay_copy_ms : 0;
+  WorkQueue* queue = lane.copy;
+  lane.copy->submit([pending, snap, host = out.rows, queue, accelerator, delay_ms] {
+    try {
+      if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+      if (accelerator) {
+        at::Tensor host_rows = host;  // the handle is const in the closure; the bytes are not
+        host_rows.copy_(snap, /*non_blocking=*/true);
+        pending->host_hash = at::empty({}, host.options().dtype(at::kLong));
+        pending->host_hash.copy_(pending->device_hash, /*non_blocking=*/true);
+        queue->record_use(snap);
+        queue->record_use(pending->device_hash);
+        pending->source = snap;
+      } else {
+        pending->xxh3 = copy_chunked(snap.data_ptr(), host.data_ptr(),
+                                     static_cast<size_t>(snap.numel()) * snap.element_size(),
+                                     /*fingerprint=*/true);
+        pending->hashed = true;
+      }
+    } catch (...) {
+      pending->error = std::current_exception();
+    }
+  });
+  pending->landed = lane.copy->record();
+  lane.window->add(pending->landed, need);
+  out.pending = std::move(pending);
+  return out;
 }
 
 SnapshotCopy snapshot_copy(const at::Tensor& borrowed, const RowSelection* rows,
@@ -173,9 +251,9 @@ int64_t SnapshotStore::fence() {
   int64_t waited = 0;
   for (size_t i = 0; i < pending_.size(); ++i)
     if (pending_[i]) {
-      wait(*pending_[i]);
+      snapshots_[i].xxh3 = finish_copy(*pending_[i], snapshots_[i].rows, options_.fingerprint,
+                                       snapshots_[i].point, snapshots_[i].call);
       pending_[i].reset();
-      if (options_.fingerprint) snapshots_[i].xxh3 = tensor_chunked_xxh3(snapshots_[i].rows);
       ++waited;
     }
   return waited;

@@ -3,7 +3,9 @@
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
+#include <thread>
 
 #include "actcap/error.h"
 #include "actcap/observer.h"
@@ -57,8 +59,8 @@ void Executor::place(const ExecutionOptions& options) {
   }
   options_ = options;
   stage_device_ = devs;
-  lanes_.clear();
-  for (const auto& [d, bytes] : weights) lanes_.try_emplace(d, d, bytes);
+  lanes_.clear();  // drains and stops the previous placement's queues
+  for (const auto& [d, bytes] : weights) lanes_.try_emplace(d, d, bytes, options_);
   for (size_t i = 0; i < stages.size(); ++i) {
     Lane& lane = lanes_.at(devs[i]);
     lane.widen_elements = std::max(lane.widen_elements, stages[i]->widen_elements());
@@ -77,6 +79,9 @@ std::vector<DeviceStats> Executor::device_stats() const {
     s.peak_bytes = lane.peak_bytes;
     s.transfers_in = lane.transfers_in;
     s.bytes_in = lane.bytes_in;
+    s.capture_copies = lane.window.copies;
+    s.capture_bytes = lane.window.total_bytes;
+    s.copy_waits = lane.window.waits;
     out.push_back(s);
   }
   return out;
@@ -96,16 +101,57 @@ ForwardState Executor::make_state(c10::Device device, int64_t batch, int64_t seq
   return st;
 }
 
-at::Tensor Executor::hand_off(const at::Tensor& h, Lane& from, Lane& to, size_t into) {
-  // With streams: the copy is queued on `to`'s stream after it waits on `from`'s last event.
-  at::Tensor dst = to.arena.slot(Arena::kTransferIn, h.sizes());
+void Executor::submit(WorkQueue& queue, Lane& lane, const std::shared_ptr<ForwardRun>& run,
+                      std::function<void()> work) {
+  queue.submit([run, context = &lane.context, work = std::move(work)] {
+    if (run->failed()) return;
+    c10::InferenceMode inference;
+    LaneScope scope(context);
+    try {
+      work();
+    } catch (...) {
+      run->fail(std::current_exception());
+    }
+  });
+}
+
+at::Tensor Executor::hand_off(const std::vector<at::Tensor>& outs, const at::Tensor& produced_slot,
+                              Lane& from, Lane& to, size_t into, at::IntArrayRef shape,
+                              const std::shared_ptr<ForwardRun>& run, std::vector<Marker>& copies) {
+  at::Tensor dst = to.arena.slot(Arena::kTransferIn, shape);
   const std::string& name = model_.stages()[into]->name();
-  transfer(TransferRequest{&h, dst, from.device, to.device,
-                           name.empty() ? "stage " + std::to_string(into) : name,
-                           options_.verify_transfers},
-           options_.faults, transfers_);
+  const AsyncFaults& faults = options_.async_faults;
+  // Test-only (AsyncFaults): without this fence the copy reads the producer's slot while the
+  // producing block may still be writing it.
+  const bool unfenced_out = faults.nofence_transfer_out && produced_slot.defined();
+  const Marker produced = from.compute->record();
+  if (!unfenced_out) to.copy->wait(produced);
+  WorkQueue* copy_queue = to.copy.get();
+  submit(*to.copy, to, run,
+         [this, &outs, produced_slot, unfenced_out, dst, copy_queue, into,
+          stage = name.empty() ? "stage " + std::to_string(into) : name, from = from.device,
+          too = to.device] {
+           if (options_.async_faults.delay_copy_ms > 0)
+             std::this_thread::sleep_for(
+                 std::chrono::milliseconds(options_.async_faults.delay_copy_ms));
+           const at::Tensor& src = unfenced_out ? produced_slot : outs[into - 1];
+           if (src.sizes() != dst.sizes())
+             throw RunError(concat("the hidden state handed to ", stage, " on ", too.str(),
+                                   " has shape ", src.sizes(), ", not ", dst.sizes()));
+           copy_queue->record_use(src);  // its memory is not reused before this copy ran
+           std::lock_guard<std::mutex> lock(transfer_mu_);
+           transfer(TransferRequest{&src, dst, from, too, stage, options_.verify_transfers},
+                    options_.faults, transfers_);
+         });
+  const Marker landed = to.copy->record();
+  copies.push_back(landed);
+  // Test-only: without this fence the stage reads its input slot before the copy landed (it still
+  // runs after the producing stage, so stages of one forward never overlap).
+  to.compute->wait(faults.nofence_transfer_in ? produced : landed);
   ++to.transfers_in;
-  to.bytes_in += h.numel() * h.element_size();
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  to.bytes_in += numel * sizeof(float);
   return dst;
 }
 
@@ -169,25 +215,63 @@ at::Tensor Executor::forward(const Batch& batch, Model::Logits logits) {
       !head_hooked())
     --run;
 
-  Lane* cur = &lanes_.at(stage_device_.front());
-  at::Tensor h = batch.ids.to(cur->device.c10());
+  // The stages are queued on their lanes' compute queues and run there (a virtual device's on its
+  // own thread); boundary copies on the copy queues; markers order them. Each piece of work writes
+  // only its own entry of `outs` (a stage's output) and reads entries its markers made final.
+  auto run_state = std::make_shared<ForwardRun>();
+  std::vector<at::Tensor> outs(run);
+  std::vector<Marker> copies;  // the boundary copies queued, waited for before returning
+  // Whatever ends this function, the work queued so far references this frame: wait for it.
+  struct Drain {
+    std::map<DeviceId, Lane>& lanes;
+    std::vector<Marker>& copies;
+    ~Drain() {
+      for (auto& [d, lane] : lanes) lane.compute->record().synchronize();
+      for (const Marker& m : copies) m.synchronize();
+    }
+  } drain{lanes_, copies};
+  const AsyncFaults& faults = options_.async_faults;
+  Lane* prev = nullptr;
+  at::Tensor prev_slot;  // the arena slot the previous stage writes, when it is a block
   for (size_t i = 0; i < run; ++i) {
     Lane& lane = lanes_.at(stage_device_[i]);
-    if (&lane != cur) {
-      h = hand_off(h, *cur, lane, i);
-      cur = &lane;
-    }
+    at::Tensor in_slot;
+    if (prev && prev != &lane)
+      in_slot = hand_off(outs, prev_slot, *prev, lane, i, {B, T, H}, run_state, copies);
     ForwardState& st = state_of(lane);
     // Before block_output, so the budget check counts the scratch.
-    if (lane.widen_elements > 0) st.widen_scratch = lane.arena.widen_buffer(lane.widen_elements);
-    if (model_.stage_kind(i) == StageKind::kBlock) st.stage_out = block_output(lane, i, {B, T, H});
-    const StageEvent event{step, i, model_.stage_kind(i), lane.device};
-    observers.notify([&](Observer& o) { o.on_stage_begin(event); });
-    h = stages[i]->call(h, st);
-    st.stage_out = at::Tensor();
-    st.widen_scratch = at::Tensor();
-    observers.notify([&](Observer& o) { o.on_stage_end(event); });
+    at::Tensor scratch =
+        lane.widen_elements > 0 ? lane.arena.widen_buffer(lane.widen_elements) : at::Tensor();
+    at::Tensor out_slot =
+        model_.stage_kind(i) == StageKind::kBlock ? block_output(lane, i, {B, T, H}) : at::Tensor();
+    submit(*lane.compute, lane, run_state,
+           [&, i, scratch, out_slot, in_slot, device = lane.device] {
+             if (faults.delay_stage_ms > 0)
+               std::this_thread::sleep_for(std::chrono::milliseconds(faults.delay_stage_ms));
+             const StageEvent event{step, i, model_.stage_kind(i), device};
+             st.widen_scratch = scratch;
+             st.stage_out = out_slot;
+             observers.notify([&](Observer& o) { o.on_stage_begin(event); });
+             const at::Tensor& in = i == 0              ? batch.ids.to(device.c10())
+                                    : in_slot.defined() ? in_slot
+                                                        : outs[i - 1];
+             outs[i] = stages[i]->call(in, st);
+             st.stage_out = at::Tensor();
+             st.widen_scratch = at::Tensor();
+             observers.notify([&](Observer& o) { o.on_stage_end(event); });
+           });
+    prev = &lane;
+    prev_slot = out_slot;
   }
+  for (auto& [d, lane] : lanes_) lane.compute->record().synchronize();
+  for (const Marker& m : copies) m.synchronize();
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(run_state->mu);
+    error = run_state->error;
+  }
+  if (error) std::rethrow_exception(error);
+  at::Tensor h = outs[run - 1];
   observers.notify([&](Observer& o) { o.on_forward_end(ForwardEnd{step, h}); });
   return h;
 }

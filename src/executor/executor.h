@@ -8,6 +8,8 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -15,17 +17,26 @@
 #include "actcap/executor.h"
 #include "actcap/model.h"
 #include "executor/arena.h"
+#include "executor/streams.h"
 #include "models/module.h"
 
 namespace actcap {
 
-// One device's share of a run. Lanes run one after another on the host thread today; the
-// asynchronous-streams issue adds here the lane's c10::Stream (its stages and incoming copies are
-// queued on it) and a c10::Event recorded after each stage, which hand_off() makes the next lane's
-// stream wait on instead of the host.
+// One device's share of a run: its queues (streams.h: stages on `compute`; boundary copies into
+// it and capture copies out of it on `copy`), arena and accounting. Work on the queues is ordered
+// by markers only: hand_off() makes the copy wait for the producing stage and the next stage wait
+// for the copy.
 struct Lane {
-  explicit Lane(DeviceId d, uint64_t weights)
-      : device(d), arena(d), weight_bytes(weights), peak_bytes(weights) {}
+  Lane(DeviceId d, uint64_t weights, const ExecutionOptions& options)
+      : device(d),
+        arena(d),
+        weight_bytes(weights),
+        peak_bytes(weights),
+        compute(std::make_unique<WorkQueue>(d, d.str() + " compute")),
+        copy(std::make_unique<WorkQueue>(d, d.str() + " copy")) {
+    window.limit = options.copy_window_bytes;
+    context = LaneContext{d, compute.get(), copy.get(), &window, &options.async_faults};
+  }
   DeviceId device;
   Arena arena;
   // Since the last place():
@@ -37,6 +48,24 @@ struct Lane {
   // Per forward (reset when one begins):
   ForwardState* state = nullptr;  // tables for this lane's physical device (virtual lanes share)
   Arena::Slot block_out_slot = Arena::kPing;  // the slot the next block writes (ping, pong, ...)
+  std::unique_ptr<WorkQueue> compute, copy;
+  CopyWindow window;    // capture copies in flight on `copy` (used by the lane's hooks only)
+  LaneContext context;  // what current_lane() returns while this lane's stages run
+};
+
+// One forward in flight: what its queued work shares. The first throw is kept and every later
+// piece of work is skipped; forward() rethrows it once the queues are drained.
+struct ForwardRun {
+  std::mutex mu;
+  std::exception_ptr error;
+  bool failed() {
+    std::lock_guard<std::mutex> lock(mu);
+    return error != nullptr;
+  }
+  void fail(std::exception_ptr e) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!error) error = std::move(e);
+  }
 };
 
 class Executor {
@@ -58,9 +87,17 @@ class Executor {
  private:
   // The one place a ForwardState is built: the tables every module of one forward shares.
   ForwardState make_state(c10::Device device, int64_t batch, int64_t seq, int64_t step);
-  // The boundary between two lanes: copies the hidden state `h` (on `from`) into `to`'s
-  // transfer-in slot, verified, and accounts it. Returns what the stage `into` on `to` reads.
-  at::Tensor hand_off(const at::Tensor& h, Lane& from, Lane& to, size_t into);
+  // The boundary between two lanes: queues on `to`'s copy queue, after the stage before `into`
+  // (on `from`), the verified copy of that stage's output (`outs[into - 1]`; `produced_slot` is the
+  // arena slot it is written into when known) into `to`'s transfer-in slot, makes `to`'s compute
+  // queue wait for it, and accounts it. Returns the slot the stage `into` reads.
+  at::Tensor hand_off(const std::vector<at::Tensor>& outs, const at::Tensor& produced_slot,
+                      Lane& from, Lane& to, size_t into, at::IntArrayRef shape,
+                      const std::shared_ptr<ForwardRun>& run, std::vector<Marker>& copies);
+  // Queues `work` on `queue` for `lane`: skipped once the run failed, a throw kept in the run, run
+  // under inference mode with `lane` as current_lane().
+  void submit(WorkQueue& queue, Lane& lane, const std::shared_ptr<ForwardRun>& run,
+              std::function<void()> work);
   // The arena slot block `stage` writes its output into; throws RunError when the lane's weights
   // and arena exceed its budget.
   at::Tensor block_output(Lane& lane, size_t stage, at::IntArrayRef shape);
@@ -70,6 +107,7 @@ class Executor {
   std::vector<DeviceId> stage_device_;  // resolved placement, one per stage
   std::map<DeviceId, Lane> lanes_;      // one per device the placement uses
   TransferStats transfers_;
+  std::mutex transfer_mu_;  // transfers_ and options_.faults, updated by copies on copy queues
   int64_t steps_ = 0;
   std::set<std::string> bare_ref_warned_;  // points the bare-reference guard warned about
 };

@@ -8,18 +8,15 @@
 
 #include "actcap/error.h"
 #include "actcap/hash.h"
+#include "actcap/numbers.h"
+#include "executor/device_hash.h"
 
 namespace actcap {
 
 uint64_t device_fingerprint(const at::Tensor& t) {
   if (t.device().is_cpu()) return tensor_xxh3(t);
-  c10::DeviceGuard guard(t.device());  // reduce on the tensor's own device, not the current one
-  auto flat = t.contiguous().view({-1});
-  auto bytes = flat.view(at::kByte).to(at::kLong);
-  auto weights = at::arange(bytes.numel(), bytes.options()).remainder_(65521).add_(1);
-  const int64_t plain = bytes.sum().item<int64_t>();
-  const int64_t weighted = bytes.mul(weights).sum().item<int64_t>();
-  return static_cast<uint64_t>(plain) * 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(weighted);
+  c10::DeviceGuard guard(t.device());  // hash on the tensor's own device, not the current one
+  return static_cast<uint64_t>(device_hash(t).item<int64_t>());
 }
 
 std::vector<TransferFault> parse_faults(const std::string& text) {
@@ -30,7 +27,8 @@ std::vector<TransferFault> parse_faults(const std::string& text) {
     std::string item =
         text.substr(start, end == std::string::npos ? std::string::npos : end - start);
     start = end == std::string::npos ? text.size() + 1 : end + 1;
-    if (item.empty()) continue;
+    if (item.empty() || item.rfind("delay:", 0) == 0 || item.rfind("nofence:", 0) == 0)
+      continue;  // parse_async_faults()
     const std::string prefix = "transfer:";
     const size_t arrow = item.find("->");
     const size_t kind_at = item.rfind(':');
@@ -58,6 +56,50 @@ std::vector<TransferFault> parse_faults(const std::string& text) {
     out.push_back(f);
   }
   return out;
+}
+
+bool AsyncFaults::any() const {
+  return delay_copy_ms > 0 || delay_stage_ms > 0 || nofence_transfer_out || nofence_transfer_in ||
+         nofence_capture_read || nofence_capture_source;
+}
+
+AsyncFaults parse_async_faults(const std::string& text) {
+  AsyncFaults f;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(';', start);
+    const std::string item =
+        text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    start = end == std::string::npos ? text.size() + 1 : end + 1;
+    if (item.empty() || item.rfind("transfer:", 0) == 0) continue;  // parse_faults()
+    if (item.rfind("delay:", 0) == 0) {
+      const size_t colon = item.find(':', 6);
+      const std::string what = item.substr(6, colon == std::string::npos ? colon : colon - 6);
+      const int64_t ms = colon == std::string::npos
+                             ? -1
+                             : parse_int64(item.substr(colon + 1)).value_or(int64_t{-1});
+      if ((what != "copy" && what != "stage") || ms < 0 || ms > 60000)
+        throw InputError(
+            concat("fault '", item, "' is not delay:copy:MS or delay:stage:MS (0 to 60000 ms)"),
+            {"transfer_faults"});
+      (what == "copy" ? f.delay_copy_ms : f.delay_stage_ms) = static_cast<int>(ms);
+    } else if (item == "nofence:transfer-out") {
+      f.nofence_transfer_out = true;
+    } else if (item == "nofence:transfer-in") {
+      f.nofence_transfer_in = true;
+    } else if (item == "nofence:capture-read") {
+      f.nofence_capture_read = true;
+    } else if (item == "nofence:capture-source") {
+      f.nofence_capture_source = true;
+    } else {
+      throw InputError(concat("fault '", item,
+                              "' is none of transfer:SRC->DST:KIND, delay:copy:MS, delay:stage:MS, "
+                              "nofence:transfer-out, nofence:transfer-in, nofence:capture-read, "
+                              "nofence:capture-source"),
+                       {"transfer_faults"});
+    }
+  }
+  return f;
 }
 
 void check_fault_links(const std::vector<TransferFault>& faults,

@@ -1,0 +1,50 @@
+// A snapshot's copy to the host still in flight, and the copy the engine's hooks queue on their
+// lane (streams.h). Internal to src/capture/.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/core/Event.h>
+
+#include <cstdint>
+#include <exception>
+#include <optional>
+#include <string>
+
+#include "actcap/snapshot.h"
+#include "executor/streams.h"
+
+namespace actcap {
+
+struct PendingCopy {
+  // snapshot_copy() from an accelerator outside the engine: an event after the copy on the
+  // producer's stream.
+  std::optional<c10::Event> event;
+  // snapshot_copy_on_lane(): the copy queue's marker after the copy.
+  Marker landed;
+  at::Tensor source;  // the device-side rows the copy reads, kept alive until it finished
+  // Accelerator lanes: device_hash() of the source, computed on the device, and its host copy.
+  at::Tensor device_hash, host_hash;
+  // Virtual lanes: the copy fingerprints the bytes as it copies them.
+  uint64_t xxh3 = 0;
+  bool hashed = false;
+  std::exception_ptr error;  // a copy that failed
+  bool fenced = true;        // false only under the test fault nofence:capture-read
+};
+
+// Called by a hook running on `lane`'s compute queue: snapshots `rows` of `borrowed` in `dtype`
+// on the producer's queue (fresh device memory: never a view of `borrowed`), then queues the copy
+// to host memory (pinned from an accelerator) on the lane's copy queue, after waiting for room in
+// the lane's copy window. The result's rows are final once `pending` was finished (below).
+SnapshotCopy snapshot_copy_on_lane(const LaneContext& lane, const at::Tensor& borrowed,
+                                   const RowSelection* rows, c10::ScalarType dtype);
+// Whether a hook on `lane` keeping snapshots on `stable` copies through the lane's copy queue (a
+// virtual CPU or accelerator lane, snapshots on the host).
+bool copies_on_lane(const LaneContext* lane, c10::Device stable);
+
+// Waits for `pending` (unless unfenced), checks an accelerator copy's device hash against the host
+// bytes (RunError naming `point` and `call` on a mismatch) and returns the XXH3 fingerprint of
+// `rows` (0 when `fingerprint` is off).
+uint64_t finish_copy(PendingCopy& pending, const at::Tensor& rows, bool fingerprint,
+                     const std::string& point, int64_t call);
+
+}  // namespace actcap

@@ -1,0 +1,126 @@
+// Work queues and the events that order them: one execution model for every device.
+//
+// Each lane (device) has a compute queue, where its stages run, and a copy queue, where boundary
+// transfers into it and capture copies out of it run. Work on different queues is ordered only by
+// events (Marker): a queue told to wait() for a marker runs nothing submitted after that until the
+// marker completed.
+//
+//   kind          device            submit(work) runs work ...           a marker completes when
+//   ... kInline       cpu               now, on the calling thread            at once (work is
+//   done) kWorker       cpu:N (virtual)   later, on the queue's own thread      the worker finished
+//   it kAccelerator  cuda:N            now, on the calling thread, under a   the device reached the
+//                                   StreamGuard: kernels it launches are  c10::Event recorded
+//                                   queued on the queue's c10::Stream     after them
+//
+// So a virtual CPU device really is asynchronous: its stages and copies run on their own threads
+// and a missing wait() shows as wrong values (the delay faults below make the race deterministic).
+// A wait across kinds goes through the host (the waiting queue's thread blocks on the marker).
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/core/Event.h>
+#include <c10/core/Stream.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "actcap/devices.h"
+#include "actcap/executor.h"
+
+namespace actcap {
+
+struct WorkerState;  // streams.cpp
+
+// An event: "everything submitted to one queue before it was recorded".
+class Marker {
+ public:
+  Marker() = default;  // complete
+  bool query() const;
+  void synchronize() const;  // blocks the calling thread until complete
+
+ private:
+  friend class WorkQueue;
+  std::shared_ptr<WorkerState> worker_;  // kWorker: complete when worker_->done >= seq_
+  uint64_t seq_ = 0;
+  std::shared_ptr<c10::Event> event_;  // kAccelerator
+};
+
+class WorkQueue {
+ public:
+  enum class Kind { kInline, kWorker, kAccelerator };
+  // `name` names the worker thread's role in errors ("cpu:1 compute").
+  WorkQueue(const DeviceId& device, std::string name);
+  ~WorkQueue();  // waits for what was submitted, then stops the worker
+  WorkQueue(const WorkQueue&) = delete;
+  WorkQueue& operator=(const WorkQueue&) = delete;
+
+  Kind kind() const { return kind_; }
+  const DeviceId& device() const { return device_; }
+  // Runs `work` after everything submitted before and every marker waited for before. `work` must
+  // not throw (the executor wraps it; a throw that escapes is kept and rethrown by synchronize()).
+  void submit(std::function<void()> work);
+  // A marker after everything submitted so far. Called from inside this queue's own work (a hook
+  // running on the worker), that work is already ordered before anything the caller does next, so
+  // the marker is complete.
+  Marker record();
+  // Work submitted after this runs after `m` completed.
+  void wait(const Marker& m);
+  // Blocks the calling thread until everything submitted so far ran; rethrows an escaped throw.
+  void synchronize();
+  // True on this queue's worker thread (always false for kInline / kAccelerator).
+  bool on_worker() const;
+  // kAccelerator: keep `t`'s memory from being reused by its allocator until the work queued on
+  // this queue so far is done (the caching allocator's record_stream). No-op otherwise.
+  void record_use(const at::Tensor& t) const;
+
+ private:
+  DeviceId device_;
+  Kind kind_;
+  std::shared_ptr<WorkerState> worker_;
+  std::thread thread_;
+  std::optional<c10::Stream> stream_;
+};
+
+// The capture copies one lane has in flight, bounded in bytes: back-pressure for hooks.
+struct CopyWindow {
+  uint64_t limit = 0;
+  std::deque<std::pair<Marker, uint64_t>> in_flight;  // oldest first
+  uint64_t bytes = 0;                                 // in flight now
+  int64_t copies = 0, waits = 0;                      // since the lane was placed
+  uint64_t total_bytes = 0;
+  // Before queueing a copy of `need` bytes: forgets the copies that landed, then, while the window
+  // would overflow and something is still in flight, waits for the oldest (counted in `waits`).
+  void reserve(uint64_t need);
+  void add(Marker landed, uint64_t need);
+};
+
+// The lane whose stage is running on this thread (set by the executor around each stage), for
+// observers that queue copies on it (SafeCapturer). Null outside a stage.
+struct LaneContext {
+  DeviceId device;
+  WorkQueue* compute = nullptr;
+  WorkQueue* copy = nullptr;
+  CopyWindow* window = nullptr;
+  const AsyncFaults* faults = nullptr;
+};
+const LaneContext* current_lane();
+class LaneScope {
+ public:
+  explicit LaneScope(const LaneContext* lane);
+  ~LaneScope();
+  LaneScope(const LaneScope&) = delete;
+  LaneScope& operator=(const LaneScope&) = delete;
+
+ private:
+  const LaneContext* previous_;
+};
+
+}  // namespace actcap
