@@ -107,6 +107,7 @@ SplitOptions split_options(const DeviceOptions& o) {
   }
   s.verify_transfers = !o.no_verify_transfers;
   s.faults = transfer_faults_from_env();
+  if (const char* env = std::getenv("ACTCAP_FAULT")) s.async_faults = parse_async_faults(env);
   return s;
 }
 

@@ -21,6 +21,7 @@ struct SplitOptions {
   DeviceMap explicit_map;             // accelerate format (module name -> device), for kExplicit
   bool verify_transfers = true;       // checksum both sides of every inter-device copy
   std::vector<TransferFault> faults;  // test-only: damage copies over these links (executor.h)
+  AsyncFaults async_faults;           // test-only: delays and removed fences (executor.h)
 };
 
 // The plan for a batch x seq forward capturing `capture` (each captured point's bytes are

@@ -111,15 +111,20 @@ SnapshotCopy snapshot_copy_on_lane(const LaneContext& lane, const at::Tensor& bo
   // memory that nothing else writes, so the copy below may run whenever the copy queue gets to it.
   // Test-only nofence:capture-source keeps the borrowed tensor instead: the copy then reads memory
   // the forward goes on writing.
-  at::Tensor snap;
-  if (lane.faults && lane.faults->nofence_capture_source && all && src.scalar_type() == dtype &&
-      src.is_contiguous())
-    snap = src;
-  else
-    snap = (all ? src.to(dtype, /*non_blocking=*/false, /*copy=*/true)
-                : src.index_select(0, rows->index.to(src.device())).to(dtype))
-               .contiguous();
-  const uint64_t need = static_cast<uint64_t>(snap.numel()) * snap.element_size();
+  const bool unsafe_source = lane.faults && lane.faults->nofence_capture_source;
+  at::Tensor snap = unsafe_source
+                        ? src
+                        : (all ? src.to(dtype, /*non_blocking=*/false, /*copy=*/true)
+                               : src.index_select(0, rows->index.to(src.device())).to(dtype))
+                              .contiguous();
+  at::Tensor gather_later;  // nofence:capture-source: the copy selects the rows itself, later
+  if (unsafe_source && !all) gather_later = rows->index.to(src.device());
+  at::IntArrayRef out_sizes = snap.sizes();
+  std::vector<int64_t> sizes(out_sizes.begin(), out_sizes.end());
+  if (gather_later.defined()) sizes[0] = gather_later.numel();
+  int64_t numel = 1;
+  for (int64_t d : sizes) numel *= d;
+  const uint64_t need = static_cast<uint64_t>(numel) * c10::elementSize(dtype);
   // 2. Room in the copy window (back-pressure: waits for the oldest copies, never drops).
   lane.window->reserve(need);
   SnapshotCopy out;
@@ -132,9 +137,15 @@ SnapshotCopy snapshot_copy_on_lane(const LaneContext& lane, const at::Tensor& bo
   lane.copy->wait(lane.compute->record());
   const int delay_ms = lane.faults ? lane.faults->delay_copy_ms : 0;
   WorkQueue* queue = lane.copy;
-  lane.copy->submit([pending, snap, host = out.rows, queue, accelerator, delay_ms] {
+  lane.copy->submit([pending, snap_in = snap, gather_later, dtype, host = out.rows, queue,
+                     accelerator, delay_ms] {
     try {
       if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+      at::Tensor snap = snap_in;
+      if (gather_later.defined() || snap.scalar_type() != dtype || !snap.is_contiguous())
+        snap = (gather_later.defined() ? snap.index_select(0, gather_later) : snap)
+                   .to(dtype)
+                   .contiguous();  // only under nofence:capture-source
       if (accelerator) {
         at::Tensor host_rows = host;  // the handle is const in the closure; the bytes are not
         host_rows.copy_(snap, /*non_blocking=*/true);

@@ -74,6 +74,7 @@ DevicePlan split_model(Model& model, const SplitOptions& options, int64_t batch,
     if (u.budget) exec.budgets[u.device] = *u.budget;
   exec.verify_transfers = options.verify_transfers;
   exec.faults = options.faults;
+  exec.async_faults = options.async_faults;
   // A test fault on a link this forward never crosses could never fire: refuse it before
   // anything runs or is written.
   std::vector<DeviceId> running = plan.stage_device;

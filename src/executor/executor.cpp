@@ -115,10 +115,9 @@ void Executor::submit(WorkQueue& queue, Lane& lane, const std::shared_ptr<Forwar
   });
 }
 
-at::Tensor Executor::hand_off(const std::vector<at::Tensor>& outs, const at::Tensor& produced_slot,
-                              Lane& from, Lane& to, size_t into, at::IntArrayRef shape,
-                              const std::shared_ptr<ForwardRun>& run, std::vector<Marker>& copies) {
-  at::Tensor dst = to.arena.slot(Arena::kTransferIn, shape);
+void Executor::hand_off(const std::vector<at::Tensor>& outs, at::Tensor produced_slot,
+                        at::Tensor dst, Lane& from, Lane& to, size_t into,
+                        const std::shared_ptr<ForwardRun>& run, std::vector<Marker>& copies) {
   const std::string& name = model_.stages()[into]->name();
   const AsyncFaults& faults = options_.async_faults;
   // Test-only (AsyncFaults): without this fence the copy reads the producer's slot while the
@@ -128,9 +127,9 @@ at::Tensor Executor::hand_off(const std::vector<at::Tensor>& outs, const at::Ten
   if (!unfenced_out) to.copy->wait(produced);
   WorkQueue* copy_queue = to.copy.get();
   submit(*to.copy, to, run,
-         [this, &outs, produced_slot, unfenced_out, dst, copy_queue, into,
-          stage = name.empty() ? "stage " + std::to_string(into) : name, from = from.device,
-          too = to.device] {
+         [this, &outs, produced_slot = std::move(produced_slot), unfenced_out, dst = std::move(dst),
+          copy_queue, into, stage = name.empty() ? "stage " + std::to_string(into) : name,
+          from = from.device, too = to.device] {
            if (options_.async_faults.delay_copy_ms > 0)
              std::this_thread::sleep_for(
                  std::chrono::milliseconds(options_.async_faults.delay_copy_ms));
@@ -148,11 +147,6 @@ at::Tensor Executor::hand_off(const std::vector<at::Tensor>& outs, const at::Ten
   // Test-only: without this fence the stage reads its input slot before the copy landed (it still
   // runs after the producing stage, so stages of one forward never overlap).
   to.compute->wait(faults.nofence_transfer_in ? produced : landed);
-  ++to.transfers_in;
-  int64_t numel = 1;
-  for (int64_t d : shape) numel *= d;
-  to.bytes_in += numel * sizeof(float);
-  return dst;
 }
 
 at::Tensor Executor::block_output(Lane& lane, size_t stage, at::IntArrayRef shape) {
@@ -231,21 +225,43 @@ at::Tensor Executor::forward(const Batch& batch, Model::Logits logits) {
     }
   } drain{lanes_, copies};
   const AsyncFaults& faults = options_.async_faults;
-  Lane* prev = nullptr;
-  at::Tensor prev_slot;  // the arena slot the previous stage writes, when it is a block
+  // First every stage's memory: arena slots handed out, budgets checked, boundaries accounted.
+  // Nothing runs yet, so the views made here are all made before any hook runs: the bare-reference
+  // guard (module.cpp), which compares use counts around a hook, sees no other thread change them.
+  // Each view is then moved, not copied, into the one piece of work that uses it.
+  struct StageWork {
+    Lane* lane = nullptr;
+    at::Tensor scratch, out_slot;
+    at::Tensor in_slot, copy_dst, produced_slot;  // at a boundary: the transfer-in slot (twice)
+  };
+  std::vector<StageWork> work(run);
   for (size_t i = 0; i < run; ++i) {
-    Lane& lane = lanes_.at(stage_device_[i]);
-    at::Tensor in_slot;
-    if (prev && prev != &lane)
-      in_slot = hand_off(outs, prev_slot, *prev, lane, i, {B, T, H}, run_state, copies);
-    ForwardState& st = state_of(lane);
+    StageWork& w = work[i];
+    w.lane = &lanes_.at(stage_device_[i]);
+    Lane& lane = *w.lane;
+    if (i > 0 && work[i - 1].lane != w.lane) {
+      w.in_slot = lane.arena.slot(Arena::kTransferIn, {B, T, H});
+      w.copy_dst = w.in_slot;
+      if (faults.nofence_transfer_out) w.produced_slot = work[i - 1].out_slot;
+      ++lane.transfers_in;
+      lane.bytes_in += static_cast<uint64_t>(B * T * H) * sizeof(float);
+    }
     // Before block_output, so the budget check counts the scratch.
-    at::Tensor scratch =
-        lane.widen_elements > 0 ? lane.arena.widen_buffer(lane.widen_elements) : at::Tensor();
-    at::Tensor out_slot =
-        model_.stage_kind(i) == StageKind::kBlock ? block_output(lane, i, {B, T, H}) : at::Tensor();
+    if (lane.widen_elements > 0) w.scratch = lane.arena.widen_buffer(lane.widen_elements);
+    if (model_.stage_kind(i) == StageKind::kBlock) w.out_slot = block_output(lane, i, {B, T, H});
+    state_of(lane);
+  }
+  // Then the work, in order: a boundary copy where the lane changes, the stage.
+  for (size_t i = 0; i < run; ++i) {
+    StageWork& w = work[i];
+    Lane& lane = *w.lane;
+    if (w.copy_dst.defined())
+      hand_off(outs, std::move(w.produced_slot), std::move(w.copy_dst), *work[i - 1].lane, lane, i,
+               run_state, copies);
+    ForwardState& st = state_of(lane);
     submit(*lane.compute, lane, run_state,
-           [&, i, scratch, out_slot, in_slot, device = lane.device] {
+           [&, i, scratch = std::move(w.scratch), out_slot = std::move(w.out_slot),
+            in_slot = std::move(w.in_slot), device = lane.device] {
              if (faults.delay_stage_ms > 0)
                std::this_thread::sleep_for(std::chrono::milliseconds(faults.delay_stage_ms));
              const StageEvent event{step, i, model_.stage_kind(i), device};
@@ -260,8 +276,6 @@ at::Tensor Executor::forward(const Batch& batch, Model::Logits logits) {
              st.widen_scratch = at::Tensor();
              observers.notify([&](Observer& o) { o.on_stage_end(event); });
            });
-    prev = &lane;
-    prev_slot = out_slot;
   }
   for (auto& [d, lane] : lanes_) lane.compute->record().synchronize();
   for (const Marker& m : copies) m.synchronize();

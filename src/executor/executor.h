@@ -88,12 +88,12 @@ class Executor {
   // The one place a ForwardState is built: the tables every module of one forward shares.
   ForwardState make_state(c10::Device device, int64_t batch, int64_t seq, int64_t step);
   // The boundary between two lanes: queues on `to`'s copy queue, after the stage before `into`
-  // (on `from`), the verified copy of that stage's output (`outs[into - 1]`; `produced_slot` is the
-  // arena slot it is written into when known) into `to`'s transfer-in slot, makes `to`'s compute
-  // queue wait for it, and accounts it. Returns the slot the stage `into` reads.
-  at::Tensor hand_off(const std::vector<at::Tensor>& outs, const at::Tensor& produced_slot,
-                      Lane& from, Lane& to, size_t into, at::IntArrayRef shape,
-                      const std::shared_ptr<ForwardRun>& run, std::vector<Marker>& copies);
+  // (on `from`), the verified copy of that stage's output (`outs[into - 1]`; `produced_slot`, the
+  // arena slot it is written into, is read instead under the nofence:transfer-out fault) into
+  // `dst`, `to`'s transfer-in slot, and makes `to`'s compute queue wait for it.
+  void hand_off(const std::vector<at::Tensor>& outs, at::Tensor produced_slot, at::Tensor dst,
+                Lane& from, Lane& to, size_t into, const std::shared_ptr<ForwardRun>& run,
+                std::vector<Marker>& copies);
   // Queues `work` on `queue` for `lane`: skipped once the run failed, a throw kept in the run, run
   // under inference mode with `lane` as current_lane().
   void submit(WorkQueue& queue, Lane& lane, const std::shared_ptr<ForwardRun>& run,

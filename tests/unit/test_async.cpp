@@ -1,0 +1,373 @@
+// The asynchronous execution model (src/executor/streams.h, docs/execution.md): work queues and
+// markers; virtual devices that really run their stages and copies on their own threads; the delay
+// faults that make the races deterministic, each removed fence producing wrong values and the
+// fences making every capture exact; back-pressure of the copy window; the device-side hash.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "actcap/capture.h"
+#include "actcap/error.h"
+#include "actcap/model.h"
+#include "actcap/observer.h"
+#include "actcap/planner.h"
+#include "executor/device_hash.h"
+#include "executor/streams.h"
+#include "actcap/init_model.h"
+#include "models/arch/architecture.h"
+#include "models/weights.h"
+
+using namespace actcap;
+using ::testing::HasSubstr;
+
+#if defined(__SANITIZE_THREAD__)
+#define ACTCAP_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define ACTCAP_TSAN 1
+#endif
+#endif
+
+// The removed-fence tests race on purpose (that is what they show); ThreadSanitizer would rightly
+// report them. Everything fenced runs under it.
+#ifdef ACTCAP_TSAN
+#define SKIP_DELIBERATE_RACE() GTEST_SKIP() << "races on purpose; not run under ThreadSanitizer"
+#else
+#define SKIP_DELIBERATE_RACE() (void)0
+#endif
+
+namespace {
+
+// ---- queues and markers -------------------------------------------------------------------------
+
+TEST(WorkQueue, VirtualDeviceRunsWorkInOrderOnItsOwnThread) {
+  WorkQueue q(DeviceId::virtual_cpu(1), "test");
+  EXPECT_EQ(q.kind(), WorkQueue::Kind::kWorker);
+  std::vector<int> order;
+  std::thread::id ran_on;
+  for (int i = 0; i < 50; ++i)
+    q.submit([&, i] {
+      order.push_back(i);
+      ran_on = std::this_thread::get_id();
+    });
+  Marker m = q.record();
+  m.synchronize();
+  EXPECT_TRUE(m.query());
+  ASSERT_EQ(order.size(), 50u);
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(order[i], i);
+  EXPECT_NE(ran_on, std::this_thread::get_id());
+}
+
+TEST(WorkQueue, AWaitOrdersWorkAcrossQueues) {
+  WorkQueue a(DeviceId::virtual_cpu(0), "a"), b(DeviceId::virtual_cpu(1), "b");
+  std::atomic<int> value{0};
+  int seen = -1;
+  a.submit([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    value = 7;
+  });
+  b.wait(a.record());
+  b.submit([&] { seen = value.load(); });
+  b.synchronize();
+  EXPECT_EQ(seen, 7);
+  // Without the wait, b's work runs while a's still sleeps.
+  a.submit([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    value = 9;
+  });
+  b.submit([&] { seen = value.load(); });
+  b.synchronize();
+  EXPECT_EQ(seen, 7);
+  a.synchronize();
+}
+
+TEST(WorkQueue, AMarkerRecordedInsideItsOwnWorkIsComplete) {
+  WorkQueue q(DeviceId::virtual_cpu(0), "q");
+  bool complete = false;
+  q.submit([&] { complete = q.record().query() && q.on_worker(); });
+  q.synchronize();
+  EXPECT_TRUE(complete);
+  EXPECT_FALSE(q.on_worker());
+}
+
+TEST(WorkQueue, AThrowThatEscapesIsRethrownBySynchronize) {
+  WorkQueue q(DeviceId::virtual_cpu(0), "q");
+  q.submit([] { throw RunError("boom"); });
+  EXPECT_THROW(q.synchronize(), RunError);
+  EXPECT_NO_THROW(q.synchronize());  // reported once
+}
+
+TEST(WorkQueue, PlainCpuRunsWorkInline) {
+  WorkQueue q(DeviceId::cpu(), "cpu");
+  EXPECT_EQ(q.kind(), WorkQueue::Kind::kInline);
+  bool ran = false;
+  q.submit([&] { ran = true; });
+  EXPECT_TRUE(ran);
+  EXPECT_TRUE(q.record().query());
+}
+
+// ---- the executor on virtual devices ------------------------------------------------------------
+
+std::unique_ptr<Model> model(int64_t layers = 6) {
+  ModelConfig c = preset_config("gpt2", "tiny");
+  c.num_hidden_layers = layers;
+  return Model::from_tensors(c, random_weights(c, 5, at::kFloat), "gpt2");
+}
+
+Batch batch(const Model& m) {
+  return Batch::from_sequences({{4, 8, 15, 16, 23, 42, 7, 1}, {3, 1, 4, 1, 5}},
+                               m.config().vocab_size, m.config().max_positions());
+}
+
+// Places the model over `n` virtual devices, balanced, with these faults (ACTCAP_FAULT syntax).
+void place(Model& m, int n, const std::string& faults = "", uint64_t window = uint64_t{256} << 20) {
+  const Batch b = batch(m);
+  PlanRequest req;
+  req.stages = m.stage_costs(b.size(), b.max_len());
+  for (int i = 0; i < n; ++i) req.devices.push_back(DeviceId::virtual_cpu(i));
+  req.strategy = PlanStrategy::kBalanced;
+  ExecutionOptions o;
+  o.stage_device = plan_devices(req).stage_device;
+  o.async_faults = parse_async_faults(faults);
+  o.copy_window_bytes = window;
+  m.place(o);
+}
+
+// Every block output and the logits of one device, copied inside the hook: the truth.
+struct Reference {
+  std::map<std::string, at::Tensor> points;
+  at::Tensor logits;
+};
+Reference reference(Model& m) {
+  m.place(ExecutionOptions{});
+  const Batch b = batch(m);
+  std::vector<int64_t> real;  // the rows a capture keeps: every real token, no padding
+  for (int64_t s = 0; s < b.size(); ++s)
+    for (int64_t t = 0; t < b.lengths[s]; ++t) real.push_back(s * b.ids.size(1) + t);
+  const at::Tensor index = at::tensor(real, at::kLong);
+  Reference r;
+  auto h =
+      m.register_forward_hook("transformer.h.*", [&](const HookContext& c, const at::Tensor& t) {
+        r.points[c.point] = t.flatten(0, 1).index_select(0, index);
+      });
+  r.logits = m.forward(b).clone();
+  h.remove();
+  return r;
+}
+
+// Runs a capture of every block output under `faults` over 3 virtual devices and counts the block
+// outputs (and the logits) that differ from the reference.
+struct Outcome {
+  int wrong_points = 0;
+  bool logits_equal = false;
+};
+Outcome captured(Model& m, const Reference& ref, const std::string& faults) {
+  place(m, 3, faults);
+  CaptureOptions o{{"transformer.h.*"}};
+  o.fingerprint = false;  // compare the raw bytes: an unfenced read is not to be caught here
+  SafeCapturer cap(m, o);
+  Outcome out;
+  out.logits_equal = at::equal(cap.run(batch(m)), ref.logits);
+  for (const Snapshot& s : cap.snapshots())
+    if (!at::equal(s.rows, ref.points.at(s.point))) ++out.wrong_points;
+  return out;
+}
+
+TEST(AsyncExecutor, VirtualDevicesRunTheirStagesOnTheirOwnThreads) {
+  auto m = model();
+  place(*m, 3);
+  struct Threads : Observer {
+    std::map<std::string, std::set<std::thread::id>> by_device;
+    std::thread::id begin_thread;
+    void on_forward_begin(const ForwardBegin&) override {
+      begin_thread = std::this_thread::get_id();
+    }
+    void on_stage_begin(const StageEvent& e) override {
+      by_device[e.device.str()].insert(std::this_thread::get_id());
+    }
+  } threads;
+  auto handle = m->attach_observer(threads, {});
+  m->forward(batch(*m));
+  handle.remove();
+  ASSERT_EQ(threads.by_device.size(), 3u);
+  std::set<std::thread::id> all;
+  for (const auto& [device, ids] : threads.by_device) {
+    EXPECT_EQ(ids.size(), 1u) << device;  // one compute thread per device
+    EXPECT_FALSE(ids.count(threads.begin_thread)) << device << " ran on the calling thread";
+    all.insert(ids.begin(), ids.end());
+  }
+  EXPECT_EQ(all.size(), 3u);
+}
+
+TEST(AsyncExecutor, WithDelaysAndEveryFenceCapturesAreExact) {
+  auto m = model();
+  const Reference ref = reference(*m);
+  for (const std::string faults :
+       {"", "delay:copy:15", "delay:stage:10", "delay:copy:10;delay:stage:5"}) {
+    const Outcome o = captured(*m, ref, faults);
+    EXPECT_EQ(o.wrong_points, 0) << faults;
+    EXPECT_TRUE(o.logits_equal) << faults;
+  }
+  // The copies were queued on the copy queues, not made by the hooks.
+  int64_t copies = 0;
+  for (const DeviceStats& s : m->device_stats()) copies += s.capture_copies;
+  EXPECT_EQ(copies, m->config().num_hidden_layers);
+}
+
+TEST(AsyncExecutor, WithoutTheFenceBeforeAStageReadsItsInputTheOutputIsWrong) {
+  SKIP_DELIBERATE_RACE();
+  auto m = model();
+  const Reference ref = reference(*m);
+  // The stage after each boundary reads its transfer-in slot before the delayed copy landed.
+  EXPECT_FALSE(captured(*m, ref, "delay:copy:30;nofence:transfer-in").logits_equal);
+  EXPECT_TRUE(captured(*m, ref, "delay:copy:30").logits_equal);
+}
+
+TEST(AsyncExecutor, WithoutTheFenceBeforeABoundaryCopyTheOutputIsWrong) {
+  SKIP_DELIBERATE_RACE();
+  auto m = model();
+  const Reference ref = reference(*m);
+  m->set_bare_ref_policy(BareRefPolicy::kOff);  // the unfenced copy holds the producer's slot
+  // The copy reads the producer's slot while the delayed block has not written it yet; the
+  // transfer's own checksum cannot see it (both sides hold the same stale bytes).
+  EXPECT_FALSE(captured(*m, ref, "delay:stage:30;nofence:transfer-out").logits_equal);
+  EXPECT_TRUE(captured(*m, ref, "delay:stage:30").logits_equal);
+}
+
+TEST(AsyncExecutor, WithoutTheFenceBeforeAReadCapturesAreWrong) {
+  SKIP_DELIBERATE_RACE();
+  auto m = model();
+  const Reference ref = reference(*m);
+  const Outcome unfenced = captured(*m, ref, "delay:copy:30;nofence:capture-read");
+  EXPECT_GT(unfenced.wrong_points, 0);
+  EXPECT_TRUE(unfenced.logits_equal);  // the forward itself is fine: only the reads raced
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));  // let the copies land
+  EXPECT_EQ(captured(*m, ref, "delay:copy:30").wrong_points, 0);
+}
+
+TEST(AsyncExecutor, ACopyOfTheBorrowedTensorInsteadOfASnapshotIsWrong) {
+  SKIP_DELIBERATE_RACE();
+  auto m = model();
+  const Reference ref = reference(*m);
+  m->set_bare_ref_policy(BareRefPolicy::kOff);  // the unsafe copy keeps the borrowed tensor
+  // Block outputs live in ping-pong arena slots: two blocks later the slot is overwritten, and the
+  // delayed copy reads that.
+  EXPECT_GT(captured(*m, ref, "delay:copy:30;nofence:capture-source").wrong_points, 0);
+  m->set_bare_ref_policy(BareRefPolicy::kError);
+  EXPECT_EQ(captured(*m, ref, "delay:copy:30").wrong_points, 0);
+}
+
+TEST(AsyncExecutor, AFullCopyWindowMakesHooksWaitAndDropsNothing) {
+  auto m = model();
+  const Reference ref = reference(*m);
+  place(*m, 3, "delay:copy:10", /*window=*/1);  // room for one copy at a time
+  SafeCapturer cap(*m, CaptureOptions{{"transformer.h.*"}});
+  cap.run(batch(*m));
+  int64_t waits = 0, copies = 0;
+  for (const DeviceStats& s : m->device_stats()) {
+    waits += s.copy_waits;
+    copies += s.capture_copies;
+  }
+  EXPECT_EQ(copies, m->config().num_hidden_layers);
+  EXPECT_GT(waits, 0);
+  for (const auto& [point, rows] : ref.points)
+    EXPECT_TRUE(at::equal(cap.get(point), rows)) << point;
+}
+
+TEST(AsyncExecutor, CopiesStillInFlightAfterTheForwardAreFencedByReads) {
+  auto m = model();
+  const Reference ref = reference(*m);
+  place(*m, 3, "delay:copy:40");
+  SafeCapturer cap(*m, CaptureOptions{{"transformer.h.*"}});
+  cap.run(batch(*m));
+  EXPECT_GT(cap.fence(), 0);  // some copies had not landed when forward() returned
+  EXPECT_EQ(cap.fence(), 0);
+  cap.verify();
+  for (const auto& [point, rows] : ref.points)
+    EXPECT_TRUE(at::equal(cap.get(point), rows)) << point;
+}
+
+TEST(AsyncExecutor, AHookThatThrowsOnAWorkerFailsTheForwardNamingThePointAndTheModelRunsAgain) {
+  auto m = model();
+  const Reference ref = reference(*m);
+  place(*m, 3);
+  auto bad = m->register_forward_hook("transformer.h.4", [](const HookContext&, const at::Tensor&) {
+    throw std::runtime_error("probe failed");
+  });
+  try {
+    m->forward(batch(*m));
+    FAIL() << "no throw";
+  } catch (const RunError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("transformer.h.4"));
+    EXPECT_THAT(e.what(), HasSubstr("probe failed"));
+  }
+  bad.remove();
+  EXPECT_TRUE(at::equal(m->forward(batch(*m)), ref.logits));
+}
+
+TEST(AsyncExecutor, SplitRunsEqualOneDeviceOverRepeatedForwards) {
+  auto m = model(8);
+  const Reference ref = reference(*m);
+  for (int n : {2, 3, 5}) {
+    place(*m, n);
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(at::equal(m->forward(batch(*m)), ref.logits)) << n;
+  }
+}
+
+// ---- faults' syntax -----------------------------------------------------------------------------
+
+TEST(AsyncFaults, Parse) {
+  const AsyncFaults f =
+      parse_async_faults("transfer:cpu:0->cpu:1:bitflip;delay:copy:25;nofence:capture-read");
+  EXPECT_EQ(f.delay_copy_ms, 25);
+  EXPECT_EQ(f.delay_stage_ms, 0);
+  EXPECT_TRUE(f.nofence_capture_read);
+  EXPECT_FALSE(f.nofence_transfer_in);
+  EXPECT_TRUE(f.any());
+  EXPECT_FALSE(parse_async_faults("transfer:cpu:0->cpu:1:zeros").any());
+  EXPECT_EQ(parse_faults("delay:stage:3;transfer:cpu:0->cpu:1:zeros;nofence:transfer-in").size(),
+            1u);
+  for (const char* bad : {"delay:copy", "delay:copy:x", "delay:disk:5", "delay:copy:-1",
+                          "nofence:everything", "slow:copy:5"})
+    EXPECT_THROW(parse_async_faults(bad), InputError) << bad;
+}
+
+// ---- the device-side hash -----------------------------------------------------------------------
+
+TEST(DeviceHash, AnyOneByteChangeIsDetected) {
+  at::Tensor t = at::randn({37}, at::kFloat);  // 148 bytes: not a whole number of words
+  const uint64_t h = device_hash_value(t);
+  EXPECT_EQ(device_hash_value(t.clone()), h);
+  auto bytes = t.view(at::kByte);
+  for (int64_t i = 0; i < bytes.numel(); ++i)
+    for (int bit : {0, 7}) {
+      at::Tensor d = t.clone();
+      d.view(at::kByte).narrow(0, i, 1).bitwise_xor_(1 << bit);
+      EXPECT_NE(device_hash_value(d), h) << "byte " << i << " bit " << bit;
+    }
+}
+
+TEST(DeviceHash, HashesBytesWhateverTheViewAndCountsTheLength) {
+  at::Tensor t = at::randn({4, 6}, at::kFloat);
+  EXPECT_EQ(device_hash_value(t), device_hash_value(t.view(at::kInt)));
+  EXPECT_EQ(device_hash_value(t.t()), device_hash_value(t.t().contiguous()));
+  // Zero padding to whole words does not make a shorter tensor collide with a longer one.
+  EXPECT_NE(device_hash_value(at::zeros({3}, at::kByte)),
+            device_hash_value(at::zeros({8}, at::kByte)));
+  // An unaligned view (4 bytes in) hashes as its own bytes.
+  at::Tensor tail = t.view({-1}).narrow(0, 1, 23);
+  EXPECT_EQ(device_hash_value(tail), device_hash_value(tail.clone()));
+  // Swapping two words changes it (the multipliers depend on the position).
+  at::Tensor w = at::arange(8, at::kLong);
+  at::Tensor s = w.clone();
+  s[0] = 1;
+  s[1] = 0;
+  EXPECT_NE(device_hash_value(w), device_hash_value(s));
+}
+
+}  // namespace
