@@ -15,6 +15,12 @@
 //
 // A forward that throws midway sends no end events. Observers are called in attach order, and an
 // observer may detach itself or another while being called (a detached one is not called again).
+//
+// Threads (docs/execution.md): on_forward_begin and on_forward_end are called on the thread that
+// called forward(); the stage events and on_point on the thread that runs the stage — for a virtual
+// CPU device `cpu:N` its own worker thread, otherwise the calling thread. The calls of one forward
+// never overlap and each happens after the previous one (the queues' markers order them), so an
+// observer needs no lock of its own; it must not block waiting for the thread that called forward().
 #pragma once
 
 #include <ATen/core/Tensor.h>
