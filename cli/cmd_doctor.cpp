@@ -25,19 +25,36 @@ int run_doctor_command(const DoctorCommand& o) {
   auto probes = probe_links(devices, {4096, 1 << 20, 16 << 20}, transfer_faults_from_env());
   bool all_ok = true;
   nlohmann::json arr = nlohmann::json::array();
+  bool any_rerouted = false;
   for (const LinkProbe& p : probes) {
     all_ok = all_ok && p.ok();
     nlohmann::json sizes = nlohmann::json::array();
-    for (const LinkResult& r : p.results)
-      sizes.push_back(
-          {{"bytes", r.bytes}, {"ok", r.ok}, {"retried", r.retried}, {"detail", r.detail}});
-    arr.push_back({{"src", p.src.str()}, {"dst", p.dst.str()}, {"ok", p.ok()}, {"sizes", sizes}});
+    bool direct_damaged = false;
+    for (const LinkResult& r : p.results) {
+      sizes.push_back({{"bytes", r.bytes},
+                       {"ok", r.ok},
+                       {"retried", r.retried},
+                       {"detail", r.detail},
+                       {"via_host_ok", r.host_ok},
+                       {"via_host_detail", r.host_detail}});
+      direct_damaged = direct_damaged || r.retried || !r.ok;
+    }
+    // How a run copies over this link: directly; through host memory (direct copies arrive
+    // corrupted, staged ones intact: the first corrupted copy reroutes the link); or not at all.
+    const char* route = !direct_damaged ? "direct" : p.host_ok() ? "host" : "none";
+    any_rerouted = any_rerouted || std::string(route) == "host";
+    arr.push_back({{"src", p.src.str()},
+                   {"dst", p.dst.str()},
+                   {"ok", p.ok()},
+                   {"route", route},
+                   {"sizes", sizes}});
     if (!o.json) {
       std::cout << std::left << std::setw(18) << (p.src.str() + " -> " + p.dst.str());
       for (const LinkResult& r : p.results)
         std::cout << std::setw(22)
                   << (format_bytes(r.bytes) + (r.ok ? (r.retried ? " FLAKY" : " ok") : " BROKEN"));
-      std::cout << (p.ok() ? "OK" : "BROKEN") << "\n";
+      std::cout << (p.ok() ? (std::string(route) == "host" ? "OK via host" : "OK") : "BROKEN")
+                << "\n";
     }
   }
   if (o.json) {
@@ -45,6 +62,9 @@ int run_doctor_command(const DoctorCommand& o) {
   } else {
     std::cout << (all_ok ? "all links intact\n"
                          : "BROKEN links: copies between them are damaged\n");
+    if (any_rerouted)
+      std::cout << "links marked 'via host' damage direct copies; copies staged through host "
+                   "memory arrive intact, so runs route them through the host\n";
   }
   return all_ok ? 0 : 1;
 }

@@ -139,7 +139,9 @@ std::vector<TransferFault> transfer_faults_from_env() {
 }
 
 std::string transfer_summary(const TransferStats& s) {
+  // Copies routed through host memory are named only when there are any (docs/devices.md).
   return concat(s.transfers, " transfers (", s.verified, " verified, ", s.retried, " retried, ",
+                s.via_host > 0 ? concat(s.via_host, " through host memory, ") : std::string(),
                 s.injected, " faults injected)");
 }
 
@@ -148,6 +150,7 @@ nlohmann::json transfer_json(const TransferStats& s) {
           {"verified", s.verified},
           {"retried", s.retried},
           {"faults_injected", s.injected},
+          {"via_host", s.via_host},
           {"bytes", s.bytes}};
 }
 

@@ -16,12 +16,16 @@ namespace actcap {
 // ACTCAP_FAULT:
 //   transfer:SRC->DST:bitflip | zeros          corrupt every transfer of that ordered pair
 //   transfer:SRC->DST:bitflip-once | zeros-once corrupt only the first (the retry then succeeds)
+//   transfer:SRC->DST:bitflip-direct | zeros-direct (also with -once) corrupt only direct copies:
+//                                               copies staged through host memory arrive intact
+//                                               (a broken peer-to-peer link)
 // Several faults may be separated by ';'.
 struct TransferFault {
   DeviceId src, dst;
   enum class Kind { kBitflip, kZeros } kind;
   bool once = false;
-  int64_t fired = 0;  // copies damaged so far
+  bool direct_only = false;  // host-staged copies are not damaged
+  int64_t fired = 0;         // copies damaged so far
 };
 
 // Test-only faults of the asynchronous execution (docs/execution.md), read by the CLI from
@@ -48,6 +52,10 @@ struct ExecutionOptions {
   bool verify_transfers = true;          // checksum both sides of every inter-device copy
   std::vector<TransferFault> faults;     // test-only (above); Model::placement() counts `fired`
   AsyncFaults async_faults;              // test-only (above)
+  // Links (ordered device pairs) whose copies go through host memory from the first transfer on:
+  // direct copies over them arrived corrupted when probed (split_model fills it from the plan). A
+  // link whose direct copy arrives corrupted during a run is added for the rest of the run.
+  std::vector<std::pair<DeviceId, DeviceId>> host_routes;
   // Capture copies a device may have in flight (bytes): a hook that would go over waits for the
   // oldest to land (back-pressure: it blocks, never drops; DeviceStats::copy_waits counts it).
   uint64_t copy_window_bytes = uint64_t{256} << 20;
@@ -73,6 +81,7 @@ struct TransferStats {
   int64_t verified = 0;
   int64_t retried = 0;   // mismatches repaired by the host-staged retry
   int64_t injected = 0;  // copies damaged on purpose by a TransferFault (test-only)
+  int64_t via_host = 0;  // copies sent through host memory because their link is routed there
   uint64_t bytes = 0;
 };
 
@@ -97,11 +106,14 @@ struct LinkResult {
   bool ok = false;
   bool retried = false;  // first copy was damaged, the host-staged retry was intact
   std::string detail;
+  bool host_ok = true;  // a copy staged through host memory arrived intact
+  std::string host_detail;
 };
 struct LinkProbe {
   DeviceId src, dst;
   std::vector<LinkResult> results;
-  bool ok() const;
+  bool ok() const;       // every copy arrived intact (directly or by the retry through the host)
+  bool host_ok() const;  // every copy through host memory arrived intact
 };
 std::vector<LinkProbe> probe_links(const std::vector<DeviceId>& devices,
                                    const std::vector<uint64_t>& sizes = {4096, 1 << 20, 16 << 20},

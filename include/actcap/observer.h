@@ -20,7 +20,8 @@
 // called forward(); the stage events and on_point on the thread that runs the stage — for a virtual
 // CPU device `cpu:N` its own worker thread, otherwise the calling thread. The calls of one forward
 // never overlap and each happens after the previous one (the queues' markers order them), so an
-// observer needs no lock of its own; it must not block waiting for the thread that called forward().
+// observer needs no lock of its own; it must not block waiting for the thread that called
+// forward().
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -52,8 +52,16 @@ struct DeviceUsage {
   std::vector<size_t> stages;  // indices into PlanRequest::stages
 };
 
+// A link (ordered device pair) the plan sends through host memory: direct copies over it arrived
+// corrupted when probed, copies staged through the host intact (split.h).
+struct LinkRoute {
+  DeviceId from, to;
+  std::string reason;
+};
+
 struct DevicePlan {
   std::vector<DeviceId> stage_device;                   // one per stage
+  std::vector<LinkRoute> routes;                        // links copied through host memory
   std::vector<DeviceUsage> usage;                       // one per listed device, in listed order
   std::vector<std::vector<std::string>> stage_modules;  // HF module names per stage (device_map())
   // accelerate's format: module name -> device string, every module of every stage.

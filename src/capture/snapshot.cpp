@@ -89,8 +89,7 @@ uint64_t finish_copy(PendingCopy& pending, const at::Tensor& rows, bool fingerpr
     if (device != host)
       throw RunError(concat("captured tensor '", point, "' (call ", call,
                             ") was damaged between the device and host memory: device hash ",
-                            hex64(device), ", host copy ", hex64(host),
-                            "; run `doctor` on the device"));
+                            hex64(device), ", host copy ", hex64(host), "; check the device"));
   }
   if (!fingerprint) return 0;
   return pending.hashed && pending.fenced ? pending.xxh3 : tensor_chunked_xxh3(rows);

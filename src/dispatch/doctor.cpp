@@ -10,6 +10,12 @@ bool LinkProbe::ok() const {
   return true;
 }
 
+bool LinkProbe::host_ok() const {
+  for (const auto& r : results)
+    if (!r.host_ok) return false;
+  return true;
+}
+
 std::vector<LinkProbe> probe_links(const std::vector<DeviceId>& devices,
                                    const std::vector<uint64_t>& sizes,
                                    std::vector<TransferFault> faults) {
@@ -38,6 +44,21 @@ std::vector<LinkProbe> probe_links(const std::vector<DeviceId>& devices,
         } catch (const RunError& e) {
           r.ok = false;
           r.detail = e.what();
+        }
+        // The same pattern staged through host memory: the route a run takes when the direct
+        // path corrupts data.
+        try {
+          at::Tensor via = at::empty_like(dst);
+          TransferStats host_stats;
+          transfer(TransferRequest{&pattern, via, a, b, "doctor probe", true, /*via_host=*/true},
+                   faults, host_stats);
+          if (!at::equal(via.to(at::kCPU), pattern.to(at::kCPU))) {
+            r.host_ok = false;
+            r.host_detail = "content differs";
+          }
+        } catch (const RunError& e) {
+          r.host_ok = false;
+          r.host_detail = e.what();
         }
         probe.results.push_back(r);
       }

@@ -476,6 +476,9 @@ std::string DevicePlan::table() const {
     }
     os << line << "\n";
   }
+  for (const LinkRoute& r : routes)
+    os << "link " << r.from.str() << " -> " << r.to.str() << ": through host memory (" << r.reason
+       << ")\n";
   return os.str();
 }
 
@@ -492,7 +495,15 @@ nlohmann::json DevicePlan::to_json() const {
                     {"total", u.total()},
                     {"budget", u.budget ? nlohmann::json(*u.budget) : nlohmann::json(nullptr)}});
   }
-  return {{"device_map", device_map()}, {"devices", devs}};
+  nlohmann::json out = {{"device_map", device_map()}, {"devices", devs}};
+  if (!routes.empty()) {
+    nlohmann::json links = nlohmann::json::array();
+    for (const LinkRoute& r : routes)
+      links.push_back(
+          {{"from", r.from.str()}, {"to", r.to.str()}, {"via", "host"}, {"reason", r.reason}});
+    out["routes"] = links;
+  }
+  return out;
 }
 
 DevicePlan plan_devices(const PlanRequest& request) {

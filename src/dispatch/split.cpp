@@ -31,6 +31,37 @@ bool head_runs(const Model& model, const std::vector<PointInfo>& capture, Model:
   return logits == Model::Logits::kCompute || captured;
 }
 
+// The links a placement crosses that must go through host memory: each link with an accelerator at
+// either end (or, in tests, a transfer fault on it) is probed with two 1 MiB copies, direct and
+// staged through the host; a link whose direct copies both arrive corrupted and staged copies
+// intact is routed through the host. The probe uses its own copy of the faults (their counts stay
+// the run's).
+std::vector<LinkRoute> probe_routes(const std::vector<DeviceId>& stage_device,
+                                    const std::vector<TransferFault>& faults) {
+  std::vector<LinkRoute> routes;
+  std::vector<std::pair<DeviceId, DeviceId>> seen;
+  for (size_t i = 1; i < stage_device.size(); ++i) {
+    const DeviceId &a = stage_device[i - 1], &b = stage_device[i];
+    if (a == b || std::find(seen.begin(), seen.end(), std::make_pair(a, b)) != seen.end()) continue;
+    seen.emplace_back(a, b);
+    const bool accelerator = a.kind == DeviceId::Kind::kCuda || b.kind == DeviceId::Kind::kCuda;
+    const bool faulted = std::any_of(faults.begin(), faults.end(), [&](const TransferFault& f) {
+      return f.src == a && f.dst == b;
+    });
+    if (!accelerator && !faulted) continue;
+    // Two copies: a link is routed only when every direct copy arrived corrupted (one damaged copy
+    // may be transient; the run's own retry covers that).
+    const LinkProbe probe = probe_links({a, b}, {1 << 20, 1 << 20}, faults).front();  // a -> b
+    bool direct_damaged = true;
+    for (const LinkResult& r : probe.results) direct_damaged = direct_damaged && r.retried;
+    if (direct_damaged && probe.ok() && probe.host_ok())
+      routes.push_back({a, b,
+                        "a direct copy arrived corrupted when probed, one staged through "
+                        "host memory intact"});
+  }
+  return routes;
+}
+
 }  // namespace
 
 DevicePlan plan_split(const Model& model, const SplitOptions& options, int64_t batch, int64_t seq,
@@ -62,7 +93,9 @@ DevicePlan plan_split(const Model& model, const SplitOptions& options, int64_t b
           {"max_memory", "devices"});
   req.hidden_bytes =
       static_cast<uint64_t>(batch * seq * model.config().hidden_size) * sizeof(float);
-  return plan_devices(req);
+  DevicePlan plan = plan_devices(req);
+  plan.routes = probe_routes(plan.stage_device, options.faults);
+  return plan;
 }
 
 DevicePlan split_model(Model& model, const SplitOptions& options, int64_t batch, int64_t seq,
@@ -75,6 +108,7 @@ DevicePlan split_model(Model& model, const SplitOptions& options, int64_t batch,
   exec.verify_transfers = options.verify_transfers;
   exec.faults = options.faults;
   exec.async_faults = options.async_faults;
+  for (const LinkRoute& r : plan.routes) exec.host_routes.emplace_back(r.from, r.to);
   // A test fault on a link this forward never crosses could never fire: refuse it before
   // anything runs or is written.
   std::vector<DeviceId> running = plan.stage_device;

@@ -7,6 +7,7 @@
 #include <limits>
 #include <thread>
 
+#include "actcap/diagnostics.h"
 #include "actcap/error.h"
 #include "actcap/observer.h"
 #include "executor/transfer.h"
@@ -66,6 +67,8 @@ void Executor::place(const ExecutionOptions& options) {
     lane.widen_elements = std::max(lane.widen_elements, stages[i]->widen_elements());
   }
   transfers_ = TransferStats{};
+  host_routes_ = std::set<std::pair<DeviceId, DeviceId>>(options.host_routes.begin(),
+                                                         options.host_routes.end());
 }
 
 std::vector<DeviceStats> Executor::device_stats() const {
@@ -139,8 +142,16 @@ void Executor::hand_off(const std::vector<at::Tensor>& outs, at::Tensor produced
                                    " has shape ", src.sizes(), ", not ", dst.sizes()));
            copy_queue->record_use(src);  // its memory is not reused before this copy ran
            std::lock_guard<std::mutex> lock(transfer_mu_);
-           transfer(TransferRequest{&src, dst, from, too, stage, options_.verify_transfers},
-                    options_.faults, transfers_);
+           const bool via_host = host_routes_.count({from, too}) > 0;
+           if (transfer(TransferRequest{&src, dst, from, too, stage, options_.verify_transfers,
+                                        via_host},
+                        options_.faults, transfers_)) {
+             host_routes_.insert({from, too});
+             warn(concat("a direct copy from ", from.str(), " to ", too.str(),
+                         " arrived corrupted (the retry through host memory was intact): copies "
+                         "over this link go through host memory for the rest of the run; probe "
+                         "the link (doctor)"));
+           }
          });
   const Marker landed = to.copy->record();
   copies.push_back(landed);

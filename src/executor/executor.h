@@ -107,7 +107,8 @@ class Executor {
   std::vector<DeviceId> stage_device_;  // resolved placement, one per stage
   std::map<DeviceId, Lane> lanes_;      // one per device the placement uses
   TransferStats transfers_;
-  std::mutex transfer_mu_;  // transfers_ and options_.faults, updated by copies on copy queues
+  std::mutex transfer_mu_;  // transfers_, options_.faults, host_routes_: updated by copy work
+  std::set<std::pair<DeviceId, DeviceId>> host_routes_;  // links copied through host memory
   int64_t steps_ = 0;
   std::set<std::string> bare_ref_warned_;  // points the bare-reference guard warned about
 };

@@ -41,9 +41,16 @@ std::vector<TransferFault> parse_faults(const std::string& text) {
     f.src = parse_device(item.substr(prefix.size(), arrow - prefix.size()));
     f.dst = parse_device(item.substr(arrow + 2, kind_at - arrow - 2));
     std::string kind = item.substr(kind_at + 1);
-    if (kind.size() > 5 && kind.compare(kind.size() - 5, 5, "-once") == 0) {
-      f.once = true;
-      kind.resize(kind.size() - 5);
+    for (bool more = true; more;) {  // suffixes, in any order
+      more = false;
+      for (const auto& [suffix, flag] : {std::pair<std::string, bool*>{"-once", &f.once},
+                                         std::pair<std::string, bool*>{"-direct", &f.direct_only}})
+        if (kind.size() > suffix.size() &&
+            kind.compare(kind.size() - suffix.size(), suffix.size(), suffix) == 0) {
+          *flag = true;
+          kind.resize(kind.size() - suffix.size());
+          more = true;
+        }
     }
     if (kind == "bitflip")
       f.kind = TransferFault::Kind::kBitflip;
@@ -51,7 +58,7 @@ std::vector<TransferFault> parse_faults(const std::string& text) {
       f.kind = TransferFault::Kind::kZeros;
     else
       throw InputError(concat("transfer fault: unknown kind '", kind,
-                              "' (bitflip, zeros, bitflip-once, zeros-once)"),
+                              "' (bitflip or zeros, optionally -once and/or -direct)"),
                        {"transfer_faults"});
     out.push_back(f);
   }
@@ -131,11 +138,13 @@ void check_fault_links(const std::vector<TransferFault>& faults,
 
 namespace {
 
-// Simulates a broken link: damages the bytes that arrived.
-void inject(at::Tensor& dst, const DeviceId& from, const DeviceId& to,
+// Simulates a broken link: damages the bytes that arrived (over a host-staged copy only when the
+// fault is not direct-only).
+void inject(at::Tensor& dst, const DeviceId& from, const DeviceId& to, bool via_host,
             std::vector<TransferFault>& faults, TransferStats& stats) {
   for (TransferFault& f : faults) {
-    if (f.src != from || f.dst != to || (f.once && f.fired > 0)) continue;
+    if (f.src != from || f.dst != to || (f.once && f.fired > 0) || (f.direct_only && via_host))
+      continue;
     ++f.fired;
     ++stats.injected;
     if (dst.numel() == 0) continue;
@@ -151,26 +160,43 @@ void inject(at::Tensor& dst, const DeviceId& from, const DeviceId& to,
 
 }  // namespace
 
-void transfer(const TransferRequest& req, std::vector<TransferFault>& faults,
+bool transfer(const TransferRequest& req, std::vector<TransferFault>& faults,
               TransferStats& stats) {
   at::Tensor dst = req.dst;
-  dst.copy_(*req.src);
-  inject(dst, req.from, req.to, faults, stats);
+  // Through host memory: a copy to the host (pinned from an accelerator), then to the target.
+  auto staged_copy = [&] {
+    if (req.src->is_cpu()) {
+      dst.copy_(*req.src);  // host memory already
+      return;
+    }
+    at::Tensor host =
+        at::empty(req.src->sizes(),
+                  req.src->options().device(at::kCPU).pinned_memory(!dst.device().is_cpu()));
+    host.copy_(*req.src);
+    dst.copy_(host);
+  };
+  if (req.via_host) {
+    staged_copy();
+    ++stats.via_host;
+  } else {
+    dst.copy_(*req.src);
+  }
+  inject(dst, req.from, req.to, req.via_host, faults, stats);
   ++stats.transfers;
   stats.bytes += req.src->numel() * req.src->element_size();
-  if (!req.verify) return;
+  if (!req.verify) return false;
   ++stats.verified;
   const uint64_t want = device_fingerprint(*req.src);
   uint64_t got = device_fingerprint(dst);
-  if (got == want) return;
-  // Retry once through host memory, bypassing the direct device-to-device path.
-  at::Tensor host = req.src->to(at::kCPU);
-  dst.copy_(host);
-  inject(dst, req.from, req.to, faults, stats);
+  if (got == want) return false;
+  // Retry once through host memory, bypassing the direct device-to-device path (a staged copy that
+  // arrived damaged is staged once more).
+  staged_copy();
+  inject(dst, req.from, req.to, /*via_host=*/true, faults, stats);
   got = device_fingerprint(dst);
   if (got == want) {
     ++stats.retried;
-    return;
+    return !req.via_host;
   }
   throw RunError(
       concat("transfer of the hidden state into ", req.into, " from ", req.from.str(), " to ",

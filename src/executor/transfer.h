@@ -20,10 +20,13 @@ struct TransferRequest {
   DeviceId from, to;
   std::string into;  // the stage that will read it, for error messages
   bool verify = true;
+  bool via_host = false;  // stage through host memory instead of a direct copy
 };
 
-// Copies src into dst. When verifying, a mismatch is retried once through host staging; a second
-// mismatch throws RunError (exit 1) naming the stage and the device pair.
-void transfer(const TransferRequest& req, std::vector<TransferFault>& faults, TransferStats& stats);
+// Copies src into dst (directly, or through host memory with `via_host`). When verifying, a
+// mismatch is retried once through host staging; a second mismatch throws RunError (exit 1) naming
+// the stage and the device pair. Returns true when a direct copy arrived corrupted and the
+// host-staged retry intact: the caller routes the link through the host.
+bool transfer(const TransferRequest& req, std::vector<TransferFault>& faults, TransferStats& stats);
 
 }  // namespace actcap

@@ -201,3 +201,26 @@ def test_plan_reserves_logits_only_when_the_head_runs(llama, tmp_path):
     assert head_workspace("model.layers.0") == full - 2 * 16 * vocab * 4
     assert head_workspace("lm_head") == full
     assert head_workspace("lm_head:input") == full
+
+
+def test_doctor_and_plan_route_a_link_that_corrupts_direct_copies_through_the_host(tmp_path):
+    env = {"ACTCAP_FAULT": "transfer:cpu:1->cpu:2:bitflip-direct"}
+    d = run("doctor", "--devices", "cpu:0,cpu:1,cpu:2", "--json", env=env, check=0)
+    assert d.returncode == 0, d.stderr
+    routes = {(l["src"], l["dst"]): l["route"] for l in json.loads(d.stdout)["links"]}
+    assert routes[("cpu:1", "cpu:2")] == "host"
+    assert sum(r != "direct" for r in routes.values()) == 1
+    text = run("doctor", "--devices", "cpu:0,cpu:1,cpu:2", env=env, check=0).stdout
+    assert "OK via host" in text and "route them through the host" in text
+    plan = run("plan", "demo", "--devices", "3", env=env, check=0)
+    assert "link cpu:1 -> cpu:2: through host memory" in plan.stdout, plan.stdout + plan.stderr
+    # The run: exact (same shard as without the fault), copies over the link staged through the host.
+    base = run("run", "demo", "--tokens", "1,2,3;4,5", "--capture", "transformer.h.*", "--devices", "3",
+               "--out", tmp_path / "a", "--json")
+    routed = run("run", "demo", "--tokens", "1,2,3;4,5", "--capture", "transformer.h.*", "--devices", "3",
+                 "--out", tmp_path / "b", "--json", env=env)
+    t = json.loads(routed.stdout)["transfers"]
+    assert t["via_host"] == 1 and t["retried"] == 0 and t["faults_injected"] == 0
+    assert json.loads(base.stdout)["transfers"]["via_host"] == 0
+    assert open(tmp_path / "a" / "shard-00000.safetensors", "rb").read() == \
+        open(tmp_path / "b" / "shard-00000.safetensors", "rb").read()

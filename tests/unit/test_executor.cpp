@@ -8,6 +8,7 @@
 #include "actcap/init_model.h"
 #include "actcap/model.h"
 #include "actcap/planner.h"
+#include "actcap/split.h"
 #include "executor/transfer.h"
 #include "models/weights.h"
 
@@ -234,4 +235,61 @@ TEST(Executor, DoctorReportsBrokenPairOnly) {
   for (const auto& p : probes)
     EXPECT_EQ(p.ok(), !(p.src.str() == "cpu:2" && p.dst.str() == "cpu:0"))
         << p.src.str() << "->" << p.dst.str();
+}
+
+TEST(Executor, ALinkThatCorruptsDirectCopiesIsRoutedThroughTheHostForTheRestOfTheRun) {
+  auto m = tiny("gpt2");
+  Batch b = padded(*m);
+  auto reference = m->forward(b).clone();
+  place(*m, PlanStrategy::kBalanced, 3, b);
+  with_faults(*m, "transfer:cpu:1->cpu:2:bitflip-direct");
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(at::equal(reference, m->forward(b))) << i;
+  const TransferStats& s = m->transfer_stats();
+  EXPECT_EQ(s.retried, 1);   // the first direct copy: corrupted, repaired through the host
+  EXPECT_EQ(s.injected, 1);  // the staged copies are not damaged, and no direct copy follows
+  EXPECT_EQ(s.via_host, 2);  // forwards 2 and 3 went through the host from the start
+  EXPECT_EQ(s.transfers, 6);
+}
+
+TEST(Executor, ThePlanProbesAFaultyLinkAndRoutesItThroughTheHostFromTheStart) {
+  auto m = tiny("gpt2");
+  Batch b = padded(*m);
+  auto reference = m->forward(b).clone();
+  SplitOptions o;
+  o.devices = {DeviceId::virtual_cpu(0), DeviceId::virtual_cpu(1), DeviceId::virtual_cpu(2)};
+  o.strategy = PlanStrategy::kBalanced;
+  o.faults = parse_faults("transfer:cpu:1->cpu:2:zeros-direct");
+  const DevicePlan plan = split_model(*m, o, b.size(), b.max_len(), {}, Model::Logits::kCompute);
+  ASSERT_EQ(plan.routes.size(), 1u);
+  EXPECT_EQ(plan.routes[0].from.str(), "cpu:1");
+  EXPECT_EQ(plan.routes[0].to.str(), "cpu:2");
+  EXPECT_NE(plan.table().find("link cpu:1 -> cpu:2: through host memory"), std::string::npos);
+  EXPECT_EQ(plan.to_json()["routes"][0]["via"], "host");
+  EXPECT_TRUE(at::equal(reference, m->forward(b)));
+  EXPECT_EQ(m->transfer_stats().retried, 0);
+  EXPECT_EQ(m->transfer_stats().via_host, 1);
+  EXPECT_EQ(m->transfer_stats().injected, 0);
+  // A link that corrupts staged copies too is not routed: the run fails loudly on it.
+  o.faults = parse_faults("transfer:cpu:1->cpu:2:zeros");
+  EXPECT_TRUE(
+      split_model(*m, o, b.size(), b.max_len(), {}, Model::Logits::kCompute).routes.empty());
+  EXPECT_THROW(m->forward(b), RunError);
+}
+
+TEST(Executor, DoctorProbesDirectAndThroughTheHost) {
+  auto probes = probe_links({DeviceId::virtual_cpu(0), DeviceId::virtual_cpu(1)}, {4096},
+                            parse_faults("transfer:cpu:0->cpu:1:bitflip-direct"));
+  ASSERT_EQ(probes.size(), 2u);
+  EXPECT_TRUE(probes[0].ok());  // repaired by the retry through the host
+  EXPECT_TRUE(probes[0].results[0].retried);
+  EXPECT_TRUE(probes[0].host_ok());
+  probes = probe_links({DeviceId::virtual_cpu(0), DeviceId::virtual_cpu(1)}, {4096},
+                       parse_faults("transfer:cpu:0->cpu:1:bitflip"));
+  EXPECT_FALSE(probes[0].ok());
+  EXPECT_FALSE(probes[0].host_ok());
+  EXPECT_TRUE(probes[1].ok() && probes[1].host_ok());
+  const auto f = parse_faults("transfer:cpu:0->cpu:1:zeros-once-direct");
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_TRUE(f[0].once && f[0].direct_only);
+  EXPECT_TRUE(parse_faults("transfer:cpu:0->cpu:1:bitflip-direct-once")[0].once);
 }
