@@ -163,6 +163,21 @@ void inject(at::Tensor& dst, const DeviceId& from, const DeviceId& to, bool via_
 bool transfer(const TransferRequest& req, std::vector<TransferFault>& faults,
               TransferStats& stats) {
   at::Tensor dst = req.dst;
+  // Host <-> accelerator (a mixed map): through pinned host memory, so the device side copies at
+  // full bandwidth (from host to device asynchronously on the current stream: the copy queue's).
+  auto host_device_copy = [&] {
+    if (req.src->is_cpu()) {
+      at::Tensor pinned =
+          at::empty(req.src->sizes(), req.src->options().pinned_memory(true)).copy_(*req.src);
+      dst.copy_(pinned, /*non_blocking=*/true);  // the pinned block is kept until it ran
+    } else {
+      at::Tensor pinned =
+          at::empty(req.src->sizes(), req.src->options().device(at::kCPU).pinned_memory(true));
+      pinned.copy_(*req.src);  // waits for the device
+      dst.copy_(pinned);
+    }
+  };
+  const bool mixed = req.src->is_cpu() != dst.is_cpu();
   // Through host memory: a copy to the host (pinned from an accelerator), then to the target.
   auto staged_copy = [&] {
     if (req.src->is_cpu()) {
@@ -178,6 +193,8 @@ bool transfer(const TransferRequest& req, std::vector<TransferFault>& faults,
   if (req.via_host) {
     staged_copy();
     ++stats.via_host;
+  } else if (mixed) {
+    host_device_copy();
   } else {
     dst.copy_(*req.src);
   }
@@ -186,14 +203,21 @@ bool transfer(const TransferRequest& req, std::vector<TransferFault>& faults,
   stats.bytes += req.src->numel() * req.src->element_size();
   if (!req.verify) return false;
   ++stats.verified;
-  const uint64_t want = device_fingerprint(*req.src);
-  uint64_t got = device_fingerprint(dst);
+  // Both sides hashed the same way: XXH3 between host devices, the device hash (device_hash.h)
+  // wherever an accelerator is involved, computed where each side lives.
+  auto fingerprint = [&](const at::Tensor& t) {
+    if (!mixed) return device_fingerprint(t);
+    c10::DeviceGuard guard(t.device());
+    return device_hash_value(t);
+  };
+  const uint64_t want = fingerprint(*req.src);
+  uint64_t got = fingerprint(dst);
   if (got == want) return false;
   // Retry once through host memory, bypassing the direct device-to-device path (a staged copy that
   // arrived damaged is staged once more).
   staged_copy();
   inject(dst, req.from, req.to, /*via_host=*/true, faults, stats);
-  got = device_fingerprint(dst);
+  got = fingerprint(dst);
   if (got == want) {
     ++stats.retried;
     return !req.via_host;
