@@ -62,6 +62,38 @@ def job(llama, tmp_path_factory):
     return {"args": args, "ref": d / "ref", "seconds": seconds}
 
 
+# ---- asynchronous execution: delays and removed fences (docs/execution.md) ---------------------
+
+def test_delayed_copies_and_stages_change_no_byte_and_a_removed_fence_does(llama, tmp_path):
+    """Virtual devices run stages and copies on their own threads, ordered by markers only. Delays
+    shuffle the timing; with every fence the shards are byte-identical to an undelayed run. Reading
+    captures without waiting for their copies reads bytes still being copied: either extract's
+    assembled-rows check catches the rows changing under it (exit 1, nothing written for that shard)
+    or other bytes are written, checksummed as they were read, so verify cannot tell. Never the
+    right bytes: that is what the fence is for."""
+    write_jsonl(tmp_path / "in.jsonl", corpus(10, seed=5, lo=5, hi=40))
+    args = ["extract", llama, "--input", tmp_path / "in.jsonl", "--capture", "model.layers.*",
+            "--batch-size", "4", "--quiet", "--devices", "3"]
+    run(*args, "--out", tmp_path / "ref", check=0)
+    run(*args, "--out", tmp_path / "delayed", env={"ACTCAP_FAULT": "delay:copy:15;delay:stage:3"}, check=0)
+    assert_same_files(tmp_path / "delayed", tmp_path / "ref")
+    p = run(*args, "--out", tmp_path / "unfenced", env={"ACTCAP_FAULT": "delay:copy:30;nofence:capture-read"})
+    if p.returncode == 0:
+        assert run("verify", tmp_path / "unfenced").returncode == 0
+
+        def data(out):
+            return [open(out / s["file"], "rb").read() for s in manifest(out)["shards"]]
+        assert data(tmp_path / "unfenced") != data(tmp_path / "ref")
+    else:
+        assert p.returncode == 1 and "differ from the verified snapshot" in one_error_line(p)
+
+
+def test_an_async_fault_that_is_malformed_is_an_input_error(llama, tmp_path):
+    p = run("run", llama, "--tokens", "1,2,3", "--capture", "model.layers.0", "--devices", "2",
+            "--out", tmp_path / "o", env={"ACTCAP_FAULT": "delay:copy:soon"})
+    assert p.returncode == 2 and "delay:copy:MS" in one_error_line(p)
+
+
 # ---- corrupted inter-device transfer -----------------------------------------------------------
 
 def test_corrupted_transfer_every_time_stops_the_run_naming_the_link(job, tmp_path):
