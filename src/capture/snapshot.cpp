@@ -148,7 +148,7 @@ SnapshotCopy snapshot_copy_on_lane(const LaneContext& lane, const at::Tensor& bo
       if (accelerator) {
         at::Tensor host_rows = host;  // the handle is const in the closure; the bytes are not
         host_rows.copy_(snap, /*non_blocking=*/true);
-        pending->host_hash = at::empty({}, host.options().dtype(at::kLong));
+        pending->host_hash = at::empty({}, host.options().dtype(at::kLong).pinned_memory(true));
         pending->host_hash.copy_(pending->device_hash, /*non_blocking=*/true);
         queue->record_use(snap);
         queue->record_use(pending->device_hash);
@@ -199,6 +199,10 @@ SnapshotCopy snapshot_copy(const at::Tensor& borrowed, const RowSelection* rows,
     out.rows = at::empty(copy.sizes(), copy.options().device(c10::kCPU).pinned_memory(true));
     out.rows.copy_(copy, /*non_blocking=*/true);
     auto pending = std::make_shared<PendingCopy>();
+    // The device-side hash of the rows, copied back with them: the host copy is checked against it.
+    pending->device_hash = device_hash(copy);
+    pending->host_hash = at::empty({}, out.rows.options().dtype(at::kLong).pinned_memory(true));
+    pending->host_hash.copy_(pending->device_hash, /*non_blocking=*/true);
     const c10::impl::DeviceGuardImplInterface* impl =
         c10::impl::getDeviceGuardImpl(copy.device().type());
     pending->event.emplace(copy.device().type());
