@@ -90,7 +90,8 @@ def main():
                 if i > 0:
                     walls[arm].append(w)
         identical = None
-        if any("{out}" in a for a in args):
+        # --forward-only writes nothing: there is no folder to compare.
+        if any("{out}" in a for a in args) and os.path.isdir(outs["before"]):
             identical = same_folder(outs["before"], outs["after"])
 
     ratios = [a / b for a, b in zip(walls["after"], walls["before"])]
