@@ -189,6 +189,10 @@ class Engine:
         return Comparison(all(r["equal"] for r in rows), rows, json.loads(plan)["device_map"])
 
     def transfer_stats(self) -> dict:
+        """Counters of the boundary copies since the model was placed: ``transfers``, ``verified``,
+        ``retried`` (repaired by a copy through host memory), ``via_host`` (sent through host
+        memory because their link corrupted a direct copy, docs/devices.md), ``faults_injected``
+        (tests) and ``bytes``."""
         return self._core.transfer_stats()
 
 

@@ -249,7 +249,7 @@ void bind_engine(py::module_& m) {
         const TransferStats& s = e.model->transfer_stats();
         return py::dict(py::arg("transfers") = s.transfers, py::arg("verified") = s.verified,
                         py::arg("retried") = s.retried, py::arg("faults_injected") = s.injected,
-                        py::arg("bytes") = s.bytes);
+                        py::arg("via_host") = s.via_host, py::arg("bytes") = s.bytes);
       });
 }
 
