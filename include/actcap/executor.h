@@ -69,7 +69,7 @@ struct DeviceStats {
   int64_t slot_reuses = 0;   // times an arena slot was handed out again (memory reused)
   int64_t transfers_in = 0;
   uint64_t bytes_in = 0;
-  // Capture copies queued on the device's copy queue, their bytes, and the times a hook waited
+  // Capture copies queued on the device's capture queue, their bytes, and the times a hook waited
   // for room in the copy window (ExecutionOptions::copy_window_bytes).
   int64_t capture_copies = 0;
   uint64_t capture_bytes = 0;

@@ -19,7 +19,7 @@ struct PendingCopy {
   // snapshot_copy() from an accelerator outside the engine: an event after the copy on the
   // producer's stream.
   std::optional<c10::Event> event;
-  // snapshot_copy_on_lane(): the copy queue's marker after the copy.
+  // snapshot_copy_on_lane(): the capture queue's marker after the copy.
   Marker landed;
   at::Tensor source;  // the device-side rows the copy reads, kept alive until it finished
   // Accelerator lanes: device_hash() of the source, computed on the device, and its host copy.
@@ -33,11 +33,11 @@ struct PendingCopy {
 
 // Called by a hook running on `lane`'s compute queue: snapshots `rows` of `borrowed` in `dtype`
 // on the producer's queue (fresh device memory: never a view of `borrowed`), then queues the copy
-// to host memory (pinned from an accelerator) on the lane's copy queue, after waiting for room in
-// the lane's copy window. The result's rows are final once `pending` was finished (below).
+// to host memory (pinned from an accelerator) on the lane's capture queue, after waiting for room
+// in the lane's copy window. The result's rows are final once `pending` was finished (below).
 SnapshotCopy snapshot_copy_on_lane(const LaneContext& lane, const at::Tensor& borrowed,
                                    const RowSelection* rows, c10::ScalarType dtype);
-// Whether a hook on `lane` keeping snapshots on `stable` copies through the lane's copy queue (a
+// Whether a hook on `lane` keeping snapshots on `stable` copies through the lane's capture queue (a
 // virtual CPU or accelerator lane, snapshots on the host).
 bool copies_on_lane(const LaneContext* lane, c10::Device stable);
 

@@ -202,9 +202,9 @@ void SafeCapturer::on_forward_begin(const ForwardBegin& event) {
 
 void SafeCapturer::on_point(const HookContext& ctx, const at::Tensor& t) {
   // On a virtual CPU or accelerator lane: the selected rows snapshotted on the producer's queue,
-  // and their copy to the host queued on the lane's copy queue (pending_copy.h), fenced before any
-  // read. Elsewhere (plain cpu, or a forward outside the executor): copied here, complete before
-  // the hook returns (snapshot.h).
+  // and their copy to the host queued on the lane's capture queue (pending_copy.h), fenced before
+  // any read. Elsewhere (plain cpu, or a forward outside the executor): copied here, complete
+  // before the hook returns (snapshot.h).
   const LaneContext* lane = current_lane();
   SnapshotCopy copy = copies_on_lane(lane, options_.stable_device)
                           ? snapshot_copy_on_lane(*lane, t, rows_.get(), dtype_.at(ctx.point))

@@ -96,7 +96,8 @@ uint64_t finish_copy(PendingCopy& pending, const at::Tensor& rows, bool fingerpr
 }
 
 bool copies_on_lane(const LaneContext* lane, c10::Device stable) {
-  return lane && stable.is_cpu() && lane->copy && lane->copy->kind() != WorkQueue::Kind::kInline;
+  return lane && stable.is_cpu() && lane->capture &&
+         lane->capture->kind() != WorkQueue::Kind::kInline;
 }
 
 SnapshotCopy snapshot_copy_on_lane(const LaneContext& lane, const at::Tensor& borrowed,
@@ -105,11 +106,11 @@ SnapshotCopy snapshot_copy_on_lane(const LaneContext& lane, const at::Tensor& bo
   at::NoGradGuard outside_the_graph;
   const at::Tensor src = rows ? borrowed.flatten(0, 1) : borrowed;
   const bool all = !rows || rows->all;
-  const bool accelerator = lane.copy->kind() == WorkQueue::Kind::kAccelerator;
+  const bool accelerator = lane.capture->kind() == WorkQueue::Kind::kAccelerator;
   // 1. The snapshot, on the producer's queue (this hook runs in the stage's work): fresh device
-  // memory that nothing else writes, so the copy below may run whenever the copy queue gets to it.
-  // Test-only nofence:capture-source keeps the borrowed tensor instead: the copy then reads memory
-  // the forward goes on writing.
+  // memory that nothing else writes, so the copy below may run whenever the capture queue gets to
+  // it. Test-only nofence:capture-source keeps the borrowed tensor instead: the copy then reads
+  // memory the forward goes on writing.
   const bool unsafe_source = lane.faults && lane.faults->nofence_capture_source;
   at::Tensor snap = unsafe_source
                         ? src
@@ -131,13 +132,13 @@ SnapshotCopy snapshot_copy_on_lane(const LaneContext& lane, const at::Tensor& bo
   auto pending = std::make_shared<PendingCopy>();
   pending->fenced = !(lane.faults && lane.faults->nofence_capture_read);
   if (accelerator) pending->device_hash = device_hash(snap);  // queued on the producer's stream
-  // 3. The copy to the host on the copy queue, after the snapshot (on a virtual lane the hook's
+  // 3. The copy to the host on the capture queue, after the snapshot (on a virtual lane the hook's
   // own thread already ordered it; on an accelerator the copy stream waits for an event).
-  lane.copy->wait(lane.compute->record());
+  lane.capture->wait(lane.compute->record());
   const int delay_ms = lane.faults ? lane.faults->delay_copy_ms : 0;
-  WorkQueue* queue = lane.copy;
-  lane.copy->submit([pending, snap_in = snap, gather_later, dtype, host = out.rows, queue,
-                     accelerator, delay_ms] {
+  WorkQueue* queue = lane.capture;
+  lane.capture->submit([pending, snap_in = snap, gather_later, dtype, host = out.rows, queue,
+                        accelerator, delay_ms] {
     try {
       if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
       at::Tensor snap = snap_in;
@@ -163,7 +164,7 @@ SnapshotCopy snapshot_copy_on_lane(const LaneContext& lane, const at::Tensor& bo
       pending->error = std::current_exception();
     }
   });
-  pending->landed = lane.copy->record();
+  pending->landed = lane.capture->record();
   lane.window->add(pending->landed, need);
   out.pending = std::move(pending);
   return out;

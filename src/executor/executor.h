@@ -22,10 +22,10 @@
 
 namespace actcap {
 
-// One device's share of a run: its queues (streams.h: stages on `compute`; boundary copies into
-// it and capture copies out of it on `copy`), arena and accounting. Work on the queues is ordered
-// by markers only: hand_off() makes the copy wait for the producing stage and the next stage wait
-// for the copy.
+// One device's share of a run: its queues (streams.h: stages on `compute`, boundary copies into
+// it on `copy`, capture copies out of it on `capture`), arena and accounting. Work on the queues is
+// ordered by markers only: hand_off() makes the copy wait for the producing stage and the next
+// stage wait for the copy.
 struct Lane {
   Lane(DeviceId d, uint64_t weights, const ExecutionOptions& options)
       : device(d),
@@ -33,9 +33,10 @@ struct Lane {
         weight_bytes(weights),
         peak_bytes(weights),
         compute(std::make_unique<WorkQueue>(d, d.str() + " compute")),
-        copy(std::make_unique<WorkQueue>(d, d.str() + " copy")) {
+        copy(std::make_unique<WorkQueue>(d, d.str() + " copy")),
+        capture(std::make_unique<WorkQueue>(d, d.str() + " capture")) {
     window.limit = options.copy_window_bytes;
-    context = LaneContext{d, compute.get(), copy.get(), &window, &options.async_faults};
+    context = LaneContext{d, compute.get(), capture.get(), &window, &options.async_faults};
   }
   DeviceId device;
   Arena arena;
@@ -48,8 +49,8 @@ struct Lane {
   // Per forward (reset when one begins):
   ForwardState* state = nullptr;  // tables for this lane's physical device (virtual lanes share)
   Arena::Slot block_out_slot = Arena::kPing;  // the slot the next block writes (ping, pong, ...)
-  std::unique_ptr<WorkQueue> compute, copy;
-  CopyWindow window;    // capture copies in flight on `copy` (used by the lane's hooks only)
+  std::unique_ptr<WorkQueue> compute, copy, capture;
+  CopyWindow window;    // capture copies in flight on `capture` (used by the lane's hooks only)
   LaneContext context;  // what current_lane() returns while this lane's stages run
 };
 

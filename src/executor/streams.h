@@ -1,9 +1,12 @@
 // Work queues and the events that order them: one execution model for every device.
 //
-// Each lane (device) has a compute queue, where its stages run, and a copy queue, where boundary
-// transfers into it and capture copies out of it run. Work on different queues is ordered only by
-// events (Marker): a queue told to wait() for a marker runs nothing submitted after that until the
-// marker completed.
+// Each lane (device) has a compute queue, where its stages run, a copy queue, where boundary
+// transfers into it run, and a capture queue, where capture copies out of it to the host run (apart
+// from the transfers: a transfer waits for another lane, a capture copy never does, so a hook
+// waiting for room in the copy window can never wait behind a transfer that waits for the hook's
+// own stage — a device map that comes back to a device would otherwise deadlock). Work on different
+// queues is ordered only by events (Marker): a queue told to wait() for a marker runs nothing
+// submitted after that until the marker completed.
 //
 //   kind          device            submit(work) runs work ...           a marker completes when
 //   ... kInline       cpu               now, on the calling thread            at once (work is
@@ -107,7 +110,7 @@ struct CopyWindow {
 struct LaneContext {
   DeviceId device;
   WorkQueue* compute = nullptr;
-  WorkQueue* copy = nullptr;
+  WorkQueue* capture = nullptr;  // where capture copies to the host go
   CopyWindow* window = nullptr;
   const AsyncFaults* faults = nullptr;
 };

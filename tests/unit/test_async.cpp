@@ -7,18 +7,20 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <future>
 #include <map>
 #include <set>
 #include <thread>
 
 #include "actcap/capture.h"
 #include "actcap/error.h"
+#include "actcap/init_model.h"
 #include "actcap/model.h"
 #include "actcap/observer.h"
 #include "actcap/planner.h"
 #include "executor/device_hash.h"
 #include "executor/streams.h"
-#include "actcap/init_model.h"
 #include "models/arch/architecture.h"
 #include "models/weights.h"
 
@@ -275,6 +277,31 @@ TEST(AsyncExecutor, AFullCopyWindowMakesHooksWaitAndDropsNothing) {
   }
   EXPECT_EQ(copies, m->config().num_hidden_layers);
   EXPECT_GT(waits, 0);
+  for (const auto& [point, rows] : ref.points)
+    EXPECT_TRUE(at::equal(cap.get(point), rows)) << point;
+}
+
+TEST(AsyncExecutor, AMapThatReturnsToADeviceWithAFullCopyWindowDoesNotDeadlock) {
+  // cpu:0 runs the first two and the last block, cpu:1 the others: cpu:0 receives a transfer
+  // that waits for cpu:1, queued before cpu:0's first hooks ask for room in the copy window. Were
+  // capture copies and transfers on one queue, those hooks would wait behind that transfer, which
+  // waits for them.
+  auto m = model();
+  const Reference ref = reference(*m);
+  const size_t n = m->stages().size();
+  ExecutionOptions o;
+  for (size_t i = 0; i < n; ++i)
+    o.stage_device.push_back(DeviceId::virtual_cpu(i <= 2 || i + 3 >= n ? 0 : 1));
+  o.copy_window_bytes = 1;
+  o.async_faults = parse_async_faults("delay:copy:5");
+  m->place(o);
+  SafeCapturer cap(*m, CaptureOptions{{"transformer.h.*"}});
+  auto done = std::async(std::launch::async, [&] { return cap.run(batch(*m)); });
+  if (done.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    ADD_FAILURE() << "deadlocked";
+    std::abort();  // the forward's threads cannot be joined
+  }
+  EXPECT_TRUE(at::equal(done.get(), ref.logits));
   for (const auto& [point, rows] : ref.points)
     EXPECT_TRUE(at::equal(cap.get(point), rows)) << point;
 }
