@@ -102,10 +102,10 @@ class SafeCapturer : public Observer {
 
   // Fenced (see fence()).
   const std::vector<Snapshot>& snapshots() const;
-  // Waits for the snapshot copies still in flight and fingerprints them; returns how many it waited
-  // for. On a virtual CPU or accelerator device a hook only queues the copy of what it captured on
-  // the device's capture queue (docs/execution.md); every read (get, verify, snapshots, clear) fences
-  // first.
+  // Waits for the snapshot copies still in flight and fingerprints them; returns how many had not
+  // landed yet. On a virtual CPU or accelerator device a hook only queues the copy of what it
+  // captured on the device's capture queue (docs/execution.md); every read (get, verify, snapshots,
+  // clear) fences first.
   int64_t fence() const;
   // Verified read: the rows of one call of `point` (call < 0: all calls concatenated in order).
   // Throws RunError when a snapshot's bytes no longer match its fingerprint, or nothing was

@@ -36,7 +36,10 @@ struct PendingCopy {
 // to host memory (pinned from an accelerator) on the lane's capture queue, after waiting for room
 // in the lane's copy window. The result's rows are final once `pending` was finished (below).
 SnapshotCopy snapshot_copy_on_lane(const LaneContext& lane, const at::Tensor& borrowed,
-                                   const RowSelection* rows, c10::ScalarType dtype);
+                                   const RowSelection* rows, c10::ScalarType dtype,
+                                   bool fingerprint);
+// Whether `pending` had not landed yet (a later wait() will block).
+bool in_flight(const PendingCopy& pending);
 // Whether a hook on `lane` keeping snapshots on `stable` copies through the lane's capture queue (a
 // virtual CPU or accelerator lane, snapshots on the host).
 bool copies_on_lane(const LaneContext* lane, c10::Device stable);

@@ -206,10 +206,11 @@ void SafeCapturer::on_point(const HookContext& ctx, const at::Tensor& t) {
   // any read. Elsewhere (plain cpu, or a forward outside the executor): copied here, complete
   // before the hook returns (snapshot.h).
   const LaneContext* lane = current_lane();
-  SnapshotCopy copy = copies_on_lane(lane, options_.stable_device)
-                          ? snapshot_copy_on_lane(*lane, t, rows_.get(), dtype_.at(ctx.point))
-                          : snapshot_copy(t, rows_.get(), dtype_.at(ctx.point),
-                                          options_.stable_device, options_.fingerprint);
+  SnapshotCopy copy =
+      copies_on_lane(lane, options_.stable_device)
+          ? snapshot_copy_on_lane(*lane, t, rows_.get(), dtype_.at(ctx.point), options_.fingerprint)
+          : snapshot_copy(t, rows_.get(), dtype_.at(ctx.point), options_.stable_device,
+                          options_.fingerprint);
   snapshots_.push_back(Snapshot{ctx.point, ctx.call_index, ctx.step, copy.rows, copy.xxh3});
   pending_.push_back(std::move(copy.pending));
   if (pending_.back()) ++in_flight_;
@@ -220,10 +221,10 @@ int64_t SafeCapturer::fence() const {
   int64_t waited = 0;
   for (size_t i = 0; i < pending_.size(); ++i)
     if (pending_[i]) {
+      waited += in_flight(*pending_[i]);
       Snapshot& s = snapshots_[i];
       s.xxh3 = finish_copy(*pending_[i], s.rows, options_.fingerprint, s.point, s.call);
       pending_[i].reset();
-      ++waited;
     }
   in_flight_ = 0;
   return waited;
@@ -235,7 +236,10 @@ const std::vector<Snapshot>& SafeCapturer::snapshots() const {
 }
 
 void SafeCapturer::clear() {
-  fence();
+  try {
+    fence();  // waits for the copies; a damaged one must not make the capturer impossible to clear
+  } catch (const std::exception&) {
+  }
   snapshots_.clear();
   pending_.clear();
 }

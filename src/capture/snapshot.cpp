@@ -100,8 +100,13 @@ bool copies_on_lane(const LaneContext* lane, c10::Device stable) {
          lane->capture->kind() != WorkQueue::Kind::kInline;
 }
 
+bool in_flight(const PendingCopy& pending) {
+  return !pending.landed.query() || (pending.event && !pending.event->query());
+}
+
 SnapshotCopy snapshot_copy_on_lane(const LaneContext& lane, const at::Tensor& borrowed,
-                                   const RowSelection* rows, c10::ScalarType dtype) {
+                                   const RowSelection* rows, c10::ScalarType dtype,
+                                   bool fingerprint) {
   c10::InferenceMode ordinary_tensors(/*enabled=*/false);
   at::NoGradGuard outside_the_graph;
   const at::Tensor src = rows ? borrowed.flatten(0, 1) : borrowed;
@@ -131,7 +136,10 @@ SnapshotCopy snapshot_copy_on_lane(const LaneContext& lane, const at::Tensor& bo
   out.rows = at::empty(snap.sizes(), snap.options().device(c10::kCPU).pinned_memory(accelerator));
   auto pending = std::make_shared<PendingCopy>();
   pending->fenced = !(lane.faults && lane.faults->nofence_capture_read);
-  if (accelerator) pending->device_hash = device_hash(snap);  // queued on the producer's stream
+  // Test-only: an unfenced read finds poison, not bytes an earlier identical forward left there.
+  if (!pending->fenced) out.rows.view({-1}).view(at::kByte).fill_(0xFF);
+  if (accelerator && fingerprint)
+    pending->device_hash = device_hash(snap);  // queued on the producer's stream
   // 3. The copy to the host on the capture queue, after the snapshot (on a virtual lane the hook's
   // own thread already ordered it; on an accelerator the copy stream waits for an event).
   lane.capture->wait(lane.compute->record());
@@ -149,10 +157,12 @@ SnapshotCopy snapshot_copy_on_lane(const LaneContext& lane, const at::Tensor& bo
       if (accelerator) {
         at::Tensor host_rows = host;  // the handle is const in the closure; the bytes are not
         host_rows.copy_(snap, /*non_blocking=*/true);
-        pending->host_hash = at::empty({}, host.options().dtype(at::kLong).pinned_memory(true));
-        pending->host_hash.copy_(pending->device_hash, /*non_blocking=*/true);
+        if (pending->device_hash.defined()) {
+          pending->host_hash = at::empty({}, host.options().dtype(at::kLong).pinned_memory(true));
+          pending->host_hash.copy_(pending->device_hash, /*non_blocking=*/true);
+          queue->record_use(pending->device_hash);
+        }
         queue->record_use(snap);
-        queue->record_use(pending->device_hash);
         pending->source = snap;
       } else {
         pending->xxh3 = copy_chunked(snap.data_ptr(), host.data_ptr(),
@@ -201,9 +211,11 @@ SnapshotCopy snapshot_copy(const at::Tensor& borrowed, const RowSelection* rows,
     out.rows.copy_(copy, /*non_blocking=*/true);
     auto pending = std::make_shared<PendingCopy>();
     // The device-side hash of the rows, copied back with them: the host copy is checked against it.
-    pending->device_hash = device_hash(copy);
-    pending->host_hash = at::empty({}, out.rows.options().dtype(at::kLong).pinned_memory(true));
-    pending->host_hash.copy_(pending->device_hash, /*non_blocking=*/true);
+    if (fingerprint) {
+      pending->device_hash = device_hash(copy);
+      pending->host_hash = at::empty({}, out.rows.options().dtype(at::kLong).pinned_memory(true));
+      pending->host_hash.copy_(pending->device_hash, /*non_blocking=*/true);
+    }
     const c10::impl::DeviceGuardImplInterface* impl =
         c10::impl::getDeviceGuardImpl(copy.device().type());
     pending->event.emplace(copy.device().type());
@@ -344,7 +356,10 @@ int64_t SnapshotStore::calls(const std::string& point) const {
 }
 
 void SnapshotStore::clear() {
-  fence();
+  try {
+    fence();  // waits for the copies; a damaged one must not make the store impossible to clear
+  } catch (const std::exception&) {
+  }
   snapshots_.clear();
   selections_.clear();
   pending_.clear();

@@ -15,7 +15,8 @@ at::Tensor device_hash(const at::Tensor& t) {
   const at::Tensor bytes = t.contiguous().view({-1}).view(at::kByte);
   const int64_t n = bytes.numel();
   at::Tensor words;
-  if (n % 8 == 0 && reinterpret_cast<uintptr_t>(bytes.data_ptr()) % 8 == 0) {
+  if (n % 8 == 0 && bytes.storage_offset() % 8 == 0 &&
+      reinterpret_cast<uintptr_t>(bytes.data_ptr()) % 8 == 0) {
     words = bytes.view(at::kLong);
   } else {
     at::Tensor padded = at::zeros({(n + 7) / 8 * 8}, bytes.options());

@@ -1,9 +1,11 @@
 #include "executor/executor.h"
 
+#include <ATen/ThreadLocalState.h>
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <limits>
 #include <thread>
 
@@ -106,21 +108,24 @@ ForwardState Executor::make_state(c10::Device device, int64_t batch, int64_t seq
 
 void Executor::submit(WorkQueue& queue, Lane& lane, const std::shared_ptr<ForwardRun>& run,
                       std::function<void()> work) {
-  queue.submit([run, context = &lane.context, work = std::move(work)] {
-    if (run->failed()) return;
-    c10::InferenceMode inference;
-    LaneScope scope(context);
-    try {
-      work();
-    } catch (...) {
-      run->fail(std::current_exception());
-    }
-  });
+  // The caller's thread-local settings (grad mode, autocast, ...) go with the work to its thread.
+  queue.submit(
+      [run, context = &lane.context, work = std::move(work), state = at::ThreadLocalState()] {
+        if (run->failed()) return;
+        at::ThreadLocalStateGuard caller_settings(state);
+        c10::InferenceMode inference;
+        LaneScope scope(context);
+        try {
+          work();
+        } catch (...) {
+          run->fail(std::current_exception());
+        }
+      });
 }
 
-void Executor::hand_off(const std::vector<at::Tensor>& outs, at::Tensor produced_slot,
-                        at::Tensor dst, Lane& from, Lane& to, size_t into,
-                        const std::shared_ptr<ForwardRun>& run, std::vector<Marker>& copies) {
+void Executor::hand_off(std::vector<at::Tensor>& outs, at::Tensor produced_slot, at::Tensor dst,
+                        Lane& from, Lane& to, size_t into, const std::shared_ptr<ForwardRun>& run,
+                        std::vector<Marker>& copies) {
   const std::string& name = model_.stages()[into]->name();
   const AsyncFaults& faults = options_.async_faults;
   // Test-only (AsyncFaults): without this fence the copy reads the producer's slot while the
@@ -130,13 +135,17 @@ void Executor::hand_off(const std::vector<at::Tensor>& outs, at::Tensor produced
   if (!unfenced_out) to.copy->wait(produced);
   WorkQueue* copy_queue = to.copy.get();
   submit(*to.copy, to, run,
-         [this, &outs, produced_slot = std::move(produced_slot), unfenced_out, dst = std::move(dst),
-          copy_queue, into, stage = name.empty() ? "stage " + std::to_string(into) : name,
-          from = from.device, too = to.device] {
+         [this, &outs, produced, produced_slot = std::move(produced_slot), unfenced_out,
+          dst = std::move(dst), copy_queue, into,
+          stage = name.empty() ? "stage " + std::to_string(into) : name, from = from.device,
+          too = to.device] {
            if (options_.async_faults.delay_copy_ms > 0)
              std::this_thread::sleep_for(
                  std::chrono::milliseconds(options_.async_faults.delay_copy_ms));
            const at::Tensor& src = unfenced_out ? produced_slot : outs[into - 1];
+           // On an accelerator the copy stream waited for the producer, but a copy or hash of the
+           // source may also run on the source device's own current stream: wait for it here.
+           if (!unfenced_out && !src.is_cpu()) produced.synchronize();
            if (src.sizes() != dst.sizes())
              throw RunError(concat("the hidden state handed to ", stage, " on ", too.str(),
                                    " has shape ", src.sizes(), ", not ", dst.sizes()));
@@ -152,12 +161,15 @@ void Executor::hand_off(const std::vector<at::Tensor>& outs, at::Tensor produced
                          "over this link go through host memory for the rest of the run; probe "
                          "the link (doctor)"));
            }
+           // Its only reader: the producer's output is released as soon as it was copied.
+           if (!unfenced_out) outs[into - 1] = at::Tensor();
          });
   const Marker landed = to.copy->record();
   copies.push_back(landed);
   // Test-only: without this fence the stage reads its input slot before the copy landed (it still
   // runs after the producing stage, so stages of one forward never overlap).
   to.compute->wait(faults.nofence_transfer_in ? produced : landed);
+  if (unfenced_out) to.compute->wait(produced);  // the copy raced, the stages still do not
 }
 
 at::Tensor Executor::block_output(Lane& lane, size_t stage, at::IntArrayRef shape) {
@@ -229,12 +241,14 @@ at::Tensor Executor::forward(const Batch& batch, Model::Logits logits) {
   // Whatever ends this function, the work queued so far references this frame: wait for it.
   struct Drain {
     std::map<DeviceId, Lane>& lanes;
-    std::vector<Marker>& copies;
     ~Drain() {
-      for (auto& [d, lane] : lanes) lane.compute->record().synchronize();
-      for (const Marker& m : copies) m.synchronize();
+      for (auto& [d, lane] : lanes) try {
+          lane.compute->record().synchronize();
+          lane.copy->record().synchronize();
+        } catch (...) {  // a failed device: the error that unwinds is the one to report
+        }
     }
-  } drain{lanes_, copies};
+  } drain{lanes_};
   const AsyncFaults& faults = options_.async_faults;
   // First every stage's memory: arena slots handed out, budgets checked, boundaries accounted.
   // Nothing runs yet, so the views made here are all made before any hook runs: the bare-reference
@@ -260,8 +274,15 @@ at::Tensor Executor::forward(const Batch& batch, Model::Logits logits) {
     // Before block_output, so the budget check counts the scratch.
     if (lane.widen_elements > 0) w.scratch = lane.arena.widen_buffer(lane.widen_elements);
     if (model_.stage_kind(i) == StageKind::kBlock) w.out_slot = block_output(lane, i, {B, T, H});
+    // Test-only: with a transfer fence removed, what a racing read finds is poison, not the bytes
+    // an earlier identical forward left in the slot.
+    if (faults.nofence_transfer_in && w.in_slot.defined()) w.in_slot.fill_(NAN);
+    if (faults.nofence_transfer_out && w.out_slot.defined()) w.out_slot.fill_(NAN);
     state_of(lane);
   }
+  // On accelerators the stages run on the lanes' own streams: after what the caller queued on the
+  // devices' current streams (its input ids, the per-forward tables made above).
+  for (auto& [d, lane] : lanes_) lane.compute->wait_for_caller();
   // Then the work, in order: a boundary copy where the lane changes, the stage.
   for (size_t i = 0; i < run; ++i) {
     StageWork& w = work[i];
@@ -283,6 +304,7 @@ at::Tensor Executor::forward(const Batch& batch, Model::Logits logits) {
                                     : in_slot.defined() ? in_slot
                                                         : outs[i - 1];
              outs[i] = stages[i]->call(in, st);
+             if (i > 0 && !in_slot.defined()) outs[i - 1] = at::Tensor();  // read, done with
              st.stage_out = at::Tensor();
              st.widen_scratch = at::Tensor();
              observers.notify([&](Observer& o) { o.on_stage_end(event); });
@@ -297,6 +319,7 @@ at::Tensor Executor::forward(const Batch& batch, Model::Logits logits) {
   }
   if (error) std::rethrow_exception(error);
   at::Tensor h = outs[run - 1];
+  lanes_.at(stage_device_[run - 1]).compute->hand_to_caller(h);
   observers.notify([&](Observer& o) { o.on_forward_end(ForwardEnd{step, h}); });
   return h;
 }

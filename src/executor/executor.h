@@ -92,8 +92,8 @@ class Executor {
   // (on `from`), the verified copy of that stage's output (`outs[into - 1]`; `produced_slot`, the
   // arena slot it is written into, is read instead under the nofence:transfer-out fault) into
   // `dst`, `to`'s transfer-in slot, and makes `to`'s compute queue wait for it.
-  void hand_off(const std::vector<at::Tensor>& outs, at::Tensor produced_slot, at::Tensor dst,
-                Lane& from, Lane& to, size_t into, const std::shared_ptr<ForwardRun>& run,
+  void hand_off(std::vector<at::Tensor>& outs, at::Tensor produced_slot, at::Tensor dst, Lane& from,
+                Lane& to, size_t into, const std::shared_ptr<ForwardRun>& run,
                 std::vector<Marker>& copies);
   // Queues `work` on `queue` for `lane`: skipped once the run failed, a throw kept in the run, run
   // under inference mode with `lane` as current_lane().

@@ -171,6 +171,22 @@ void WorkQueue::synchronize() {
   }
 }
 
+void WorkQueue::wait_for_caller() {
+  if (kind_ != Kind::kAccelerator) return;
+  const c10::impl::DeviceGuardImplInterface* impl =
+      c10::impl::getDeviceGuardImpl(stream_->device_type());
+  c10::Event e(stream_->device_type());
+  e.record(impl->getStream(stream_->device()));
+  e.block(*stream_);
+}
+
+void WorkQueue::hand_to_caller(const at::Tensor& t) const {
+  if (kind_ != Kind::kAccelerator || !t.defined() || !t.has_storage()) return;
+  const c10::impl::DeviceGuardImplInterface* impl =
+      c10::impl::getDeviceGuardImpl(stream_->device_type());
+  impl->recordDataPtrOnStream(t.storage().data_ptr(), impl->getStream(stream_->device()));
+}
+
 void WorkQueue::record_use(const at::Tensor& t) const {
   if (kind_ != Kind::kAccelerator || !t.defined() || !t.has_storage()) return;
   c10::impl::getDeviceGuardImpl(stream_->device_type())

@@ -83,6 +83,12 @@ class WorkQueue {
   // kAccelerator: keep `t`'s memory from being reused by its allocator until the work queued on
   // this queue so far is done (the caching allocator's record_stream). No-op otherwise.
   void record_use(const at::Tensor& t) const;
+  // kAccelerator: work queued after this runs after what the calling thread queued on the device's
+  // current stream so far (its inputs, the per-forward tables). No-op otherwise.
+  void wait_for_caller();
+  // kAccelerator: `t`, made on this queue, is handed to the calling thread: its memory is not
+  // reused before the work the caller queues on the device's current stream ran. No-op otherwise.
+  void hand_to_caller(const at::Tensor& t) const;
 
  private:
   DeviceId device_;

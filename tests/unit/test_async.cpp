@@ -77,15 +77,18 @@ TEST(WorkQueue, AWaitOrdersWorkAcrossQueues) {
   b.submit([&] { seen = value.load(); });
   b.synchronize();
   EXPECT_EQ(seen, 7);
-  // Without the wait, b's work runs while a's still sleeps.
+  // Without the wait the queues are independent: a's work can wait for b's.
+  std::atomic<bool> flag{false};
+  bool a_saw_b = false;
   a.submit([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    value = 9;
+    for (int i = 0; i < 5000 && !flag; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    a_saw_b = flag;
   });
-  b.submit([&] { seen = value.load(); });
-  b.synchronize();
-  EXPECT_EQ(seen, 7);
+  b.submit([&] { flag = true; });
   a.synchronize();
+  b.synchronize();
+  EXPECT_TRUE(a_saw_b);
 }
 
 TEST(WorkQueue, AMarkerRecordedInsideItsOwnWorkIsComplete) {
@@ -267,7 +270,7 @@ TEST(AsyncExecutor, ACopyOfTheBorrowedTensorInsteadOfASnapshotIsWrong) {
 TEST(AsyncExecutor, AFullCopyWindowMakesHooksWaitAndDropsNothing) {
   auto m = model();
   const Reference ref = reference(*m);
-  place(*m, 3, "delay:copy:10", /*window=*/1);  // room for one copy at a time
+  place(*m, 3, "delay:copy:30", /*window=*/1);  // room for one copy at a time
   SafeCapturer cap(*m, CaptureOptions{{"transformer.h.*"}});
   cap.run(batch(*m));
   int64_t waits = 0, copies = 0;
@@ -312,7 +315,7 @@ TEST(AsyncExecutor, CopiesStillInFlightAfterTheForwardAreFencedByReads) {
   place(*m, 3, "delay:copy:40");
   SafeCapturer cap(*m, CaptureOptions{{"transformer.h.*"}});
   cap.run(batch(*m));
-  EXPECT_GT(cap.fence(), 0);  // some copies had not landed when forward() returned
+  EXPECT_GT(cap.fence(), 0);  // some copies had not landed when forward() returned (40 ms each)
   EXPECT_EQ(cap.fence(), 0);
   cap.verify();
   for (const auto& [point, rows] : ref.points)
