@@ -20,6 +20,7 @@ import filecmp
 import json
 import os
 import random
+import shlex
 import statistics
 import subprocess
 import sys
@@ -69,6 +70,10 @@ def main():
     ap.add_argument("--corpus", type=int, default=0, help="write build/bench-corpus.jsonl first")
     ap.add_argument("--init", action="append", default=[], help="ARCH:PRESET models to create")
     ap.add_argument("--models-dir", default="build/bench-models")
+    ap.add_argument("--before-extra", default="", help="arguments only the before arm adds")
+    ap.add_argument("--after-extra", default="",
+                    help="arguments only the after arm adds (one binary, two settings: give the "
+                         "same binary twice, e.g. --after-extra '--copy-window 0')")
     ap.add_argument("command", nargs=argparse.REMAINDER)
     o = ap.parse_args()
     args = o.command[1:] if o.command and o.command[0] == "--" else o.command
@@ -86,7 +91,8 @@ def main():
         for i in range(o.pairs + 1):  # pair 0 warms the page cache and is not counted
             order = ["before", "after"] if i % 2 == 0 else ["after", "before"]
             for arm in order:
-                w = run_once(getattr(o, arm), args, outs[arm])
+                extra = shlex.split(getattr(o, arm + "_extra"))
+                w = run_once(getattr(o, arm), args + extra, outs[arm])
                 if i > 0:
                     walls[arm].append(w)
         identical = None
@@ -96,6 +102,9 @@ def main():
 
     ratios = [a / b for a, b in zip(walls["after"], walls["before"])]
     print(f"command: actcap {' '.join(args)}")
+    for arm in ("before", "after"):
+        if getattr(o, arm + "_extra"):
+            print(f"{arm} adds: {getattr(o, arm + '_extra')}")
     print(f"pairs: {o.pairs} (after one warm-up pair), alternating which binary goes first")
     for arm in ("before", "after"):
         w = walls[arm]

@@ -68,6 +68,9 @@ void add_device_options(CLI::App* sub, DeviceOptions& o) {
   sub->add_option("--weights-dtype", o.weights_dtype,
                   "16-bit weights: keep (as stored, widened per layer as it runs) | f32 (widened "
                   "at load, twice the memory)");
+  sub->add_option("--copy-window", o.copy_window,
+                  "Capture copies in flight per device before a hook waits, e.g. 256MiB (the "
+                  "default); 0 copies each capture inside its hook, blocking");
 }
 
 LoadOptions load_options(const DeviceOptions& o) {
@@ -106,6 +109,13 @@ SplitOptions split_options(const DeviceOptions& o) {
     s.explicit_map = load_device_map(o.device_map);
   }
   s.verify_transfers = !o.no_verify_transfers;
+  if (!o.copy_window.empty()) {
+    try {
+      s.copy_window_bytes = parse_bytes(o.copy_window);
+    } catch (const InputError& e) {
+      throw InputError(concat("--copy-window: ", e.what()));
+    }
+  }
   s.faults = transfer_faults_from_env();
   if (const char* env = std::getenv("ACTCAP_FAULT")) s.async_faults = parse_async_faults(env);
   return s;
@@ -146,12 +156,8 @@ std::string transfer_summary(const TransferStats& s) {
 }
 
 nlohmann::json transfer_json(const TransferStats& s) {
-  return {{"transfers", s.transfers},
-          {"verified", s.verified},
-          {"retried", s.retried},
-          {"faults_injected", s.injected},
-          {"via_host", s.via_host},
-          {"bytes", s.bytes}};
+  return {{"transfers", s.transfers},      {"verified", s.verified}, {"retried", s.retried},
+          {"faults_injected", s.injected}, {"via_host", s.via_host}, {"bytes", s.bytes}};
 }
 
 }  // namespace actcap::cli

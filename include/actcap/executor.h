@@ -57,7 +57,8 @@ struct ExecutionOptions {
   // link whose direct copy arrives corrupted during a run is added for the rest of the run.
   std::vector<std::pair<DeviceId, DeviceId>> host_routes;
   // Capture copies a device may have in flight (bytes): a hook that would go over waits for the
-  // oldest to land (back-pressure: it blocks, never drops; DeviceStats::copy_waits counts it).
+  // oldest to land (back-pressure: it blocks, never drops; DeviceStats::copy_waits counts it). 0:
+  // no copy queued at all: each capture is copied to the host inside its hook, blocking.
   uint64_t copy_window_bytes = uint64_t{256} << 20;
 };
 

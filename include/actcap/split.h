@@ -22,6 +22,9 @@ struct SplitOptions {
   bool verify_transfers = true;       // checksum both sides of every inter-device copy
   std::vector<TransferFault> faults;  // test-only: damage copies over these links (executor.h)
   AsyncFaults async_faults;           // test-only: delays and removed fences (executor.h)
+  // Capture copies in flight per device (ExecutionOptions::copy_window_bytes); 0: every capture
+  // is copied to the host inside its hook, blocking (what the overlapped path is measured against).
+  uint64_t copy_window_bytes = uint64_t{256} << 20;
 };
 
 // The plan for a batch x seq forward capturing `capture` (each captured point's bytes are

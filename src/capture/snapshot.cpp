@@ -96,7 +96,7 @@ uint64_t finish_copy(PendingCopy& pending, const at::Tensor& rows, bool fingerpr
 }
 
 bool copies_on_lane(const LaneContext* lane, c10::Device stable) {
-  return lane && stable.is_cpu() && lane->capture &&
+  return lane && stable.is_cpu() && lane->capture && lane->window && lane->window->limit > 0 &&
          lane->capture->kind() != WorkQueue::Kind::kInline;
 }
 

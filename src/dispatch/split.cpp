@@ -109,6 +109,7 @@ DevicePlan split_model(Model& model, const SplitOptions& options, int64_t batch,
   exec.verify_transfers = options.verify_transfers;
   exec.faults = options.faults;
   exec.async_faults = options.async_faults;
+  exec.copy_window_bytes = options.copy_window_bytes;
   for (const LinkRoute& r : plan.routes) exec.host_routes.emplace_back(r.from, r.to);
   // A test fault on a link this forward never crosses could never fire: refuse it before
   // anything runs or is written.

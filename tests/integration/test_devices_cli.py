@@ -224,3 +224,15 @@ def test_doctor_and_plan_route_a_link_that_corrupts_direct_copies_through_the_ho
     assert json.loads(base.stdout)["transfers"]["via_host"] == 0
     assert open(tmp_path / "a" / "shard-00000.safetensors", "rb").read() == \
         open(tmp_path / "b" / "shard-00000.safetensors", "rb").read()
+
+
+def test_copy_window_zero_copies_in_the_hook_and_changes_no_byte(tmp_path):
+    args = ["run", "demo", "--tokens", "1,2,3;4,5", "--capture", "transformer.h.*", "--devices", "3"]
+    run(*args, "--out", tmp_path / "a", check=0)
+    run(*args, "--out", tmp_path / "b", "--copy-window", "0", check=0)
+    run(*args, "--out", tmp_path / "c", "--copy-window", "1", check=0)  # a hook waits for each copy
+    a = open(tmp_path / "a" / "shard-00000.safetensors", "rb").read()
+    for other in ("b", "c"):
+        assert open(tmp_path / other / "shard-00000.safetensors", "rb").read() == a
+    bad = run(*args, "--out", tmp_path / "d", "--copy-window", "lots")
+    assert bad.returncode == 2 and "--copy-window" in one_error_line(bad)

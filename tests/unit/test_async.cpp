@@ -309,6 +309,18 @@ TEST(AsyncExecutor, AMapThatReturnsToADeviceWithAFullCopyWindowDoesNotDeadlock) 
     EXPECT_TRUE(at::equal(cap.get(point), rows)) << point;
 }
 
+TEST(AsyncExecutor, AZeroCopyWindowCopiesEachCaptureInItsHook) {
+  auto m = model();
+  const Reference ref = reference(*m);
+  place(*m, 3, "", /*window=*/0);
+  SafeCapturer cap(*m, CaptureOptions{{"transformer.h.*"}});
+  cap.run(batch(*m));
+  EXPECT_EQ(cap.fence(), 0);  // nothing was queued: every copy was made before its hook returned
+  for (const DeviceStats& s : m->device_stats()) EXPECT_EQ(s.capture_copies, 0) << s.device.str();
+  for (const auto& [point, rows] : ref.points)
+    EXPECT_TRUE(at::equal(cap.get(point), rows)) << point;
+}
+
 TEST(AsyncExecutor, CopiesStillInFlightAfterTheForwardAreFencedByReads) {
   auto m = model();
   const Reference ref = reference(*m);
