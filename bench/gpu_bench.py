@@ -379,7 +379,7 @@ def cli_supports(actcap, sub, flag):
     return flag in (r.stdout + r.stderr)
 
 
-def run_extract(b, actcap, ckpt, spec, corpus, capture, compute_dtype, out_dir):
+def run_extract(b, actcap, ckpt, spec, corpus, capture, compute_dtype, out_dir, extra=()):
     """`actcap extract` forward-only or capturing every layer; its JSON summary + tokens/s."""
     args = ["extract", ckpt, "--input", corpus, "--devices", "cpu:0" if b.device == "cpu" else "cuda:0",
             "--batch-size", spec.batch, "--max-length", spec.seq, "--quiet", "--json"]
@@ -390,6 +390,7 @@ def run_extract(b, actcap, ckpt, spec, corpus, capture, compute_dtype, out_dir):
                  "--shard-size", "1GiB"]
     else:
         args += ["--forward-only"]
+    args += list(extra)
     t = time.perf_counter()
     r = run_cli(actcap, *args, timeout=max(10.0, b.left()))
     wall = time.perf_counter() - t
@@ -557,7 +558,7 @@ def in_process(b, spec, env, res, ckpt, cfg, gen):
 def cli_extract(b, spec, env, res, ckpt, cfg, gen):
     """`actcap extract` forward-only and capturing every layer, if the budget still allows both."""
     torch, a = b.torch, b.a
-    need = 2 * (res.get("actcap_load_s") or 5.0) + 4.0
+    need = 3 * (res.get("actcap_load_s") or 5.0) + 6.0
     if b.left() < need:
         res["notes"].append(f"actcap extract (CLI) skipped: {b.left():.0f} s of the budget left, "
                             f"about {need:.0f} s needed")
@@ -569,10 +570,16 @@ def cli_extract(b, spec, env, res, ckpt, cfg, gen):
         rows = torch.randint(0, cfg["vocab_size"], (docs, spec.seq), generator=gen).tolist()
         corpus.write_text("".join(json.dumps({"input_ids": r}) + "\n" for r in rows))
         layer_pat = "transformer.h.*" if spec.arch == "gpt2" else "model.layers.*"
-        for what, cap in (("forward-only", None), ("capture", layer_pat)):
+        # The overlapped capture copies against blocking ones (--copy-window 0: each capture is
+        # copied inside its hook), when this actcap has the flag.
+        runs = [("forward-only", None, ()), ("capture", layer_pat, ())]
+        if env.get("cli_copy_window"):
+            runs.append(("capture blocking", layer_pat, ("--copy-window", "0")))
+        for what, cap, extra in runs:
             try:
                 res.setdefault("cli", {})[what] = run_extract(
-                    b, env["actcap"], ckpt, spec, corpus, cap, env["cli_compute_dtype"], work / "out")
+                    b, env["actcap"], ckpt, spec, corpus, cap, env["cli_compute_dtype"], work / "out",
+                    extra)
             except Exception as e:  # noqa: BLE001
                 res["errors"][f"actcap extract {what}"] = f"{type(e).__name__}: {e}"
     finally:
@@ -635,7 +642,8 @@ def build_report(run):
             if any(arm in m.get("tps", {}) or arm in m.get("errors", {}) for m in models):
                 o.append(f"| {label} | " + " | ".join(cell(m, arm) for m in models) + " |")
         for what, label in (("forward-only", "actcap extract --forward-only (CLI, own timer)"),
-                            ("capture", "actcap extract, every layer to disk (CLI, own timer)")):
+                            ("capture", "actcap extract, every layer to disk (CLI, own timer)"),
+                            ("capture blocking", "the same, blocking copies (`--copy-window 0`)")):
             if any(what in m.get("cli", {}) or f"actcap extract {what}" in m.get("errors", {}) for m in models):
                 o.append(f"| {label} | " + " | ".join(
                     fmt_tps(m["cli"][what]["tps"]) if what in m.get("cli", {}) else
@@ -823,7 +831,8 @@ def main():
         want = a.models.split(",")
         specs = [s for s in specs if s.key in want]
     env = {"actcap": actcap, "transformers": transformers, "ac": ac,
-           "cli_compute_dtype": cli_cd, "py_compute_dtype": py_cd, "batches": 2 if a.smoke else 4}
+           "cli_compute_dtype": cli_cd, "py_compute_dtype": py_cd, "batches": 2 if a.smoke else 4,
+           "cli_copy_window": cli_supports(actcap, "extract", "--copy-window")}
     if b.device != "cpu":
         torch.backends.cuda.matmul.allow_tf32 = False  # PyTorch's default, as libtorch's: said in the report
 
