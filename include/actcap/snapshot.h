@@ -88,7 +88,7 @@ class SnapshotStore {
   int64_t capture(const std::string& point, const at::Tensor& borrowed,
                   std::shared_ptr<const RowSelection> rows, int64_t step);
 
-  // Waits for every copy in flight and fingerprints it; returns how many it waited for.
+  // Waits for every copy in flight and fingerprints it; returns how many had not landed yet.
   int64_t fence();
   // Verified read (fenced): the rows of call `call` of `point`, or (call < 0) all its calls
   // concatenated in order. RunError when nothing matches or a snapshot's bytes changed.

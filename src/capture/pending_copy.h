@@ -49,5 +49,10 @@ bool copies_on_lane(const LaneContext* lane, c10::Device stable);
 // `rows` (0 when `fingerprint` is off).
 uint64_t finish_copy(PendingCopy& pending, const at::Tensor& rows, bool fingerprint,
                      const std::string& point, int64_t call);
+// finish_copy() of every copy still in `pending` (parallel to `snapshots`, null: finished), each
+// snapshot's fingerprint filled in; returns how many had not landed yet. The fence of SafeCapturer
+// and SnapshotStore.
+int64_t finish_copies(std::vector<Snapshot>& snapshots,
+                      std::vector<std::shared_ptr<PendingCopy>>& pending, bool fingerprint);
 
 }  // namespace actcap

@@ -217,17 +217,10 @@ void SafeCapturer::on_point(const HookContext& ctx, const at::Tensor& t) {
 }
 
 int64_t SafeCapturer::fence() const {
-  if (in_flight_ == 0) return 0;
-  int64_t waited = 0;
-  for (size_t i = 0; i < pending_.size(); ++i)
-    if (pending_[i]) {
-      waited += in_flight(*pending_[i]);
-      Snapshot& s = snapshots_[i];
-      s.xxh3 = finish_copy(*pending_[i], s.rows, options_.fingerprint, s.point, s.call);
-      pending_[i].reset();
-    }
-  in_flight_ = 0;
-  return waited;
+  if (in_flight_ == 0) return 0;  // nothing queued since the last fence: no pass over every entry
+  const int64_t not_landed = finish_copies(snapshots_, pending_, options_.fingerprint);
+  in_flight_ = 0;  // not reached when a damaged copy throws: the next read checks it again
+  return not_landed;
 }
 
 const std::vector<Snapshot>& SafeCapturer::snapshots() const {

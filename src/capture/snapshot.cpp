@@ -95,6 +95,19 @@ uint64_t finish_copy(PendingCopy& pending, const at::Tensor& rows, bool fingerpr
   return pending.hashed && pending.fenced ? pending.xxh3 : tensor_chunked_xxh3(rows);
 }
 
+int64_t finish_copies(std::vector<Snapshot>& snapshots,
+                      std::vector<std::shared_ptr<PendingCopy>>& pending, bool fingerprint) {
+  int64_t not_landed = 0;
+  for (size_t i = 0; i < pending.size(); ++i)
+    if (pending[i]) {
+      not_landed += in_flight(*pending[i]);
+      Snapshot& s = snapshots[i];
+      s.xxh3 = finish_copy(*pending[i], s.rows, fingerprint, s.point, s.call);
+      pending[i].reset();
+    }
+  return not_landed;
+}
+
 bool copies_on_lane(const LaneContext* lane, c10::Device stable) {
   return lane && stable.is_cpu() && lane->capture && lane->window && lane->window->limit > 0 &&
          lane->capture->kind() != WorkQueue::Kind::kInline;
@@ -133,7 +146,8 @@ SnapshotCopy snapshot_copy_on_lane(const LaneContext& lane, const at::Tensor& bo
   // 2. Room in the copy window (back-pressure: waits for the oldest copies, never drops).
   lane.window->reserve(need);
   SnapshotCopy out;
-  out.rows = at::empty(snap.sizes(), snap.options().device(c10::kCPU).pinned_memory(accelerator));
+  out.rows =
+      at::empty(sizes, snap.options().dtype(dtype).device(c10::kCPU).pinned_memory(accelerator));
   auto pending = std::make_shared<PendingCopy>();
   pending->fenced = !(lane.faults && lane.faults->nofence_capture_read);
   // Test-only: an unfenced read finds poison, not bytes an earlier identical forward left there.
@@ -146,7 +160,7 @@ SnapshotCopy snapshot_copy_on_lane(const LaneContext& lane, const at::Tensor& bo
   const int delay_ms = lane.faults ? lane.faults->delay_copy_ms : 0;
   WorkQueue* queue = lane.capture;
   lane.capture->submit([pending, snap_in = snap, gather_later, dtype, host = out.rows, queue,
-                        accelerator, delay_ms] {
+                        accelerator, delay_ms, fingerprint] {
     try {
       if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
       at::Tensor snap = snap_in;
@@ -165,10 +179,10 @@ SnapshotCopy snapshot_copy_on_lane(const LaneContext& lane, const at::Tensor& bo
         queue->record_use(snap);
         pending->source = snap;
       } else {
-        pending->xxh3 = copy_chunked(snap.data_ptr(), host.data_ptr(),
-                                     static_cast<size_t>(snap.numel()) * snap.element_size(),
-                                     /*fingerprint=*/true);
-        pending->hashed = true;
+        pending->xxh3 =
+            copy_chunked(snap.data_ptr(), host.data_ptr(),
+                         static_cast<size_t>(snap.numel()) * snap.element_size(), fingerprint);
+        pending->hashed = fingerprint;
       }
     } catch (...) {
       pending->error = std::current_exception();
@@ -274,17 +288,7 @@ int64_t SnapshotStore::capture(const std::string& point, const at::Tensor& borro
   return call;
 }
 
-int64_t SnapshotStore::fence() {
-  int64_t waited = 0;
-  for (size_t i = 0; i < pending_.size(); ++i)
-    if (pending_[i]) {
-      snapshots_[i].xxh3 = finish_copy(*pending_[i], snapshots_[i].rows, options_.fingerprint,
-                                       snapshots_[i].point, snapshots_[i].call);
-      pending_[i].reset();
-      ++waited;
-    }
-  return waited;
-}
+int64_t SnapshotStore::fence() { return finish_copies(snapshots_, pending_, options_.fingerprint); }
 
 int64_t SnapshotStore::in_flight() const {
   int64_t n = 0;

@@ -30,36 +30,26 @@ std::vector<LinkProbe> probe_links(const std::vector<DeviceId>& devices,
         const int64_t n = static_cast<int64_t>(bytes / sizeof(int32_t));
         auto pattern =
             (at::arange(n, at::kInt) * 40503 + static_cast<int64_t>(bytes % 977)).to(a.c10());
-        at::Tensor dst = at::empty_like(pattern, pattern.options().device(b.c10()));
-        TransferStats stats;
+        // One copy of the pattern, directly or staged through host memory (the route a run takes
+        // when the direct path corrupts data), checked by its content, not only by the
+        // fingerprints: ok, or what went wrong; and whether it needed the retry.
+        auto copy = [&](bool via_host, std::string& detail, bool* retried) {
+          at::Tensor dst = at::empty_like(pattern, pattern.options().device(b.c10()));
+          TransferStats stats;
+          try {
+            transfer(TransferRequest{&pattern, dst, a, b, "doctor probe", true, via_host}, faults,
+                     stats);
+            if (retried) *retried = stats.retried > 0;
+            if (at::equal(dst.to(at::kCPU), pattern.to(at::kCPU))) return true;
+            detail = "content differs";
+          } catch (const RunError& e) {
+            detail = e.what();
+          }
+          return false;
+        };
         LinkResult r{bytes, true, false, ""};
-        try {
-          transfer(TransferRequest{&pattern, dst, a, b, "doctor probe", true}, faults, stats);
-          r.retried = stats.retried > 0;
-          // Independent check of the content, not only of the fingerprints.
-          if (!at::equal(dst.to(at::kCPU), pattern.to(at::kCPU))) {
-            r.ok = false;
-            r.detail = "content differs";
-          }
-        } catch (const RunError& e) {
-          r.ok = false;
-          r.detail = e.what();
-        }
-        // The same pattern staged through host memory: the route a run takes when the direct
-        // path corrupts data.
-        try {
-          at::Tensor via = at::empty_like(dst);
-          TransferStats host_stats;
-          transfer(TransferRequest{&pattern, via, a, b, "doctor probe", true, /*via_host=*/true},
-                   faults, host_stats);
-          if (!at::equal(via.to(at::kCPU), pattern.to(at::kCPU))) {
-            r.host_ok = false;
-            r.host_detail = "content differs";
-          }
-        } catch (const RunError& e) {
-          r.host_ok = false;
-          r.host_detail = e.what();
-        }
+        r.ok = copy(/*via_host=*/false, r.detail, &r.retried);
+        r.host_ok = copy(/*via_host=*/true, r.host_detail, nullptr);
         probe.results.push_back(r);
       }
       out.push_back(std::move(probe));

@@ -124,8 +124,7 @@ void Executor::submit(WorkQueue& queue, Lane& lane, const std::shared_ptr<Forwar
 }
 
 void Executor::hand_off(std::vector<at::Tensor>& outs, at::Tensor produced_slot, at::Tensor dst,
-                        Lane& from, Lane& to, size_t into, const std::shared_ptr<ForwardRun>& run,
-                        std::vector<Marker>& copies) {
+                        Lane& from, Lane& to, size_t into, const std::shared_ptr<ForwardRun>& run) {
   const std::string& name = model_.stages()[into]->name();
   const AsyncFaults& faults = options_.async_faults;
   // Test-only (AsyncFaults): without this fence the copy reads the producer's slot while the
@@ -165,7 +164,6 @@ void Executor::hand_off(std::vector<at::Tensor>& outs, at::Tensor produced_slot,
            if (!unfenced_out) outs[into - 1] = at::Tensor();
          });
   const Marker landed = to.copy->record();
-  copies.push_back(landed);
   // Test-only: without this fence the stage reads its input slot before the copy landed (it still
   // runs after the producing stage, so stages of one forward never overlap).
   to.compute->wait(faults.nofence_transfer_in ? produced : landed);
@@ -237,18 +235,23 @@ at::Tensor Executor::forward(const Batch& batch, Model::Logits logits) {
   // only its own entry of `outs` (a stage's output) and reads entries its markers made final.
   auto run_state = std::make_shared<ForwardRun>();
   std::vector<at::Tensor> outs(run);
-  std::vector<Marker> copies;  // the boundary copies queued, waited for before returning
-  // Whatever ends this function, the work queued so far references this frame: wait for it.
-  struct Drain {
-    std::map<DeviceId, Lane>& lanes;
-    ~Drain() {
-      for (auto& [d, lane] : lanes) try {
-          lane.compute->record().synchronize();
-          lane.copy->record().synchronize();
-        } catch (...) {  // a failed device: the error that unwinds is the one to report
-        }
+  // The stages and boundary copies queued (capture copies may stay in flight: reads fence them).
+  auto drain = [this] {
+    for (auto& [d, lane] : lanes_) {
+      lane.compute->record().synchronize();
+      lane.copy->record().synchronize();
     }
-  } drain{lanes_};
+  };
+  // Whatever ends this function, the work queued so far references this frame: wait for it.
+  struct DrainOnExit {
+    const decltype(drain)& then;
+    ~DrainOnExit() {
+      try {
+        then();
+      } catch (...) {  // a failed device: the error that unwinds is the one to report
+      }
+    }
+  } drain_on_exit{drain};
   const AsyncFaults& faults = options_.async_faults;
   // First every stage's memory: arena slots handed out, budgets checked, boundaries accounted.
   // Nothing runs yet, so the views made here are all made before any hook runs: the bare-reference
@@ -289,7 +292,7 @@ at::Tensor Executor::forward(const Batch& batch, Model::Logits logits) {
     Lane& lane = *w.lane;
     if (w.copy_dst.defined())
       hand_off(outs, std::move(w.produced_slot), std::move(w.copy_dst), *work[i - 1].lane, lane, i,
-               run_state, copies);
+               run_state);
     ForwardState& st = state_of(lane);
     submit(*lane.compute, lane, run_state,
            [&, i, scratch = std::move(w.scratch), out_slot = std::move(w.out_slot),
@@ -310,14 +313,8 @@ at::Tensor Executor::forward(const Batch& batch, Model::Logits logits) {
              observers.notify([&](Observer& o) { o.on_stage_end(event); });
            });
   }
-  for (auto& [d, lane] : lanes_) lane.compute->record().synchronize();
-  for (const Marker& m : copies) m.synchronize();
-  std::exception_ptr error;
-  {
-    std::lock_guard<std::mutex> lock(run_state->mu);
-    error = run_state->error;
-  }
-  if (error) std::rethrow_exception(error);
+  drain();
+  if (std::exception_ptr error = run_state->first_error()) std::rethrow_exception(error);
   at::Tensor h = outs[run - 1];
   lanes_.at(stage_device_[run - 1]).compute->hand_to_caller(h);
   observers.notify([&](Observer& o) { o.on_forward_end(ForwardEnd{step, h}); });

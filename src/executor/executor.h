@@ -32,9 +32,9 @@ struct Lane {
         arena(d),
         weight_bytes(weights),
         peak_bytes(weights),
-        compute(std::make_unique<WorkQueue>(d, d.str() + " compute")),
-        copy(std::make_unique<WorkQueue>(d, d.str() + " copy")),
-        capture(std::make_unique<WorkQueue>(d, d.str() + " capture")) {
+        compute(std::make_unique<WorkQueue>(d)),
+        copy(std::make_unique<WorkQueue>(d)),
+        capture(std::make_unique<WorkQueue>(d)) {
     window.limit = options.copy_window_bytes;
     context = LaneContext{d, compute.get(), capture.get(), &window, &options.async_faults};
   }
@@ -59,13 +59,14 @@ struct Lane {
 struct ForwardRun {
   std::mutex mu;
   std::exception_ptr error;
-  bool failed() {
-    std::lock_guard<std::mutex> lock(mu);
-    return error != nullptr;
-  }
+  bool failed() { return first_error() != nullptr; }
   void fail(std::exception_ptr e) {
     std::lock_guard<std::mutex> lock(mu);
     if (!error) error = std::move(e);
+  }
+  std::exception_ptr first_error() {
+    std::lock_guard<std::mutex> lock(mu);
+    return error;
   }
 };
 
@@ -93,8 +94,7 @@ class Executor {
   // arena slot it is written into, is read instead under the nofence:transfer-out fault) into
   // `dst`, `to`'s transfer-in slot, and makes `to`'s compute queue wait for it.
   void hand_off(std::vector<at::Tensor>& outs, at::Tensor produced_slot, at::Tensor dst, Lane& from,
-                Lane& to, size_t into, const std::shared_ptr<ForwardRun>& run,
-                std::vector<Marker>& copies);
+                Lane& to, size_t into, const std::shared_ptr<ForwardRun>& run);
   // Queues `work` on `queue` for `lane`: skipped once the run failed, a throw kept in the run, run
   // under inference mode with `lane` as current_lane().
   void submit(WorkQueue& queue, Lane& lane, const std::shared_ptr<ForwardRun>& run,

@@ -63,7 +63,7 @@ void worker_loop(const std::shared_ptr<WorkerState>& s) {
 
 }  // namespace
 
-WorkQueue::WorkQueue(const DeviceId& device, std::string /*name*/) : device_(device) {
+WorkQueue::WorkQueue(const DeviceId& device) : device_(device) {
   switch (device.kind) {
     case DeviceId::Kind::kCpu:
       kind_ = Kind::kInline;

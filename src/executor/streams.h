@@ -59,8 +59,7 @@ class Marker {
 class WorkQueue {
  public:
   enum class Kind { kInline, kWorker, kAccelerator };
-  // `name` names the worker thread's role in errors ("cpu:1 compute").
-  WorkQueue(const DeviceId& device, std::string name);
+  explicit WorkQueue(const DeviceId& device);
   ~WorkQueue();  // waits for what was submitted, then stops the worker
   WorkQueue(const WorkQueue&) = delete;
   WorkQueue& operator=(const WorkQueue&) = delete;

@@ -1,7 +1,5 @@
 #include "executor/transfer.h"
 
-#include <c10/core/DeviceGuard.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <utility>
@@ -14,9 +12,7 @@
 namespace actcap {
 
 uint64_t device_fingerprint(const at::Tensor& t) {
-  if (t.device().is_cpu()) return tensor_xxh3(t);
-  c10::DeviceGuard guard(t.device());  // hash on the tensor's own device, not the current one
-  return static_cast<uint64_t>(device_hash(t).item<int64_t>());
+  return t.device().is_cpu() ? tensor_xxh3(t) : device_hash_value(t);  // on the tensor's device
 }
 
 std::vector<TransferFault> parse_faults(const std::string& text) {
@@ -163,41 +159,28 @@ void inject(at::Tensor& dst, const DeviceId& from, const DeviceId& to, bool via_
 bool transfer(const TransferRequest& req, std::vector<TransferFault>& faults,
               TransferStats& stats) {
   at::Tensor dst = req.dst;
-  // Host <-> accelerator (a mixed map): through pinned host memory, so the device side copies at
-  // full bandwidth (from host to device asynchronously on the current stream: the copy queue's).
-  auto host_device_copy = [&] {
-    if (req.src->is_cpu()) {
-      at::Tensor pinned =
-          at::empty(req.src->sizes(), req.src->options().pinned_memory(true)).copy_(*req.src);
-      dst.copy_(pinned, /*non_blocking=*/true);  // the pinned block is kept until it ran
-    } else {
-      at::Tensor pinned =
-          at::empty(req.src->sizes(), req.src->options().device(at::kCPU).pinned_memory(true));
-      pinned.copy_(*req.src);  // waits for the device
-      dst.copy_(pinned);
-    }
-  };
-  const bool mixed = req.src->is_cpu() != dst.is_cpu();
-  // Through host memory: a copy to the host (pinned from an accelerator), then to the target.
+  const at::Tensor& src = *req.src;
+  // Through host memory, pinned wherever an accelerator copies to or from it (full bandwidth; host
+  // to device asynchronously on the current stream, the copy queue's, the pinned block kept by the
+  // allocator until the copy ran). The route of a link sent through the host, of every host <->
+  // accelerator copy (a mixed map), and of the retry.
   auto staged_copy = [&] {
-    if (req.src->is_cpu()) {
-      dst.copy_(*req.src);  // host memory already
-      return;
+    if (src.is_cpu() && dst.is_cpu()) {
+      dst.copy_(src);
+    } else if (src.is_cpu()) {
+      dst.copy_(at::empty(src.sizes(), src.options().pinned_memory(true)).copy_(src),
+                /*non_blocking=*/true);
+    } else {
+      at::Tensor host = at::empty(src.sizes(), src.options().device(at::kCPU).pinned_memory(true));
+      dst.copy_(host.copy_(src));  // the copy to the host waits for the device
     }
-    at::Tensor host =
-        at::empty(req.src->sizes(),
-                  req.src->options().device(at::kCPU).pinned_memory(!dst.device().is_cpu()));
-    host.copy_(*req.src);
-    dst.copy_(host);
   };
-  if (req.via_host) {
+  const bool mixed = src.is_cpu() != dst.is_cpu();
+  if (req.via_host || mixed)
     staged_copy();
-    ++stats.via_host;
-  } else if (mixed) {
-    host_device_copy();
-  } else {
-    dst.copy_(*req.src);
-  }
+  else
+    dst.copy_(src);
+  if (req.via_host) ++stats.via_host;
   inject(dst, req.from, req.to, req.via_host, faults, stats);
   ++stats.transfers;
   stats.bytes += req.src->numel() * req.src->element_size();
@@ -206,9 +189,7 @@ bool transfer(const TransferRequest& req, std::vector<TransferFault>& faults,
   // Both sides hashed the same way: XXH3 between host devices, the device hash (device_hash.h)
   // wherever an accelerator is involved, computed where each side lives.
   auto fingerprint = [&](const at::Tensor& t) {
-    if (!mixed) return device_fingerprint(t);
-    c10::DeviceGuard guard(t.device());
-    return device_hash_value(t);
+    return mixed ? device_hash_value(t) : device_fingerprint(t);
   };
   const uint64_t want = fingerprint(*req.src);
   uint64_t got = fingerprint(dst);
