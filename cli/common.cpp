@@ -68,6 +68,10 @@ void add_device_options(CLI::App* sub, DeviceOptions& o) {
   sub->add_option("--weights-dtype", o.weights_dtype,
                   "16-bit weights: keep (as stored, widened per layer as it runs) | f32 (widened "
                   "at load, twice the memory)");
+  sub->add_option("--compute-dtype", o.compute_dtype,
+                  "Dtype the forward computes in: f32 (default) | bf16 | f16 (f16 needs an "
+                  "accelerator or a LibTorch with float16 CPU kernels); captures then keep it "
+                  "unless --dtype casts them");
   sub->add_option("--copy-window", o.copy_window,
                   "Capture copies in flight per device before a hook waits, e.g. 256MiB (the "
                   "default); 0 copies each capture inside its hook, blocking");
@@ -76,6 +80,7 @@ void add_device_options(CLI::App* sub, DeviceOptions& o) {
 LoadOptions load_options(const DeviceOptions& o) {
   LoadOptions l;
   l.weights_dtype = parse_weights_dtype(o.weights_dtype);
+  l.compute_dtype = parse_compute_dtype(o.compute_dtype);
   return l;
 }
 

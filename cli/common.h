@@ -41,6 +41,7 @@ struct DeviceOptions {
   std::string device_map = "auto";
   bool no_verify_transfers = false;
   std::string weights_dtype = "keep";
+  std::string compute_dtype = "f32";
   std::string copy_window;  // empty: the library's default
 };
 void add_device_options(CLI::App* sub, DeviceOptions& o);

@@ -69,6 +69,7 @@ std::string with_flags(const actcap::Error& e) {
       {"batch_size", "--batch-size"},
       {"capture", "--capture"},
       {"capture_budget", "--capture-budget"},
+      {"compute_dtype", "--compute-dtype"},
       {"device_map", "--device-map"},
       {"devices", "--devices"},
       {"dtype", "--dtype"},

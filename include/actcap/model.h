@@ -68,8 +68,18 @@ enum class WeightsDtype {
 const char* weights_dtype_name(WeightsDtype d);
 WeightsDtype parse_weights_dtype(const std::string& name);
 
+// The dtype the forward computes in (docs/execution.md, "16-bit compute"): kFloat (the default:
+// every computation float32, 16-bit weights widened), kBFloat16 or kHalf (activations, GEMMs and
+// residual sums in 16 bits with weights used in that dtype; norms, softmax and RoPE tables computed
+// in float32 and rounded, as transformers does for a model loaded in that dtype). Hook points carry
+// the compute dtype. float16 needs a device whose kernels have it (not Debian's CPU LibTorch 1.13).
+// "f32" / "bf16" / "f16"; parse_compute_dtype throws InputError naming the choices.
+const char* compute_dtype_name(c10::ScalarType dtype);
+c10::ScalarType parse_compute_dtype(const std::string& name);
+
 struct LoadOptions {
   WeightsDtype weights_dtype = WeightsDtype::kKeep;
+  c10::ScalarType compute_dtype = c10::ScalarType::Float;
 };
 
 class Model {
@@ -87,6 +97,8 @@ class Model {
   const std::string& origin() const { return origin_; }
   // XXH3 over the weights as loaded (name, dtype, shape, bytes), 16 hex digits.
   const std::string& fingerprint() const { return fingerprint_; }
+  // LoadOptions::compute_dtype: the dtype of every floating hook point and of the logits.
+  c10::ScalarType compute_dtype() const { return compute_dtype_; }
 
   // Every hook point in execution order, outputs and `:input`s.
   std::vector<PointInfo> points() const;
@@ -116,8 +128,8 @@ class Model {
   // [hidden x vocab] GEMM is about a third of GPT-2 small's forward, and activation extraction
   // rarely needs logits.
   enum class Logits { kCompute, kSkipIfUnhooked };
-  // Runs the model under c10::InferenceMode; returns logits [B, T, vocab] (float32) on the last
-  // stage's device, or the final norm's output (see Logits).
+  // Runs the model under c10::InferenceMode; returns logits [B, T, vocab] (compute dtype) on the
+  // last stage's device, or the final norm's output (see Logits).
   at::Tensor forward(const Batch& batch, Logits logits = Logits::kCompute);
 
   // Places each stage on a device (weights move to accelerators; virtual CPU devices share host
@@ -157,6 +169,7 @@ class Model {
   ModelConfig config_;
   std::string origin_;
   std::string fingerprint_;
+  c10::ScalarType compute_dtype_ = c10::ScalarType::Float;
   std::unique_ptr<Impl> impl_;
   std::vector<Module*> stages_;
   std::vector<StageKind> stage_kinds_;

@@ -46,7 +46,8 @@ def reference_counts(obj: Any) -> Tuple[int, int, int]: ...
 
 class Engine:
     def __init__(self, path: str, devices: str = ..., device_map: str = ..., max_memory: str = ...,
-                 weights_dtype: str = ..., verify_transfers: bool = ...) -> None: ...
+                 weights_dtype: str = ..., verify_transfers: bool = ...,
+                 compute_dtype: str = ...) -> None: ...
     path: str
     fingerprint: str
     config: Dict[str, Any]

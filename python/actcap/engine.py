@@ -198,15 +198,17 @@ class Engine:
 
 def load(path: Union[str, os.PathLike], *, devices: Any = None, device_map: Any = "auto",
          max_memory: Any = None, weights_dtype: str = "keep",
-         verify_transfers: bool = True) -> Engine:
+         verify_transfers: bool = True, compute_dtype: str = "f32") -> Engine:
     """Loads a Hugging Face checkpoint folder (or "demo") into actcap's engine.
 
     ``devices``: a count N (virtual CPU devices cpu:0..N-1), "cpu:0,cpu:1,cuda:0" or a list;
     ``device_map``: "auto" | "balanced" | "sequential" | a dict in accelerate's format | a JSON file;
     ``max_memory``: {"cpu:0": "300MiB", ...}; ``weights_dtype``: "keep" (16-bit weights stay
-    16-bit, widened per layer) or "f32"."""
+    16-bit, widened per layer) or "f32"; ``compute_dtype``: "f32" (default), "bf16" or "f16" (the
+    forward in 16 bits: docs/execution.md; "f16" needs float16 kernels on the devices)."""
     core = _core.Engine(os.fspath(path), _devices_arg(devices), _device_map_arg(device_map),
-                        _max_memory_arg(max_memory), str(weights_dtype), bool(verify_transfers))
+                        _max_memory_arg(max_memory), str(weights_dtype), bool(verify_transfers),
+                        str(compute_dtype))
     return Engine(core)
 
 
@@ -259,7 +261,8 @@ class _Progress:
 def extract(model: Union[str, os.PathLike, Engine], input: Union[str, os.PathLike],
             out: Union[str, os.PathLike], capture: Union[str, Sequence[str]], *,
             devices: Any = None, device_map: Any = "auto", max_memory: Any = None,
-            weights_dtype: str = "keep", batch_size: int = 8, max_length: int = 0,
+            weights_dtype: str = "keep", compute_dtype: str = "f32", batch_size: int = 8,
+            max_length: int = 0,
             stride: int = 0, shard_size: Union[int, str] = "256MiB",
             positions: _convert.PositionsArg = None, dtype: Any = None,
             budget: Union[None, int, str] = None, resume: bool = False, overwrite: bool = False,
@@ -271,7 +274,7 @@ def extract(model: Union[str, os.PathLike, Engine], input: Union[str, os.PathLik
     otherwise), "lines", False, or a callable given each progress dict. Returns the summary."""
     engine = model if isinstance(model, Engine) else load(
         model, devices=devices, device_map=device_map, max_memory=max_memory,
-        weights_dtype=weights_dtype)
+        weights_dtype=weights_dtype, compute_dtype=compute_dtype)
     shard_bytes = _convert.size_bytes(shard_size, "shard_size")
     if not shard_bytes:
         raise InputError("shard_size must be positive")

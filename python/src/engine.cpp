@@ -38,11 +38,13 @@ struct Engine {
 
 std::unique_ptr<Engine> load(const std::string& path, const std::string& devices,
                              const std::string& device_map, const std::string& max_memory,
-                             const std::string& weights_dtype, bool verify_transfers) {
+                             const std::string& weights_dtype, bool verify_transfers,
+                             const std::string& compute_dtype) {
   auto e = std::make_unique<Engine>();
   e->path = path;
   LoadOptions load;
   load.weights_dtype = parse_weights_dtype(weights_dtype);
+  load.compute_dtype = parse_compute_dtype(compute_dtype);
   if (!devices.empty()) e->split.devices = parse_device_list(devices);
   if (!max_memory.empty()) e->split.budgets = parse_max_memory(max_memory);
   if (device_map == "auto" || device_map == "balanced" || device_map == "sequential") {
@@ -87,7 +89,7 @@ void bind_engine(py::module_& m) {
       .def(py::init(&load), py::arg("path"), py::arg("devices") = "",
            py::arg("device_map") = "auto", py::arg("max_memory") = "",
            py::arg("weights_dtype") = "keep", py::arg("verify_transfers") = true,
-           py::call_guard<py::gil_scoped_release>())
+           py::arg("compute_dtype") = "f32", py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("path", [](const Engine& e) { return e.path; })
       .def_property_readonly("fingerprint", [](const Engine& e) { return e.model->fingerprint(); })
       .def_property_readonly("config",

@@ -91,8 +91,8 @@ DevicePlan plan_split(const Model& model, const SplitOptions& options, int64_t b
       throw InputError(
           concat("a memory budget names ", dev.str(), ", which is not among the devices"),
           {"max_memory", "devices"});
-  req.hidden_bytes =
-      static_cast<uint64_t>(batch * seq * model.config().hidden_size) * sizeof(float);
+  req.hidden_bytes = static_cast<uint64_t>(batch * seq * model.config().hidden_size) *
+                     c10::elementSize(model.compute_dtype());
   DevicePlan plan = plan_devices(req);
   // Unverified transfers could not tell a corrupting link anyway: no probe then.
   if (options.verify_transfers) plan.routes = probe_routes(plan.stage_device, options.faults);

@@ -7,7 +7,7 @@ at::Tensor Arena::slot(Slot which, at::IntArrayRef shape) {
   for (int64_t d : shape) numel *= d;
   at::Tensor& buf = storage_[which];
   if (!buf.defined() || buf.numel() < numel) {
-    buf = at::empty({numel}, at::TensorOptions().dtype(at::kFloat).device(device_.c10()));
+    buf = at::empty({numel}, at::TensorOptions().dtype(dtype_).device(device_.c10()));
   } else {
     ++reuses_;
   }
@@ -16,14 +16,14 @@ at::Tensor Arena::slot(Slot which, at::IntArrayRef shape) {
 
 at::Tensor Arena::widen_buffer(int64_t numel) {
   if (!widen_.defined() || widen_.numel() < numel)
-    widen_ = at::empty({numel}, at::TensorOptions().dtype(at::kFloat).device(device_.c10()));
+    widen_ = at::empty({numel}, at::TensorOptions().dtype(dtype_).device(device_.c10()));
   return widen_;
 }
 
 uint64_t Arena::bytes() const {
-  uint64_t n = widen_.defined() ? widen_.numel() * sizeof(float) : 0;
+  uint64_t n = widen_.defined() ? widen_.nbytes() : 0;
   for (const auto& b : storage_)
-    if (b.defined()) n += b.numel() * sizeof(float);
+    if (b.defined()) n += b.nbytes();
   return n;
 }
 

@@ -36,11 +36,47 @@ class Observers {
   std::vector<std::pair<int64_t, Observer*>> list_;
 };
 
+// Whether this LibTorch's kernels on `device` compute in `dtype`: float32 always; bfloat16 and
+// float16 when a matrix multiply in it runs (Debian's CPU LibTorch 1.13 has no float16 GEMM, its
+// later versions and CUDA do). Probed once per device type and dtype.
+bool computes_in(c10::Device device, at::ScalarType dtype) {
+  if (dtype == at::kFloat) return true;
+  static std::mutex mu;
+  static std::map<std::pair<int, int>, bool> known;
+  std::lock_guard<std::mutex> lock(mu);
+  const std::pair<int, int> key{static_cast<int>(device.type()), static_cast<int>(dtype)};
+  auto it = known.find(key);
+  if (it != known.end()) return it->second;
+  bool ok = true;
+  try {
+    c10::InferenceMode inference;
+    auto a = at::ones({2, 2}, at::TensorOptions().dtype(dtype).device(device));
+    at::mm(a, a);
+    at::softmax(a, -1, at::kFloat);
+  } catch (const c10::Error&) {
+    ok = false;
+  }
+  return known.emplace(key, ok).first->second;
+}
+
 }  // namespace
+
+void check_compute_dtype(at::ScalarType dtype, const std::vector<DeviceId>& devices) {
+  for (const DeviceId& d : devices)
+    if (!computes_in(d.c10(), dtype))
+      throw InputError(concat(compute_dtype_name(dtype), " compute is not supported on ", d.str(),
+                              ": this LibTorch has no ", c10::toString(dtype), " kernels for ",
+                              c10::DeviceTypeName(d.c10().type(), /*lower_case=*/true),
+                              "; compute in bf16 or f32 there, or place the model on an "
+                              "accelerator"),
+                       {"compute_dtype"});
+}
 
 void Executor::place(const ExecutionOptions& options) {
   const std::vector<Module*>& stages = model_.stages();
   std::vector<DeviceId> devs = options.stage_device;
+  // The implicit placement a model gets when it is built is checked when it runs (forward).
+  if (!devs.empty()) check_compute_dtype(model_.compute_dtype(), devs);
   if (devs.empty()) devs.assign(stages.size(), DeviceId::cpu());
   if (devs.size() != stages.size())
     throw InputError(
@@ -63,10 +99,11 @@ void Executor::place(const ExecutionOptions& options) {
   options_ = options;
   stage_device_ = devs;
   lanes_.clear();  // drains and stops the previous placement's queues
-  for (const auto& [d, bytes] : weights) lanes_.try_emplace(d, d, bytes, options_);
+  const at::ScalarType compute = model_.compute_dtype();
+  for (const auto& [d, bytes] : weights) lanes_.try_emplace(d, d, bytes, options_, compute);
   for (size_t i = 0; i < stages.size(); ++i) {
     Lane& lane = lanes_.at(devs[i]);
-    lane.widen_elements = std::max(lane.widen_elements, stages[i]->widen_elements());
+    lane.widen_elements = std::max(lane.widen_elements, stages[i]->widen_elements(compute));
   }
   transfers_ = TransferStats{};
   host_routes_ = std::set<std::pair<DeviceId, DeviceId>>(options.host_routes.begin(),
@@ -99,9 +136,10 @@ ForwardState Executor::make_state(c10::Device device, int64_t batch, int64_t seq
   st.step = step;
   st.bare_ref = model_.bare_ref_policy();
   st.bare_ref_warned = &bare_ref_warned_;
+  st.compute = model_.compute_dtype();
   st.positions = at::arange(seq, at::TensorOptions().dtype(at::kLong).device(device));
   st.causal_bias = at::full({seq, seq}, -std::numeric_limits<float>::infinity(),
-                            at::TensorOptions().dtype(at::kFloat).device(device))
+                            at::TensorOptions().dtype(st.compute).device(device))
                        .triu_(1);
   return st;
 }
@@ -195,6 +233,7 @@ at::Tensor Executor::forward(const Batch& batch, Model::Logits logits) {
   if (T > config.max_positions())
     throw InputError(concat("batch has ", T, " positions but ", model_.origin(),
                             " supports at most ", config.max_positions()));
+  check_compute_dtype(model_.compute_dtype(), stage_device_);
   const int64_t step = steps_;
   const Observers observers(model_);
   observers.notify([&](Observer& o) { o.on_forward_begin(ForwardBegin{step, batch, B, T}); });
@@ -272,7 +311,7 @@ at::Tensor Executor::forward(const Batch& batch, Model::Logits logits) {
       w.copy_dst = w.in_slot;
       if (faults.nofence_transfer_out) w.produced_slot = work[i - 1].out_slot;
       ++lane.transfers_in;
-      lane.bytes_in += static_cast<uint64_t>(B * T * H) * sizeof(float);
+      lane.bytes_in += w.in_slot.nbytes();
     }
     // Before block_output, so the budget check counts the scratch.
     if (lane.widen_elements > 0) w.scratch = lane.arena.widen_buffer(lane.widen_elements);

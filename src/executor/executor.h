@@ -27,9 +27,9 @@ namespace actcap {
 // ordered by markers only: hand_off() makes the copy wait for the producing stage and the next
 // stage wait for the copy.
 struct Lane {
-  Lane(DeviceId d, uint64_t weights, const ExecutionOptions& options)
+  Lane(DeviceId d, uint64_t weights, const ExecutionOptions& options, at::ScalarType compute_dtype)
       : device(d),
-        arena(d),
+        arena(d, compute_dtype),
         weight_bytes(weights),
         peak_bytes(weights),
         compute(std::make_unique<WorkQueue>(d)),
@@ -43,7 +43,7 @@ struct Lane {
   // Since the last place():
   uint64_t weight_bytes = 0;
   uint64_t peak_bytes = 0;     // weights + the largest arena reservation seen
-  int64_t widen_elements = 0;  // the largest 16-bit matrix of its stages (the widening scratch)
+  int64_t widen_elements = 0;  // its stages' largest matrix not in the compute dtype (scratch)
   int64_t transfers_in = 0;
   uint64_t bytes_in = 0;
   // Per forward (reset when one begins):
@@ -69,6 +69,10 @@ struct ForwardRun {
     return error;
   }
 };
+
+// Throws InputError (setting compute_dtype) naming the first of `devices` whose kernels cannot
+// compute in `dtype` (float16 on Debian's CPU LibTorch 1.13).
+void check_compute_dtype(at::ScalarType dtype, const std::vector<DeviceId>& devices);
 
 class Executor {
  public:

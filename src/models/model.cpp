@@ -186,12 +186,31 @@ WeightsDtype parse_weights_dtype(const std::string& name) {
                    {"weights_dtype"});
 }
 
+const char* compute_dtype_name(c10::ScalarType dtype) {
+  switch (dtype) {
+    case at::kBFloat16:
+      return "bf16";
+    case at::kHalf:
+      return "f16";
+    default:
+      return "f32";
+  }
+}
+
+c10::ScalarType parse_compute_dtype(const std::string& name) {
+  if (name == "f32") return at::kFloat;
+  if (name == "bf16") return at::kBFloat16;
+  if (name == "f16") return at::kHalf;
+  throw InputError(concat("unknown compute dtype '", name, "'; supported: f32, bf16, f16"),
+                   {"compute_dtype"});
+}
+
 std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& options) {
   if (path == "demo") {
     ModelConfig c = demo_config();
     WeightSource random = WeightSource::random(kDemoSeed);
     architecture_of(c).build(c, random);
-    return from_tensors(c, random.stored(), "demo");
+    return from_tensors(c, random.stored(), "demo", options);
   }
   Checkpoint ckpt = Checkpoint::open(path);
   ModelConfig c = load_config(ckpt.config_path());
@@ -233,6 +252,12 @@ std::unique_ptr<Model> Model::from_tensors(const ModelConfig& config,
   m->config_ = config;
   m->origin_ = origin;
   m->fingerprint_ = fingerprint_tensors(tensors);
+  const c10::ScalarType compute = options.compute_dtype;
+  if (compute != at::kFloat && compute != at::kBFloat16 && compute != at::kHalf)
+    throw InputError(
+        concat("compute dtype ", c10::toString(compute), " is not one of f32, bf16, f16"),
+        {"compute_dtype"});
+  m->compute_dtype_ = compute;
   WeightSource weights =
       WeightSource::load(tensors, origin, options.weights_dtype == WeightsDtype::kKeep);
   m->impl_ = std::make_unique<Impl>();
@@ -253,9 +278,14 @@ std::unique_ptr<Model> Model::from_tensors(const ModelConfig& config,
 
 std::vector<PointInfo> Model::points() const {
   std::vector<PointInfo> out;
+  // Modules declare float32 points; every floating activation is in the compute dtype.
+  auto computed = [&](PointInfo p) {
+    if (at::isFloatingType(p.dtype)) p.dtype = compute_dtype_;
+    return p;
+  };
   for (Module* m : impl_->modules) {
-    out.push_back(m->output_point());
-    out.push_back(m->input_point());
+    out.push_back(computed(m->output_point()));
+    out.push_back(computed(m->input_point()));
   }
   return out;
 }
@@ -345,7 +375,7 @@ std::vector<std::vector<std::string>> Model::stage_modules() const {
 }
 
 std::vector<StageCost> Model::stage_costs(int64_t batch, int64_t seq, bool logits) const {
-  const uint64_t BT = static_cast<uint64_t>(batch * seq), f = sizeof(float);
+  const uint64_t BT = static_cast<uint64_t>(batch * seq), f = c10::elementSize(compute_dtype_);
   const uint64_t H = config_.hidden_size, V = config_.vocab_size;
   const uint64_t heads = config_.num_attention_heads, inner = impl_->built.mlp_width;
   auto modules = stage_modules();
@@ -368,9 +398,9 @@ std::vector<StageCost> Model::stage_costs(int64_t batch, int64_t seq, bool logit
     } else {
       c.workspace_bytes = f * 2 * BT * H;
     }
-    // A stage whose matrices stay 16-bit widens them one at a time into its lane's float32
-    // scratch (ForwardState::widened), which the largest of them sizes.
-    if (c.workspace_bytes > 0) c.workspace_bytes += f * stages_[i]->widen_elements();
+    // A stage whose matrices are stored in another dtype than the compute dtype converts them one
+    // at a time into its lane's scratch (ForwardState::in_compute), which the largest sizes.
+    if (c.workspace_bytes > 0) c.workspace_bytes += f * stages_[i]->widen_elements(compute_dtype_);
     out.push_back(std::move(c));
   }
   return out;

@@ -17,16 +17,16 @@ const at::Tensor& ForwardState::bias(std::optional<int64_t> window) {
   auto i = at::arange(seq, at::kLong).unsqueeze(1);
   auto j = at::arange(seq, at::kLong).unsqueeze(0);
   auto visible = (j <= i).logical_and(j > i - *window);
-  auto b = at::zeros({seq, seq}, at::kFloat)
+  auto b = at::zeros({seq, seq}, compute)
                .masked_fill_(visible.logical_not(), -std::numeric_limits<float>::infinity());
   return window_bias.emplace(*window, b.to(causal_bias.device())).first->second;
 }
 
-at::Tensor ForwardState::widened(const at::Tensor& w) {
-  if (w.scalar_type() == at::kFloat) return w;
-  if (!widen_scratch.defined() || widen_scratch.numel() < w.numel() ||
+at::Tensor ForwardState::in_compute(const at::Tensor& w) {
+  if (!w.defined() || w.scalar_type() == compute) return w;
+  if (w.dim() < 2 || !widen_scratch.defined() || widen_scratch.numel() < w.numel() ||
       !w.is_non_overlapping_and_dense())
-    return w.to(at::kFloat);
+    return w.to(compute);
   // Same sizes and strides as `w` over the scratch (a transposed view stays transposed), so the
   // copy is a straight conversion pass and the GEMM reads the layout it would have read.
   at::Tensor out = widen_scratch.as_strided(w.sizes(), w.strides(), 0);
@@ -56,14 +56,15 @@ uint64_t Module::parameter_bytes() const {
   return n;
 }
 
-int64_t Module::widen_elements() const {
+int64_t Module::widen_elements(at::ScalarType compute) const {
   int64_t n = 0;
   for (size_t i = 0; i < parameters_.size(); ++i) {
     const at::Tensor* t = parameters_[i];
-    if (widened_[i] && t->defined() && t->element_size() == 2 && t->is_floating_point())
+    if (widened_[i] && t->defined() && t->dim() >= 2 && t->is_floating_point() &&
+        t->scalar_type() != compute)
       n = std::max(n, t->numel());
   }
-  for (const auto& c : children_) n = std::max(n, c->widen_elements());
+  for (const auto& c : children_) n = std::max(n, c->widen_elements(compute));
   return n;
 }
 
@@ -153,7 +154,9 @@ Linear::Linear(const std::string& name, at::Tensor weight, at::Tensor bias)
 }
 
 at::Tensor Linear::forward(const at::Tensor& x, ForwardState& st) {
-  return at::linear(x, st.widened(weight_), bias_);
+  // The weight through the scratch first: converting the bias allocates and would not disturb it.
+  at::Tensor w = st.in_compute(weight_);
+  return at::linear(x, w, st.in_compute(bias_));
 }
 
 Embedding::Embedding(const std::string& name, at::Tensor weight)
@@ -162,13 +165,13 @@ Embedding::Embedding(const std::string& name, at::Tensor weight)
   parameter(weight_, /*widened=*/false);
 }
 
-at::Tensor embedding_rows(const at::Tensor& weight, const at::Tensor& ids) {
+at::Tensor embedding_rows(const at::Tensor& weight, const at::Tensor& ids, at::ScalarType dtype) {
   at::Tensor rows = at::embedding(weight, ids);
-  return rows.scalar_type() == at::kFloat ? rows : rows.to(at::kFloat);
+  return rows.scalar_type() == dtype ? rows : rows.to(dtype);
 }
 
-at::Tensor Embedding::forward(const at::Tensor& ids, ForwardState&) {
-  return embedding_rows(weight_, ids);
+at::Tensor Embedding::forward(const at::Tensor& ids, ForwardState& st) {
+  return embedding_rows(weight_, ids, st.compute);
 }
 
 Activation::Activation(const std::string& name, const std::string& kind, int64_t width)

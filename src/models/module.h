@@ -27,18 +27,22 @@ struct ForwardState {
   // every call.
   std::set<std::string>* bare_ref_warned = nullptr;
   at::Tensor positions;                       // [T] int64
-  at::Tensor causal_bias;                     // [T, T] float32: 0 where visible, -inf where not
+  at::Tensor causal_bias;                     // [T, T] compute dtype: 0 where visible, -inf not
   std::map<int64_t, at::Tensor> window_bias;  // sliding-window variants, by window size
   // Arena slot the running stage writes its output into (undefined: allocate). Set by the
   // executor for each stage; blocks write their final residual sum here.
   at::Tensor stage_out;
-  // The running lane's widening scratch (float32, at least as large as the largest 16-bit matrix
-  // of the stage; set by the executor for each stage, undefined when the stage has none).
+  // The dtype activations are computed in (Model::compute_dtype()).
+  at::ScalarType compute = at::kFloat;
+  // The running lane's conversion scratch (compute dtype, at least as large as the largest matrix
+  // of the stage stored in another dtype; set by the executor for each stage, undefined when the
+  // stage has none).
   at::Tensor widen_scratch;
 
-  // `w` as float32: itself when it is float32, else widened into widen_scratch (valid until the
-  // next call: use it before widening another weight) or, without scratch, a fresh tensor.
-  at::Tensor widened(const at::Tensor& w);
+  // `w` in the compute dtype: itself when it is in it; a matrix converted into widen_scratch
+  // (valid until the next call: use it before converting another weight); a vector (bias, norm
+  // weight) or, without scratch, anything else as a fresh tensor.
+  at::Tensor in_compute(const at::Tensor& w);
 
   // a + b, into the arena slot when one is set (only the stage-level module may call this).
   at::Tensor residual_add(const at::Tensor& a, const at::Tensor& b) {
@@ -98,9 +102,9 @@ class Module {
   // Bytes of the parameters this module and its descendants hold, in their stored dtype (tied
   // weights counted where held).
   uint64_t parameter_bytes() const;
-  // Elements of the largest parameter here or below held in a 16-bit dtype (0 when none): the
-  // float32 scratch Linear widens such weights into must hold this many.
-  int64_t widen_elements() const;
+  // Elements of the largest matrix here or below held in a floating dtype other than `compute`
+  // (0 when none): the scratch Linear converts such weights into must hold this many.
+  int64_t widen_elements(at::ScalarType compute) const;
   ModuleHooks& hooks();  // creates the lists on first use
   // Whether a hook is registered on this module (its output or its :input).
   bool hooked() const;
@@ -116,8 +120,9 @@ class Module {
   }
   // Registers a parameter tensor (a member of the derived module; undefined = absent) so
   // to_device() moves it and parameter_bytes() counts it.
-  // `widened`: forward() widens it whole when it is 16-bit (Linear), so it sizes the widening
-  // scratch; lookup tables that widen only the rows they gather pass false.
+  // `widened`: forward() converts it whole when its dtype is not the compute dtype (Linear), so a
+  // matrix sizes the conversion scratch; lookup tables that convert only the rows they gather pass
+  // false.
   void parameter(at::Tensor& t, bool widened = true) {
     parameters_.push_back(&t);
     widened_.push_back(widened);
@@ -153,9 +158,9 @@ class Linear : public Module {
   at::Tensor weight_, bias_;
 };
 
-// weight[ids] as float32: a 16-bit table is looked up as stored and only the gathered rows are
-// widened (Embedding, ScaledEmbedding).
-at::Tensor embedding_rows(const at::Tensor& weight, const at::Tensor& ids);
+// weight[ids] in `dtype`: the table is looked up as stored and only the gathered rows are converted
+// (Embedding, ScaledEmbedding).
+at::Tensor embedding_rows(const at::Tensor& weight, const at::Tensor& ids, at::ScalarType dtype);
 
 class Embedding : public Module {
  public:

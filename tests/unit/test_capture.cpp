@@ -20,6 +20,7 @@
 #include "executor/transfer.h"
 #include "models/arch/architecture.h"
 #include "models/weights.h"
+#include "tiny_models.h"
 
 using namespace actcap;
 using ::testing::HasSubstr;
@@ -51,16 +52,6 @@ Batch batch(const Model& m, int variant = 0) {
   std::vector<std::vector<int64_t>> seqs = {{4, 8, 15, 16, 23, 42, 7, 1}, {3, 1, 4}};
   if (variant) seqs = {{9, 9, 8, 2, 4, 4}, {5, 6, 7, 8, 9, 10, 11}};
   return Batch::from_sequences(seqs, m.config().vocab_size, m.config().max_positions());
-}
-
-void split(Model& m, int n, const Batch& b) {
-  PlanRequest req;
-  req.stages = m.stage_costs(b.size(), b.max_len());
-  for (int i = 0; i < n; ++i) req.devices.push_back(DeviceId::virtual_cpu(i));
-  req.strategy = PlanStrategy::kBalanced;
-  ExecutionOptions o;
-  o.stage_device = plan_devices(req).stage_device;
-  m.place(o);
 }
 
 // The truth: every point's real-token rows, copied inside the hook.
@@ -126,7 +117,7 @@ TEST_P(SeedSuiteArch, NoCorruptionOverThreeDevicesInInferenceMode) {
   auto m = model(GetParam(), 6);
   Batch b = batch(*m);
   auto expected = truth(*m, b);  // single device
-  split(*m, 3, b);
+  test::place_balanced(*m, b, 3);
   SafeCapturer cap(*m, CaptureOptions{{"**", "**:input"}});
   cap.run(b);
   EXPECT_GE(m->transfer_stats().transfers, 2);
@@ -141,7 +132,7 @@ TEST(SeedSuite, NoCorruptionOverThreeOrMoreDevicesInInferenceMode) {
     auto m = model("llama", 8);
     Batch b = batch(*m);
     auto expected = truth(*m, b);  // single device
-    split(*m, n, b);
+    test::place_balanced(*m, b, n);
     bool inference_mode = false;
     auto probe = m->register_forward_hook("lm_head", [&](const HookContext&, const at::Tensor&) {
       inference_mode = c10::InferenceMode::is_enabled();
@@ -269,7 +260,7 @@ TEST(Hazards, H2_LaterInPlaceWritersDoNotReachSnapshots) {
 TEST(Hazards, H3_SnapshotIsCompleteAndOnTheStableDeviceWhenTheHookReturns) {
   auto m = model("gpt2", 4);
   Batch b = batch(*m);
-  split(*m, 3, b);
+  test::place_balanced(*m, b, 3);
   SafeCapturer cap(*m, CaptureOptions{{"transformer.h.3"}});
   bool checked = false;
   auto after =
@@ -295,7 +286,7 @@ TEST(Hazards, H3_SnapshotIsCompleteAndOnTheStableDeviceWhenTheHookReturns) {
 TEST(Hazards, H4_DamagedTransferStopsTheCaptureNamingTheLink) {
   auto m = model("qwen2", 6);
   Batch b = batch(*m);
-  split(*m, 3, b);
+  test::place_balanced(*m, b, 3);
   std::vector<DeviceId> placement;
   std::string into;  // the stage that reads what crosses cpu:0 -> cpu:1
   for (size_t i = 0; i < m->stages().size(); ++i) {

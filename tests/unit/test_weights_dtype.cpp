@@ -17,38 +17,22 @@
 #include "models/arch/architecture.h"
 #include "models/arch/llama_family.h"
 #include "models/weights.h"
+#include "tiny_models.h"
 
 using namespace actcap;
+using test::every_architecture;
 
 namespace {
 
-std::vector<std::string> every_architecture() {
-  std::vector<std::string> out;
-  for (const Architecture* a : architectures()) out.push_back(a->name());
-  return out;
-}
-
 std::unique_ptr<Model> tiny(const std::string& arch, at::ScalarType stored, WeightsDtype mode) {
-  ModelConfig c = preset_config(arch, "tiny");
   LoadOptions o;
   o.weights_dtype = mode;
-  return Model::from_tensors(c, random_weights(c, 17, stored), arch + "-tiny", o);
+  return test::tiny_model(arch, stored, o);
 }
 
 Batch batch_of(const Model& m) {
   return Batch::from_sequences({{1, 5, 9, 2, 7, 3, 11, 4}, {8, 6, 10}}, m.config().vocab_size,
                                m.config().max_positions());
-}
-
-void place_on(Model& m, const Batch& b, int devices) {
-  PlanRequest req;
-  req.stages = m.stage_costs(b.size(), b.max_len());
-  for (int i = 0; i < devices; ++i) req.devices.push_back(DeviceId::virtual_cpu(i));
-  req.strategy = PlanStrategy::kBalanced;
-  req.hidden_bytes = b.size() * b.max_len() * m.config().hidden_size * 4;
-  ExecutionOptions opts;
-  opts.stage_device = plan_devices(req).stage_device;
-  m.place(opts);
 }
 
 uint64_t total_weight_bytes(const Model& m) {
@@ -85,7 +69,7 @@ TEST_P(SixteenBitEveryArch, KeepSplitOverThreeDevicesEqualsOneDevice) {
   auto m = tiny(GetParam(), at::kBFloat16, WeightsDtype::kKeep);
   const Batch b = batch_of(*m);
   const at::Tensor one = m->forward(b);
-  place_on(*m, b, 3);
+  test::place_balanced(*m, b, 3);
   const at::Tensor three = m->forward(b);
   EXPECT_TRUE(at::equal(one, three));
 }
@@ -127,14 +111,14 @@ TEST(WeightsDtype, WidenedKeepsTheLayoutAndReusesTheScratch) {
   st.widen_scratch = at::empty({64}, at::kFloat);
   const at::Tensor stored = at::randn({4, 8}).to(at::kHalf);
   const at::Tensor transposed = stored.t();  // GPT-2's Conv1D view
-  const at::Tensor w = st.widened(transposed);
+  const at::Tensor w = st.in_compute(transposed);
   EXPECT_EQ(w.data_ptr(), st.widen_scratch.data_ptr());
   EXPECT_EQ(w.strides(), transposed.strides());
   EXPECT_TRUE(at::equal(w, transposed.to(at::kFloat)));
   const at::Tensor f = at::randn({2, 2});
-  EXPECT_EQ(st.widened(f).data_ptr(), f.data_ptr());  // float32: as is
-  ForwardState none;                                  // no scratch: a fresh tensor
-  EXPECT_TRUE(at::equal(none.widened(stored), stored.to(at::kFloat)));
+  EXPECT_EQ(st.in_compute(f).data_ptr(), f.data_ptr());  // float32: as is
+  ForwardState none;                                     // no scratch: a fresh tensor
+  EXPECT_TRUE(at::equal(none.in_compute(stored), stored.to(at::kFloat)));
 }
 
 TEST(WeightsDtype, PlannerCountsStoredBytesAndTheScratch) {

@@ -73,7 +73,10 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
     scores = at::baddbmm(bias, q.reshape({B * H, T, D}), kk.reshape({B * H, T, D}).transpose(1, 2),
                          /*beta=*/1.0, /*alpha=*/scale);
   }
-  auto probs = at::softmax(scores, -1);
+  // In float32 and rounded to the compute dtype (HF's eager softmax(..., dtype=torch.float32)).
+  auto probs = scores.scalar_type() == at::kFloat
+                   ? at::softmax(scores, -1)
+                   : at::softmax(scores, -1, at::kFloat).to(scores.scalar_type());
   auto ctx = at::bmm(probs, vv.reshape({B * H, T, D}));  // [B*H, T, D]
   return ctx.view({B, H, T, D}).transpose(1, 2).reshape({B, T, H * D});
 }

@@ -21,7 +21,12 @@ LayerNorm::LayerNorm(const std::string& name, at::Tensor weight, at::Tensor bias
 }
 
 at::Tensor LayerNorm::forward(const at::Tensor& x, ForwardState&) {
-  return at::layer_norm(x, {weight_.size(0)}, weight_, bias_, eps_, /*cudnn_enable=*/false);
+  // Norm weights are float32 (vectors are widened at load). A 16-bit input is normalised in
+  // float32 and rounded once, as torch's 16-bit layer_norm kernels accumulate in float32.
+  if (x.scalar_type() == at::kFloat)
+    return at::layer_norm(x, {weight_.size(0)}, weight_, bias_, eps_, /*cudnn_enable=*/false);
+  return at::layer_norm(x.to(at::kFloat), {weight_.size(0)}, weight_, bias_, eps_, false)
+      .to(x.scalar_type());
 }
 
 RMSNorm::RMSNorm(const std::string& name, at::Tensor weight, double eps, RMSNormOptions o)
@@ -32,11 +37,14 @@ RMSNorm::RMSNorm(const std::string& name, at::Tensor weight, double eps, RMSNorm
   parameter(weight_);
 }
 
-at::Tensor RMSNorm::forward(const at::Tensor& x, ForwardState&) {
+at::Tensor RMSNorm::forward(const at::Tensor& x, ForwardState& st) {
+  // HF: normalised in float32. Llama-style norms round to the input dtype and then scale by the
+  // weight in the model's dtype; Gemma's (1 + w) scales in float32 and rounds last.
   auto xf = x.to(at::kFloat);
   auto var = xf.pow(2).mean(-1, /*keepdim=*/true);
-  auto normed = (xf * at::rsqrt(var + eps_)).to(x.scalar_type());
-  return unit_offset_ ? (weight_ + 1.0) * normed : weight_ * normed;
+  auto normed = xf * at::rsqrt(var + eps_);
+  if (unit_offset_) return ((weight_ + 1.0) * normed).to(x.scalar_type());
+  return st.in_compute(weight_) * normed.to(x.scalar_type());
 }
 
 }  // namespace actcap

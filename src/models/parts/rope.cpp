@@ -140,6 +140,8 @@ const std::vector<at::Tensor>& Rope::cos_sin(ForwardState& st) const {
       cos.mul_(attention_factor_);
       sin.mul_(attention_factor_);
     }
+    // Computed in float32, used in the compute dtype (HF: cos.to(dtype=x.dtype)).
+    if (st.compute != at::kFloat) cos = cos.to(st.compute), sin = sin.to(st.compute);
     return std::vector<at::Tensor>{cos, sin};
   });
 }

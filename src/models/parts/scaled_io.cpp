@@ -9,9 +9,10 @@ ScaledEmbedding::ScaledEmbedding(const std::string& name, at::Tensor weight, flo
   parameter(weight_, /*widened=*/false);
 }
 
-at::Tensor ScaledEmbedding::forward(const at::Tensor& ids, ForwardState&) {
-  // Scaled in float32, as HF scales float32 hidden states.
-  at::Tensor rows = embedding_rows(weight_, ids);
+at::Tensor ScaledEmbedding::forward(const at::Tensor& ids, ForwardState& st) {
+  // Scaled in the compute dtype by the scale rounded to it, as HF's normalizer
+  // (torch.tensor(hidden_size**0.5, dtype=hidden_states.dtype)).
+  at::Tensor rows = embedding_rows(weight_, ids, st.compute);
   return rows.mul_(at::scalar_tensor(scale_, rows.options()));
 }
 

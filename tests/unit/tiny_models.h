@@ -1,0 +1,40 @@
+// What several unit suites build their models and placements from: the registry's tiny presets
+// with init-model's random weights, and a balanced split over virtual CPU devices.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actcap/init_model.h"
+#include "actcap/model.h"
+#include "actcap/planner.h"
+#include "models/arch/architecture.h"
+
+namespace actcap::test {
+
+inline std::vector<std::string> every_architecture() {
+  std::vector<std::string> out;
+  for (const Architecture* a : architectures()) out.push_back(a->name());
+  return out;
+}
+
+// `arch`'s tiny preset, random weights (seed 17) stored in `stored`, loaded with `options`.
+inline std::unique_ptr<Model> tiny_model(const std::string& arch, at::ScalarType stored,
+                                         const LoadOptions& options = {}) {
+  ModelConfig c = preset_config(arch, "tiny");
+  return Model::from_tensors(c, random_weights(c, 17, stored), arch + "-tiny", options);
+}
+
+// Places `m` over virtual devices cpu:0..cpu:n-1 with the planner's balanced split for `b`.
+inline void place_balanced(Model& m, const Batch& b, int n) {
+  PlanRequest req;
+  req.stages = m.stage_costs(b.size(), b.max_len());
+  for (int i = 0; i < n; ++i) req.devices.push_back(DeviceId::virtual_cpu(i));
+  req.strategy = PlanStrategy::kBalanced;
+  ExecutionOptions o;
+  o.stage_device = plan_devices(req).stage_device;
+  m.place(o);
+}
+
+}  // namespace actcap::test
