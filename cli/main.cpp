@@ -76,12 +76,17 @@ std::string with_flags(const actcap::Error& e) {
       {"input", "--input"},
       {"max_length", "--max-length"},
       {"max_memory", "--max-memory"},
+      {"max_new_tokens", "--max-new-tokens"},
       {"out", "--out"},
       {"overwrite", "--overwrite"},
       {"positions", "--positions"},
       {"resume", "--resume"},
       {"skip_bad_lines", "--skip-bad-lines"},
+      {"stop_tokens", "--stop-token"},
       {"stride", "--stride"},
+      {"temperature", "--temperature"},
+      {"top_k", "--top-k"},
+      {"top_p", "--top-p"},
       {"transfer_faults", "ACTCAP_FAULT"},
       {"weights_dtype", "--weights-dtype"},
   };
@@ -123,7 +128,7 @@ int main(int argc, char** argv) {
       actcap::cli::add_doctor(app),     actcap::cli::add_verify(app),
       actcap::cli::add_repro(app),      actcap::cli::add_compare(app),
       actcap::cli::add_tokenize(app),   actcap::cli::add_bench(app),
-      actcap::cli::add_extract(app),
+      actcap::cli::add_extract(app),      actcap::cli::add_generate(app),
   };
   try {
     app.parse(argc, argv);

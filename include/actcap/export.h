@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "actcap/capture.h"
+#include "actcap/generate.h"
 #include "actcap/model.h"
 
 namespace actcap {
@@ -80,6 +81,10 @@ std::vector<ExportedTensor> export_rows(
 // order, each of `points` (empty: every point kept) must have exactly one snapshot, and all of them
 // the same rows (their RowSelection, or the whole [batch, seq, ...] tensor); sequences are numbered
 // across forwards. RunError naming the point and forward otherwise.
+// A generation's stitched captures (generate.h) as one shard, with the rows' steps.
+std::vector<ExportedTensor> export_generation(const std::string& dir,
+                                              const GenerateCapture& capture, const Model& model,
+                                              const ExportFaults& faults = {});
 class SnapshotStore;
 std::vector<ExportedTensor> export_snapshots(const std::string& dir, SnapshotStore& store,
                                              const CaptureOrigin& origin,

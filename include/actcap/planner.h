@@ -24,6 +24,7 @@ struct StageCost {
   std::string shared_with;  // module name holding the tied weight ("" when none)
   uint64_t workspace_bytes = 0;  // peak temporary activations while the stage runs
   uint64_t capture_bytes = 0;    // capture staging for hook points inside the stage
+  uint64_t cache_bytes = 0;      // a generation's KV cache of the stage's attention modules
 };
 
 enum class PlanStrategy { kAuto, kBalanced, kSequential, kExplicit };
@@ -46,7 +47,7 @@ struct DeviceUsage {
   uint64_t weights = 0;
   uint64_t workspace =
       0;                 // arena (2 ping-pong slots + transfer-in slot) + largest stage temporaries
-  uint64_t reserve = 0;  // capture staging
+  uint64_t reserve = 0;  // capture staging and a generation's KV cache
   uint64_t total() const { return weights + workspace + reserve; }
   std::optional<uint64_t> budget;
   std::vector<size_t> stages;  // indices into PlanRequest::stages

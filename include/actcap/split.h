@@ -25,6 +25,9 @@ struct SplitOptions {
   // Capture copies in flight per device (ExecutionOptions::copy_window_bytes); 0: every capture
   // is copied to the host inside its hook, blocking (what the overlapped path is measured against).
   uint64_t copy_window_bytes = uint64_t{256} << 20;
+  // Generation (generate.h): positions of KV cache each sequence of the batch holds; each block's
+  // cache is reserved on its device like capture staging. 0: no cache.
+  int64_t kv_cache_tokens = 0;
 };
 
 // The plan for a batch x seq forward capturing `capture` (each captured point's bytes are

@@ -86,7 +86,8 @@ class Planner {
     capture_prefix_.assign(n_ + 1, 0);
     for (size_t i = 0; i < n_; ++i) {
       weight_prefix_[i + 1] = sat_add(weight_prefix_[i], r.stages[i].weight_bytes);
-      capture_prefix_[i + 1] = sat_add(capture_prefix_[i], r.stages[i].capture_bytes);
+      capture_prefix_[i + 1] = sat_add(capture_prefix_[i],
+                                       sat_add(r.stages[i].capture_bytes, r.stages[i].cache_bytes));
     }
     // Sparse table for the largest workspace over a range of stages.
     size_t levels = 1;
@@ -168,7 +169,7 @@ class Planner {
         const StageCost& st = req_.stages[s];
         u.stages.push_back(s);
         u.weights = sat_add(u.weights, st.weight_bytes);
-        u.reserve = sat_add(u.reserve, st.capture_bytes);
+        u.reserve = sat_add(u.reserve, sat_add(st.capture_bytes, st.cache_bytes));
         max_ws = std::max(max_ws, st.workspace_bytes);
         if (!st.shared_with.empty() && st.shared_weight_bytes > 0) {
           const long o = tied_owner_[s];

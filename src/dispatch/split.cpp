@@ -4,6 +4,7 @@
 
 #include "actcap/error.h"
 #include "actcap/executor.h"
+#include "models/model_parts.h"
 
 namespace actcap {
 
@@ -77,6 +78,13 @@ DevicePlan plan_split(const Model& model, const SplitOptions& options, int64_t b
   PlanRequest req;
   req.stages = model.stage_costs(batch, seq, head_runs(model, capture, logits));
   for (size_t i = 0; i < staging.size(); ++i) req.stages[i].capture_bytes = staging[i];
+  if (options.kv_cache_tokens > 0) {
+    const std::vector<int64_t> kv = ModelParts::kv_elements_per_token(model);
+    const uint64_t per = static_cast<uint64_t>(batch * options.kv_cache_tokens) *
+                         c10::elementSize(model.compute_dtype());
+    for (size_t i = 0; i < kv.size(); ++i)
+      req.stages[i].cache_bytes = static_cast<uint64_t>(kv[i]) * per;
+  }
   req.devices = options.devices;
   req.budgets = options.budgets;
   req.strategy = options.strategy;

@@ -129,7 +129,8 @@ std::vector<DeviceStats> Executor::device_stats() const {
   return out;
 }
 
-ForwardState Executor::make_state(c10::Device device, int64_t batch, int64_t seq, int64_t step) {
+ForwardState Executor::make_state(c10::Device device, int64_t batch, int64_t seq, int64_t step,
+                                  const CachedStep* cached) {
   ForwardState st;
   st.batch = batch;
   st.seq = seq;
@@ -141,6 +142,15 @@ ForwardState Executor::make_state(c10::Device device, int64_t batch, int64_t seq
   st.causal_bias = at::full({seq, seq}, -std::numeric_limits<float>::infinity(),
                             at::TensorOptions().dtype(st.compute).device(device))
                        .triu_(1);
+  st.rope_len = seq;
+  if (cached) {
+    st.kv = cached->kv;
+    st.kv_len = seq;
+    if (cached->positions.defined()) {
+      st.row_positions = cached->positions.to(device);
+      st.kv_len = st.rope_len = cached->positions.max().item<int64_t>() + 1;
+    }
+  }
   return st;
 }
 
@@ -226,7 +236,7 @@ at::Tensor Executor::block_output(Lane& lane, size_t stage, at::IntArrayRef shap
   return out;
 }
 
-at::Tensor Executor::forward(const Batch& batch, Model::Logits logits) {
+at::Tensor Executor::forward(const Batch& batch, Model::Logits logits, const CachedStep* cached) {
   c10::InferenceMode guard;
   const ModelConfig& config = model_.config();
   const int64_t B = batch.ids.size(0), T = batch.ids.size(1), H = config.hidden_size;
@@ -249,7 +259,7 @@ at::Tensor Executor::forward(const Batch& batch, Model::Logits logits) {
     if (lane.state) return *lane.state;
     const c10::Device dev = lane.device.c10();
     auto it = states.find(dev.str());
-    if (it == states.end()) it = states.emplace(dev.str(), make_state(dev, B, T, step)).first;
+    if (it == states.end()) it = states.emplace(dev.str(), make_state(dev, B, T, step, cached)).first;
     lane.state = &it->second;
     return it->second;
   };
@@ -371,6 +381,11 @@ void Model::place(const ExecutionOptions& options) {
 
 at::Tensor Model::forward(const Batch& batch, Logits logits) {
   return executor_->forward(batch, logits);
+}
+
+at::Tensor ModelParts::forward_cached(Model& model, const Batch& batch, Model::Logits logits,
+                                      const CachedStep& step) {
+  return model.executor_->forward(batch, logits, &step);
 }
 
 const ExecutionOptions& Model::placement() const { return executor_->placement(); }

@@ -18,6 +18,7 @@
 #include "actcap/model.h"
 #include "executor/arena.h"
 #include "executor/streams.h"
+#include "models/model_parts.h"
 #include "models/module.h"
 
 namespace actcap {
@@ -82,7 +83,8 @@ class Executor {
   // lanes and stats.
   void place(const ExecutionOptions& options);
   // Model::forward.
-  at::Tensor forward(const Batch& batch, Model::Logits logits);
+  // With `cached`, a step of a generation (ModelParts::forward_cached).
+  at::Tensor forward(const Batch& batch, Model::Logits logits, const CachedStep* cached = nullptr);
 
   const ExecutionOptions& placement() const { return options_; }
   DeviceId stage_device(size_t stage) const { return stage_device_.at(stage); }
@@ -92,7 +94,8 @@ class Executor {
 
  private:
   // The one place a ForwardState is built: the tables every module of one forward shares.
-  ForwardState make_state(c10::Device device, int64_t batch, int64_t seq, int64_t step);
+  ForwardState make_state(c10::Device device, int64_t batch, int64_t seq, int64_t step,
+                          const CachedStep* cached);
   // The boundary between two lanes: queues on `to`'s copy queue, after the stage before `into`
   // (on `from`), the verified copy of that stage's output (`outs[into - 1]`; `produced_slot`, the
   // arena slot it is written into, is read instead under the nofence:transfer-out fault) into

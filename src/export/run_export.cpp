@@ -64,10 +64,15 @@ std::vector<ExportedTensor> export_run(const std::string& dir, const SafeCapture
       [&] { capturer.verify(); }, faults);
 }
 
-std::vector<ExportedTensor> export_rows(
+namespace {
+
+// export_rows with `generation`, when not null, recorded in the manifest (which then plans the
+// rows' `__rows__.step`, `row_step`).
+std::vector<ExportedTensor> export_rows_of(
     const std::string& dir, const CaptureOrigin& origin,
     const std::vector<std::pair<std::string, at::Tensor>>& points,
     const std::vector<int64_t>& row_seq, const std::vector<int64_t>& row_pos,
+    const json& generation, const std::vector<int64_t>& row_step,
     const std::function<void()>& reverify, const ExportFaults& faults) {
   const int64_t rows = static_cast<int64_t>(row_seq.size());
   if (row_pos.size() != row_seq.size())
@@ -87,12 +92,19 @@ std::vector<ExportedTensor> export_rows(
   }
   shard.tensors.emplace_back("__rows__.seq", at::tensor(row_seq, at::kLong));
   shard.tensors.emplace_back("__rows__.pos", at::tensor(row_pos, at::kLong));
+  if (!generation.is_null()) {
+    if (row_step.size() != row_seq.size())
+      throw InputError(concat("rows: ", row_seq.size(), " sequence indices but ", row_step.size(),
+                              " steps"));
+    shard.tensors.emplace_back("__rows__.step", at::tensor(row_step, at::kLong));
+  }
   // Checksums first, then the snapshots re-checked against their fingerprints: the bytes the
   // checksums cover are the captured ones (what changes after this is caught on read-back).
   shard.checksums = tensor_checksums(shard.tensors);
   if (reverify) reverify();
 
   json manifest = manifest_head(origin, plan);
+  if (!generation.is_null()) manifest["generation"] = generation;
   std::string problem;
   const std::optional<ShardSchema> schema = shard_schema(manifest, problem);
   if (!schema) throw RunError(concat("cannot describe the capture's shard: manifest ", problem));
@@ -107,6 +119,28 @@ std::vector<ExportedTensor> export_rows(
   manifest["shards"].push_back(entry);
   write_manifest(dir, manifest, &fault_points);
   return out;
+}
+
+}  // namespace
+
+std::vector<ExportedTensor> export_rows(
+    const std::string& dir, const CaptureOrigin& origin,
+    const std::vector<std::pair<std::string, at::Tensor>>& points,
+    const std::vector<int64_t>& row_seq, const std::vector<int64_t>& row_pos,
+    const std::function<void()>& reverify, const ExportFaults& faults) {
+  return export_rows_of(dir, origin, points, row_seq, row_pos, json(), {}, reverify, faults);
+}
+
+std::vector<ExportedTensor> export_generation(const std::string& dir,
+                                              const GenerateCapture& capture, const Model& model,
+                                              const ExportFaults& faults) {
+  json generation = {{"sequences", capture.row_seq.empty() ? 0 : capture.row_seq.back() + 1},
+                     {"steps", capture.row_step.empty()
+                                   ? 0
+                                   : *std::max_element(capture.row_step.begin(),
+                                                       capture.row_step.end())}};
+  return export_rows_of(dir, capture_origin(model), capture.points, capture.row_seq,
+                        capture.row_pos, generation, capture.row_step, nullptr, faults);
 }
 
 std::vector<ExportedTensor> export_snapshots(const std::string& dir, SnapshotStore& store,

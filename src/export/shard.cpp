@@ -62,6 +62,8 @@ std::optional<ShardSchema> shard_schema(const json& manifest, std::string& probl
   }
   s.tensors[kRowsSeq] = {"I64", {}};
   s.tensors[kRowsPos] = {"I64", {}};
+  // A generation's rows also say which forward computed them (0: the prompt pass).
+  if (manifest.contains("generation")) s.tensors["__rows__.step"] = {"I64", {}};
   return s;
 }
 

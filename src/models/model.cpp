@@ -139,6 +139,12 @@ bool ModelParts::head_shares_embedding(const Model& model) {
   return model.impl_->built.head_shares_embedding;
 }
 
+std::vector<int64_t> ModelParts::kv_elements_per_token(const Model& model) {
+  std::vector<int64_t> out;
+  for (const Module* s : model.stages()) out.push_back(s->kv_elements_per_token());
+  return out;
+}
+
 const std::map<int64_t, Observer*>& ModelParts::observers(const Model& model) {
   return model.hooks_->observers;
 }

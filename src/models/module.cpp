@@ -10,6 +10,18 @@
 namespace actcap {
 
 const at::Tensor& ForwardState::bias(std::optional<int64_t> window) {
+  if (row_positions.defined()) {  // cached decoding: row b's query at p sees keys j <= p
+    const int64_t key = window ? *window : -1;
+    auto it = window_bias.find(key);
+    if (it != window_bias.end()) return it->second;
+    auto p = row_positions.unsqueeze(1).unsqueeze(-1);  // [B, 1, T, 1]
+    auto j = at::arange(kv_len, row_positions.options()).view({1, 1, 1, kv_len});
+    auto visible = j <= p;
+    if (window) visible = visible.logical_and(j > p - *window);
+    auto b = at::zeros(visible.sizes(), visible.options().dtype(compute))
+                 .masked_fill_(visible.logical_not(), -std::numeric_limits<float>::infinity());
+    return window_bias.emplace(key, b).first->second;
+  }
   if (!window || *window >= seq) return causal_bias;
   auto it = window_bias.find(*window);
   if (it != window_bias.end()) return it->second;
@@ -53,6 +65,12 @@ uint64_t Module::parameter_bytes() const {
   for (const at::Tensor* t : parameters_)
     if (t->defined()) n += t->numel() * t->element_size();
   for (const auto& c : children_) n += c->parameter_bytes();
+  return n;
+}
+
+int64_t Module::kv_elements_per_token() const {
+  int64_t n = 0;
+  for (const auto& c : children_) n += c->kv_elements_per_token();
   return n;
 }
 

@@ -16,6 +16,8 @@
 
 namespace actcap {
 
+struct KvCache;  // kv_cache.h
+
 // Per-forward state shared by every module on one device: sizes, positions, masks, and the
 // tables parts compute once per forward (RoPE cos/sin), kept by the part that owns them.
 struct ForwardState {
@@ -26,7 +28,15 @@ struct ForwardState {
   // Points the guard already warned about (kWarn warns once per point and model); null: warn on
   // every call.
   std::set<std::string>* bare_ref_warned = nullptr;
-  at::Tensor positions;                       // [T] int64
+  at::Tensor positions;                       // [T] int64: 0..T-1
+  // Cached decoding (src/generate/): the position of each row's tokens, [B, T] int64 (undefined:
+  // `positions` for every row), the cache the attention modules write their keys and values into
+  // (null: none), and how many cached positions the keys span (max position + 1).
+  at::Tensor row_positions;
+  KvCache* kv = nullptr;
+  int64_t kv_len = 0;
+  // The sequence length RoPE scaling sees: HF's max(position_ids) + 1.
+  int64_t rope_len = 0;
   at::Tensor causal_bias;                     // [T, T] compute dtype: 0 where visible, -inf not
   std::map<int64_t, at::Tensor> window_bias;  // sliding-window variants, by window size
   // Arena slot the running stage writes its output into (undefined: allocate). Set by the
@@ -50,7 +60,8 @@ struct ForwardState {
     return at::add_out(stage_out, a, b);
   }
 
-  // Additive attention bias for full causal attention or a sliding window.
+  // Additive attention bias for full causal attention or a sliding window: [T, T], or with
+  // row_positions [B, 1, T, kv_len] (each row sees its cached keys up to its own position).
   const at::Tensor& bias(std::optional<int64_t> window);
 
   // Tables `owner` computes once per forward (make() runs on first use; layers sharing an owner
@@ -102,6 +113,9 @@ class Module {
   // Bytes of the parameters this module and its descendants hold, in their stored dtype (tied
   // weights counted where held).
   uint64_t parameter_bytes() const;
+  // Keys and values an attention module here or below caches per token (kv_heads * head_dim * 2,
+  // summed): what a KV cache costs per position and sequence.
+  virtual int64_t kv_elements_per_token() const;
   // Elements of the largest matrix here or below held in a floating dtype other than `compute`
   // (0 when none): the scratch Linear converts such weights into must hold this many.
   int64_t widen_elements(at::ScalarType compute) const;

@@ -44,7 +44,10 @@ class Gpt2Embeddings : public Module {
  protected:
   at::Tensor forward(const at::Tensor& ids, ForwardState& st) override {
     auto tok = wte_->call(ids, st);
-    auto pos = wpe_->call(st.positions.unsqueeze(0).expand({st.batch, st.seq}), st);
+    auto pos = wpe_->call(st.row_positions.defined()
+                              ? st.row_positions
+                              : st.positions.unsqueeze(0).expand({st.batch, st.seq}),
+                          st);
     return tok + pos;
   }
 

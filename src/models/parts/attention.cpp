@@ -1,5 +1,7 @@
 #include "models/parts/attention.h"
 
+#include "models/kv_cache.h"
+
 namespace actcap {
 
 Attention::Attention(const std::string& name, AttentionShape shape, AttentionParts p)
@@ -51,6 +53,25 @@ at::Tensor Attention::forward(const at::Tensor& x, ForwardState& st) {
     q = s_.rope->apply(q, st);
     k = s_.rope->apply(k, st);
   }
+  if (st.kv) {  // generation: keep this step's keys and values, attend over the cached ones
+    KvCache::Entry& e = st.kv->entry(this);
+    if (!e.k.defined()) {
+      // Zeroed, not empty: the masked slots past a row's position are still multiplied (by a
+      // probability of exactly 0), and 0 * NaN from stale memory would be NaN.
+      e.k = at::zeros({B, s_.kv_heads, st.kv->capacity, D}, k.options());
+      e.v = at::zeros({B, s_.kv_heads, st.kv->capacity, D}, v.options());
+    }
+    if (!st.row_positions.defined()) {  // the prompt pass: positions 0..T-1, attends as without
+      e.k.narrow(2, 0, T).copy_(k);
+      e.v.narrow(2, 0, T).copy_(v);
+    } else {
+      auto at_row = st.row_positions.view({B, 1, T, 1}).expand({B, s_.kv_heads, T, D});
+      e.k.scatter_(2, at_row, k);
+      e.v.scatter_(2, at_row, v);
+      k = e.k.narrow(2, 0, st.kv_len);
+      v = e.v.narrow(2, 0, st.kv_len);
+    }
+  }
   auto ctx = attention(q, k, v, st.bias(s_.window), s_.scale, s_.softcap);
   return o_->call(ctx, st);
 }
@@ -58,26 +79,28 @@ at::Tensor Attention::forward(const at::Tensor& x, ForwardState& st) {
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                      const at::Tensor& bias, double scale, std::optional<double> softcap) {
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
-  const int64_t Hkv = k.size(1);
+  const int64_t Hkv = k.size(1), K = k.size(2);
   at::Tensor kk = k, vv = v;
   if (Hkv != H) {  // repeat_kv: each kv head serves H / Hkv consecutive query heads
-    kk = k.unsqueeze(2).expand({B, Hkv, H / Hkv, T, D}).reshape({B, H, T, D});
-    vv = v.unsqueeze(2).expand({B, Hkv, H / Hkv, T, D}).reshape({B, H, T, D});
+    kk = k.unsqueeze(2).expand({B, Hkv, H / Hkv, K, D}).reshape({B, H, K, D});
+    vv = v.unsqueeze(2).expand({B, Hkv, H / Hkv, K, D}).reshape({B, H, K, D});
   }
+  // A per-row bias (cached decoding) broadcast over the heads.
+  const at::Tensor mask = bias.dim() == 4 ? bias.expand({B, H, T, K}).reshape({B * H, T, K}) : bias;
   at::Tensor scores;
   if (softcap) {  // HF: scores * scaling, then softcap * tanh(scores / softcap), then the mask
-    scores = at::bmm(q.reshape({B * H, T, D}), kk.reshape({B * H, T, D}).transpose(1, 2)) * scale;
-    scores = (scores / *softcap).tanh_().mul_(*softcap).add_(bias);
+    scores = at::bmm(q.reshape({B * H, T, D}), kk.reshape({B * H, K, D}).transpose(1, 2)) * scale;
+    scores = (scores / *softcap).tanh_().mul_(*softcap).add_(mask);
   } else {
-    // One GEMM computes bias + scale * q k^T: no separate passes over the [T, T] scores.
-    scores = at::baddbmm(bias, q.reshape({B * H, T, D}), kk.reshape({B * H, T, D}).transpose(1, 2),
+    // One GEMM computes bias + scale * q k^T: no separate passes over the [T, K] scores.
+    scores = at::baddbmm(mask, q.reshape({B * H, T, D}), kk.reshape({B * H, K, D}).transpose(1, 2),
                          /*beta=*/1.0, /*alpha=*/scale);
   }
   // In float32 and rounded to the compute dtype (HF's eager softmax(..., dtype=torch.float32)).
   auto probs = scores.scalar_type() == at::kFloat
                    ? at::softmax(scores, -1)
                    : at::softmax(scores, -1, at::kFloat).to(scores.scalar_type());
-  auto ctx = at::bmm(probs, vv.reshape({B * H, T, D}));  // [B*H, T, D]
+  auto ctx = at::bmm(probs, vv.reshape({B * H, K, D}));  // [B*H, T, D]
   return ctx.view({B, H, T, D}).transpose(1, 2).reshape({B, T, H * D});
 }
 

@@ -45,6 +45,7 @@ struct AttentionParts {
 class Attention : public Module {
  public:
   Attention(const std::string& name, AttentionShape shape, AttentionParts parts);
+  int64_t kv_elements_per_token() const override { return 2 * s_.kv_heads * s_.head_dim; }
 
  protected:
   at::Tensor forward(const at::Tensor& x, ForwardState& st) override;
@@ -55,8 +56,9 @@ class Attention : public Module {
          *v_ = nullptr, *o_ = nullptr;
 };
 
-// softmax(q k^T * scale + bias) v with grouped-query heads: q [B, H, T, D], k/v [B, Hkv, T, D].
-// Returns [B, T, H * D]. `softcap` caps the scores before the bias, as Gemma 2.
+// softmax(q k^T * scale + bias) v with grouped-query heads: q [B, H, T, D], k/v [B, Hkv, K, D]
+// (K = T, or the cached positions when decoding), bias [T, K] or [B, 1, T, K]. Returns
+// [B, T, H * D]. `softcap` caps the scores before the bias, as Gemma 2.
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                      const at::Tensor& bias, double scale, std::optional<double> softcap = {});
 

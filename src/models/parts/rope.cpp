@@ -132,9 +132,12 @@ at::Tensor Rope::inv_freq(int64_t seq_len) const {
 
 const std::vector<at::Tensor>& Rope::cos_sin(ForwardState& st) const {
   return st.table(this, [&] {
-    at::Tensor inv = inv_freq(st.seq).to(st.positions.device());
-    auto freqs = st.positions.to(at::kFloat).unsqueeze(1) * inv.unsqueeze(0);
-    auto emb = at::cat({freqs, freqs}, -1);  // [T, rotary dim]
+    at::Tensor inv = inv_freq(st.rope_len > 0 ? st.rope_len : st.seq).to(st.positions.device());
+    // [T, rotary dim], or [B, 1, T, rotary dim] for per-row positions (cached decoding).
+    auto freqs = st.row_positions.defined()
+                     ? (st.row_positions.to(at::kFloat).unsqueeze(-1) * inv).unsqueeze(1)
+                     : st.positions.to(at::kFloat).unsqueeze(1) * inv.unsqueeze(0);
+    auto emb = at::cat({freqs, freqs}, -1);
     at::Tensor cos = emb.cos(), sin = emb.sin();
     if (attention_factor_ != 1.0) {  // LlamaRotaryEmbedding: cos/sin * attention_scaling
       cos.mul_(attention_factor_);
