@@ -99,6 +99,7 @@ class SafeCapturer : public Observer {
   // Row provenance of the last forward: sequence index and position of each captured row.
   const std::vector<int64_t>& row_seq() const;
   const std::vector<int64_t>& row_pos() const;
+  const std::vector<int64_t>& row_token() const;  // each row's token id
 
   // Fenced (see fence()).
   const std::vector<Snapshot>& snapshots() const;

@@ -21,7 +21,7 @@ namespace actcap {
 
 constexpr const char* kManifestName = "manifest.json";
 constexpr const char* kJournalName = "manifest.journal";
-constexpr const char* kFormatVersion = "actcap/2";
+constexpr const char* kFormatVersion = "actcap/3";
 
 struct ExportedTensor {
   std::string name;
@@ -70,21 +70,25 @@ CaptureOrigin capture_origin(const Model& model);
 std::vector<ExportedTensor> export_run(const std::string& dir, const SafeCapturer& capturer,
                                        const Model& model, const ExportFaults& faults = {});
 // The same for rows captured elsewhere (the Python package's SafeCapturer over a torch model):
-// `points` [rows, ...] in plan order, each row's sequence and position, and `reverify`, called
-// after the checksums are taken, which must throw when a snapshot changed since it was captured.
+// `points` [rows, ...] in plan order, each row's sequence, position and token id (`row_token`
+// empty: not known, stored as -1), and `reverify`, called after the checksums are taken, which must
+// throw when a snapshot changed since it was captured.
 std::vector<ExportedTensor> export_rows(
     const std::string& dir, const CaptureOrigin& origin,
     const std::vector<std::pair<std::string, at::Tensor>>& points,
     const std::vector<int64_t>& row_seq, const std::vector<int64_t>& row_pos,
-    const std::function<void()>& reverify, const ExportFaults& faults = {});
-// A SnapshotStore's captures (snapshot.h) as one forward's shard: per forward (Snapshot::step) in
-// order, each of `points` (empty: every point kept) must have exactly one snapshot, and all of them
-// the same rows (their RowSelection, or the whole [batch, seq, ...] tensor); sequences are numbered
-// across forwards. RunError naming the point and forward otherwise.
-// A generation's stitched captures (generate.h) as one shard, with the rows' steps.
+    const std::vector<int64_t>& row_token, const std::function<void()>& reverify,
+    const ExportFaults& faults = {});
+// A generation's stitched captures (generate.h) as one shard, with the rows' steps and the
+// manifest's "generation" (sequences, steps).
 std::vector<ExportedTensor> export_generation(const std::string& dir,
                                               const GenerateCapture& capture, const Model& model,
                                               const ExportFaults& faults = {});
+// A SnapshotStore's captures (snapshot.h) as one forward's shard: per forward (Snapshot::step) in
+// order, each of `points` (empty: every point kept) must have exactly one snapshot, and all of them
+// the same rows (their RowSelection, or the whole [batch, seq, ...] tensor); sequences are numbered
+// across forwards. Token ids when every selection was made with its input ids (-1 otherwise).
+// RunError naming the point and forward otherwise.
 class SnapshotStore;
 std::vector<ExportedTensor> export_snapshots(const std::string& dir, SnapshotStore& store,
                                              const CaptureOrigin& origin,

@@ -30,15 +30,20 @@ struct RowSelection {
   int64_t batch = 0, seq = 0;
   at::Tensor index;  // int64 [rows] on the CPU
   std::vector<int64_t> row_seq, row_pos;
+  // The token id of each row (__rows__.token); empty when the ids were not given.
+  std::vector<int64_t> row_token;
   bool all = false;  // every (b, t) in order: the copy needs no gather
   int64_t rows() const { return static_cast<int64_t>(row_seq.size()); }
 
   // From an attention mask [batch, seq] (nonzero = real token; left, right or any padding): the
   // positions `positions` selects among each sequence's real tokens. InputError for a mask that
   // is not 2-D.
-  static RowSelection from_mask(const at::Tensor& attention_mask, const PositionSpec& positions);
-  // Every sequence `seq` tokens long, no padding.
-  static RowSelection dense(int64_t batch, int64_t seq, const PositionSpec& positions);
+  // With `ids` (integer, the mask's shape), each row's token id too (InputError for another shape).
+  static RowSelection from_mask(const at::Tensor& attention_mask, const PositionSpec& positions,
+                                const at::Tensor& ids = {});
+  // Every sequence `seq` tokens long, no padding; `ids` [batch, seq] as for from_mask.
+  static RowSelection dense(int64_t batch, int64_t seq, const PositionSpec& positions,
+                            const at::Tensor& ids = {});
 };
 
 // The copy every capture makes of a borrowed tensor: `rows` of `borrowed` (flattened over its

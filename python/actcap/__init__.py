@@ -6,7 +6,7 @@
   verified safetensors folders as the CLI.
 - ``audit(model)``: catches the hooks you already registered that keep the tensors they are given.
 - ``load(path, devices=...)``: actcap's own engine (a checkpoint split over devices) with
-  ``run``, ``plan``, ``compare``; ``extract(...)`` a corpus into a verified dataset;
+  ``run``, ``plan``, ``compare``, ``generate`` (KV-cache generation capturing every token); ``extract(...)`` a corpus into a verified dataset;
   ``open(dir)`` a dataset as memory-mapped torch tensors, verified on read.
 
 Errors: ``InputError`` (bad arguments or input; a ValueError) and ``RunError`` (the run or an
@@ -18,13 +18,13 @@ from ._core import InputError, RunError
 from .audit import Audit, BareReferenceWarning, Finding, audit
 from .capture import SafeCapturer, module_points, resolve_points
 from .dataset import Dataset, open, verify
-from .engine import Comparison, Engine, Plan, Point, extract, load
+from .engine import Comparison, Engine, GeneratedSequence, Generation, Plan, Point, extract, load
 from .runtime import keep_freed_memory
 
 __version__ = "0.1.0"
 
 __all__ = [
     "InputError", "RunError", "SafeCapturer", "audit", "Audit", "Finding", "BareReferenceWarning",
-    "load", "Engine", "Plan", "Point", "Comparison", "extract", "open", "verify", "Dataset",
+    "load", "Engine", "Plan", "Point", "Comparison", "Generation", "GeneratedSequence", "extract", "open", "verify", "Dataset",
     "module_points", "resolve_points", "keep_freed_memory", "__version__",
 ]

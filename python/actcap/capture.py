@@ -148,6 +148,10 @@ class SafeCapturer:
         self._closed = False
         self._step = -1
         self._forward_mask: Optional[torch.Tensor] = None
+        # The root call's token ids (keyword input_ids, or a first positional integer tensor):
+        # each row's __rows__.token when their [batch, seq] matches the rows'.
+        self._forward_ids: Optional[torch.Tensor] = None
+        self._run_ids: Optional[torch.Tensor] = None  # run()'s input_ids keyword
         self._rows = None  # this forward's RowSelection, made at its first capture
         self._row_mode = False
         self._rows_key = None
@@ -209,6 +213,15 @@ class SafeCapturer:
         self._in_root = True
         mask = kwargs.get("attention_mask") if kwargs else None
         self._forward_mask = mask if isinstance(mask, torch.Tensor) else None
+        ids = kwargs.get("input_ids") if kwargs else None
+        if ids is None and args:
+            ids = args[0]
+        if not (isinstance(ids, torch.Tensor) and ids.dim() == 2 and not ids.is_floating_point()
+                and not ids.is_complex()):
+            ids = None
+        if ids is None and self._run_ids is not None:
+            ids = self._run_ids
+        self._forward_ids = ids
         return None
 
     def _end(self, module, args, output):
@@ -226,12 +239,17 @@ class SafeCapturer:
                 self._step += 1
         if self._rows is None:
             self._rows_key = (id(mask), tuple(t.shape[:2])) if t.dim() >= 2 else None
+            ids = self._forward_ids
             if mask is not None:
-                self._rows = _core.RowSelection.from_mask(mask, self._positions)
+                if ids is not None and tuple(ids.shape) != tuple(mask.shape):
+                    ids = None
+                self._rows = _core.RowSelection.from_mask(mask, self._positions, ids)
             elif self._positions_given or self._row_mode:
                 if t.dim() < 2:
                     raise InputError(f"positions need [batch, seq, ...] tensors; got {list(t.shape)}")
-                self._rows = _core.RowSelection.dense(t.shape[0], t.shape[1], self._positions)
+                if ids is not None and tuple(ids.shape) != tuple(t.shape[:2]):
+                    ids = None
+                self._rows = _core.RowSelection.dense(t.shape[0], t.shape[1], self._positions, ids)
             else:
                 self._rows = False  # whole tensors
             if self._rows:
@@ -268,6 +286,8 @@ class SafeCapturer:
         saved = self.attention_mask
         if isinstance(mask, torch.Tensor):
             self.attention_mask = mask
+        ids = kwargs.get("input_ids")
+        self._run_ids = ids if isinstance(ids, torch.Tensor) else None
         attached_here = not self._handles
         try:
             if attached_here:
@@ -278,6 +298,7 @@ class SafeCapturer:
             if attached_here:
                 self.detach()
             self.attention_mask = saved
+            self._run_ids = None
 
     __call__ = run
 
@@ -336,7 +357,9 @@ class SafeCapturer:
 
     def save(self, out: str, *, overwrite: bool = False) -> List[dict]:
         """Writes the capture as ``actcap run`` does: ``shard-00000.safetensors`` with one
-        ``[rows, ...]`` tensor per point plus ``__rows__.seq`` / ``__rows__.pos``, and a checksummed
+        ``[rows, ...]`` tensor per point plus ``__rows__.seq`` / ``__rows__.pos`` / ``__rows__.token``
+        (-1 unless every forward's token ids were seen: ``input_ids`` or a first positional
+        integer [batch, seq] tensor of the model's call), and a checksummed
         ``manifest.json`` (``actcap verify DIR`` checks it). Each point must have fired once per
         forward. Returns the written tensors (name, shape, dtype, xxh3)."""
         self._check_open()

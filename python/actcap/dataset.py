@@ -15,7 +15,7 @@ import torch
 from . import _convert, _core
 from ._core import InputError, RunError
 
-ROW_TENSORS = ("__rows__.seq", "__rows__.pos")
+ROW_TENSORS = ("__rows__.seq", "__rows__.pos", "__rows__.token", "__rows__.step")
 
 
 class _Shard:
@@ -120,6 +120,13 @@ class Dataset:
                        for p, v in manifest.get("points", {}).items()}
         self.shapes = {p: list(v.get("shape", [])) for p, v in manifest.get("points", {}).items()}
         self._shards = [_Shard(self.dir, e) for e in manifest.get("shards", [])]
+        # The row tensors this folder's format has: __rows__.token since actcap/3, __rows__.step
+        # in a generation's output.
+        self.row_tensors = ["__rows__.seq", "__rows__.pos"]
+        if fmt not in ("actcap/1", "actcap/2"):
+            self.row_tensors.append("__rows__.token")
+        if "generation" in manifest:
+            self.row_tensors.append("__rows__.step")
         self.rows = sum(s.rows for s in self._shards)
 
     def __repr__(self) -> str:
@@ -134,6 +141,10 @@ class Dataset:
         return len(self._shards)
 
     def _check_point(self, point: str) -> None:
+        if point in ROW_TENSORS and point not in self.row_tensors:
+            raise InputError(f"{self.dir} has no {point} (format {self.manifest.get('format')}"
+                             + (": token ids came with actcap/3; write it again"
+                                if point == "__rows__.token" else ": not a generation") + ")")
         if point not in self.points and point not in ROW_TENSORS:
             near = _core.nearest_points(point, self.points)
             raise InputError(f"'{point}' is not a point of {self.dir}"
@@ -156,6 +167,11 @@ class Dataset:
     def rows_of(self) -> Tuple[torch.Tensor, torch.Tensor]:
         """(sequence or document line, position) of every row."""
         return self["__rows__.seq"], self["__rows__.pos"]
+
+    @property
+    def tokens(self) -> torch.Tensor:
+        """The token id of every row (``__rows__.token``; -1 where the writer did not know it)."""
+        return self["__rows__.token"]
 
     def verify(self) -> dict:
         """Checks the whole folder as ``actcap verify`` does; RunError listing the problems."""

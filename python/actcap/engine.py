@@ -46,6 +46,26 @@ class Comparison:
         return sum(not r["equal"] for r in self.rows)
 
 
+@dataclass
+class GeneratedSequence:
+    tokens: List[int]   # the prompt, then what was generated
+    prompt_length: int
+    finish: str         # "stop" (a stop token or EOS, kept as the last token) or "length"
+
+    @property
+    def generated(self) -> List[int]:
+        return self.tokens[self.prompt_length:]
+
+
+@dataclass
+class Generation:
+    sequences: List[GeneratedSequence]
+    activations: Dict[str, torch.Tensor]  # {point: [rows, ...]} + __rows__.seq/pos/token/step
+    forwards: int                         # the prompt pass and the decoding steps
+    prompt_seconds: float
+    decode_seconds: float
+
+
 def _devices_arg(devices: Any) -> str:
     if devices is None:
         return ""
@@ -187,6 +207,34 @@ class Engine:
         logits compared bit for bit (what ``actcap compare`` prints)."""
         rows, plan = self._core.compare(self.sequences(inputs), _convert.patterns(capture, "capture"))
         return Comparison(all(r["equal"] for r in rows), rows, json.loads(plan)["device_map"])
+
+    def generate(self, inputs: Inputs, capture: Union[None, str, Sequence[str]] = None, *,
+                 max_new_tokens: int = 16, temperature: float = 0.0, top_k: int = 0,
+                 top_p: float = 1.0, seed: int = 0, stop_tokens: Sequence[int] = (),
+                 stop_at_eos: bool = True, attention_mask: Optional[torch.Tensor] = None,
+                 dtype: Any = None, budget: Union[None, int, str] = None,
+                 out: Union[None, str, os.PathLike] = None, overwrite: bool = False) -> Generation:
+        """Generates from ``inputs`` (one batch) with a KV cache on each layer's device, greedy
+        unless ``temperature`` > 0 (then sampled after ``top_k`` and ``top_p``, seeded by
+        ``seed``). A sequence stops at one of ``stop_tokens`` or the config's EOS (unless
+        ``stop_at_eos`` is False), or after ``max_new_tokens``. With ``capture`` (patterns), every
+        token of the final sequences, prompt and generated, has one row per point in
+        ``Generation.activations``, with ``__rows__.seq``, ``__rows__.pos``, ``__rows__.token`` and
+        ``__rows__.step`` (0: the prompt pass; k: the k-th decoding step); ``out`` also writes
+        them as a verified dataset (``actcap generate --out``). docs/generate.md."""
+        seqs = self.sequences(inputs, attention_mask)
+        pats = [] if capture is None else _convert.patterns(capture, "capture")
+        if out is not None and not pats:
+            raise InputError("out needs capture (the points written there)")
+        r = self._core.generate(seqs, pats, _convert.capture_dtype(dtype), int(max_new_tokens),
+                                float(temperature), int(top_k), float(top_p), int(seed),
+                                [int(t) for t in stop_tokens], bool(stop_at_eos),
+                                _convert.size_bytes(budget, "budget"),
+                                "" if out is None else os.fspath(out), bool(overwrite))
+        return Generation([GeneratedSequence(s["tokens"], s["prompt_length"], s["finish"])
+                           for s in r["sequences"]],
+                          r.get("activations", {}), r["forwards"], r["prompt_seconds"],
+                          r["decode_seconds"])
 
     def transfer_stats(self) -> dict:
         """Counters of the boundary copies since the model was placed: ``transfers``, ``verified``,

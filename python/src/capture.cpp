@@ -68,24 +68,28 @@ void bind_capture(py::module_& m) {
   py::class_<RowSelection, std::shared_ptr<RowSelection>>(m, "RowSelection")
       .def_static(
           "from_mask",
-          [](const at::Tensor& mask, const std::string& positions) {
-            return std::make_shared<RowSelection>(
-                RowSelection::from_mask(mask, PositionSpec::parse(positions)));
+          [](const at::Tensor& mask, const std::string& positions,
+             std::optional<at::Tensor> ids) {
+            return std::make_shared<RowSelection>(RowSelection::from_mask(
+                mask, PositionSpec::parse(positions), ids ? *ids : at::Tensor()));
           },
-          py::arg("attention_mask"), py::arg("positions") = "all")
+          py::arg("attention_mask"), py::arg("positions") = "all", py::arg("ids") = py::none())
       .def_static(
           "dense",
-          [](int64_t batch, int64_t seq, const std::string& positions) {
-            return std::make_shared<RowSelection>(
-                RowSelection::dense(batch, seq, PositionSpec::parse(positions)));
+          [](int64_t batch, int64_t seq, const std::string& positions,
+             std::optional<at::Tensor> ids) {
+            return std::make_shared<RowSelection>(RowSelection::dense(
+                batch, seq, PositionSpec::parse(positions), ids ? *ids : at::Tensor()));
           },
-          py::arg("batch"), py::arg("seq"), py::arg("positions") = "all")
+          py::arg("batch"), py::arg("seq"), py::arg("positions") = "all",
+          py::arg("ids") = py::none())
       .def_readonly("batch", &RowSelection::batch)
       .def_readonly("seq", &RowSelection::seq)
       .def_property_readonly("rows", &RowSelection::rows)
       .def_property_readonly("row_seq", [](const RowSelection& r) { return int_tensor(r.row_seq); })
-      .def_property_readonly("row_pos",
-                             [](const RowSelection& r) { return int_tensor(r.row_pos); });
+      .def_property_readonly("row_pos", [](const RowSelection& r) { return int_tensor(r.row_pos); })
+      .def_property_readonly("row_token",
+                             [](const RowSelection& r) { return int_tensor(r.row_token); });
 
   py::class_<SnapshotStore>(m, "SnapshotStore")
       .def(py::init([](const std::string& device, const std::string& dtype,

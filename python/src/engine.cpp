@@ -9,7 +9,9 @@
 #include "actcap/compare.h"
 #include "actcap/devices.h"
 #include "actcap/error.h"
+#include "actcap/export.h"
 #include "actcap/extract.h"
+#include "actcap/generate.h"
 #include "actcap/hash.h"
 #include "actcap/model.h"
 #include "actcap/safetensors.h"
@@ -173,8 +175,10 @@ void bind_engine(py::module_& m) {
               }
               out["__rows__.seq"] = at::tensor(cap.row_seq(), at::kLong);
               out["__rows__.pos"] = at::tensor(cap.row_pos(), at::kLong);
+              out["__rows__.token"] = at::tensor(cap.row_token(), at::kLong);
               order.push_back("__rows__.seq");
               order.push_back("__rows__.pos");
+              order.push_back("__rows__.token");
               if (logits) {
                 out["logits"] = y.to(at::kCPU);
                 order.push_back("logits");
@@ -247,6 +251,65 @@ void bind_engine(py::module_& m) {
           py::arg("positions"), py::arg("batch_size"), py::arg("max_length"), py::arg("stride"),
           py::arg("shard_bytes"), py::arg("resume"), py::arg("overwrite"),
           py::arg("skip_bad_lines"), py::arg("budget"), py::arg("on_progress"))
+      .def(
+          "generate",
+          [](Engine& e, const std::vector<std::vector<int64_t>>& prompts,
+             const std::vector<std::string>& patterns, const std::string& dtype,
+             int64_t max_new_tokens, double temperature, int64_t top_k, double top_p,
+             uint64_t seed, const std::vector<int64_t>& stop_tokens, bool stop_at_eos,
+             std::optional<uint64_t> budget, const std::string& out, bool overwrite) {
+            GenerateOptions g;
+            g.max_new_tokens = max_new_tokens;
+            g.temperature = temperature;
+            g.top_k = top_k;
+            g.top_p = top_p;
+            g.seed = seed;
+            g.stop_tokens = stop_tokens;
+            g.stop_at_eos = stop_at_eos;
+            GenerateResult r;
+            {
+              py::gil_scoped_release release;
+              std::lock_guard<std::mutex> one_run(e.busy);
+              SplitOptions split = e.split;
+              split.kv_cache_tokens = generation_capacity(*e.model, prompts, g);
+              std::unique_ptr<SafeCapturer> cap;
+              std::vector<PointInfo> plan;
+              if (!patterns.empty()) {
+                cap = std::make_unique<SafeCapturer>(
+                    *e.model, capture_options(patterns, dtype, "all", budget));
+                plan = cap->plan();
+              }
+              split_model(*e.model, split, static_cast<int64_t>(prompts.size()),
+                          split.kv_cache_tokens, plan);
+              if (cap && !out.empty()) prepare_output_dir(out, overwrite);
+              r = generate(*e.model, prompts, g, cap.get());
+              if (r.capture && !out.empty()) export_generation(out, *r.capture, *e.model);
+            }
+            py::list seqs;
+            for (const GeneratedSequence& s : r.sequences)
+              seqs.append(py::dict(py::arg("tokens") = s.tokens,
+                                   py::arg("prompt_length") = s.prompt_length,
+                                   py::arg("finish") = s.finish));
+            py::dict d;
+            d["sequences"] = seqs;
+            d["forwards"] = r.forwards;
+            d["prompt_seconds"] = r.prompt_seconds;
+            d["decode_seconds"] = r.decode_seconds;
+            if (r.capture) {
+              py::dict acts;
+              for (const auto& [name, t] : r.capture->points) acts[py::str(name)] = t;
+              acts["__rows__.seq"] = at::tensor(r.capture->row_seq, at::kLong);
+              acts["__rows__.pos"] = at::tensor(r.capture->row_pos, at::kLong);
+              acts["__rows__.token"] = at::tensor(r.capture->row_token, at::kLong);
+              acts["__rows__.step"] = at::tensor(r.capture->row_step, at::kLong);
+              d["activations"] = acts;
+            }
+            return d;
+          },
+          py::arg("prompts"), py::arg("patterns"), py::arg("dtype"), py::arg("max_new_tokens"),
+          py::arg("temperature"), py::arg("top_k"), py::arg("top_p"), py::arg("seed"),
+          py::arg("stop_tokens"), py::arg("stop_at_eos"), py::arg("budget"), py::arg("out"),
+          py::arg("overwrite"))
       .def("transfer_stats", [](const Engine& e) {
         const TransferStats& s = e.model->transfer_stats();
         return py::dict(py::arg("transfers") = s.transfers, py::arg("verified") = s.verified,

@@ -119,6 +119,7 @@ SafeCapturer::~SafeCapturer() { handle_.remove(); }
 
 const std::vector<int64_t>& SafeCapturer::row_seq() const { return rows_->row_seq; }
 const std::vector<int64_t>& SafeCapturer::row_pos() const { return rows_->row_pos; }
+const std::vector<int64_t>& SafeCapturer::row_token() const { return rows_->row_token; }
 
 int64_t SafeCapturer::bytes_per_token() const {
   int64_t total = 0;
@@ -166,6 +167,7 @@ void SafeCapturer::select_rows(const Batch& batch,
   r.batch = batch.size();
   r.seq = T;
   std::vector<int64_t> idx;
+  const at::Tensor ids = batch.ids.to(at::kCPU).to(at::kLong).contiguous();
   for (int64_t b = 0; b < batch.size(); ++b)
     for (int64_t t : positions[b]) {
       if (t < 0 || t >= batch.lengths[b])
@@ -174,6 +176,7 @@ void SafeCapturer::select_rows(const Batch& batch,
       idx.push_back(b * T + t);
       r.row_seq.push_back(b);
       r.row_pos.push_back(t);
+      r.row_token.push_back(ids.data_ptr<int64_t>()[b * T + t]);
     }
   checked_bytes_for_rows(idx.size());  // before anything runs or is kept
   r.index = at::tensor(idx, at::kLong);

@@ -27,8 +27,19 @@ std::string shape_text(at::IntArrayRef sizes) {
   return s + "]";
 }
 
+// `ids`, when defined, must be an integer [batch, seq] tensor: each row's token.
 RowSelection select(int64_t batch, int64_t seq, const std::vector<std::vector<int64_t>>& real,
-                    const PositionSpec& positions) {
+                    const PositionSpec& positions, const at::Tensor& ids) {
+  at::Tensor tok;
+  if (ids.defined()) {
+    if (ids.dim() != 2 || ids.size(0) != batch || ids.size(1) != seq ||
+        at::isFloatingType(ids.scalar_type()) || at::isComplexType(ids.scalar_type()))
+      throw InputError(concat("input ids must be an integer [", batch, ", ", seq,
+                              "] tensor like the mask; they are ", ids.scalar_type(), " ",
+                              shape_text(ids.sizes())),
+                       {"input_ids"});
+    tok = ids.to(at::kCPU).to(at::kLong).contiguous();
+  }
   RowSelection r;
   r.batch = batch;
   r.seq = seq;
@@ -39,6 +50,7 @@ RowSelection select(int64_t batch, int64_t seq, const std::vector<std::vector<in
       idx.push_back(b * seq + cols[p]);
       r.row_seq.push_back(b);
       r.row_pos.push_back(p);
+      if (tok.defined()) r.row_token.push_back(tok.data_ptr<int64_t>()[b * seq + cols[p]]);
     }
   }
   r.all = static_cast<int64_t>(idx.size()) == batch * seq;
@@ -50,7 +62,7 @@ RowSelection select(int64_t batch, int64_t seq, const std::vector<std::vector<in
 }  // namespace
 
 RowSelection RowSelection::from_mask(const at::Tensor& attention_mask,
-                                     const PositionSpec& positions) {
+                                     const PositionSpec& positions, const at::Tensor& ids) {
   if (attention_mask.dim() != 2)
     throw InputError(
         concat("attention_mask must be [batch, seq]; it is ", shape_text(attention_mask.sizes())),
@@ -62,13 +74,14 @@ RowSelection RowSelection::from_mask(const at::Tensor& attention_mask,
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t)
       if (p[b * T + t]) real[b].push_back(t);
-  return select(B, T, real, positions);
+  return select(B, T, real, positions, ids);
 }
 
-RowSelection RowSelection::dense(int64_t batch, int64_t seq, const PositionSpec& positions) {
+RowSelection RowSelection::dense(int64_t batch, int64_t seq, const PositionSpec& positions,
+                                 const at::Tensor& ids) {
   std::vector<int64_t> cols(seq);
   for (int64_t t = 0; t < seq; ++t) cols[t] = t;
-  return select(batch, seq, std::vector<std::vector<int64_t>>(batch, cols), positions);
+  return select(batch, seq, std::vector<std::vector<int64_t>>(batch, cols), positions, ids);
 }
 
 void wait(PendingCopy& pending) {

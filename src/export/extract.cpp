@@ -89,7 +89,8 @@ Part verified_part(const SafeCapturer& cap, const std::string& point, bool finge
 ShardContents assemble_shard(int64_t index, const std::vector<PointInfo>& plan,
                              const std::map<std::string, std::vector<Part>>& parts,
                              const std::vector<int64_t>& row_line,
-                             const std::vector<int64_t>& row_pos, const ExportFaults& faults) {
+                             const std::vector<int64_t>& row_pos,
+                             const std::vector<int64_t>& row_token, const ExportFaults& faults) {
   const int64_t n = static_cast<int64_t>(row_line.size());
   std::vector<int64_t> perm(n);
   std::iota(perm.begin(), perm.end(), 0);
@@ -109,6 +110,8 @@ ShardContents assemble_shard(int64_t index, const std::vector<PointInfo>& plan,
   }
   c.tensors.emplace_back("__rows__.seq", at::tensor(row_line, at::kLong).index_select(0, order));
   c.tensors.emplace_back("__rows__.pos", at::tensor(row_pos, at::kLong).index_select(0, order));
+  c.tensors.emplace_back("__rows__.token",
+                         at::tensor(row_token, at::kLong).index_select(0, order));
   if (names_shard(faults.damage_assembled, index)) flip_last_byte(c.tensors.front().second);
   c.checksums = tensor_checksums(c.tensors);
 
@@ -131,10 +134,13 @@ ShardContents assemble_shard(int64_t index, const std::vector<PointInfo>& plan,
   }
   const int64_t* seq = c.tensors[plan.size()].second.data_ptr<int64_t>();
   const int64_t* pos = c.tensors[plan.size() + 1].second.data_ptr<int64_t>();
+  const int64_t* tok = c.tensors[plan.size() + 2].second.data_ptr<int64_t>();
   for (int64_t i = 0; i < n; ++i)
-    if (seq[i] != row_line[perm[i]] || pos[i] != row_pos[perm[i]])
+    if (seq[i] != row_line[perm[i]] || pos[i] != row_pos[perm[i]] ||
+        tok[i] != row_token[perm[i]])
       throw RunError(concat(file, ": assembled row ", i,
-                            " does not carry the line and position it was captured at; the shard "
+                            " does not carry the line, position and token it was captured at; the "
+                            "shard "
                             "was not written"));
   return c;
 }
@@ -456,7 +462,7 @@ ShardInput gather_shard(CorpusReader& reader, Document& doc, bool& more, const E
 // line and position of each row.
 struct ShardRows {
   std::map<std::string, std::vector<Part>> parts;
-  std::vector<int64_t> row_line, row_pos;
+  std::vector<int64_t> row_line, row_pos, row_token;
 };
 
 // Runs the windows in batches grouped by length (longest first, so padding stays small),
@@ -486,6 +492,7 @@ ShardRows run_batches(Model& model, SafeCapturer* cap, const std::vector<Window>
         const Window& w = windows[order[begin + cap->row_seq()[r]]];
         out.row_line.push_back(w.doc_line);
         out.row_pos.push_back(w.start + cap->row_pos()[r]);
+        out.row_token.push_back(cap->row_token()[r]);
       }
       for (const PointInfo& p : cap->plan())
         out.parts[p.name].push_back(verified_part(*cap, p.name, o.capture.fingerprint));
@@ -549,7 +556,8 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
       ShardJob job;
       job.index = next_shard++;
       job.contents =
-          assemble_shard(job.index, cap->plan(), rows.parts, rows.row_line, rows.row_pos, o.faults);
+          assemble_shard(job.index, cap->plan(), rows.parts, rows.row_line, rows.row_pos,
+                         rows.row_token, o.faults);
       job.first_line = in.first_line;
       job.last_line = in.last_line;
       job.documents = in.documents;

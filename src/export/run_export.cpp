@@ -61,7 +61,7 @@ std::vector<ExportedTensor> export_run(const std::string& dir, const SafeCapture
   for (const PointInfo& p : capturer.plan()) points.emplace_back(p.name, capturer.get(p.name));
   return export_rows(
       dir, capture_origin(model), points, capturer.row_seq(), capturer.row_pos(),
-      [&] { capturer.verify(); }, faults);
+      capturer.row_token(), [&] { capturer.verify(); }, faults);
 }
 
 namespace {
@@ -72,12 +72,16 @@ std::vector<ExportedTensor> export_rows_of(
     const std::string& dir, const CaptureOrigin& origin,
     const std::vector<std::pair<std::string, at::Tensor>>& points,
     const std::vector<int64_t>& row_seq, const std::vector<int64_t>& row_pos,
-    const json& generation, const std::vector<int64_t>& row_step,
-    const std::function<void()>& reverify, const ExportFaults& faults) {
+    const std::vector<int64_t>& row_token, const json& generation,
+    const std::vector<int64_t>& row_step, const std::function<void()>& reverify,
+    const ExportFaults& faults) {
   const int64_t rows = static_cast<int64_t>(row_seq.size());
   if (row_pos.size() != row_seq.size())
     throw InputError(
         concat("rows: ", row_seq.size(), " sequence indices but ", row_pos.size(), " positions"));
+  if (!row_token.empty() && row_token.size() != row_seq.size())
+    throw InputError(
+        concat("rows: ", row_seq.size(), " sequence indices but ", row_token.size(), " tokens"));
   std::vector<PointInfo> plan;
   ShardContents shard;
   shard.rows = rows;
@@ -92,6 +96,10 @@ std::vector<ExportedTensor> export_rows_of(
   }
   shard.tensors.emplace_back("__rows__.seq", at::tensor(row_seq, at::kLong));
   shard.tensors.emplace_back("__rows__.pos", at::tensor(row_pos, at::kLong));
+  // -1 for each row when the token ids are not known (docs/format.md).
+  shard.tensors.emplace_back(
+      "__rows__.token", row_token.empty() ? at::full({rows}, -1, at::kLong)
+                                          : at::tensor(row_token, at::kLong));
   if (!generation.is_null()) {
     if (row_step.size() != row_seq.size())
       throw InputError(concat("rows: ", row_seq.size(), " sequence indices but ", row_step.size(),
@@ -127,8 +135,10 @@ std::vector<ExportedTensor> export_rows(
     const std::string& dir, const CaptureOrigin& origin,
     const std::vector<std::pair<std::string, at::Tensor>>& points,
     const std::vector<int64_t>& row_seq, const std::vector<int64_t>& row_pos,
-    const std::function<void()>& reverify, const ExportFaults& faults) {
-  return export_rows_of(dir, origin, points, row_seq, row_pos, json(), {}, reverify, faults);
+    const std::vector<int64_t>& row_token, const std::function<void()>& reverify,
+    const ExportFaults& faults) {
+  return export_rows_of(dir, origin, points, row_seq, row_pos, row_token, json(), {}, reverify,
+                        faults);
 }
 
 std::vector<ExportedTensor> export_generation(const std::string& dir,
@@ -140,7 +150,8 @@ std::vector<ExportedTensor> export_generation(const std::string& dir,
                                    : *std::max_element(capture.row_step.begin(),
                                                        capture.row_step.end())}};
   return export_rows_of(dir, capture_origin(model), capture.points, capture.row_seq,
-                        capture.row_pos, generation, capture.row_step, nullptr, faults);
+                        capture.row_pos, capture.row_token, generation, capture.row_step, nullptr,
+                        faults);
 }
 
 std::vector<ExportedTensor> export_snapshots(const std::string& dir, SnapshotStore& store,
@@ -153,7 +164,8 @@ std::vector<ExportedTensor> export_snapshots(const std::string& dir, SnapshotSto
   for (const Snapshot& s : snaps)
     if (std::find(steps.begin(), steps.end(), s.step) == steps.end()) steps.push_back(s.step);
   std::map<std::string, std::vector<at::Tensor>> parts;
-  std::vector<int64_t> row_seq, row_pos;
+  std::vector<int64_t> row_seq, row_pos, row_token;
+  bool tokens_known = true;  // every forward's selection was made with its input ids
   int64_t seq_offset = 0;
   for (int64_t step : steps) {
     const RowSelection* rows = nullptr;
@@ -191,7 +203,12 @@ std::vector<ExportedTensor> export_snapshots(const std::string& dir, SnapshotSto
             row_seq.push_back(seq_offset + sel->row_seq[r]);
             row_pos.push_back(sel->row_pos[r]);
           }
+          if (sel->row_token.size() == static_cast<size_t>(n))
+            row_token.insert(row_token.end(), sel->row_token.begin(), sel->row_token.end());
+          else
+            tokens_known = false;
         } else {
+          tokens_known = false;
           for (int64_t r = 0; r < n; ++r) {
             row_seq.push_back(seq_offset + r / seq);
             row_pos.push_back(r % seq);
@@ -211,7 +228,8 @@ std::vector<ExportedTensor> export_snapshots(const std::string& dir, SnapshotSto
     const auto& p = parts[point];
     tensors.emplace_back(point, p.size() == 1 ? p[0] : at::cat(p, 0));
   }
-  return export_rows(dir, origin, tensors, row_seq, row_pos, [&] { store.verify(); });
+  if (!tokens_known) row_token.clear();
+  return export_rows(dir, origin, tensors, row_seq, row_pos, row_token, [&] { store.verify(); });
 }
 
 }  // namespace actcap

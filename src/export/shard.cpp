@@ -16,6 +16,8 @@ using nlohmann::json;
 
 constexpr const char* kRowsSeq = "__rows__.seq";
 constexpr const char* kRowsPos = "__rows__.pos";
+constexpr const char* kRowsToken = "__rows__.token";
+constexpr const char* kRowsStep = "__rows__.step";
 
 std::string shard_file_name(int64_t index) {
   char buf[32];
@@ -54,7 +56,7 @@ std::optional<ShardSchema> shard_schema(const json& manifest, std::string& probl
         t.row_shape.push_back(d.get<int64_t>());
       }
     }
-    if (t.dtype.empty() || name == kRowsSeq || name == kRowsPos) {
+    if (t.dtype.empty() || name.rfind("__rows__", 0) == 0) {
       problem = concat("point '", name, "' has no valid dtype and shape");
       return std::nullopt;
     }
@@ -62,8 +64,10 @@ std::optional<ShardSchema> shard_schema(const json& manifest, std::string& probl
   }
   s.tensors[kRowsSeq] = {"I64", {}};
   s.tensors[kRowsPos] = {"I64", {}};
+  // Since actcap/3 every row carries its token id; folders of actcap/2 and before verify without.
+  if (s.format != "actcap/1" && s.format != "actcap/2") s.tensors[kRowsToken] = {"I64", {}};
   // A generation's rows also say which forward computed them (0: the prompt pass).
-  if (manifest.contains("generation")) s.tensors["__rows__.step"] = {"I64", {}};
+  if (manifest.contains("generation")) s.tensors[kRowsStep] = {"I64", {}};
   return s;
 }
 
