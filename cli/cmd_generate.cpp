@@ -73,7 +73,8 @@ int run_generate_command(GenerateCommand o) {
     capturer = std::make_unique<SafeCapturer>(*model, capture_options(o.cap, o.capture));
     plan = capturer->plan();
   }
-  split_model(*model, split, static_cast<int64_t>(prompts.size()), split.kv_cache_tokens, plan);
+  const DevicePlan placed = split_model(*model, split, static_cast<int64_t>(prompts.size()),
+                                       split.kv_cache_tokens, plan);
   if (capturer) prepare_output_dir(o.out, o.overwrite);
   const GenerateResult r = generate(*model, prompts, o.gen, capturer.get());
   std::vector<ExportedTensor> exported;
@@ -81,13 +82,16 @@ int run_generate_command(GenerateCommand o) {
   auto tokenizer = tokenizer_for(o.model);
   if (o.json) {
     nlohmann::json j = result_json(r, tokenizer.get());
+    j["kv_cache_bytes"] = r.cache_bytes;
+    j["devices"] = placed.to_json()["devices"];
     if (r.capture) {
       j["out"] = o.out;
       j["rows"] = r.capture->row_seq.size();
       j["tensors"] = exported.size();
     }
     j["transfers"] = transfer_json(model->transfer_stats());
-    std::cout << j.dump(2) << "\n";
+    // Decoded text of random or cut-off tokens need not be valid UTF-8: replaced, not thrown.
+    std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return 0;
   }
   for (size_t i = 0; i < r.sequences.size(); ++i) {

@@ -335,11 +335,17 @@ StartPoint resume_run(const ExtractOptions& o, const Model& model, const RunIden
   StartPoint start;
   json& manifest = start.manifest;
   manifest = read_manifest(o.out);
-  for (const char* key : {"format", "settings", "points", "input"}) {
-    const json& want = std::string(key) == "format"     ? id.head["format"]
-                       : std::string(key) == "settings" ? id.settings
-                       : std::string(key) == "points"   ? id.head["points"]
-                                                        : id.input;
+  if (manifest.value("format", json()) != id.head["format"])
+    throw InputError(concat("cannot resume: ", o.out, " was written in format ",
+                            manifest.value("format", json()).dump(), ", this actcap writes ",
+                            id.head["format"].dump(),
+                            " (rows carry __rows__.token since actcap/3); overwrite it to start "
+                            "again"),
+                     {"resume", "overwrite"});
+  for (const char* key : {"settings", "points", "input"}) {
+    const json& want = std::string(key) == "settings" ? id.settings
+                       : std::string(key) == "points" ? id.head["points"]
+                                                      : id.input;
     if (manifest.value(key, json()) != want)
       throw InputError(concat("cannot resume: ", key, " differ from the run in ", o.out, " (",
                               manifest.value(key, json()).dump(), " there, ", want.dump(),

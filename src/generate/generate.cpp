@@ -203,6 +203,7 @@ GenerateResult generate(Model& model, const std::vector<std::vector<int64_t>>& p
     next = sampler.next(logits.select(1, 0));
   }
   r.decode_seconds = seconds_since(clock);
+  r.cache_bytes = kv.bytes();
   if (capturer) r.capture = stitch(*capturer, fed, first_step);
   return r;
 }

@@ -328,11 +328,12 @@ def test_run_demo_text(tmp_path):
     proc = H.actcap("run", "demo", "--text", "hi", "--capture", "**", "--out", out)
     assert proc.returncode == 0, proc.stderr
     manifest, tensors, meta = H.read_capture(out)
-    assert manifest["format"] == "actcap/2" and manifest["complete"] is True
+    assert manifest["format"] == H.FORMAT and manifest["complete"] is True
     rows = manifest["shards"][0]["rows"]
     assert rows >= 1
-    assert tensors[H.ROWS_SEQ].shape == (rows,) and tensors[H.ROWS_POS].shape == (rows,)
-    assert set(manifest["points"]) == set(tensors) - {H.ROWS_SEQ, H.ROWS_POS}
+    for r in H.ROWS:
+        assert tensors[r].shape == (rows,), r
+    assert set(manifest["points"]) == set(tensors) - H.ROWS
 
 
 def test_run_valid_model_clean_stderr(tiny_gpt2, tmp_path):
@@ -354,7 +355,7 @@ def test_run_valid_model_clean_stderr(tiny_gpt2, tmp_path):
     assert manifest["complete"] is True
     assert manifest["rows"] == n and manifest["shards"][0]["rows"] == n
     assert set(manifest["points"]) == set(cat)
-    assert set(tensors) == set(cat) | {H.ROWS_SEQ, H.ROWS_POS}
+    assert set(tensors) == set(cat) | H.ROWS
     for name, (shape, dtype) in cat.items():
         assert manifest["points"][name]["shape"] == shape and manifest["points"][name]["dtype"] == dtype, name
         t = tensors[name]
@@ -363,6 +364,7 @@ def test_run_valid_model_clean_stderr(tiny_gpt2, tmp_path):
     assert tensors[H.ROWS_SEQ].tolist() == [i for i, s in enumerate(seqs) for _ in s]
     assert tensors[H.ROWS_POS].tolist() == [p for s in seqs for p in range(len(s))]
     tokens = [t for s in seqs for t in s]
+    assert tensors[H.ROWS_TOKEN].tolist() == tokens
     assert tensors["transformer.wte:input"].tolist() == tokens
     assert tensors["transformer.wpe:input"].tolist() == tensors[H.ROWS_POS].tolist()
     wte = st.load_checkpoint(str(tiny_gpt2))["transformer.wte.weight"]

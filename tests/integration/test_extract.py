@@ -40,6 +40,8 @@ def test_layout_rows_and_values(llama, tmp_path):
     pos = np.concatenate([d["__rows__.pos"] for d in data])
     expect = [(i, p) for i, d in enumerate(docs) for p in range(len(d))]  # every real token once, in order
     assert list(zip(seq.tolist(), pos.tolist())) == expect
+    tok = np.concatenate([d["__rows__.token"] for d in data])
+    assert tok.tolist() == [t for d in docs for t in d]  # each row's token id
     # Values: each document alone through `run` (batch composition may change the last bits).
     for i in [0, 7, 24]:
         alone = tmp_path / f"alone{i}"
@@ -82,6 +84,9 @@ def test_windows_export_every_position_once(llama, tmp_path):
     seq = np.concatenate([d["__rows__.seq"] for d in data])
     pos = np.concatenate([d["__rows__.pos"] for d in data])
     assert list(zip(seq.tolist(), pos.tolist())) == [(0, i) for i in range(299)] + [(1, i) for i in range(3)]
+    # windows keep each position's own token
+    tok = np.concatenate([d["__rows__.token"] for d in data])
+    assert tok.tolist() == docs[0] + docs[1]
 
 
 @pytest.mark.parametrize("content,needle", [

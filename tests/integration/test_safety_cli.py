@@ -39,10 +39,10 @@ def test_verify_flags_every_damaged_tensor(tmp_path):
     assert run("verify", out).returncode == 0
     shard = out / "shard-00000.safetensors"
     raw = bytearray(shard.read_bytes())
-    raw[-5] ^= 0x01  # inside __rows__.pos, the last tensor
+    raw[-5] ^= 0x01  # inside __rows__.token, the last tensor
     shard.write_bytes(bytes(raw))
     p = run("verify", out, "--json")
     assert p.returncode == 1
     issues = json.loads(p.stdout)["issues"]
-    assert [i["tensor"] for i in issues] == ["__rows__.pos"]
+    assert [i["tensor"] for i in issues] == ["__rows__.token"]
     assert run("verify", tmp_path / "nope").returncode == 2

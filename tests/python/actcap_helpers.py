@@ -15,6 +15,9 @@ DEFAULT_BINARY = REPO / "build" / "actcap"
 TOL = 1e-5  # max abs diff allowed between actcap and the reference, every point
 ROWS_SEQ = "__rows__.seq"
 ROWS_POS = "__rows__.pos"
+ROWS_TOKEN = "__rows__.token"
+ROWS = {ROWS_SEQ, ROWS_POS, ROWS_TOKEN}  # the row tensors of every actcap/3 shard
+FORMAT = "actcap/3"
 
 # Text that must never appear on stderr: uncaught C++ exceptions, LibTorch traces, Python traces.
 CRASH_MARKERS = ("terminate called", "what():", "Traceback", "Exception raised from", "frame #",

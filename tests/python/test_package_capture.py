@@ -359,7 +359,7 @@ def test_save_writes_what_actcap_verify_checks(ac, actcap_bin, tmp_path):
     out = tmp_path / "cap"
     written = cap.save(out)
     names = [w["name"] for w in written]
-    assert names == ["transformer.wte:input"] + BLOCKS + ["__rows__.seq", "__rows__.pos"]
+    assert names == ["transformer.wte:input"] + BLOCKS + ["__rows__.seq", "__rows__.pos", "__rows__.token"]
     assert H.actcap("verify", out).returncode == 0
     ds = ac.open(out)
     assert ds.rows == 20 + 12
@@ -368,6 +368,8 @@ def test_save_writes_what_actcap_verify_checks(ac, actcap_bin, tmp_path):
         assert torch.equal(ds[n], cap.get(n))
     seq, pos = ds.rows_of()
     assert seq.tolist() == [0] * 12 + [1] * 8 + [2] * 12  # sequences numbered across forwards
+    # the token of every row: the call's input ids (the real ones of the left-padded row)
+    assert ds.tokens.tolist() == ids[0].tolist() + ids[1, 4:].tolist() + ids[0].tolist()
     assert pos.tolist() == list(range(12)) + list(range(8)) + list(range(12))
     assert ds["transformer.wte:input"].dtype == torch.int64  # ids stay integers
     with pytest.raises(ac.InputError, match="not empty"):

@@ -37,7 +37,7 @@ def test_points_and_resolve(ac, engine):
 def test_run_equals_the_cli_run_byte_for_byte(ac, engine, gpt2_ckpt, tmp_path):
     out = engine.run(SEQS, ["transformer.h.*", "transformer.ln_f"], positions="1:", dtype="bf16")
     assert list(out) == [f"transformer.h.{i}" for i in range(4)] + [
-        "transformer.ln_f", "__rows__.seq", "__rows__.pos"]
+        "transformer.ln_f", "__rows__.seq", "__rows__.pos", "__rows__.token"]
     cli = tmp_path / "cli"
     H.actcap("run", gpt2_ckpt, "--tokens", H.tokens_arg(SEQS), "--capture", "transformer.h.*",
              "transformer.ln_f", "--positions", "1:", "--dtype", "bf16", "--devices", "3",
@@ -48,6 +48,7 @@ def test_run_equals_the_cli_run_byte_for_byte(ac, engine, gpt2_ckpt, tmp_path):
         assert torch.equal(t, ref[name]), name
     assert out["__rows__.seq"].tolist() == [0] * 6 + [1] * 2
     assert out["__rows__.pos"].tolist() == list(range(1, 7)) + [1, 2]
+    assert out["__rows__.token"].tolist() == SEQS[0][1:] + SEQS[1][1:]
 
 
 def test_run_inputs_logits_and_explicit_positions(ac, engine):
@@ -98,7 +99,7 @@ def test_extract_from_python_equals_the_cli_and_opens_as_tensors(ac, actcap_bin,
              "--batch-size", "4", "--shard-size", "8KiB", "--out", cli_out, "--quiet", check=True)
     a, b = ac.open(py_out), ac.open(cli_out)
     assert a.rows == b.rows and a.shards == b.shards and a.points == b.points
-    for p in a.points + ["__rows__.seq", "__rows__.pos"]:
+    for p in a.points + ["__rows__.seq", "__rows__.pos", "__rows__.token"]:
         assert torch.equal(a[p], b[p]), p
     assert (py_out / "manifest.json").read_bytes().count(b'"rows"') == (cli_out / "manifest.json").read_bytes().count(b'"rows"')
     a.verify()
@@ -138,12 +139,13 @@ def test_open_checks_every_tensor_it_reads(ac, tmp_path):
     ac.extract("demo", corpus, out, "transformer.h.0", progress=False)
     shard = out / "shard-00000.safetensors"
     data = bytearray(shard.read_bytes())
-    data[-3] ^= 0x01  # the last tensor's bytes (__rows__.pos)
+    data[-3] ^= 0x01  # the last tensor's bytes (__rows__.token)
     shard.write_bytes(bytes(data))
     ds = ac.open(out)
     ds["transformer.h.0"]  # undamaged tensor reads fine
-    with pytest.raises(ac.RunError, match=r"__rows__.pos.*checksum"):
-        ds["__rows__.pos"]
+    ds["__rows__.pos"]
+    with pytest.raises(ac.RunError, match=r"__rows__.token.*checksum"):
+        ds.tokens
 
 
 def test_progress_lines_and_tqdm(ac, tmp_path, capsys, monkeypatch):

@@ -28,14 +28,14 @@ pytestmark = pytest.mark.usefixtures("actcap_bin")
 # ---------------------------------------------------------------------------------------------
 
 def check_manifest(manifest, tensors, meta, n_rows):
-    assert manifest.get("format") == "actcap/2", manifest.get("format")
+    assert manifest.get("format") == H.FORMAT, manifest.get("format")
     assert manifest.get("complete") is True
     shards = manifest["shards"]
     assert [s["file"] for s in shards] == ["shard-00000.safetensors"]
     assert shards[0]["rows"] == n_rows
     assert isinstance(shards[0].get("checksums"), dict)
     assert meta.get("format") == "pt", f"shard __metadata__ = {meta}"
-    names = set(tensors) - {H.ROWS_SEQ, H.ROWS_POS}
+    names = set(tensors) - H.ROWS
     assert set(manifest["points"]) == names, (
         f"manifest points vs shard tensors: only in manifest {sorted(set(manifest['points']) - names)}, "
         f"only in shard {sorted(names - set(manifest['points']))}")
@@ -61,12 +61,13 @@ def check_parity(model_dir, seqs, out_dir, ref_dir=None, rope_seq_len=None, rel_
 
     exp_seq = np.concatenate([np.full(len(s), i, dtype=np.int64) for i, s in enumerate(seqs)])
     exp_pos = np.concatenate([np.arange(len(s), dtype=np.int64) for s in seqs])
-    for key, exp in ((H.ROWS_SEQ, exp_seq), (H.ROWS_POS, exp_pos)):
+    exp_tok = np.concatenate([np.asarray(s, dtype=np.int64) for s in seqs])
+    for key, exp in ((H.ROWS_SEQ, exp_seq), (H.ROWS_POS, exp_pos), (H.ROWS_TOKEN, exp_tok)):
         assert key in tensors, f"shard lacks {key}"
         assert tensors[key].dtype == np.int64, f"{key} dtype {tensors[key].dtype}"
         assert np.array_equal(tensors[key], exp), f"{key} = {tensors[key].tolist()}, expected {exp.tolist()}"
 
-    got_names = set(tensors) - {H.ROWS_SEQ, H.ROWS_POS}
+    got_names = set(tensors) - H.ROWS
     ref_names = set(refs[0])
     assert got_names == ref_names, (
         f"point sets differ:\n  only in actcap: {sorted(got_names - ref_names)}\n"
@@ -245,7 +246,7 @@ def test_parity_qwen3_qk_norm_points(models, tmp_path):
     _, got, _ = H.run_capture(m, tmp_path / "alone", seqs, capture=pats)
     want = {f"model.layers.{i}.self_attn.q_norm" for i in range(c.layers)} | {
         f"model.layers.{i}.self_attn.k_norm:input" for i in range(c.layers)}
-    assert set(got) - {H.ROWS_SEQ, H.ROWS_POS} == want
+    assert set(got) - H.ROWS == want
     for i in range(len(seqs)):
         sel = got[H.ROWS_SEQ] == i
         fails = H.compare_points({k: refs[i][k] for k in want}, {k: got[k][sel] for k in want}, label=f"seq {i}: ")
@@ -858,7 +859,7 @@ def test_lm_head_alone_bit_identical(models, tmp_path):
         seqs = tokens_for(m, [5, 9], seed=9)
         _, alone, _ = H.run_capture(m, tmp_path / f"{arch}-alone", seqs, capture=["lm_head"])
         _, full, _ = H.run_capture(m, tmp_path / f"{arch}-all", seqs)
-        assert set(alone) == {"lm_head", H.ROWS_SEQ, H.ROWS_POS}
+        assert set(alone) == {"lm_head"} | H.ROWS
         assert np.array_equal(alone["lm_head"], full["lm_head"]), (
             f"{arch}: logits differ when captured alone, max diff "
             f"{float(np.max(np.abs(alone['lm_head'] - full['lm_head']))):.3e}")
@@ -881,7 +882,7 @@ def test_capture_patterns(models, tmp_path):
     ref = reference.run(str(m), seqs)[0]
     for i, (pats, want) in enumerate(cases):
         _, got, _ = H.run_capture(m, tmp_path / f"o{i}", seqs, capture=pats)
-        names = set(got) - {H.ROWS_SEQ, H.ROWS_POS}
+        names = set(got) - H.ROWS
         assert names == want, f"--capture {pats}: extra {sorted(names - want)}, missing {sorted(want - names)}"
         fails = H.compare_points({k: ref[k] for k in want}, got)
         assert not fails, "\n".join(fails)

@@ -333,3 +333,29 @@ TEST(Verify, ExtractChecksumsFollowFromVerifiedData) {
   }
   fs::remove_all(dir);
 }
+
+// The row tensors a shard must hold follow its manifest's format: __rows__.token since actcap/3
+// (folders written as actcap/2 verify without it), __rows__.step in a generation's.
+TEST(ShardSchemaRows, TokenSinceActcap3AndStepForGenerations) {
+  nlohmann::json m = {{"format", "actcap/2"},
+                      {"model", {{"fingerprint", "0123456789abcdef"}}},
+                      {"points", {{"h", {{"dtype", "F32"}, {"shape", {4}}}}}}};
+  auto names = [&] {
+    std::string problem;
+    const std::optional<actcap::ShardSchema> s = actcap::shard_schema(m, problem);
+    EXPECT_TRUE(s) << problem;
+    std::vector<std::string> out;
+    for (const auto& [name, t] : s->tensors) out.push_back(name);
+    return out;
+  };
+  using V = std::vector<std::string>;
+  EXPECT_EQ(names(), (V{"__rows__.pos", "__rows__.seq", "h"}));
+  m["format"] = actcap::kFormatVersion;
+  EXPECT_EQ(names(), (V{"__rows__.pos", "__rows__.seq", "__rows__.token", "h"}));
+  m["generation"] = {{"sequences", 1}, {"steps", 2}};
+  EXPECT_EQ(names(), (V{"__rows__.pos", "__rows__.seq", "__rows__.step", "__rows__.token", "h"}));
+  // A point may not take a row tensor's name.
+  m["points"]["__rows__.token"] = {{"dtype", "I64"}, {"shape", nlohmann::json::array()}};
+  std::string problem;
+  EXPECT_FALSE(actcap::shard_schema(m, problem));
+}
