@@ -104,6 +104,7 @@ int run_bench_command(const BenchCommand& o) {
   CaptureOptions copts;
   copts.patterns = o.capture;
   copts.fingerprint = !o.no_fingerprint;
+  copts.attention_keys = o.seq;
   std::unique_ptr<SafeCapturer> cap;
   if (!o.capture.empty()) cap = std::make_unique<SafeCapturer>(*model, copts);
   split_model(*model, split_options(o.dev), o.batch, o.seq,

@@ -70,7 +70,9 @@ int run_generate_command(GenerateCommand o) {
   std::unique_ptr<SafeCapturer> capturer;
   std::vector<PointInfo> plan;
   if (!o.capture.empty()) {
-    capturer = std::make_unique<SafeCapturer>(*model, capture_options(o.cap, o.capture));
+    CaptureOptions copts = capture_options(o.cap, o.capture);
+    copts.attention_keys = split.kv_cache_tokens;  // patterns: every position the cache holds
+    capturer = std::make_unique<SafeCapturer>(*model, copts);
     plan = capturer->plan();
   }
   const DevicePlan placed = split_model(*model, split, static_cast<int64_t>(prompts.size()),

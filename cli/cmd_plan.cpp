@@ -22,7 +22,11 @@ int run_plan_command(const PlanCommand& o) {
   auto model = Model::load(o.model, load_options(o.dev));
   const int64_t seq = o.seq > 0 ? o.seq : model->config().max_positions();
   std::vector<PointInfo> capture;
-  if (!o.capture.empty()) capture = plan_capture(*model, CaptureOptions{o.capture});
+  if (!o.capture.empty()) {
+    CaptureOptions c{o.capture};
+    c.attention_keys = seq;  // attention patterns: [heads, seq] per row
+    capture = plan_capture(*model, c);
+  }
   // With --capture this is the plan run/extract use, which skip an uncaptured lm_head.
   DevicePlan plan =
       plan_split(*model, split_options(o.dev), o.batch, seq, capture,

@@ -47,7 +47,8 @@ int run_run_command(const RunCommand& o) {
   Batch batch =
       Batch::from_sequences(seqs, model->config().vocab_size, model->config().max_positions());
   model->set_bare_ref_policy(parse_bare_ref_policy(o.cap.bare_ref));
-  const CaptureOptions copts = capture_options(o.cap, o.capture);
+  CaptureOptions copts = capture_options(o.cap, o.capture);
+  copts.attention_keys = batch.max_len();  // attention patterns: every key of the batch
   SafeCapturer capturer(*model, copts);
   const uint64_t need = capturer.check_budget(batch);
   split_model(*model, split_options(o.dev), batch.size(), batch.max_len(), capturer.plan(),

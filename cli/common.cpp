@@ -92,6 +92,8 @@ void add_capture_options(CLI::App* sub, CaptureFlags& f) {
                   "Refuse batches whose captures exceed this (e.g. 2GiB)");
   sub->add_option("--bare-ref", f.bare_ref,
                   "Hooks that keep the borrowed tensor: error | warn | off");
+  sub->add_option("--heads", f.heads,
+                  "Attention patterns (NAME:scores, NAME:probs): keep these heads, e.g. 0,3,7");
 }
 
 CaptureOptions capture_options(const CaptureFlags& f, std::vector<std::string> patterns) {
@@ -100,6 +102,7 @@ CaptureOptions capture_options(const CaptureFlags& f, std::vector<std::string> p
   c.dtype = parse_capture_dtype(f.dtype);
   c.positions = PositionSpec::parse(f.positions);
   if (!f.capture_budget.empty()) c.budget_bytes = parse_bytes(f.capture_budget);
+  if (!f.heads.empty()) c.attention_heads = parse_heads(f.heads);
   return c;
 }
 

@@ -50,7 +50,7 @@ void add_device_options(CLI::App* sub, DeviceOptions& o);
 LoadOptions load_options(const DeviceOptions& o);
 // --dtype, --positions, --capture-budget, --bare-ref: the capture flags of run and extract.
 struct CaptureFlags {
-  std::string dtype = "keep", positions = "all", capture_budget, bare_ref = "error";
+  std::string dtype = "keep", positions = "all", capture_budget, bare_ref = "error", heads;
 };
 void add_capture_options(CLI::App* sub, CaptureFlags& f);
 // The library's capture options for `patterns` from the flags.

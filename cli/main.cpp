@@ -74,6 +74,8 @@ std::string with_flags(const actcap::Error& e) {
       {"devices", "--devices"},
       {"dtype", "--dtype"},
       {"input", "--input"},
+      {"attention_heads", "--heads"},
+      {"attention_keys", "--max-length"},
       {"max_length", "--max-length"},
       {"max_memory", "--max-memory"},
       {"max_new_tokens", "--max-new-tokens"},

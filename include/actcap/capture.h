@@ -42,7 +42,19 @@ struct CaptureOptions {
   PositionSpec positions;                 // all by default
   std::optional<uint64_t> budget_bytes;   // refuse a run whose snapshots would exceed this
   bool fingerprint = true;  // XXH3 at capture, checked on read (off only to measure its cost)
+  // Attention patterns (`NAME:scores`, `NAME:probs`): the key positions each query row stores
+  // (the longest sequence a forward of the run attends over; required when such a point is
+  // captured), and the heads kept, in the order given (empty: every head). Keys a query cannot see
+  // (later positions, padding, outside its window, past the forward's keys) hold probability 0 and
+  // score -inf.
+  int64_t attention_keys = 0;
+  std::vector<int64_t> attention_heads;
 };
+
+// True for an attention pattern point (`NAME:scores` or `NAME:probs`).
+bool is_attention_point(const std::string& name);
+// Parses "0,3,7" (the --heads list): distinct non-negative head indices (InputError otherwise).
+std::vector<int64_t> parse_heads(const std::string& text);
 
 // Parses "keep" | "f32" | "f16" | "bf16" (throws InputError).
 std::optional<c10::ScalarType> parse_capture_dtype(const std::string& text);
@@ -136,6 +148,10 @@ class SafeCapturer : public Observer {
   CaptureOptions options_;
   std::vector<PointInfo> plan_;
   std::map<std::string, c10::ScalarType> dtype_;  // each planned point's stored dtype
+  // The attention pattern points planned, with the heads they keep (a view shown to the hook is
+  // cut to those heads and padded to attention_keys before its snapshot).
+  std::map<std::string, bool> pattern_probs_;  // true: probabilities (pad 0), false: scores (-inf)
+  at::Tensor heads_index_;                     // int64 on the CPU; undefined: every head
   ObserverHandle handle_;
   // Mutable: a fence (in const reads) fills in the copies that landed.
   mutable std::vector<Snapshot> snapshots_;

@@ -1,5 +1,7 @@
 // Hook points: every Hugging Face module name, as its output (`NAME`) and its first input
-// (`NAME:input`). Patterns: `*` matches one dot-separated segment, `**` any number of segments.
+// (`NAME:input`); each attention module also has its pre-softmax scores (`NAME:scores`) and
+// post-softmax probabilities (`NAME:probs`), [heads, keys] per query token (docs/hook-points.md).
+// Patterns: `*` matches one dot-separated segment, `**` any number of segments.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -42,7 +44,8 @@ struct PointInfo {
 };
 
 // True when `name` matches `pattern` (segments split on '.', `*` one segment, `**` zero or more;
-// a `:input` suffix must be present on both or neither; `*` inside a segment is a glob).
+// a `:input`, `:scores` or `:probs` suffix must be the same on both or on neither; `*` inside a
+// segment is a glob).
 bool match_point(const std::string& pattern, const std::string& name);
 // The names closest to `pattern` by edit distance, at most `n`, for error messages.
 std::vector<std::string> nearest_points(const std::string& pattern,

@@ -155,7 +155,7 @@ class Dataset:
         if not 0 <= index < len(self._shards):
             raise InputError(f"shard {index} is outside 0..{len(self._shards) - 1}")
         s = self._shards[index]
-        return {name: s.tensor(name) for name in list(self.points) + list(ROW_TENSORS)}
+        return {name: s.tensor(name) for name in list(self.points) + self.row_tensors}
 
     def __getitem__(self, point: str) -> torch.Tensor:
         self._check_point(point)

@@ -66,6 +66,17 @@ class Generation:
     decode_seconds: float
 
 
+def _heads(heads: Optional[Sequence[int]]) -> List[int]:
+    if heads is None:
+        return []
+    if isinstance(heads, int):
+        return [heads]
+    try:
+        return [int(h) for h in heads]
+    except (TypeError, ValueError):
+        raise InputError("heads: a list of head indices, e.g. [0, 3, 7]") from None
+
+
 def _devices_arg(devices: Any) -> str:
     if devices is None:
         return ""
@@ -179,12 +190,13 @@ class Engine:
             attention_mask: Optional[torch.Tensor] = None,
             positions: Union[_convert.PositionsArg, Sequence[Sequence[int]]] = None,
             dtype: Any = None, budget: Union[None, int, str] = None,
-            logits: bool = False) -> Dict[str, torch.Tensor]:
+            logits: bool = False, heads: Optional[Sequence[int]] = None) -> Dict[str, torch.Tensor]:
         """One forward capturing ``capture`` (patterns). Returns {point: [rows, ...]} — the
         verified snapshots themselves, no copy — plus ``__rows__.seq`` and ``__rows__.pos`` (each
         row's sequence and position) and, with ``logits=True``, ``logits`` [batch, seq, vocab].
         ``positions``: 'all', 'first', 'last', ranges like '0:8,-4:', or one list of positions per
-        sequence."""
+        sequence. Attention patterns (``NAME:scores``, ``NAME:probs``) are ``[rows, heads, keys]``
+        with keys = the longest sequence given; ``heads`` keeps some heads (docs/hook-points.md)."""
         seqs = self.sequences(inputs, attention_mask)
         explicit = None
         spec = "all"
@@ -200,7 +212,8 @@ class Engine:
             spec = _convert.positions_spec(positions)
         return self._core.run(seqs, _convert.patterns(capture, "capture"),
                               _convert.capture_dtype(dtype), spec, explicit,
-                              _convert.size_bytes(budget, "budget"), bool(logits))
+                              _convert.size_bytes(budget, "budget"), bool(logits),
+                              _heads(heads))
 
     def compare(self, inputs: Inputs, capture: Union[str, Sequence[str]] = "**") -> Comparison:
         """A single-device run and the split run of ``inputs``, every captured point and the
@@ -213,7 +226,8 @@ class Engine:
                  top_p: float = 1.0, seed: int = 0, stop_tokens: Sequence[int] = (),
                  stop_at_eos: bool = True, attention_mask: Optional[torch.Tensor] = None,
                  dtype: Any = None, budget: Union[None, int, str] = None,
-                 out: Union[None, str, os.PathLike] = None, overwrite: bool = False) -> Generation:
+                 out: Union[None, str, os.PathLike] = None, overwrite: bool = False,
+                 heads: Optional[Sequence[int]] = None) -> Generation:
         """Generates from ``inputs`` (one batch) with a KV cache on each layer's device, greedy
         unless ``temperature`` > 0 (then sampled after ``top_k`` and ``top_p``, seeded by
         ``seed``). A sequence stops at one of ``stop_tokens`` or the config's EOS (unless
@@ -230,7 +244,8 @@ class Engine:
                                 float(temperature), int(top_k), float(top_p), int(seed),
                                 [int(t) for t in stop_tokens], bool(stop_at_eos),
                                 _convert.size_bytes(budget, "budget"),
-                                "" if out is None else os.fspath(out), bool(overwrite))
+                                "" if out is None else os.fspath(out), bool(overwrite),
+                                _heads(heads))
         return Generation([GeneratedSequence(s["tokens"], s["prompt_length"], s["finish"])
                            for s in r["sequences"]],
                           r.get("activations", {}), r["forwards"], r["prompt_seconds"],
@@ -314,7 +329,7 @@ def extract(model: Union[str, os.PathLike, Engine], input: Union[str, os.PathLik
             stride: int = 0, shard_size: Union[int, str] = "256MiB",
             positions: _convert.PositionsArg = None, dtype: Any = None,
             budget: Union[None, int, str] = None, resume: bool = False, overwrite: bool = False,
-            skip_bad_lines: bool = False,
+            skip_bad_lines: bool = False, heads: Optional[Sequence[int]] = None,
             progress: Union[bool, str, Callable[[dict], None]] = True) -> dict:
     """``actcap extract`` from Python: a corpus (.txt, one document per line, or .jsonl with
     "text" or "input_ids") through the model into a verified, resumable dataset in ``out``
@@ -335,6 +350,6 @@ def extract(model: Union[str, os.PathLike, Engine], input: Union[str, os.PathLik
             _convert.capture_dtype(dtype), _convert.positions_spec(positions), int(batch_size),
             int(max_length), int(stride), shard_bytes, bool(resume), bool(overwrite),
             bool(skip_bad_lines), _convert.size_bytes(budget, "budget"),
-            bar if progress else None)
+            bar if progress else None, _heads(heads))
     finally:
         bar.close()

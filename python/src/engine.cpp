@@ -68,8 +68,11 @@ std::unique_ptr<Engine> load(const std::string& path, const std::string& devices
 }
 
 CaptureOptions capture_options(const std::vector<std::string>& patterns, const std::string& dtype,
-                               const std::string& positions, std::optional<uint64_t> budget) {
+                               const std::string& positions, std::optional<uint64_t> budget,
+                               const std::vector<int64_t>& heads = {}, int64_t keys = 0) {
   CaptureOptions c;
+  c.attention_heads = heads;
+  c.attention_keys = keys;
   c.patterns = patterns;
   c.dtype = parse_capture_dtype(dtype);
   c.positions = PositionSpec::parse(positions);
@@ -118,7 +121,8 @@ void bind_engine(py::module_& m) {
            [](const Engine& e, const std::vector<std::string>& patterns, const std::string& dtype) {
              py::list out;
              for (const PointInfo& p :
-                  plan_capture(*e.model, capture_options(patterns, dtype, "all", {})))
+                  plan_capture(*e.model, capture_options(patterns, dtype, "all", {}, {},
+                                                         e.model->config().max_positions())))
                out.append(py::make_tuple(p.name, p.shape, safetensors_dtype_name(p.dtype)));
              return out;
            })
@@ -139,7 +143,8 @@ void bind_engine(py::module_& m) {
               std::lock_guard<std::mutex> one_run(e.busy);
               std::vector<PointInfo> capture;
               if (!patterns.empty())
-                capture = plan_capture(*e.model, capture_options(patterns, dtype, "all", {}));
+                capture = plan_capture(*e.model,
+                                       capture_options(patterns, dtype, "all", {}, {}, seq));
               const DevicePlan plan = plan_split(*e.model, e.split, batch, seq, capture,
                                                  Model::Logits::kSkipIfUnhooked);
               json = plan.to_json().dump();
@@ -154,7 +159,7 @@ void bind_engine(py::module_& m) {
              const std::vector<std::string>& patterns, const std::string& dtype,
              const std::string& positions,
              std::optional<std::vector<std::vector<int64_t>>> explicit_positions,
-             std::optional<uint64_t> budget, bool logits) {
+             std::optional<uint64_t> budget, bool logits, const std::vector<int64_t>& heads) {
             const Batch batch = e.batch(seqs);
             std::map<std::string, at::Tensor> out;
             std::vector<std::string> order;
@@ -163,7 +168,8 @@ void bind_engine(py::module_& m) {
               std::lock_guard<std::mutex> one_run(e.busy);
               const Model::Logits mode =
                   logits ? Model::Logits::kCompute : Model::Logits::kSkipIfUnhooked;
-              SafeCapturer cap(*e.model, capture_options(patterns, dtype, positions, budget));
+              SafeCapturer cap(*e.model, capture_options(patterns, dtype, positions, budget, heads,
+                                                         batch.max_len()));
               cap.check_budget(batch);
               split_model(*e.model, e.split, batch.size(), batch.max_len(), cap.plan(), mode);
               at::Tensor y = explicit_positions ? cap.run(batch, *explicit_positions, mode)
@@ -189,7 +195,8 @@ void bind_engine(py::module_& m) {
             return d;
           },
           py::arg("seqs"), py::arg("patterns"), py::arg("dtype"), py::arg("positions"),
-          py::arg("explicit_positions"), py::arg("budget"), py::arg("logits"))
+          py::arg("explicit_positions"), py::arg("budget"), py::arg("logits"),
+          py::arg("heads") = std::vector<int64_t>{})
       .def(
           "compare",
           [](Engine& e, const std::vector<std::vector<int64_t>>& seqs,
@@ -216,11 +223,12 @@ void bind_engine(py::module_& m) {
              const std::vector<std::string>& patterns, const std::string& dtype,
              const std::string& positions, int64_t batch_size, int64_t max_length, int64_t stride,
              uint64_t shard_bytes, bool resume, bool overwrite, bool skip_bad_lines,
-             std::optional<uint64_t> budget, py::object on_progress) {
+             std::optional<uint64_t> budget, py::object on_progress,
+             const std::vector<int64_t>& heads) {
             ExtractOptions x;
             x.input = input;
             x.out = out;
-            x.capture = capture_options(patterns, dtype, positions, budget);
+            x.capture = capture_options(patterns, dtype, positions, budget, heads);
             x.batch_size = batch_size;
             x.max_length = max_length;
             x.stride = stride;
@@ -250,14 +258,16 @@ void bind_engine(py::module_& m) {
           py::arg("input"), py::arg("out"), py::arg("patterns"), py::arg("dtype"),
           py::arg("positions"), py::arg("batch_size"), py::arg("max_length"), py::arg("stride"),
           py::arg("shard_bytes"), py::arg("resume"), py::arg("overwrite"),
-          py::arg("skip_bad_lines"), py::arg("budget"), py::arg("on_progress"))
+          py::arg("skip_bad_lines"), py::arg("budget"), py::arg("on_progress"),
+          py::arg("heads") = std::vector<int64_t>{})
       .def(
           "generate",
           [](Engine& e, const std::vector<std::vector<int64_t>>& prompts,
              const std::vector<std::string>& patterns, const std::string& dtype,
              int64_t max_new_tokens, double temperature, int64_t top_k, double top_p,
              uint64_t seed, const std::vector<int64_t>& stop_tokens, bool stop_at_eos,
-             std::optional<uint64_t> budget, const std::string& out, bool overwrite) {
+             std::optional<uint64_t> budget, const std::string& out, bool overwrite,
+             const std::vector<int64_t>& heads) {
             GenerateOptions g;
             g.max_new_tokens = max_new_tokens;
             g.temperature = temperature;
@@ -276,7 +286,8 @@ void bind_engine(py::module_& m) {
               std::vector<PointInfo> plan;
               if (!patterns.empty()) {
                 cap = std::make_unique<SafeCapturer>(
-                    *e.model, capture_options(patterns, dtype, "all", budget));
+                    *e.model, capture_options(patterns, dtype, "all", budget, heads,
+                                              split.kv_cache_tokens));
                 plan = cap->plan();
               }
               split_model(*e.model, split, static_cast<int64_t>(prompts.size()),
@@ -309,7 +320,7 @@ void bind_engine(py::module_& m) {
           py::arg("prompts"), py::arg("patterns"), py::arg("dtype"), py::arg("max_new_tokens"),
           py::arg("temperature"), py::arg("top_k"), py::arg("top_p"), py::arg("seed"),
           py::arg("stop_tokens"), py::arg("stop_at_eos"), py::arg("budget"), py::arg("out"),
-          py::arg("overwrite"))
+          py::arg("overwrite"), py::arg("heads") = std::vector<int64_t>{})
       .def("transfer_stats", [](const Engine& e) {
         const TransferStats& s = e.model->transfer_stats();
         return py::dict(py::arg("transfers") = s.transfers, py::arg("verified") = s.verified,

@@ -18,7 +18,9 @@ int64_t CompareReport::mismatched() const {
 CompareReport compare_split(Model& model, const Batch& batch,
                             const std::vector<std::string>& patterns, const SplitOptions& split) {
   auto capture_run = [&](std::map<std::string, at::Tensor>& out) {
-    SafeCapturer cap(model, CaptureOptions{patterns});
+    CaptureOptions c{patterns};
+    c.attention_keys = batch.max_len();  // attention patterns: every key of the batch
+    SafeCapturer cap(model, c);
     out["logits"] = cap.run(batch).to(at::kCPU);
     for (const PointInfo& p : cap.plan()) out[p.name] = cap.get(p.name);
     return cap.plan();

@@ -9,6 +9,7 @@
 #include "actcap/numbers.h"
 #include "actcap/snapshot.h"
 #include "capture/pending_copy.h"
+#include "util/strings.h"
 
 namespace actcap {
 
@@ -88,6 +89,25 @@ std::optional<c10::ScalarType> parse_capture_dtype(const std::string& text) {
                    {"dtype"});
 }
 
+bool is_attention_point(const std::string& name) {
+  return ends_with(name, ":scores") || ends_with(name, ":probs");
+}
+
+std::vector<int64_t> parse_heads(const std::string& text) {
+  std::vector<int64_t> out;
+  for (const std::string& item : split(text, ',')) {
+    const std::optional<int64_t> h = parse_int64(item);
+    if (!h || *h < 0)
+      throw InputError(concat("heads '", text, "': '", item, "' is not a head index (0, 1, ...)"),
+                       {"attention_heads"});
+    if (std::find(out.begin(), out.end(), *h) != out.end())
+      throw InputError(concat("heads '", text, "' names head ", *h, " twice"), {"attention_heads"});
+    out.push_back(*h);
+  }
+  if (out.empty()) throw InputError("no head given", {"attention_heads"});
+  return out;
+}
+
 std::vector<PointInfo> plan_capture(const Model& model, const CaptureOptions& options) {
   if (options.patterns.empty()) throw InputError("no capture pattern given", {"capture"});
   std::set<std::string> chosen;
@@ -98,6 +118,28 @@ std::vector<PointInfo> plan_capture(const Model& model, const CaptureOptions& op
     if (chosen.count(p.name)) {
       // Floating points take the requested dtype; token ids stay integers.
       if (options.dtype && at::isFloatingType(p.dtype)) p.dtype = *options.dtype;
+      if (is_attention_point(p.name)) {  // [heads, keys]: the heads kept, the run's key length
+        const int64_t heads = p.shape.at(0);
+        const auto& kept = options.attention_heads;
+        for (size_t i = 0; i < kept.size(); ++i)
+          if (kept[i] < 0 || std::find(kept.begin(), kept.begin() + i, kept[i]) != kept.begin() + i)
+            throw InputError(concat("heads: ", kept[i], " is ",
+                                    kept[i] < 0 ? "not a head index" : "given twice"),
+                             {"attention_heads"});
+        for (int64_t h : kept)
+          if (h >= heads)
+            throw InputError(concat("head ", h, " does not exist: ", p.name, " has ", heads,
+                                    " heads (0 to ", heads - 1, ")"),
+                             {"attention_heads"});
+        if (options.attention_keys <= 0)
+          throw InputError(concat("capturing attention pattern ", p.name,
+                                  " needs the key positions each row stores (the longest "
+                                  "sequence of the run)"),
+                           {"attention_keys"});
+        if (!options.attention_heads.empty())
+          p.shape[0] = static_cast<int64_t>(options.attention_heads.size());
+        p.shape[1] = options.attention_keys;
+      }
       plan.push_back(p);
     }
   return plan;
@@ -111,7 +153,10 @@ SafeCapturer::SafeCapturer(Model& model, CaptureOptions options)
   for (const PointInfo& p : plan_) {
     points.push_back(p.name);
     dtype_.emplace(p.name, p.dtype);
+    if (is_attention_point(p.name)) pattern_probs_.emplace(p.name, ends_with(p.name, ":probs"));
   }
+  if (!options_.attention_heads.empty())
+    heads_index_ = at::tensor(options_.attention_heads, at::kLong);
   handle_ = model_.attach_observer(*this, points);
 }
 
@@ -203,7 +248,20 @@ void SafeCapturer::on_forward_begin(const ForwardBegin& event) {
   forward_first_ = snapshots_.size();
 }
 
-void SafeCapturer::on_point(const HookContext& ctx, const at::Tensor& t) {
+void SafeCapturer::on_point(const HookContext& ctx, const at::Tensor& shown) {
+  at::Tensor t = shown;
+  auto pattern = pattern_probs_.find(ctx.point);
+  if (pattern != pattern_probs_.end()) {  // [B, T, heads, K]: the heads kept, keys padded
+    if (heads_index_.defined()) t = t.index_select(2, heads_index_.to(t.device()));
+    const int64_t K = t.size(3), want = options_.attention_keys;
+    if (K > want)
+      throw InputError(concat(ctx.point, " attends over ", K, " keys; the capture stores ", want,
+                              " per row: raise the key length to the longest sequence"),
+                       {"attention_keys"});
+    if (K < want)
+      t = at::constant_pad_nd(t, {0, want - K},
+                              pattern->second ? 0.0 : -std::numeric_limits<double>::infinity());
+  }
   // On a virtual CPU or accelerator lane: the selected rows snapshotted on the producer's queue,
   // and their copy to the host queued on the lane's capture queue (pending_copy.h), fenced before
   // any read. Elsewhere (plain cpu, or a forward outside the executor): copied here, complete

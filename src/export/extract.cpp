@@ -316,6 +316,7 @@ RunIdentity run_identity(const Model& model, const SafeCapturer* cap, const Extr
   id.settings = {{"capture", o.capture.patterns}, {"batch_size", o.batch_size},
                  {"max_length", max_len},         {"stride", o.stride},
                  {"shard_bytes", o.shard_bytes},  {"skip_bad_lines", o.skip_bad_lines}};
+  if (!o.capture.attention_heads.empty()) id.settings["attention_heads"] = o.capture.attention_heads;
   id.input = {{"path", o.input}, {"xxh3", CorpusReader::fingerprint(o.input)}};
   return id;
 }
@@ -525,7 +526,9 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
     throw InputError(concat("input ", o.input, " holds no documents"), {"input"});
 
   std::unique_ptr<SafeCapturer> cap;
-  if (!o.forward_only) cap = std::make_unique<SafeCapturer>(model, o.capture);
+  CaptureOptions copts = o.capture;
+  if (copts.attention_keys <= 0) copts.attention_keys = max_len;  // patterns: a window's keys
+  if (!o.forward_only) cap = std::make_unique<SafeCapturer>(model, copts);
   const int64_t bytes_per_row = cap ? std::max<int64_t>(1, cap->bytes_per_token()) : 1;
   const RunIdentity id = run_identity(model, cap.get(), o, max_len);
 

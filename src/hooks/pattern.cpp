@@ -57,14 +57,17 @@ bool match_segments(const std::vector<std::string>& p, const std::vector<std::st
   return next[0] != 0;
 }
 
-bool strip_input(std::string& s) {
-  static const std::string kSuffix = ":input";
-  if (s.size() >= kSuffix.size() &&
-      s.compare(s.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0) {
-    s.resize(s.size() - kSuffix.size());
-    return true;
+// Removes a point-kind suffix (`:input`, or an attention module's `:scores` / `:probs`) from `s`;
+// returns it ("" when none).
+std::string strip_kind(std::string& s) {
+  for (const char* suffix : {":input", ":scores", ":probs"}) {
+    const std::string k = suffix;
+    if (s.size() >= k.size() && s.compare(s.size() - k.size(), k.size(), k) == 0) {
+      s.resize(s.size() - k.size());
+      return k;
+    }
   }
-  return false;
+  return "";
 }
 
 size_t edit_distance(const std::string& a, const std::string& b) {
@@ -92,7 +95,7 @@ BareRefPolicy parse_bare_ref_policy(const std::string& text) {
 
 bool match_point(const std::string& pattern, const std::string& name) {
   std::string p = pattern, n = name;
-  if (strip_input(p) != strip_input(n)) return false;
+  if (strip_kind(p) != strip_kind(n)) return false;
   return match_segments(split(p, '.'), split(n, '.'));
 }
 

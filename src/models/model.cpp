@@ -291,7 +291,7 @@ std::vector<PointInfo> Model::points() const {
   };
   for (Module* m : impl_->modules) {
     out.push_back(computed(m->output_point()));
-    out.push_back(computed(m->input_point()));
+    if (!m->is_tap()) out.push_back(computed(m->input_point()));
   }
   return out;
 }
@@ -373,7 +373,7 @@ std::vector<std::vector<std::string>> Model::stage_modules() const {
       s->collect(inner);
       std::vector<std::string> names;
       for (Module* m : inner)
-        if (m->has_points()) names.push_back(m->name());
+        if (m->has_points() && !m->is_tap()) names.push_back(m->name());
       out.push_back(names);
     }
   }

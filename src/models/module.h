@@ -100,6 +100,9 @@ class Module {
   const PointInfo& input_point() const { return in_; }
   const PointInfo& output_point() const { return out_; }
   bool has_points() const { return !name_.empty(); }
+  // A point that is no Hugging Face module (an attention module's `:scores` / `:probs`, Tap): it
+  // has no `:input` and is not named in device maps.
+  virtual bool is_tap() const { return false; }
 
   at::Tensor call(const at::Tensor& x, ForwardState& st) {
     if (!hooks_) return forward(x, st);
@@ -150,6 +153,19 @@ class Module {
   std::vector<at::Tensor*> parameters_;
   std::vector<bool> widened_;           // per parameter, see parameter()
   std::shared_ptr<ModuleHooks> hooks_;  // null when no hook: call() stays one test
+};
+
+// A hook point inside a module's forward, named `MODULE:KIND` (attention patterns): call() with the
+// tensor to show; forward() returns it unchanged. Only its output is a point. The owner builds the
+// tensor only when hooked() says someone looks, so an unobserved tap costs one pointer test.
+class Tap : public Module {
+ public:
+  Tap(const std::string& name, std::vector<int64_t> shape)
+      : Module(name, PointInfo{"", {}, at::kFloat}, PointInfo{name, std::move(shape), at::kFloat}) {}
+  bool is_tap() const override { return true; }
+
+ protected:
+  at::Tensor forward(const at::Tensor& x, ForwardState&) override { return x; }
 };
 
 // Point descriptions for the common cases.

@@ -1,6 +1,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -33,8 +35,10 @@ TEST(Model, DemoPointsFollowHfNames) {
   auto has = [&](const std::string& n) {
     return std::find(names.begin(), names.end(), n) != names.end();
   };
-  EXPECT_EQ(names.size(),
-            88u);  // (4 layers x 10 modules + wte, wpe, ln_f, lm_head) x {output, input}
+  // (4 layers x 10 modules + wte, wpe, ln_f, lm_head) x {output, input}, and each layer's
+  // attention scores and probabilities
+  EXPECT_EQ(names.size(), 88u + 4 * 2);
+  EXPECT_TRUE(has("transformer.h.1.attn:scores") && has("transformer.h.1.attn:probs"));
   for (const char* n : {"transformer.wte", "transformer.wte:input", "transformer.h.3",
                         "transformer.h.0.attn.c_attn", "transformer.h.2.mlp.act",
                         "transformer.ln_f", "lm_head", "lm_head:input"})
@@ -92,9 +96,26 @@ TEST_P(EveryArch, HooksSeeConsistentValuesAndDoNotChangeLogits) {
     EXPECT_TRUE(ctx.is_input);
     seen[ctx.point] = t.clone();
   });
+  auto h3 = m->register_forward_hook(
+      "**:probs", [&](const HookContext& ctx, const at::Tensor& t) { seen[ctx.point] = t.clone(); });
+  auto h4 = m->register_forward_hook(
+      "**:scores", [&](const HookContext& ctx, const at::Tensor& t) { seen[ctx.point] = t.clone(); });
   auto hooked = m->forward(batch);
-  EXPECT_TRUE(at::equal(plain, hooked));  // observer effect: none
+  EXPECT_TRUE(at::equal(plain, hooked));  // observer effect: none, attention patterns included
   EXPECT_EQ(seen.size(), m->points().size());
+  // Patterns [B, T, heads, K]: each query's probabilities sum to 1 over the keys it sees, and a
+  // later key is -inf / 0.
+  const std::string attn = GetParam() == "gpt2" ? "transformer.h.0.attn"
+                           : GetParam() == "gpt_neox" ? "gpt_neox.layers.0.attention"
+                                                      : "model.layers.0.self_attn";
+  const at::Tensor probs = seen.at(attn + ":probs"), scores = seen.at(attn + ":scores");
+  EXPECT_EQ(probs.sizes(), (std::vector<int64_t>{2, 5, m->config().num_attention_heads, 5}));
+  EXPECT_TRUE(at::allclose(probs.sum(-1), at::ones({2, 5, m->config().num_attention_heads})));
+  EXPECT_EQ(probs[0][1][0][2].item<float>(), 0.0f);
+  EXPECT_TRUE(std::isinf(scores[0][1][0][2].item<float>()));
+  EXPECT_TRUE(at::allclose(probs, scores.softmax(-1)));
+  h3.remove();
+  h4.remove();
   at::Tensor head = seen.at("lm_head");
   if (GetParam() == "gemma2") head = (head / 30.0).tanh_().mul_(30.0);  // final_logit_softcapping
   EXPECT_TRUE(at::equal(head, hooked));

@@ -14,6 +14,10 @@ Attention::Attention(const std::string& name, AttentionShape shape, AttentionPar
   k_ = take(p.k);
   k_norm_ = take(p.k_norm);
   v_ = take(p.v);
+  // After the projections, before o_proj: the order the forward shows them in. The key length is
+  // the run's (CaptureOptions::attention_keys), 0 here.
+  taps_.scores = add(std::make_unique<Tap>(name + ":scores", std::vector<int64_t>{s_.heads, 0}));
+  taps_.probs = add(std::make_unique<Tap>(name + ":probs", std::vector<int64_t>{s_.heads, 0}));
   o_ = take(p.o);
 }
 
@@ -72,12 +76,13 @@ at::Tensor Attention::forward(const at::Tensor& x, ForwardState& st) {
       v = e.v.narrow(2, 0, st.kv_len);
     }
   }
-  auto ctx = attention(q, k, v, st.bias(s_.window), s_.scale, s_.softcap);
+  auto ctx = attention(q, k, v, st.bias(s_.window), s_.scale, s_.softcap, &taps_, &st);
   return o_->call(ctx, st);
 }
 
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                     const at::Tensor& bias, double scale, std::optional<double> softcap) {
+                     const at::Tensor& bias, double scale, std::optional<double> softcap,
+                     const AttentionTaps* taps, ForwardState* st) {
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
   const int64_t Hkv = k.size(1), K = k.size(2);
   at::Tensor kk = k, vv = v;
@@ -96,10 +101,16 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
     scores = at::baddbmm(mask, q.reshape({B * H, T, D}), kk.reshape({B * H, K, D}).transpose(1, 2),
                          /*beta=*/1.0, /*alpha=*/scale);
   }
+  // [B * H, T, K] -> [B, T, H, K]: a query token's row of every head (a view; the capture copies).
+  auto show = [&](Tap* tap, const at::Tensor& t) {
+    if (taps && st && tap && tap->hooked()) tap->call(t.view({B, H, T, K}).permute({0, 2, 1, 3}), *st);
+  };
+  if (taps) show(taps->scores, scores);
   // In float32 and rounded to the compute dtype (HF's eager softmax(..., dtype=torch.float32)).
   auto probs = scores.scalar_type() == at::kFloat
                    ? at::softmax(scores, -1)
                    : at::softmax(scores, -1, at::kFloat).to(scores.scalar_type());
+  if (taps) show(taps->probs, probs);
   auto ctx = at::bmm(probs, vv.reshape({B * H, K, D}));  // [B*H, T, D]
   return ctx.view({B, H, T, D}).transpose(1, 2).reshape({B, T, H * D});
 }

@@ -42,6 +42,14 @@ struct AttentionParts {
   std::unique_ptr<Module> o;
 };
 
+// The attention pattern points of one attention module: `NAME:scores` (q k^T after the scale,
+// soft-cap and mask: -inf where a key is not visible) and `NAME:probs` (after softmax), each
+// [B, T, heads, K] at the tap (the capture stores [heads, keys] per query token).
+struct AttentionTaps {
+  Tap* scores = nullptr;
+  Tap* probs = nullptr;
+};
+
 class Attention : public Module {
  public:
   Attention(const std::string& name, AttentionShape shape, AttentionParts parts);
@@ -52,14 +60,17 @@ class Attention : public Module {
 
  private:
   AttentionShape s_;
+  AttentionTaps taps_;
   Module *qkv_ = nullptr, *q_ = nullptr, *q_norm_ = nullptr, *k_ = nullptr, *k_norm_ = nullptr,
          *v_ = nullptr, *o_ = nullptr;
 };
 
 // softmax(q k^T * scale + bias) v with grouped-query heads: q [B, H, T, D], k/v [B, Hkv, K, D]
 // (K = T, or the cached positions when decoding), bias [T, K] or [B, 1, T, K]. Returns
-// [B, T, H * D]. `softcap` caps the scores before the bias, as Gemma 2.
+// [B, T, H * D]. `softcap` caps the scores before the bias, as Gemma 2. `taps` (with `st`) are shown
+// the scores and probabilities when hooked.
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                     const at::Tensor& bias, double scale, std::optional<double> softcap = {});
+                     const at::Tensor& bias, double scale, std::optional<double> softcap = {},
+                     const AttentionTaps* taps = nullptr, ForwardState* st = nullptr);
 
 }  // namespace actcap
