@@ -67,7 +67,8 @@ struct ExtractCommand {
   std::vector<std::string> capture;
   int64_t batch_size = 8, max_length = 0, stride = 0;
   bool resume = false, overwrite = false, skip_bad = false, quiet = false, forward_only = false,
-       json = false;
+       json = false, stats = false, stats_only = false, skip_special = false;
+  int64_t top_k = 8;
   DeviceOptions dev;
 };
 
@@ -98,6 +99,10 @@ int run_extract_command(const ExtractCommand& o) {
   x.overwrite = o.overwrite;
   x.skip_bad_lines = o.skip_bad;
   x.forward_only = o.forward_only;
+  x.stats = o.stats || o.stats_only;
+  x.stats_only = o.stats_only;
+  x.stats_top_k = o.top_k;
+  x.skip_special = o.skip_special;
   x.faults = export_faults_from_env();
   const int64_t len = x.max_length > 0 ? x.max_length : model->config().max_positions();
   std::vector<PointInfo> plan;
@@ -121,6 +126,8 @@ int run_extract_command(const ExtractCommand& o) {
                                  {"resumed_at_line", r.resumed_from_line
                                                          ? nlohmann::json(r.resumed_from_line + 1)
                                                          : nlohmann::json()},
+                                 {"stats", x.stats ? nlohmann::json(o.out + "/stats.safetensors")
+                                                   : nlohmann::json()},
                                  {"transfers", transfer_json(transfers)}})
                      .dump(2)
               << "\n";
@@ -136,6 +143,7 @@ int run_extract_command(const ExtractCommand& o) {
                                   : std::string())
               << (r.resumed_from_line ? concat("; resumed at line ", r.resumed_from_line + 1)
                                       : std::string());
+  if (x.stats) std::cout << "; statistics in " << o.out << "/stats.safetensors";
   if (transfers.transfers > 0 || transfers.injected > 0)
     std::cout << "; " << transfer_summary(transfers);
   std::cout << "\n";
@@ -168,6 +176,14 @@ Command add_extract(CLI::App& app) {
   sub->add_flag("--quiet", o->quiet, "No progress output");
   sub->add_flag("--forward-only", o->forward_only,
                 "Benchmark: run the same batches without capturing or writing");
+  sub->add_flag("--stats", o->stats,
+                "Also write per-feature statistics and top-k rows (stats.safetensors)");
+  sub->add_flag("--stats-only", o->stats_only, "Statistics only: no activations stored");
+  sub->add_option("--top-k", o->top_k, "Rows of largest value kept per feature by --stats")
+      ->default_val(8);
+  sub->add_flag("--skip-special", o->skip_special,
+                "Leave special tokens (BOS, EOS, the tokenizer's special ones) out of rows and "
+                "statistics");
   sub->add_flag("--json", o->json, "Machine-readable summary");
   return {sub, [o] { return run_extract_command(*o); }};
 }

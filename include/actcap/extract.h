@@ -32,6 +32,14 @@ struct ExtractOptions {
   bool overwrite = false;
   bool skip_bad_lines = false;
   bool forward_only = false;  // benchmark: same batches, no capture, nothing written
+  // Streaming statistics (docs/stats.md): per point and feature count, mean, variance, min, max
+  // and the `stats_top_k` rows of largest value, in each shard and merged into stats.safetensors;
+  // `stats_only` stores the statistics without the activations.
+  bool stats = false, stats_only = false;
+  int64_t stats_top_k = 8;
+  // Leave special tokens (the tokenizer's special added tokens, the config's bos and eos ids) out
+  // of the rows and the statistics.
+  bool skip_special = false;
   int queue_shards = 2;       // shards waiting for the writer before compute blocks
   ExportFaults faults;        // test-only fault injection (actcap/export.h)
 };

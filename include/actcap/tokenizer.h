@@ -23,6 +23,9 @@ class Tokenizer {
   virtual std::vector<int64_t> encode(const std::string& text, bool add_special = true) const = 0;
   virtual std::string decode(const std::vector<int64_t>& ids) const = 0;
   virtual int64_t vocab_size() const = 0;  // largest id + 1, added tokens included
+  // The ids of the special tokens (tokenizer.json's added tokens marked "special"; the byte-level
+  // tokenizer's eos), ascending.
+  virtual std::vector<int64_t> special_ids() const = 0;
 };
 
 }  // namespace actcap

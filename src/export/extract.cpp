@@ -25,6 +25,7 @@
 #include "export/faults.h"
 #include "export/journal.h"
 #include "export/shard.h"
+#include "export/stats.h"
 #include "io/atomic_file.h"
 #include "io/text_file.h"
 
@@ -189,8 +190,10 @@ class ShardWriter {
     }
   }
 
-  // Marks the run complete (after finish()).
+  // Marks the run complete (after finish()), with the statistics of every claimed shard merged
+  // into stats.safetensors first when the run keeps them.
   void complete(const json& extra) {
+    if (schema_.stats) write_merged_stats();
     for (const auto& [k, v] : extra.items()) manifest_[k] = v;
     manifest_["complete"] = true;
     write_manifest(dir_, manifest_, &faults_);
@@ -198,6 +201,63 @@ class ShardWriter {
   }
 
   uint64_t bytes_written() const { return bytes_.load(); }
+
+  // The shard's statistics per point, from its assembled (verified, ordered) rows; under
+  // --stats-only the rows themselves are then dropped.
+  void add_stats(ShardContents& c) const {
+    std::map<std::string, at::Tensor> by_name(c.tensors.begin(), c.tensors.end());
+    std::vector<std::pair<std::string, at::Tensor>> stats;
+    for (const auto& [point, shape] : schema_.stat_points)
+      stats_tensors(point,
+                    stats_of(by_name.at(point), by_name.at("__rows__.seq"),
+                             by_name.at("__rows__.pos"), by_name.at("__rows__.token"),
+                             schema_.stats_top_k),
+                    stats);
+    if (!schema_.stats_stored) {
+      c.tensors.clear();
+      c.checksums = json::object();
+    }
+    const json sums = tensor_checksums(stats);
+    for (const auto& [name, sum] : sums.items()) c.checksums[name] = sum;
+    for (auto& t : stats) c.tensors.push_back(std::move(t));
+  }
+
+  // Every claimed shard's statistics, read back in shard order (each checked against its
+  // checksum), merged, written as stats.safetensors and listed in the manifest.
+  void write_merged_stats() {
+    std::map<std::string, FeatureStats> merged;
+    for (const json& entry : manifest_["shards"]) {
+      const std::string file = entry["file"].get<std::string>();
+      auto st = SafetensorsFile::open((fs::path(dir_) / file).string());
+      auto read = [&](const std::string& name) {
+        at::Tensor t = st->tensor(name);
+        const std::string got = hex64(tensor_xxh3(t));
+        if (!entry["checksums"].contains(name) || entry["checksums"][name] != got)
+          throw RunError(concat(dir_, "/", file, ": statistics tensor ", name,
+                                " does not match its checksum; run actcap verify"));
+        return t;
+      };
+      for (const auto& [point, shape] : schema_.stat_points) {
+        FeatureStats s = stats_from(point, schema_.stats_top_k, read);
+        auto it = merged.find(point);
+        if (it == merged.end())
+          merged.emplace(point, std::move(s));
+        else
+          it->second = merge_stats(it->second, s);
+      }
+    }
+    ShardContents c;
+    for (const auto& [point, shape] : schema_.stat_points) {
+      auto it = merged.find(point);
+      if (it != merged.end()) stats_tensors(point, it->second, c.tensors);
+    }
+    c.checksums = tensor_checksums(c.tensors);
+    json entry =
+        write_checked_file(dir_, kStatsFileName, c, stats_file_schema(schema_), &faults_);
+    entry["top_k"] = schema_.stats_top_k;
+    entry["stored"] = schema_.stats_stored;
+    manifest_["stats"] = entry;
+  }
   int64_t shards_written() const { return shards_.load(); }
   const json& manifest() const { return manifest_; }
 
@@ -214,7 +274,7 @@ class ShardWriter {
         space_.notify_one();
       }
       try {
-        write(job);
+        write(job);  // may add the shard's statistics to its contents
       } catch (...) {
         std::lock_guard<std::mutex> lock(mu_);
         error_ = std::current_exception();
@@ -225,9 +285,10 @@ class ShardWriter {
     }
   }
 
-  void write(const ShardJob& job) {
+  void write(ShardJob& job) {
     if (names_shard(faults_.faults().damage_queued, job.index))
       flip_last_byte(job.contents.tensors.front().second);
+    if (schema_.stats) add_stats(job.contents);
     json entry = write_checked_shard(dir_, job.index, job.contents, schema_, &faults_);
     entry["first_line"] = job.first_line;
     entry["last_line"] = job.last_line;
@@ -317,6 +378,11 @@ RunIdentity run_identity(const Model& model, const SafeCapturer* cap, const Extr
                  {"max_length", max_len},         {"stride", o.stride},
                  {"shard_bytes", o.shard_bytes},  {"skip_bad_lines", o.skip_bad_lines}};
   if (!o.capture.attention_heads.empty()) id.settings["attention_heads"] = o.capture.attention_heads;
+  if (o.stats) {  // the shards then hold statistics too (shard_schema reads "stats")
+    id.head["stats"] = {{"top_k", o.stats_top_k}, {"stored", !o.stats_only}};
+    id.settings["stats"] = id.head["stats"];
+  }
+  if (o.skip_special) id.settings["skip_special"] = true;
   id.input = {{"path", o.input}, {"xxh3", CorpusReader::fingerprint(o.input)}};
   return id;
 }
@@ -429,7 +495,7 @@ struct ShardInput {
 // windows of at most `max_len` tokens, starting every stride tokens.
 ShardInput gather_shard(CorpusReader& reader, Document& doc, bool& more, const ExtractOptions& o,
                         int64_t max_len, int64_t bytes_per_row, int64_t resume_after,
-                        ExtractProgress& progress) {
+                        const std::set<int64_t>& skip_tokens, ExtractProgress& progress) {
   ShardInput in;
   int64_t shard_bytes = 0;
   while (shard_bytes < static_cast<int64_t>(o.shard_bytes) && (more = reader.next(doc))) {
@@ -443,7 +509,11 @@ ShardInput gather_shard(CorpusReader& reader, Document& doc, bool& more, const E
                               " tokens, over the max length of ", max_len,
                               "; set a stride to cut long documents into overlapping windows"),
                        {"max_length", "stride"});
-    const std::vector<int64_t> keep = o.capture.positions.select(len);
+    std::vector<int64_t> keep = o.capture.positions.select(len);
+    if (!skip_tokens.empty())  // --skip-special: those tokens are run, never stored or counted
+      keep.erase(std::remove_if(keep.begin(), keep.end(),
+                                [&](int64_t p) { return skip_tokens.count(doc.ids[p]) > 0; }),
+                 keep.end());
     int64_t covered = 0;
     for (int64_t start = 0;; start += o.stride) {
       const int64_t end = std::min(len, start + max_len);
@@ -529,6 +599,28 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
   CaptureOptions copts = o.capture;
   if (copts.attention_keys <= 0) copts.attention_keys = max_len;  // patterns: a window's keys
   if (!o.forward_only) cap = std::make_unique<SafeCapturer>(model, copts);
+  if (o.stats_only && !o.stats)
+    throw InputError("statistics only needs statistics", {"stats", "stats_only"});
+  if (o.stats) {
+    if (o.forward_only)
+      throw InputError("statistics need the captures; drop forward-only", {"stats", "forward_only"});
+    if (o.stats_top_k < 0)
+      throw InputError(concat("the statistics' top-k must be 0 or more, got ", o.stats_top_k),
+                       {"stats_top_k"});
+    for (const PointInfo& p : cap->plan())
+      if (!at::isFloatingType(p.dtype))
+        throw InputError(concat("statistics need floating-point points; '", p.name, "' holds ",
+                                c10::toString(p.dtype),
+                                " values (token ids or positions): leave it out of the capture"),
+                         {"capture", "stats"});
+  }
+  std::set<int64_t> skip_tokens;
+  if (o.skip_special) {
+    if (tokenizer)
+      for (int64_t id : tokenizer->special_ids()) skip_tokens.insert(id);
+    for (int64_t id : {model.config().bos_token_id, model.config().eos_token_id})
+      if (id >= 0) skip_tokens.insert(id);
+  }
   const int64_t bytes_per_row = cap ? std::max<int64_t>(1, cap->bytes_per_token()) : 1;
   const RunIdentity id = run_identity(model, cap.get(), o, max_len);
 
@@ -556,8 +648,8 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
   bool more = true;
   int64_t next_shard = start.next_shard;
   while (more) {
-    ShardInput in =
-        gather_shard(reader, doc, more, o, max_len, bytes_per_row, start.resume_after, progress);
+    ShardInput in = gather_shard(reader, doc, more, o, max_len, bytes_per_row, start.resume_after,
+                                 skip_tokens, progress);
     if (in.windows.empty()) break;
     ShardRows rows = run_batches(model, cap.get(), in.windows, o, context, progress, report);
     progress.documents_done += in.documents;

@@ -23,7 +23,7 @@ using nlohmann::json;
 
 bool is_output_file(const std::string& name) {
   const std::string base = temp_target(name);  // a temp file counts as the file it was for
-  return base == kManifestName || base == kJournalName ||
+  return base == kManifestName || base == kJournalName || base == kStatsFileName ||
          (starts_with(base, "shard-") && ends_with(base, ".safetensors"));
 }
 

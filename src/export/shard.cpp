@@ -7,6 +7,7 @@
 #include "actcap/error.h"
 #include "actcap/hash.h"
 #include "export/faults.h"
+#include "export/stats.h"
 #include "io/atomic_file.h"
 
 namespace actcap {
@@ -56,7 +57,7 @@ std::optional<ShardSchema> shard_schema(const json& manifest, std::string& probl
         t.row_shape.push_back(d.get<int64_t>());
       }
     }
-    if (t.dtype.empty() || name.rfind("__rows__", 0) == 0) {
+    if (t.dtype.empty() || name.rfind("__rows__", 0) == 0 || name.rfind("__stats__", 0) == 0) {
       problem = concat("point '", name, "' has no valid dtype and shape");
       return std::nullopt;
     }
@@ -68,6 +69,22 @@ std::optional<ShardSchema> shard_schema(const json& manifest, std::string& probl
   if (s.format != "actcap/1" && s.format != "actcap/2") s.tensors[kRowsToken] = {"I64", {}};
   // A generation's rows also say which forward computed them (0: the prompt pass).
   if (manifest.contains("generation")) s.tensors[kRowsStep] = {"I64", {}};
+  if (manifest.contains("stats")) {
+    const json& st = manifest["stats"];
+    if (!st.is_object() || !st.contains("top_k") || !st["top_k"].is_number_integer() ||
+        st["top_k"].get<int64_t>() < 0 || !st.contains("stored") || !st["stored"].is_boolean()) {
+      problem = "has malformed stats settings (top_k, stored)";
+      return std::nullopt;
+    }
+    s.stats = true;
+    s.stats_top_k = st["top_k"].get<int64_t>();
+    s.stats_stored = st["stored"].get<bool>();
+    for (const auto& [name, t] : s.tensors)
+      if (name.rfind("__rows__", 0) != 0) s.stat_points.emplace_back(name, t.row_shape);
+    if (!s.stats_stored) s.tensors.clear();  // --stats-only: the statistics alone
+    for (const auto& [name, shape] : s.stat_points)
+      for (auto& [stat, t] : stats_schema(name, shape, s.stats_top_k)) s.tensors[stat] = t;
+  }
   return s;
 }
 
@@ -92,7 +109,20 @@ std::string shape_text(const std::vector<int64_t>& shape) { return json(shape).d
 
 json write_checked_shard(const std::string& dir, int64_t index, const ShardContents& contents,
                          const ShardSchema& schema, FaultPoints* faults) {
-  const std::string file = shard_file_name(index);
+  return write_checked_file(dir, shard_file_name(index), contents, schema, faults, index);
+}
+
+ShardSchema stats_file_schema(const ShardSchema& schema) {
+  ShardSchema s = schema;
+  s.tensors.clear();
+  for (const auto& [name, t] : schema.tensors)
+    if (name.rfind("__stats__.", 0) == 0) s.tensors[name] = t;
+  return s;
+}
+
+json write_checked_file(const std::string& dir, const std::string& file,
+                        const ShardContents& contents, const ShardSchema& schema,
+                        FaultPoints* faults, int64_t index) {
   const std::string path = (fs::path(dir) / file).string();
   std::string prefix;
   try {
@@ -105,10 +135,11 @@ json write_checked_shard(const std::string& dir, int64_t index, const ShardConte
     bytes += static_cast<uint64_t>(t.numel()) * t.element_size();
   write_file_atomic(path, [&](int fd) {
     write_all(fd, prefix.data(), prefix.size(), path);
-    if (faults) faults->reached(ExportFaults::Moment::kShardWrite);
+    if (faults && index >= 0) faults->reached(ExportFaults::Moment::kShardWrite);
     write_safetensors_data(fd, contents.tensors, path);
   });
-  if (faults && names_shard(faults->faults().damage_file, index)) flip_last_byte(path);
+  if (faults && index >= 0 && names_shard(faults->faults().damage_file, index))
+    flip_last_byte(path);
   const json entry = {{"file", file},
                       {"rows", contents.rows},
                       {"bytes", bytes},
@@ -195,7 +226,8 @@ void check_tensor_set(const SafetensorsFile& shard, const ShardSchema& schema, i
     }
     if (info->dtype_name != want.dtype)
       bad(name, concat("dtype ", info->dtype_name, " in the header, manifest says ", want.dtype));
-    std::vector<int64_t> shape = {rows};
+    std::vector<int64_t> shape;
+    if (want.per_row) shape.push_back(rows);
     shape.insert(shape.end(), want.row_shape.begin(), want.row_shape.end());
     if (info->shape != shape)
       bad(name, concat("shape ", shape_text(info->shape), " in the header, manifest says ",

@@ -29,10 +29,16 @@ struct ShardSchema {
   struct Tensor {
     std::string dtype;               // safetensors name
     std::vector<int64_t> row_shape;  // the shape after the rows dimension
+    bool per_row = true;  // false: `row_shape` is the whole shape (a shard's statistics)
   };
   std::map<std::string, Tensor> tensors;
   std::string format;       // the manifest's "format"
   std::string fingerprint;  // the model's weights
+  // The manifest's "stats" (extract --stats): each shard also holds its rows' statistics per point
+  // (stats.h), the k best rows of every feature; without `stats_stored` (--stats-only) only them.
+  bool stats = false, stats_stored = true;
+  int64_t stats_top_k = 0;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> stat_points;  // name, per-token shape
 };
 // The schema of a manifest; nullopt with `problem` set when the manifest's points, format or
 // model fingerprint are missing or malformed.
@@ -58,6 +64,14 @@ nlohmann::json tensor_checksums(const std::vector<std::pair<std::string, at::Ten
 nlohmann::json write_checked_shard(const std::string& dir, int64_t index,
                                    const ShardContents& contents, const ShardSchema& schema,
                                    FaultPoints* faults = nullptr);
+// The same for a file of another name (`file` in `dir`; test faults by shard index do not apply).
+nlohmann::json write_checked_file(const std::string& dir, const std::string& file,
+                                  const ShardContents& contents, const ShardSchema& schema,
+                                  FaultPoints* faults = nullptr, int64_t index = -1);
+
+constexpr const char* kStatsFileName = "stats.safetensors";
+// The schema of the run's merged statistics file: `schema`'s statistics tensors alone.
+ShardSchema stats_file_schema(const ShardSchema& schema);
 
 struct ShardCheckOptions {
   bool header_checksum = true;  // off only in tests that show the field-by-field checks alone

@@ -137,6 +137,17 @@ VerifyReport verify_output(const std::string& dir, json& claimed) {
                             ? shard["file"].get<std::string>()
                             : std::string());
   check_shards(dir, manifest["shards"], *schema, r);
+  // A complete run with statistics lists their merged file (docs/stats.md).
+  if (complete && schema->stats) {
+    const json& st = manifest["stats"];
+    if (!st.contains("file") || st["file"] != kStatsFileName)
+      add_issue(r, kManifestName, "", concat("the run's statistics list no ", kStatsFileName));
+    else
+    {
+      check_shards(dir, json::array({st}), stats_file_schema(*schema), r);
+      --r.shards;  // a file of the run, not a shard of rows
+    }
+  }
   return r;
 }
 

@@ -76,6 +76,7 @@ class ByteLevelTokenizer : public Tokenizer {
   }
 
   int64_t vocab_size() const override { return eos_ + 1; }
+  std::vector<int64_t> special_ids() const override { return {eos_}; }
 
  private:
   int64_t eos_;

@@ -63,6 +63,15 @@ void HfTokenizer::encode_text(std::string_view text, std::vector<int64_t>& ids) 
   }
 }
 
+std::vector<int64_t> HfTokenizer::special_ids() const {
+  std::vector<int64_t> out;
+  for (const AddedToken& t : parts_.added_tokens)
+    if (t.special) out.push_back(t.id);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 std::vector<int64_t> HfTokenizer::encode(const std::string& text, bool add_special) const {
   std::vector<int64_t> ids;
   ids.reserve(text.size() / 3 + 4);

@@ -41,6 +41,7 @@ class HfTokenizer : public Tokenizer {
   std::vector<int64_t> encode(const std::string& text, bool add_special = true) const override;
   std::string decode(const std::vector<int64_t>& ids) const override;
   int64_t vocab_size() const override { return vocab_size_; }
+  std::vector<int64_t> special_ids() const override;
 
   std::string normalize(std::string_view text) const;
   const Bpe& model() const { return *parts_.model; }
