@@ -68,7 +68,8 @@ class Engine:
                 batch_size: int, max_length: int, stride: int, shard_bytes: int, resume: bool,
                 overwrite: bool, skip_bad_lines: bool, budget: Optional[int],
                 on_progress: Optional[Callable[[Dict[str, Any]], None]],
-                heads: List[int] = ...) -> Dict[str, Any]: ...
+                heads: List[int] = ..., stats: bool = ..., stats_only: bool = ...,
+                top_k: int = ..., skip_special: bool = ...) -> Dict[str, Any]: ...
     def generate(self, prompts: List[List[int]], patterns: List[str], dtype: str,
                  max_new_tokens: int, temperature: float, top_k: int, top_p: float, seed: int,
                  stop_tokens: List[int], stop_at_eos: bool, budget: Optional[int], out: str,

@@ -168,6 +168,23 @@ class Dataset:
         """(sequence or document line, position) of every row."""
         return self["__rows__.seq"], self["__rows__.pos"]
 
+    def stats(self) -> Dict[str, Dict[str, torch.Tensor]]:
+        """The run's statistics (``extract(..., stats=True)``): {point: {count, mean, m2, var, min,
+        max, top_value, top_seq, top_pos, top_token}}, float64 / int64, each checked against the
+        manifest's checksum. InputError when the run kept none."""
+        entry = self.manifest.get("stats")
+        if not isinstance(entry, dict) or "file" not in entry:
+            raise InputError(f"{self.dir} has no statistics (extract it with stats=True)")
+        f = _Shard(self.dir, entry)
+        out: Dict[str, Dict[str, torch.Tensor]] = {}
+        for p in self.points:
+            prefix = f"__stats__.{p}."
+            names = ["count", "mean", "m2", "var", "min", "max"]
+            if int(entry.get("top_k", 0)) > 0:
+                names += ["top_value", "top_seq", "top_pos", "top_token"]
+            out[p] = {n: f.tensor(prefix + n) for n in names}
+        return out
+
     @property
     def tokens(self) -> torch.Tensor:
         """The token id of every row (``__rows__.token``; -1 where the writer did not know it)."""

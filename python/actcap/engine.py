@@ -330,11 +330,16 @@ def extract(model: Union[str, os.PathLike, Engine], input: Union[str, os.PathLik
             positions: _convert.PositionsArg = None, dtype: Any = None,
             budget: Union[None, int, str] = None, resume: bool = False, overwrite: bool = False,
             skip_bad_lines: bool = False, heads: Optional[Sequence[int]] = None,
+            stats: bool = False, stats_only: bool = False, top_k: int = 8,
+            skip_special: bool = False,
             progress: Union[bool, str, Callable[[dict], None]] = True) -> dict:
     """``actcap extract`` from Python: a corpus (.txt, one document per line, or .jsonl with
     "text" or "input_ids") through the model into a verified, resumable dataset in ``out``
     (``actcap.open(out)`` reads it). ``progress``: True (tqdm when installed, plain lines
-    otherwise), "lines", False, or a callable given each progress dict. Returns the summary."""
+    otherwise), "lines", False, or a callable given each progress dict. ``stats``: also
+    per-feature statistics and the ``top_k`` rows of largest value per feature
+    (``actcap.open(out).stats()``, docs/stats.md); ``stats_only``: only them; ``skip_special``:
+    special tokens are not stored or counted. Returns the summary."""
     engine = model if isinstance(model, Engine) else load(
         model, devices=devices, device_map=device_map, max_memory=max_memory,
         weights_dtype=weights_dtype, compute_dtype=compute_dtype)
@@ -350,6 +355,7 @@ def extract(model: Union[str, os.PathLike, Engine], input: Union[str, os.PathLik
             _convert.capture_dtype(dtype), _convert.positions_spec(positions), int(batch_size),
             int(max_length), int(stride), shard_bytes, bool(resume), bool(overwrite),
             bool(skip_bad_lines), _convert.size_bytes(budget, "budget"),
-            bar if progress else None, _heads(heads))
+            bar if progress else None, _heads(heads), bool(stats), bool(stats_only), int(top_k),
+            bool(skip_special))
     finally:
         bar.close()

@@ -224,11 +224,16 @@ void bind_engine(py::module_& m) {
              const std::string& positions, int64_t batch_size, int64_t max_length, int64_t stride,
              uint64_t shard_bytes, bool resume, bool overwrite, bool skip_bad_lines,
              std::optional<uint64_t> budget, py::object on_progress,
-             const std::vector<int64_t>& heads) {
+             const std::vector<int64_t>& heads, bool stats, bool stats_only, int64_t top_k,
+             bool skip_special) {
             ExtractOptions x;
             x.input = input;
             x.out = out;
             x.capture = capture_options(patterns, dtype, positions, budget, heads);
+            x.stats = stats || stats_only;
+            x.stats_only = stats_only;
+            x.stats_top_k = top_k;
+            x.skip_special = skip_special;
             x.batch_size = batch_size;
             x.max_length = max_length;
             x.stride = stride;
@@ -259,7 +264,8 @@ void bind_engine(py::module_& m) {
           py::arg("positions"), py::arg("batch_size"), py::arg("max_length"), py::arg("stride"),
           py::arg("shard_bytes"), py::arg("resume"), py::arg("overwrite"),
           py::arg("skip_bad_lines"), py::arg("budget"), py::arg("on_progress"),
-          py::arg("heads") = std::vector<int64_t>{})
+          py::arg("heads") = std::vector<int64_t>{}, py::arg("stats") = false,
+          py::arg("stats_only") = false, py::arg("top_k") = 8, py::arg("skip_special") = false)
       .def(
           "generate",
           [](Engine& e, const std::vector<std::vector<int64_t>>& prompts,

@@ -256,3 +256,52 @@ def test_positions_lists_and_one_dimensional_inputs(ac, engine):
     out = engine.run(ids, "transformer.h.0", attention_mask=torch.tensor([0, 1, 1, 1]))
     assert out["__rows__.pos"].tolist() == [0, 1, 2]
     assert torch.equal(out["transformer.h.0"], engine.run([[17, 300, 42]], "transformer.h.0")["transformer.h.0"])
+
+
+def test_extract_stats_from_python_equals_the_cli(ac, tmp_path):
+    corpus = tmp_path / "in.txt"
+    write_corpus(corpus, 12)
+    py_out, cli_out = tmp_path / "py", tmp_path / "cli"
+    ac.extract("demo", corpus, py_out, "transformer.h.2", stats=True, top_k=3, shard_size="8KiB",
+               progress=False)
+    H.actcap("extract", "demo", "--input", corpus, "--capture", "transformer.h.2", "--stats", "--top-k", "3",
+             "--shard-size", "8KiB", "--out", cli_out, "--quiet", check=True)
+    assert (py_out / "stats.safetensors").read_bytes() == (cli_out / "stats.safetensors").read_bytes()
+    ds = ac.open(py_out)
+    s = ds.stats()["transformer.h.2"]
+    x = ds["transformer.h.2"].double()
+    assert int(s["count"]) == x.shape[0] == len(ds.tokens)
+    assert torch.allclose(s["mean"], x.mean(0), rtol=1e-12, atol=1e-12)
+    assert torch.allclose(s["var"], x.var(0, unbiased=False), rtol=1e-10, atol=1e-12)
+    assert torch.equal(s["top_value"][0], x.max(0).values)
+    best = s["top_seq"][0, 5], s["top_pos"][0, 5]  # the row of feature 5's largest value
+    seq, pos = ds.rows_of()
+    row = ((seq == best[0]) & (pos == best[1])).nonzero().item()
+    assert x[row, 5] == s["top_value"][0, 5] and ds.tokens[row] == s["top_token"][0, 5]
+    only = tmp_path / "only"
+    ac.extract("demo", corpus, only, "transformer.h.2", stats_only=True, top_k=3, shard_size="8KiB",
+               progress=False)
+    assert (only / "stats.safetensors").read_bytes() == (cli_out / "stats.safetensors").read_bytes()
+    with pytest.raises(ac.InputError, match="no statistics"):
+        ac.open(_plain(ac, corpus, tmp_path)).stats()
+
+
+def _plain(ac, corpus, tmp_path):
+    out = tmp_path / "plain"
+    ac.extract("demo", corpus, out, "transformer.h.2", progress=False)
+    return out
+
+
+def test_generate_from_python(ac, engine):
+    g = engine.generate(SEQS, "transformer.h.*", max_new_tokens=3, stop_at_eos=False)
+    assert [len(s.generated) for s in g.sequences] == [3, 3] and g.forwards == 4
+    rows = sum(len(s.tokens) for s in g.sequences)
+    assert g.activations["transformer.h.0"].shape[0] == rows
+    assert g.activations["__rows__.token"].tolist() == g.sequences[0].tokens + g.sequences[1].tokens
+    full = engine.run([s.tokens for s in g.sequences], "transformer.h.*")
+    for i in range(4):
+        torch.testing.assert_close(g.activations[f"transformer.h.{i}"], full[f"transformer.h.{i}"],
+                                   rtol=1e-5, atol=1e-5)
+    assert torch.equal(g.activations["__rows__.pos"], full["__rows__.pos"])
+    with pytest.raises(ac.InputError, match="past the context"):
+        engine.generate(SEQS, max_new_tokens=10 ** 6)
