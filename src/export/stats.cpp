@@ -38,13 +38,6 @@ void keep_top(at::Tensor& values, at::Tensor& seq, at::Tensor& pos, at::Tensor& 
   }
 }
 
-// The ids of each row broadcast over the features: [n] -> [n, ...shape].
-at::Tensor per_feature(const at::Tensor& ids, const at::Tensor& like) {
-  std::vector<int64_t> view(like.dim(), 1);
-  view[0] = ids.size(0);
-  return ids.view(view).expand(like.sizes()).contiguous();
-}
-
 FeatureStats chunk_stats(const at::Tensor& rows, const at::Tensor& seq, const at::Tensor& pos,
                          const at::Tensor& token, int64_t k) {
   FeatureStats s;
@@ -55,10 +48,26 @@ FeatureStats chunk_stats(const at::Tensor& rows, const at::Tensor& seq, const at
   s.min = std::get<0>(x.min(0));
   s.max = std::get<0>(x.max(0));
   if (k > 0) {
-    s.top_value = x;
-    s.top_seq = per_feature(seq, x);
-    s.top_pos = per_feature(pos, x);
-    s.top_token = per_feature(token, x);
+    // The candidates: the k largest per feature (topk, no full sort), put back in row order so
+    // that the stable sort breaks their ties by row. Exact unless a feature has more values equal
+    // to its k-th than topk kept (ties cut at the boundary, which topk picks arbitrarily among):
+    // then the whole chunk is sorted.
+    const int64_t take = std::min(k, s.count);
+    auto best = x.topk(take, 0, /*largest=*/true, /*sorted=*/true);
+    at::Tensor cand = std::get<1>(best);
+    const at::Tensor kth = std::get<0>(best).narrow(0, take - 1, 1);
+    const bool cut_ties =
+        (x == kth).sum(0).gt((x.gather(0, cand) == kth).sum(0)).any().item<bool>();
+    if (cut_ties) {
+      std::vector<int64_t> view(x.dim(), 1);
+      view[0] = s.count;
+      cand = at::arange(s.count, seq.options()).view(view).expand(x.sizes());
+    }
+    cand = std::get<0>(cand.contiguous().sort(0));  // row order
+    s.top_value = x.gather(0, cand);
+    s.top_seq = seq.index_select(0, cand.view(-1)).view(cand.sizes());
+    s.top_pos = pos.index_select(0, cand.view(-1)).view(cand.sizes());
+    s.top_token = token.index_select(0, cand.view(-1)).view(cand.sizes());
     keep_top(s.top_value, s.top_seq, s.top_pos, s.top_token, k);
   }
   return s;

@@ -156,7 +156,7 @@ def check_generation(model_dir, prompts, result, cap, expected=None, ref=None, l
         failures += compare_rel(refs[i], {k: tensors[k][sel] for k in names}, f"{label}seq {i}: ")
     assert not failures, f"{len(failures)} mismatches with the reference:\n" + "\n".join(failures[:40])
 
-    assert manifest.get("format") == "actcap/2" and manifest.get("complete") is True, manifest.get("format")
+    assert manifest.get("format") == H.FORMAT and manifest.get("complete") is True, manifest.get("format")
     assert [s["file"] for s in manifest["shards"]] == ["shard-00000.safetensors"]
     assert manifest["shards"][0]["rows"] == n_rows
     assert set(manifest["points"]) == names, (

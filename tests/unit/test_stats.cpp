@@ -74,6 +74,11 @@ TEST(Stats, TopKIsTheLargestPerFeatureWithTiesToTheEarlierRow) {
     EXPECT_EQ(list<double>(s.top_value), (std::vector<double>{5, 5, 5}));
     EXPECT_EQ(list<int64_t>(s.top_token), (std::vector<int64_t>{11, 13, 14})) << cut;
   }
+  // Three equal values for two places: the two earliest rows, whichever way topk would pick.
+  for (int64_t cut : {0, 3, 6}) {
+    const FeatureStats s = merge_stats(of(r.slice(0, cut), 2), of(r.slice(cut, 6), 2));
+    EXPECT_EQ(list<int64_t>(s.top_token), (std::vector<int64_t>{11, 13})) << cut;
+  }
   // Fewer rows than k: the rest is padding.
   const FeatureStats two = of(r.slice(0, 2), 4);
   EXPECT_EQ(list<int64_t>(two.top_token), (std::vector<int64_t>{11, 10, -1, -1}));
