@@ -105,6 +105,7 @@ int run_extract_command(const ExtractCommand& o) {
   x.skip_special = o.skip_special;
   x.faults = export_faults_from_env();
   const int64_t len = x.max_length > 0 ? x.max_length : model->config().max_positions();
+  x.capture.attention_keys = len;  // attention patterns: a window's keys
   std::vector<PointInfo> plan;
   if (!o.forward_only) plan = plan_capture(*model, x.capture);
   split_model(*model, split_options(o.dev), x.batch_size, len, plan,

@@ -3,6 +3,8 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "actcap/capture.h"
+#include "actcap/error.h"
 #include "actcap/safetensors.h"
 #include "common.h"
 
@@ -34,9 +36,14 @@ int run_points_command(const PointsCommand& o) {
   for (const PointInfo& p : points) width = std::max(width, p.name.size());
   std::cout << std::left << std::setw(width + 2) << "point" << std::setw(12) << "per-token"
             << "dtype\n";
-  for (const PointInfo& p : points)
-    std::cout << std::left << std::setw(width + 2) << p.name << std::setw(12)
-              << shape_string(p.shape) << safetensors_dtype_name(p.dtype) << "\n";
+  for (const PointInfo& p : points) {
+    // Attention patterns: [heads, keys], keys being the run's key length (docs/hook-points.md).
+    const std::string shape = is_attention_point(p.name)
+                                  ? concat("[", p.shape.at(0), ", keys]")
+                                  : shape_string(p.shape);
+    std::cout << std::left << std::setw(width + 2) << p.name << std::setw(12) << shape
+              << safetensors_dtype_name(p.dtype) << "\n";
+  }
   std::cout << points.size() << " hook points (" << model->config().model_type << ", "
             << model->config().num_layers() << " layers)\n";
   return 0;

@@ -246,6 +246,7 @@ void bind_engine(py::module_& m) {
               py::gil_scoped_release release;
               std::lock_guard<std::mutex> one_run(e.busy);
               const int64_t len = max_length > 0 ? max_length : e.model->config().max_positions();
+              x.capture.attention_keys = len;  // attention patterns: a window's keys
               split_model(*e.model, e.split, batch_size, len, plan_capture(*e.model, x.capture),
                           Model::Logits::kSkipIfUnhooked);
               r = run_extract(*e.model, e.tokenizer.get(), x, [&](const ExtractProgress& p) {

@@ -291,23 +291,28 @@ def gpt2_catalogue(n_layer, n_embd, n_inner, vocab):
 # The built-in demo model (README: "a 4-block GPT-2 with a byte-level tokenizer"): n_embd 64,
 # 4 heads, n_inner 4 * 64, vocabulary of the 256 bytes + <|endoftext|>.
 DEMO_CATALOGUE = gpt2_catalogue(n_layer=4, n_embd=64, n_inner=4 * 64, vocab=256 + 1)
+# Each attention module's patterns: [heads, keys], keys the run's (0 in the catalogue).
+DEMO_CATALOGUE.update({f"transformer.h.{i}.attn:{kind}": ([4, 0], "F32")
+                       for i in range(4) for kind in ("scores", "probs")})
 
 
 def test_points_demo():
     """Every row of the table is a point of the catalogue with its shape and dtype, no point is
-    missing or listed twice, and the closing count agrees (88 = 8 + 4 blocks * 10 modules * 2)."""
+    missing or listed twice, and the closing count agrees (96 = 8 + 4 blocks * (10 modules * 2 + 2
+    attention patterns), a pattern's keys printed as `keys`)."""
     proc = H.actcap("points", "demo")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.rstrip("\n").split("\n")
     assert lines[0].split() == ["point", "per-token", "dtype"], lines[0]
     rows = []
     for line in lines[1:-1]:
-        m = re.fullmatch(r"(\S+)\s+(\[[0-9, ]*\])\s+(F32|I64)\s*", line)
+        m = re.fullmatch(r"(\S+)\s+(\[[0-9, ]*(?:keys)?\])\s+(F32|I64)\s*", line)
         assert m, f"unparsable row {line!r}"
-        rows.append((m.group(1), (json.loads(m.group(2)), m.group(3))))
+        assert ("keys" in m.group(2)) == m.group(1).endswith((":scores", ":probs")), line
+        rows.append((m.group(1), (json.loads(m.group(2).replace("keys", "0")), m.group(3))))
     assert len(rows) == len(dict(rows)), "a point is listed twice"
     assert dict(rows) == DEMO_CATALOGUE
-    assert len(DEMO_CATALOGUE) == 88
+    assert len(DEMO_CATALOGUE) == 96
     assert lines[-1] == f"{len(DEMO_CATALOGUE)} hook points (gpt2, 4 layers)"
 
 

@@ -16,6 +16,17 @@ Each sequence is run ALONE (batch of one, positions 0..T-1, no padding). For eve
 dict holds the module's output under NAME and its first positional input under NAME + ":input".
 Values are float32 except the token / position ids fed to the embeddings (int64).
 
+Attention patterns (only with forward(ids, patterns=True) / run(..., patterns=True); the default
+output has no such entries): for every attention module NAME (transformer.h.N.attn,
+<prefix>.layers.N.self_attn, gpt_neox.layers.N.attention) the dict also holds
+  NAME:scores  [T, heads, T] float32: q k^T after the scale (GPT-2: 1/sqrt(head_dim) and
+               1/(layer+1) as configured; GQA keys repeated per query head), Gemma 2's soft-cap
+               c * tanh(s / c) and the causal / sliding-window mask; a masked key holds -inf (HF
+               writes finfo(float32).min there; the softmax is the same);
+  NAME:probs   [T, heads, T] float32: the float32 softmax eager attention multiplies the values by
+               (HF's attn_weights), 0 where masked.
+Row t is query position t, laid out [heads, keys] (heads in HF order, key column j = position j).
+
 Hook points (N = layer index):
   gpt2:  transformer.wte, transformer.wpe, transformer.h.N, .ln_1, .attn, .attn.c_attn,
          .attn.c_proj, .ln_2, .mlp, .mlp.c_fc, .mlp.act, .mlp.c_proj, transformer.ln_f, lm_head
@@ -989,10 +1000,12 @@ class Model:
         self.w = w
 
     # -- forward ------------------------------------------------------------------------------
-    def forward(self, ids, rope_seq_len=None):
+    def forward(self, ids, rope_seq_len=None, patterns=False):
         """rope_seq_len: the sequence length the RoPE module sees (default: len(ids)). A sequence
         right-padded into a batch of length L runs as if alone but with rope_seq_len=L, which
-        matters for dynamic and longrope scaling (HF derives it from the largest position id)."""
+        matters for dynamic and longrope scaling (HF derives it from the largest position id).
+        patterns: also record NAME:scores and NAME:probs per attention module (module docstring)."""
+        self._patterns = bool(patterns)
         ids = torch.as_tensor(list(ids), dtype=torch.int64)
         if ids.ndim != 1 or ids.numel() == 0:
             raise ReferenceError("a sequence must be a non-empty list of token ids")
@@ -1012,6 +1025,16 @@ class Model:
             else:
                 pts = self._llama(ids, rope_seq_len)
         return OrderedDict((k, v.detach().cpu().contiguous().numpy()) for k, v in pts.items())
+
+    def _pattern(self, pts, name, scores, allowed, probs):
+        """Records NAME:scores / NAME:probs when forward(patterns=True): scores [heads, T, T] before
+        the mask (scaled, soft-capped), allowed [T, T] bool (query, key), probs [heads, T, T]; both
+        stored [T, heads, T] float32, masked scores as -inf."""
+        if not getattr(self, "_patterns", False):
+            return
+        masked = torch.where(allowed, scores.float(), torch.tensor(float("-inf")))
+        pts[name + ":scores"] = masked.transpose(0, 1).contiguous()
+        pts[name + ":probs"] = probs.float().transpose(0, 1).contiguous()
 
     def _gpt2(self, ids):
         c, w = self.cfg, self.w
@@ -1061,6 +1084,7 @@ class Model:
                     scale_factor /= float(i + 1)
                 att = torch.empty(nh, T, T, dtype=torch.float32)
                 att = torch.baddbmm(att, q.float(), k.transpose(-1, -2).float(), beta=0, alpha=scale_factor)
+                scores = att
                 att = torch.where(causal, att, torch.tensor(torch.finfo(att.dtype).min, dtype=att.dtype))
                 att = F.softmax(att, dim=-1).type(v.dtype)
             else:
@@ -1070,8 +1094,10 @@ class Model:
                     att = att / torch.full([], v.size(-1) ** 0.5, dtype=att.dtype)
                 if c.scale_by_layer:
                     att = att / float(i + 1)
+                scores = att
                 att = torch.where(causal, att, torch.tensor(torch.finfo(att.dtype).min, dtype=att.dtype))
                 att = F.softmax(att, dim=-1, dtype=torch.float32)
+            self._pattern(pts, P + ".attn", scores, causal, att)
             o = torch.matmul(att, v)  # [nh, T, hd]
             merged = o.transpose(0, 1).contiguous().view(T, nh * hd)
             a = conv1d(merged, p + ".attn.c_proj")
@@ -1161,8 +1187,10 @@ class Model:
             kh = kh[:, None].expand(nkv, groups, T, hd).reshape(nh, T, hd)
             vh = vh[:, None].expand(nkv, groups, T, hd).reshape(nh, T, hd)
             att = torch.matmul(qh, kh.transpose(1, 2)) * scaling
+            scores = att
             att = torch.where(masks[i], att, neg)
             att = F.softmax(att, dim=-1, dtype=torch.float32)
+            self._pattern(pts, p + ".self_attn", scores, masks[i], att)
             o = torch.matmul(att, vh).transpose(0, 1).contiguous().view(T, nh * hd)
             a = lin(o, p + ".self_attn.o_proj")
             rec(p + ".self_attn.o_proj", o, a)
@@ -1191,11 +1219,12 @@ class Model:
     def _lin(self, x, p):
         return F.linear(x, self.w[p + ".weight"], self.w.get(p + ".bias"))
 
-    def _attend(self, q, k, v, cos, sin, scale, window=None, softcap=None):
+    def _attend(self, q, k, v, cos, sin, scale, window=None, softcap=None, pts=None, name=None):
         """eager_attention_forward on q [T, heads * head_dim], k / v [T, kv_heads * head_dim]:
         RoPE, repeat_kv, scores * scale, optional softcap * tanh(scores / softcap), the causal (and
         sliding: i - window < j <= i) mask, softmax in float32; returns the context
-        [T, heads * head_dim] (o_proj's input)."""
+        [T, heads * head_dim] (o_proj's input). pts / name: where the attention patterns of module
+        name go (forward(patterns=True))."""
         c = self.cfg
         T, nh, nkv, hd = q.shape[0], c.heads, c.kv_heads, c.head_dim
         qh = apply_rope(q.view(T, nh, hd).transpose(0, 1), cos, sin)
@@ -1211,8 +1240,11 @@ class Model:
         allowed = kj <= qi
         if window is not None:
             allowed = allowed & (kj > qi - int(window))
+        scores = att
         att = torch.where(allowed, att, torch.tensor(torch.finfo(torch.float32).min))
         att = F.softmax(att, dim=-1, dtype=torch.float32)
+        if pts is not None:
+            self._pattern(pts, name, scores, allowed, att)
         return torch.matmul(att, vh).transpose(0, 1).contiguous().view(T, nh * hd)
 
     def _gated_mlp(self, x, p, rec):
@@ -1263,7 +1295,7 @@ class Model:
             rec(A + ".k_norm", k, kn)
             v = lin(h, A + ".v_proj")
             rec(A + ".v_proj", h, v)
-            o = self._attend(qn, kn, v, cos, sin, c.head_dim ** -0.5, c.windows[i])
+            o = self._attend(qn, kn, v, cos, sin, c.head_dim ** -0.5, c.windows[i], pts=pts, name=A)
             a = lin(o, A + ".o_proj")
             rec(A + ".o_proj", o, a)
             rec(A, h, a)
@@ -1338,7 +1370,8 @@ class Model:
                     rec(f"{A}.{nm}", per_head, normed)
                     qkv[j] = normed.reshape(T, n * c.head_dim)
             cos, sin = tables[c.layer_types[i] if gemma3 else "full_attention"]
-            o = self._attend(*qkv, cos, sin, c.query_pre_attn_scalar ** -0.5, c.windows[i], c.attn_softcap)
+            o = self._attend(*qkv, cos, sin, c.query_pre_attn_scalar ** -0.5, c.windows[i], c.attn_softcap,
+                             pts=pts, name=A)
             a = lin(o, A + ".o_proj")
             rec(A + ".o_proj", o, a)
             rec(A, x, a)
@@ -1360,7 +1393,7 @@ class Model:
 
     def final_logits(self, ids):
         """The logits the model returns (Gemma 2: soft-capped; others: lm_head's output)."""
-        lm = torch.from_numpy(self.forward(ids)["lm_head"])
+        lm = torch.from_numpy(self.forward(ids)["lm_head"])  # patterns off
         cap = getattr(self.cfg, "final_softcap", None)
         return (torch.tanh(lm / cap) * cap if cap is not None else lm).numpy()
 
@@ -1404,8 +1437,10 @@ class Model:
             q = apply_rope(q, cos, sin)
             k = apply_rope(k, cos, sin)
             att = torch.matmul(q, k.transpose(1, 2)) * (hd ** -0.5)
+            scores = att
             att = torch.where(causal, att, neg)
             att = F.softmax(att, dim=-1, dtype=torch.float32)
+            self._pattern(pts, p + ".attention", scores, causal, att)
             o = torch.matmul(att, v).transpose(0, 1).contiguous().view(T, nh * hd)
             a = lin(o, p + ".attention.dense")
             rec(p + ".attention.dense", o, a)
@@ -1478,8 +1513,10 @@ class Model:
             k = k[:, None].expand(nkv, groups, T, hd).reshape(nh, T, hd)
             v = v[:, None].expand(nkv, groups, T, hd).reshape(nh, T, hd)
             att = torch.matmul(q, k.transpose(1, 2)) * hd ** -0.5
+            scores = att
             att = torch.where(allowed, att, neg)
             att = F.softmax(att, dim=-1, dtype=torch.float32)
+            self._pattern(pts, p + ".self_attn", scores, allowed, att)
             o = torch.matmul(att, v).transpose(0, 1).contiguous().view(T, nh * hd)
             a = lin(o, p + ".self_attn.o_proj")
             rec(p + ".self_attn.o_proj", o, a)
@@ -1513,12 +1550,13 @@ class Model:
         return out
 
 
-def run(ckpt_dir, sequences, rope_seq_len=None):
+def run(ckpt_dir, sequences, rope_seq_len=None, patterns=False):
     """Runs each sequence alone; returns a list of OrderedDict point -> np.ndarray [T, ...].
 
-    rope_seq_len: see Model.forward (e.g. the padded length of a batch holding these sequences)."""
+    rope_seq_len: see Model.forward (e.g. the padded length of a batch holding these sequences).
+    patterns: also the NAME:scores / NAME:probs attention patterns (see the module docstring)."""
     m = Model(ckpt_dir)
-    return [m.forward(s, rope_seq_len=rope_seq_len) for s in sequences]
+    return [m.forward(s, rope_seq_len=rope_seq_len, patterns=patterns) for s in sequences]
 
 
 def points(ckpt_dir):

@@ -410,7 +410,7 @@ def stop_case(ref, vocab):
     continuation (it runs to the length)."""
     for seed in range(400, 450):
         prompts = H.random_tokens(vocab, [3, 7, 5], seed=seed)
-        g = [ref_greedy(ref, p, STOP_NEW)[len(p):] for p, in zip(prompts)]
+        g = [ref_greedy(ref, p, STOP_NEW)[len(p):] for p in prompts]
         s0, s2 = g[0][1], g[2][3]
         if s0 != g[0][0] and s2 not in g[2][:3] and s0 not in g[2][:4] and not {s0, s2} & set(g[1]):
             return prompts, [s0, s2]

@@ -1042,6 +1042,13 @@ def test_points_json_matches_reference(models, arch):
     listed = json.loads(proc.stdout)["points"]
     got = {p["name"]: (list(p["shape"]), p["dtype"]) for p in listed}
     assert len(got) == len(listed), "duplicate names in points --json"
+    # Attention patterns: [heads, keys], keys 0 in the catalogue (the run's key length); the
+    # reference's one-token forward has [heads, 1].
+    ref = reference.Model(str(m)).forward([0], patterns=True)
+    patterns = {k: [v.shape[1], 0] for k, v in ref.items() if k.endswith((":scores", ":probs"))}
+    assert patterns, "the reference records no attention pattern"
+    for k, shape in patterns.items():
+        assert got.pop(k, None) == (shape, "F32"), k
     want = {k: (shape, dt) for k, (shape, dt) in reference.points(str(m)).items()}
     assert set(got) == set(want), (f"only in actcap: {sorted(set(got) - set(want))}; "
                                    f"only in reference: {sorted(set(want) - set(got))}")
