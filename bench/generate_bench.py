@@ -55,13 +55,14 @@ def log(msg):
 
 
 def ensure_model(actcap_bin, models_dir, arch, preset):
-    """build/bench-models/<name> (gpt2-small, llama-gpt2-small, ...), made with init-model --seed 1
-    when missing (bench/run_bench.py's models; timing does not depend on the weights' values)."""
+    """build/bench-models/<name> (gpt2-small, llama-gpt2-small, ...) as it is, or made with
+    init-model --seed 0 when missing (as bench/ab_binaries.py makes it; bench/run_bench.py uses seed
+    1 at the same path). Timing does not depend on the weights' values."""
     name = preset if arch == "gpt2" else f"{arch}-{preset}"
     out = os.path.join(models_dir, name)
     if not os.path.exists(os.path.join(out, "model.safetensors")):
-        log(f"making {out}: actcap init-model --arch {arch} --preset {preset} --seed 1")
-        subprocess.run([actcap_bin, "init-model", "--arch", arch, "--preset", preset, "--seed", "1",
+        log(f"making {out}: actcap init-model --arch {arch} --preset {preset} --seed 0")
+        subprocess.run([actcap_bin, "init-model", "--arch", arch, "--preset", preset, "--seed", "0",
                         "--out", out], check=True, stdout=subprocess.DEVNULL)
     return out
 

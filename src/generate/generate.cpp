@@ -128,6 +128,12 @@ GenerateResult generate(Model& model, const std::vector<std::vector<int64_t>>& p
   // activations.
   const bool feed_last = capturer != nullptr;
 
+  // The capture budget covers the whole generation: every prompt token and every new one.
+  if (capturer) {
+    uint64_t rows = static_cast<uint64_t>(B * o.max_new_tokens);
+    for (const auto& p : prompts) rows += p.size();
+    capturer->checked_bytes_for_rows(rows);
+  }
   GenerateResult r;
   for (const auto& p : prompts)
     r.sequences.push_back({p, static_cast<int64_t>(p.size()), ""});

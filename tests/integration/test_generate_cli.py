@@ -99,6 +99,9 @@ def test_the_plan_counts_the_cache(tmp_path):
     (["--tokens", "1,2", "--capture", "transformer.h.0"], "--out"),
     (["--tokens", "1,2", "--capture", "nope.*", "--out", "OUT"], "nope"),
     (["--tokens", "1,2", "--capture", "transformer.h.0", "--out", "OUT", "--positions", "last"], "--positions"),
+    # the budget covers every token of the whole generation (2 + 300 rows of 256 bytes > 64 KiB)
+    (["--tokens", "1,2", "--max-new-tokens", "300", "--capture", "transformer.h.0", "--out", "OUT",
+      "--capture-budget", "64KiB"], "capture budget"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, args, needle):
     args = [str(tmp_path / "o") if a == "OUT" else a for a in args]
