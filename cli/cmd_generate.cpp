@@ -58,8 +58,9 @@ int run_generate_command(GenerateCommand o) {
   if (!o.capture.empty() && o.out.empty())
     throw InputError("--capture needs --out (the folder the captures are written to)");
   if (o.cap.positions != "all")
-    throw InputError("generate captures every token (prompt and generated); --positions must be all",
-                     {"positions"});
+    throw InputError(
+        "generate captures every token (prompt and generated); --positions must be all",
+        {"positions"});
   auto model = Model::load(o.model, load_options(o.dev));
   model->set_bare_ref_policy(parse_bare_ref_policy(o.cap.bare_ref));
   const auto prompts = prompts_of(o, *model);
@@ -75,8 +76,8 @@ int run_generate_command(GenerateCommand o) {
     capturer = std::make_unique<SafeCapturer>(*model, copts);
     plan = capturer->plan();
   }
-  const DevicePlan placed = split_model(*model, split, static_cast<int64_t>(prompts.size()),
-                                       split.kv_cache_tokens, plan);
+  const DevicePlan placed =
+      split_model(*model, split, static_cast<int64_t>(prompts.size()), split.kv_cache_tokens, plan);
   if (capturer) prepare_output_dir(o.out, o.overwrite);
   const GenerateResult r = generate(*model, prompts, o.gen, capturer.get());
   std::vector<ExportedTensor> exported;
@@ -103,8 +104,9 @@ int run_generate_command(GenerateCommand o) {
     for (size_t t = s.prompt_length; t < s.tokens.size(); ++t) std::cout << " " << s.tokens[t];
     std::cout << "\n";
     if (tokenizer)
-      std::cout << "  " << tokenizer->decode(std::vector<int64_t>(
-                               s.tokens.begin() + s.prompt_length, s.tokens.end()))
+      std::cout << "  "
+                << tokenizer->decode(
+                       std::vector<int64_t>(s.tokens.begin() + s.prompt_length, s.tokens.end()))
                 << "\n";
   }
   std::cout << r.forwards << " forwards (prompt " << std::fixed << std::setprecision(3)

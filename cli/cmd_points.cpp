@@ -38,9 +38,8 @@ int run_points_command(const PointsCommand& o) {
             << "dtype\n";
   for (const PointInfo& p : points) {
     // Attention patterns: [heads, keys], keys being the run's key length (docs/hook-points.md).
-    const std::string shape = is_attention_point(p.name)
-                                  ? concat("[", p.shape.at(0), ", keys]")
-                                  : shape_string(p.shape);
+    const std::string shape =
+        is_attention_point(p.name) ? concat("[", p.shape.at(0), ", keys]") : shape_string(p.shape);
     std::cout << std::left << std::setw(width + 2) << p.name << std::setw(12) << shape
               << safetensors_dtype_name(p.dtype) << "\n";
   }

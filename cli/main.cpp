@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
       actcap::cli::add_doctor(app),     actcap::cli::add_verify(app),
       actcap::cli::add_repro(app),      actcap::cli::add_compare(app),
       actcap::cli::add_tokenize(app),   actcap::cli::add_bench(app),
-      actcap::cli::add_extract(app),      actcap::cli::add_generate(app),
+      actcap::cli::add_extract(app),    actcap::cli::add_generate(app),
   };
   try {
     app.parse(argc, argv);

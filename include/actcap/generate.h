@@ -48,7 +48,7 @@ struct GenerateCapture {
 
 struct GenerateResult {
   std::vector<GeneratedSequence> sequences;
-  int64_t forwards = 0;  // the prompt pass and the decoding steps
+  int64_t forwards = 0;      // the prompt pass and the decoding steps
   uint64_t cache_bytes = 0;  // the KV cache's keys and values, every layer
   double prompt_seconds = 0, decode_seconds = 0;
   std::optional<GenerateCapture> capture;  // when a capturer was given

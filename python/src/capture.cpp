@@ -68,8 +68,7 @@ void bind_capture(py::module_& m) {
   py::class_<RowSelection, std::shared_ptr<RowSelection>>(m, "RowSelection")
       .def_static(
           "from_mask",
-          [](const at::Tensor& mask, const std::string& positions,
-             std::optional<at::Tensor> ids) {
+          [](const at::Tensor& mask, const std::string& positions, std::optional<at::Tensor> ids) {
             return std::make_shared<RowSelection>(RowSelection::from_mask(
                 mask, PositionSpec::parse(positions), ids ? *ids : at::Tensor()));
           },

@@ -143,8 +143,8 @@ void bind_engine(py::module_& m) {
               std::lock_guard<std::mutex> one_run(e.busy);
               std::vector<PointInfo> capture;
               if (!patterns.empty())
-                capture = plan_capture(*e.model,
-                                       capture_options(patterns, dtype, "all", {}, {}, seq));
+                capture =
+                    plan_capture(*e.model, capture_options(patterns, dtype, "all", {}, {}, seq));
               const DevicePlan plan = plan_split(*e.model, e.split, batch, seq, capture,
                                                  Model::Logits::kSkipIfUnhooked);
               json = plan.to_json().dump();
@@ -271,8 +271,8 @@ void bind_engine(py::module_& m) {
           "generate",
           [](Engine& e, const std::vector<std::vector<int64_t>>& prompts,
              const std::vector<std::string>& patterns, const std::string& dtype,
-             int64_t max_new_tokens, double temperature, int64_t top_k, double top_p,
-             uint64_t seed, const std::vector<int64_t>& stop_tokens, bool stop_at_eos,
+             int64_t max_new_tokens, double temperature, int64_t top_k, double top_p, uint64_t seed,
+             const std::vector<int64_t>& stop_tokens, bool stop_at_eos,
              std::optional<uint64_t> budget, const std::string& out, bool overwrite,
              const std::vector<int64_t>& heads) {
             GenerateOptions g;
@@ -293,8 +293,8 @@ void bind_engine(py::module_& m) {
               std::vector<PointInfo> plan;
               if (!patterns.empty()) {
                 cap = std::make_unique<SafeCapturer>(
-                    *e.model, capture_options(patterns, dtype, "all", budget, heads,
-                                              split.kv_cache_tokens));
+                    *e.model,
+                    capture_options(patterns, dtype, "all", budget, heads, split.kv_cache_tokens));
                 plan = cap->plan();
               }
               split_model(*e.model, split, static_cast<int64_t>(prompts.size()),

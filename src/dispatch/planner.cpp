@@ -86,8 +86,8 @@ class Planner {
     capture_prefix_.assign(n_ + 1, 0);
     for (size_t i = 0; i < n_; ++i) {
       weight_prefix_[i + 1] = sat_add(weight_prefix_[i], r.stages[i].weight_bytes);
-      capture_prefix_[i + 1] = sat_add(capture_prefix_[i],
-                                       sat_add(r.stages[i].capture_bytes, r.stages[i].cache_bytes));
+      capture_prefix_[i + 1] =
+          sat_add(capture_prefix_[i], sat_add(r.stages[i].capture_bytes, r.stages[i].cache_bytes));
     }
     // Sparse table for the largest workspace over a range of stages.
     size_t levels = 1;

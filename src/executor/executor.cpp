@@ -259,7 +259,8 @@ at::Tensor Executor::forward(const Batch& batch, Model::Logits logits, const Cac
     if (lane.state) return *lane.state;
     const c10::Device dev = lane.device.c10();
     auto it = states.find(dev.str());
-    if (it == states.end()) it = states.emplace(dev.str(), make_state(dev, B, T, step, cached)).first;
+    if (it == states.end())
+      it = states.emplace(dev.str(), make_state(dev, B, T, step, cached)).first;
     lane.state = &it->second;
     return it->second;
   };

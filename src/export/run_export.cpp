@@ -97,13 +97,13 @@ std::vector<ExportedTensor> export_rows_of(
   shard.tensors.emplace_back("__rows__.seq", at::tensor(row_seq, at::kLong));
   shard.tensors.emplace_back("__rows__.pos", at::tensor(row_pos, at::kLong));
   // -1 for each row when the token ids are not known (docs/format.md).
-  shard.tensors.emplace_back(
-      "__rows__.token", row_token.empty() ? at::full({rows}, -1, at::kLong)
-                                          : at::tensor(row_token, at::kLong));
+  shard.tensors.emplace_back("__rows__.token", row_token.empty()
+                                                   ? at::full({rows}, -1, at::kLong)
+                                                   : at::tensor(row_token, at::kLong));
   if (!generation.is_null()) {
     if (row_step.size() != row_seq.size())
-      throw InputError(concat("rows: ", row_seq.size(), " sequence indices but ", row_step.size(),
-                              " steps"));
+      throw InputError(
+          concat("rows: ", row_seq.size(), " sequence indices but ", row_step.size(), " steps"));
     shard.tensors.emplace_back("__rows__.step", at::tensor(row_step, at::kLong));
   }
   // Checksums first, then the snapshots re-checked against their fingerprints: the bytes the
@@ -144,11 +144,11 @@ std::vector<ExportedTensor> export_rows(
 std::vector<ExportedTensor> export_generation(const std::string& dir,
                                               const GenerateCapture& capture, const Model& model,
                                               const ExportFaults& faults) {
-  json generation = {{"sequences", capture.row_seq.empty() ? 0 : capture.row_seq.back() + 1},
-                     {"steps", capture.row_step.empty()
-                                   ? 0
-                                   : *std::max_element(capture.row_step.begin(),
-                                                       capture.row_step.end())}};
+  json generation = {
+      {"sequences", capture.row_seq.empty() ? 0 : capture.row_seq.back() + 1},
+      {"steps", capture.row_step.empty()
+                    ? 0
+                    : *std::max_element(capture.row_step.begin(), capture.row_step.end())}};
   return export_rows_of(dir, capture_origin(model), capture.points, capture.row_seq,
                         capture.row_pos, capture.row_token, generation, capture.row_step, nullptr,
                         faults);

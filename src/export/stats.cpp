@@ -29,8 +29,8 @@ void keep_top(at::Tensor& values, at::Tensor& seq, at::Tensor& pos, at::Tensor& 
   if (take < k) {
     std::vector<int64_t> pad_shape = values.sizes().vec();
     pad_shape[0] = k - take;
-    values = at::cat({values, at::full(pad_shape, -std::numeric_limits<double>::infinity(),
-                                       values.options())});
+    values = at::cat(
+        {values, at::full(pad_shape, -std::numeric_limits<double>::infinity(), values.options())});
     const at::Tensor minus = at::full(pad_shape, -1, seq.options());
     seq = at::cat({seq, minus});
     pos = at::cat({pos, minus});

@@ -91,8 +91,8 @@ int64_t generation_capacity(const Model& model, const std::vector<std::vector<in
   if (!std::isfinite(o.temperature) || o.temperature < 0)
     throw InputError(concat("temperature must be 0 (greedy) or positive, got ", o.temperature),
                      {"temperature"});
-  if (o.top_k < 0) throw InputError(concat("top-k must be 0 (off) or positive, got ", o.top_k),
-                                    {"top_k"});
+  if (o.top_k < 0)
+    throw InputError(concat("top-k must be 0 (off) or positive, got ", o.top_k), {"top_k"});
   if (!(o.top_p > 0 && o.top_p <= 1))
     throw InputError(concat("top-p must be in (0, 1], got ", o.top_p), {"top_p"});
   const int64_t vocab = model.config().vocab_size;
@@ -135,8 +135,7 @@ GenerateResult generate(Model& model, const std::vector<std::vector<int64_t>>& p
     capturer->checked_bytes_for_rows(rows);
   }
   GenerateResult r;
-  for (const auto& p : prompts)
-    r.sequences.push_back({p, static_cast<int64_t>(p.size()), ""});
+  for (const auto& p : prompts) r.sequences.push_back({p, static_cast<int64_t>(p.size()), ""});
   KvCache kv(capacity);
   Sampler sampler(o);
   const int64_t first_step = model.steps();
@@ -201,8 +200,9 @@ GenerateResult generate(Model& model, const std::vector<std::vector<int64_t>>& p
     batch.ids = at::tensor(ids, at::kLong).view({B, 1});
     batch.lengths.assign(B, 1);
     if (capturer) capturer->set_positions(keep);
-    logits = ModelParts::forward_cached(model, batch, Model::Logits::kCompute,
-                                        CachedStep{&kv, at::tensor(positions, at::kLong).view({B, 1})});
+    logits =
+        ModelParts::forward_cached(model, batch, Model::Logits::kCompute,
+                                   CachedStep{&kv, at::tensor(positions, at::kLong).view({B, 1})});
     fed.push_back(std::move(step_rows));
     ++r.forwards;
     if (std::all_of(done.begin(), done.end(), [](bool d) { return d; })) break;

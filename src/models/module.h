@@ -28,7 +28,7 @@ struct ForwardState {
   // Points the guard already warned about (kWarn warns once per point and model); null: warn on
   // every call.
   std::set<std::string>* bare_ref_warned = nullptr;
-  at::Tensor positions;                       // [T] int64: 0..T-1
+  at::Tensor positions;  // [T] int64: 0..T-1
   // Cached decoding (src/generate/): the position of each row's tokens, [B, T] int64 (undefined:
   // `positions` for every row), the cache the attention modules write their keys and values into
   // (null: none), and how many cached positions the keys span (max position + 1).
@@ -161,7 +161,8 @@ class Module {
 class Tap : public Module {
  public:
   Tap(const std::string& name, std::vector<int64_t> shape)
-      : Module(name, PointInfo{"", {}, at::kFloat}, PointInfo{name, std::move(shape), at::kFloat}) {}
+      : Module(name, PointInfo{"", {}, at::kFloat}, PointInfo{name, std::move(shape), at::kFloat}) {
+  }
   bool is_tap() const override { return true; }
 
  protected:

@@ -18,7 +18,8 @@ using test::every_architecture;
 
 namespace {
 
-const std::vector<std::vector<int64_t>> kPrompts = {{1, 5, 9}, {8, 6, 10, 2, 7, 3, 11}, {4, 12, 13, 14, 2}};
+const std::vector<std::vector<int64_t>> kPrompts = {
+    {1, 5, 9}, {8, 6, 10, 2, 7, 3, 11}, {4, 12, 13, 14, 2}};
 
 GenerateOptions greedy(int64_t n) {
   GenerateOptions o;
@@ -61,8 +62,8 @@ TEST_P(GenerateEveryArch, CachedCapturesEqualOneFullForwardAndGreedyTokensItsArg
 
   // One forward over the final sequences, capturing the same points.
   SafeCapturer full(*m, CaptureOptions{{"**", "**:input"}});
-  const Batch batch = Batch::from_sequences(final_seqs, m->config().vocab_size,
-                                            m->config().max_positions());
+  const Batch batch =
+      Batch::from_sequences(final_seqs, m->config().vocab_size, m->config().max_positions());
   const at::Tensor logits = full.run(batch);
   EXPECT_EQ(r.capture->row_seq, full.row_seq());
   EXPECT_EQ(r.capture->row_pos, full.row_pos());
@@ -96,8 +97,8 @@ TEST_P(GenerateEveryArch, CachedCapturesEqualOneFullForwardAndGreedyTokensItsArg
 TEST_P(GenerateEveryArch, ThreeVirtualDevicesGenerateTheSameTokensAndBitIdenticalCaptures) {
   auto one = test::tiny_model(GetParam(), at::kFloat);
   auto split = test::tiny_model(GetParam(), at::kFloat);
-  const Batch probe = Batch::from_sequences(kPrompts, one->config().vocab_size,
-                                            one->config().max_positions());
+  const Batch probe =
+      Batch::from_sequences(kPrompts, one->config().vocab_size, one->config().max_positions());
   test::place_balanced(*split, probe, 3);
   GenerateResult a, b;
   {
@@ -158,10 +159,10 @@ TEST(Generate, SamplingIsSeededAndTopKOneIsGreedy) {
 TEST(Generate, SamplingSplitOverDevicesPicksWhatOneDevicePicks) {
   auto one = test::tiny_model("gpt2", at::kFloat);
   auto split = test::tiny_model("gpt2", at::kFloat);
-  test::place_balanced(*split,
-                       Batch::from_sequences(kPrompts, split->config().vocab_size,
-                                             split->config().max_positions()),
-                       3);
+  test::place_balanced(
+      *split,
+      Batch::from_sequences(kPrompts, split->config().vocab_size, split->config().max_positions()),
+      3);
   GenerateOptions o = greedy(8);
   o.temperature = 0.9;
   o.top_k = 20;
@@ -193,7 +194,8 @@ TEST(Generate, AStopTokenEndsItsSequenceAndTheOthersGoOn) {
         break;
       }
     EXPECT_EQ(got, std::vector<int64_t>(want.begin(), want.begin() + end)) << b;
-    EXPECT_EQ(r.sequences[b].finish, end < want.size() || want[end - 1] == stop ? "stop" : "length");
+    EXPECT_EQ(r.sequences[b].finish,
+              end < want.size() || want[end - 1] == stop ? "stop" : "length");
   }
   EXPECT_EQ(r.sequences[0].finish, "stop");
   // Rows: exactly the tokens each sequence has.
@@ -227,7 +229,8 @@ TEST(Generate, ThePlanCountsTheCacheOnEachStagesDevice) {
   const DevicePlan with = plan_split(*m, s, 3, 8, {});
   const ModelConfig& c = m->config();
   const auto& p = c.params<LlamaParams>();
-  const int64_t kv_heads = p.num_key_value_heads > 0 ? p.num_key_value_heads : c.num_attention_heads;
+  const int64_t kv_heads =
+      p.num_key_value_heads > 0 ? p.num_key_value_heads : c.num_attention_heads;
   const int64_t head_dim = p.head_dim > 0 ? p.head_dim : c.hidden_size / c.num_attention_heads;
   // Keys and values, per kv head and head_dim, for 3 sequences of 13 positions, float32.
   const uint64_t per_layer = 2ull * kv_heads * head_dim * 3 * 13 * sizeof(float);

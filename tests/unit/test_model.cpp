@@ -2,7 +2,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -96,16 +95,18 @@ TEST_P(EveryArch, HooksSeeConsistentValuesAndDoNotChangeLogits) {
     EXPECT_TRUE(ctx.is_input);
     seen[ctx.point] = t.clone();
   });
-  auto h3 = m->register_forward_hook(
-      "**:probs", [&](const HookContext& ctx, const at::Tensor& t) { seen[ctx.point] = t.clone(); });
-  auto h4 = m->register_forward_hook(
-      "**:scores", [&](const HookContext& ctx, const at::Tensor& t) { seen[ctx.point] = t.clone(); });
+  auto h3 = m->register_forward_hook("**:probs", [&](const HookContext& ctx, const at::Tensor& t) {
+    seen[ctx.point] = t.clone();
+  });
+  auto h4 = m->register_forward_hook("**:scores", [&](const HookContext& ctx, const at::Tensor& t) {
+    seen[ctx.point] = t.clone();
+  });
   auto hooked = m->forward(batch);
   EXPECT_TRUE(at::equal(plain, hooked));  // observer effect: none, attention patterns included
   EXPECT_EQ(seen.size(), m->points().size());
   // Patterns [B, T, heads, K]: each query's probabilities sum to 1 over the keys it sees, and a
   // later key is -inf / 0.
-  const std::string attn = GetParam() == "gpt2" ? "transformer.h.0.attn"
+  const std::string attn = GetParam() == "gpt2"       ? "transformer.h.0.attn"
                            : GetParam() == "gpt_neox" ? "gpt_neox.layers.0.attention"
                                                       : "model.layers.0.self_attn";
   const at::Tensor probs = seen.at(attn + ":probs"), scores = seen.at(attn + ":scores");

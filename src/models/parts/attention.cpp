@@ -103,7 +103,8 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   }
   // [B * H, T, K] -> [B, T, H, K]: a query token's row of every head (a view; the capture copies).
   auto show = [&](Tap* tap, const at::Tensor& t) {
-    if (taps && st && tap && tap->hooked()) tap->call(t.view({B, H, T, K}).permute({0, 2, 1, 3}), *st);
+    if (taps && st && tap && tap->hooked())
+      tap->call(t.view({B, H, T, K}).permute({0, 2, 1, 3}), *st);
   };
   if (taps) show(taps->scores, scores);
   // In float32 and rounded to the compute dtype (HF's eager softmax(..., dtype=torch.float32)).

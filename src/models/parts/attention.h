@@ -67,8 +67,8 @@ class Attention : public Module {
 
 // softmax(q k^T * scale + bias) v with grouped-query heads: q [B, H, T, D], k/v [B, Hkv, K, D]
 // (K = T, or the cached positions when decoding), bias [T, K] or [B, 1, T, K]. Returns
-// [B, T, H * D]. `softcap` caps the scores before the bias, as Gemma 2. `taps` (with `st`) are shown
-// the scores and probabilities when hooked.
+// [B, T, H * D]. `softcap` caps the scores before the bias, as Gemma 2. `taps` (with `st`) are
+// shown the scores and probabilities when hooked.
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                      const at::Tensor& bias, double scale, std::optional<double> softcap = {},
                      const AttentionTaps* taps = nullptr, ForwardState* st = nullptr);
