@@ -6,7 +6,8 @@ PY := /usr/bin/python3
 APT_PACKAGES := build-essential cmake pkg-config libtorch-dev libopenblas0-pthread \
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev \
   libpcre2-dev libicu-dev python3-torch python3-numpy python3-pytest \
-  python3-dev pybind11-dev python3-pybind11 python3-setuptools python3-wheel python3-pip python3-venv
+  python3-dev pybind11-dev python3-pybind11 python3-setuptools python3-wheel python3-pip python3-venv \
+  libopenmpi-dev openmpi-bin
 
 .PHONY: deps build test demo bench clean format sanitize sanitize-address sanitize-thread ci-extra gpu-bundle
 

@@ -33,6 +33,7 @@ Command add_tokenize(CLI::App& app);
 Command add_bench(CLI::App& app);
 Command add_extract(CLI::App& app);
 Command add_generate(CLI::App& app);
+Command add_merge(CLI::App& app);
 
 // --devices, --max-memory, --device-map, --no-verify-transfers, --weights-dtype: every command
 // that runs a model.

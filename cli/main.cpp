@@ -86,6 +86,7 @@ std::string with_flags(const actcap::Error& e) {
       {"out", "--out"},
       {"overwrite", "--overwrite"},
       {"positions", "--positions"},
+      {"rank", "--rank"},
       {"resume", "--resume"},
       {"skip_bad_lines", "--skip-bad-lines"},
       {"stop_tokens", "--stop-token"},
@@ -95,6 +96,7 @@ std::string with_flags(const actcap::Error& e) {
       {"top_p", "--top-p"},
       {"transfer_faults", "ACTCAP_FAULT"},
       {"weights_dtype", "--weights-dtype"},
+      {"world_size", "--world-size"},
   };
   std::string flags;
   for (const std::string& s : e.settings()) {
@@ -135,6 +137,7 @@ int main(int argc, char** argv) {
       actcap::cli::add_repro(app),      actcap::cli::add_compare(app),
       actcap::cli::add_tokenize(app),   actcap::cli::add_bench(app),
       actcap::cli::add_extract(app),    actcap::cli::add_generate(app),
+      actcap::cli::add_merge(app),
   };
   try {
     app.parse(argc, argv);

@@ -40,8 +40,14 @@ struct ExtractOptions {
   // Leave special tokens (the tokenizer's special added tokens, the config's bos and eos ids) out
   // of the rows and the statistics.
   bool skip_special = false;
-  int queue_shards = 2;       // shards waiting for the writer before compute blocks
-  ExportFaults faults;        // test-only fault injection (actcap/export.h)
+  // One rank of a run launched as `world_size` processes (actcap/ranks.h, docs/scale.md): it
+  // takes its share of the corpus by tokens (corpus_share) and writes its own manifest, journal
+  // and shards into `out`; with `assemble`, the last rank to finish assembles manifest.json
+  // (merge_ranks) through the folder. Off when the caller assembles (rank 0 after an MPI gather).
+  int rank = 0, world_size = 1;
+  bool assemble = true;
+  int queue_shards = 2;  // shards waiting for the writer before compute blocks
+  ExportFaults faults;   // test-only fault injection (actcap/export.h)
 };
 
 struct ExtractProgress {
@@ -56,8 +62,30 @@ struct ExtractResult {
   ExtractProgress progress;
   int64_t skipped_lines = 0;
   int64_t resumed_from_line = 0;  // first document line computed in this run
+  std::string manifest;            // manifest.json, or a rank's own manifest
+  // A ranked run: its share of the corpus, its manifest's text as sealed, and whether this rank
+  // assembled manifest.json.
+  int64_t lines_begin = 0, lines_end = 0;
+  std::string rank_manifest;
+  bool assembled = false;
+};
+
+// A ranked extract's manifests merged into one manifest.json.
+struct MergeReport {
+  bool assembled = false;
+  int world_size = 0;
+  int64_t shards = 0, rows = 0;
+  std::vector<std::string> waiting;  // why not assembled: each rank not yet complete
   std::string manifest;
 };
+// Assembles DIR/manifest.json from the complete manifests of every rank of a ranked extract (read
+// from DIR, or `rank_manifests` as gathered, in rank order): the shards in rank order (so the rows
+// of one process, in (line, position) order), rows and documents added up, statistics merged into
+// stats.safetensors, and the ranks' line ranges and device maps under "ranks". Nothing is written
+// while a rank is unfinished (`waiting` says which). Running it again gives the same files.
+// InputError for a folder without rank manifests or with those of several world sizes; RunError
+// for a damaged rank manifest or ranks that disagree on the model, points, settings or input.
+MergeReport merge_ranks(const std::string& dir, const std::vector<std::string>& rank_manifests = {});
 
 // Throws InputError for bad input (exit 2) and RunError when the run fails (exit 1), leaving the
 // manifest consistent with the shards on disk.

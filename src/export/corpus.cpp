@@ -90,6 +90,13 @@ bool CorpusReader::next(Document& doc) {
   return false;
 }
 
+void CorpusReader::skip_to(int64_t line) {
+  std::string text;
+  while (line_ + 1 < line && read_line_bounded(in_, text, kMaxLineBytes, path_, line_ + 2)) ++line_;
+  if (in_.bad())
+    throw RunError(concat("input ", path_, ": read error at line ", line_ + 1), {"input"});
+}
+
 int64_t CorpusReader::count_documents(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(concat("input ", path, " cannot be read"), {"input"});

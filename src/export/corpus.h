@@ -24,6 +24,8 @@ class CorpusReader {
   // Next non-blank document; false at the end. Throws InputError naming the line for a bad line
   // (invalid JSON, missing field, ids outside the vocabulary) unless skipping bad lines.
   bool next(Document& doc);
+  // Moves past every line before `line` (0-based) without parsing them (another rank's share).
+  void skip_to(int64_t line);
   int64_t skipped() const { return skipped_; }
 
   // Non-blank lines in the file (for progress and ETA).

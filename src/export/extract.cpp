@@ -9,6 +9,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -20,10 +21,13 @@
 #include "actcap/error.h"
 #include "actcap/export.h"
 #include "actcap/hash.h"
+#include "actcap/ranks.h"
 #include "actcap/safetensors.h"
 #include "export/corpus.h"
 #include "export/faults.h"
 #include "export/journal.h"
+#include "export/layout.h"
+#include "export/merge.h"
 #include "export/shard.h"
 #include "export/stats.h"
 #include "io/atomic_file.h"
@@ -91,7 +95,8 @@ ShardContents assemble_shard(int64_t index, const std::vector<PointInfo>& plan,
                              const std::map<std::string, std::vector<Part>>& parts,
                              const std::vector<int64_t>& row_line,
                              const std::vector<int64_t>& row_pos,
-                             const std::vector<int64_t>& row_token, const ExportFaults& faults) {
+                             const std::vector<int64_t>& row_token, const ExportFaults& faults,
+                             const std::string& file) {
   const int64_t n = static_cast<int64_t>(row_line.size());
   std::vector<int64_t> perm(n);
   std::iota(perm.begin(), perm.end(), 0);
@@ -111,12 +116,10 @@ ShardContents assemble_shard(int64_t index, const std::vector<PointInfo>& plan,
   }
   c.tensors.emplace_back("__rows__.seq", at::tensor(row_line, at::kLong).index_select(0, order));
   c.tensors.emplace_back("__rows__.pos", at::tensor(row_pos, at::kLong).index_select(0, order));
-  c.tensors.emplace_back("__rows__.token",
-                         at::tensor(row_token, at::kLong).index_select(0, order));
+  c.tensors.emplace_back("__rows__.token", at::tensor(row_token, at::kLong).index_select(0, order));
   if (names_shard(faults.damage_assembled, index)) flip_last_byte(c.tensors.front().second);
   c.checksums = tensor_checksums(c.tensors);
 
-  const std::string file = shard_file_name(index);
   for (size_t k = 0; k < plan.size(); ++k) {
     int64_t offset = 0, batch = 0;
     for (const Part& part : parts.at(plan[k].name)) {
@@ -137,8 +140,7 @@ ShardContents assemble_shard(int64_t index, const std::vector<PointInfo>& plan,
   const int64_t* pos = c.tensors[plan.size() + 1].second.data_ptr<int64_t>();
   const int64_t* tok = c.tensors[plan.size() + 2].second.data_ptr<int64_t>();
   for (int64_t i = 0; i < n; ++i)
-    if (seq[i] != row_line[perm[i]] || pos[i] != row_pos[perm[i]] ||
-        tok[i] != row_token[perm[i]])
+    if (seq[i] != row_line[perm[i]] || pos[i] != row_pos[perm[i]] || tok[i] != row_token[perm[i]])
       throw RunError(concat(file, ": assembled row ", i,
                             " does not carry the line, position and token it was captured at; the "
                             "shard "
@@ -151,13 +153,14 @@ ShardContents assemble_shard(int64_t index, const std::vector<PointInfo>& plan,
 class ShardWriter {
  public:
   ShardWriter(std::string dir, json manifest, ShardSchema schema, size_t capacity,
-              FaultPoints& faults)
+              FaultPoints& faults, OutputLayout layout)
       : dir_(std::move(dir)),
         manifest_(std::move(manifest)),
         schema_(std::move(schema)),
         capacity_(capacity),
         faults_(faults),
-        journal_(dir_, &faults),
+        layout_(layout),
+        journal_(dir_, &faults, layout_.journal()),
         thread_([this] { loop(); }) {}
   ~ShardWriter() {
     try {
@@ -191,13 +194,16 @@ class ShardWriter {
   }
 
   // Marks the run complete (after finish()), with the statistics of every claimed shard merged
-  // into stats.safetensors first when the run keeps them.
-  void complete(const json& extra) {
-    if (schema_.stats) write_merged_stats();
+  // into stats.safetensors first when the run keeps them (a rank's are merged with the other
+  // ranks' when manifest.json is assembled). Returns the manifest's text as sealed.
+  std::string complete(const json& extra) {
+    if (schema_.stats && !layout_.ranked())
+      manifest_["stats"] = write_merged_stats(dir_, manifest_["shards"], schema_, &faults_);
     for (const auto& [k, v] : extra.items()) manifest_[k] = v;
     manifest_["complete"] = true;
-    write_manifest(dir_, manifest_, &faults_);
+    write_manifest(dir_, manifest_, &faults_, layout_.manifest());
     journal_.remove();
+    return seal_manifest(manifest_);
   }
 
   uint64_t bytes_written() const { return bytes_.load(); }
@@ -208,11 +214,11 @@ class ShardWriter {
     std::map<std::string, at::Tensor> by_name(c.tensors.begin(), c.tensors.end());
     std::vector<std::pair<std::string, at::Tensor>> stats;
     for (const auto& [point, shape] : schema_.stat_points)
-      stats_tensors(point,
-                    stats_of(by_name.at(point), by_name.at("__rows__.seq"),
-                             by_name.at("__rows__.pos"), by_name.at("__rows__.token"),
-                             schema_.stats_top_k),
-                    stats);
+      stats_tensors(
+          point,
+          stats_of(by_name.at(point), by_name.at("__rows__.seq"), by_name.at("__rows__.pos"),
+                   by_name.at("__rows__.token"), schema_.stats_top_k),
+          stats);
     if (!schema_.stats_stored) {
       c.tensors.clear();
       c.checksums = json::object();
@@ -222,42 +228,6 @@ class ShardWriter {
     for (auto& t : stats) c.tensors.push_back(std::move(t));
   }
 
-  // Every claimed shard's statistics, read back in shard order (each checked against its
-  // checksum), merged, written as stats.safetensors and listed in the manifest.
-  void write_merged_stats() {
-    std::map<std::string, FeatureStats> merged;
-    for (const json& entry : manifest_["shards"]) {
-      const std::string file = entry["file"].get<std::string>();
-      auto st = SafetensorsFile::open((fs::path(dir_) / file).string());
-      auto read = [&](const std::string& name) {
-        at::Tensor t = st->tensor(name);
-        const std::string got = hex64(tensor_xxh3(t));
-        if (!entry["checksums"].contains(name) || entry["checksums"][name] != got)
-          throw RunError(concat(dir_, "/", file, ": statistics tensor ", name,
-                                " does not match its checksum; run actcap verify"));
-        return t;
-      };
-      for (const auto& [point, shape] : schema_.stat_points) {
-        FeatureStats s = stats_from(point, schema_.stats_top_k, read);
-        auto it = merged.find(point);
-        if (it == merged.end())
-          merged.emplace(point, std::move(s));
-        else
-          it->second = merge_stats(it->second, s);
-      }
-    }
-    ShardContents c;
-    for (const auto& [point, shape] : schema_.stat_points) {
-      auto it = merged.find(point);
-      if (it != merged.end()) stats_tensors(point, it->second, c.tensors);
-    }
-    c.checksums = tensor_checksums(c.tensors);
-    json entry =
-        write_checked_file(dir_, kStatsFileName, c, stats_file_schema(schema_), &faults_);
-    entry["top_k"] = schema_.stats_top_k;
-    entry["stored"] = schema_.stats_stored;
-    manifest_["stats"] = entry;
-  }
   int64_t shards_written() const { return shards_.load(); }
   const json& manifest() const { return manifest_; }
 
@@ -289,7 +259,7 @@ class ShardWriter {
     if (names_shard(faults_.faults().damage_queued, job.index))
       flip_last_byte(job.contents.tensors.front().second);
     if (schema_.stats) add_stats(job.contents);
-    json entry = write_checked_shard(dir_, job.index, job.contents, schema_, &faults_);
+    json entry = write_checked_shard(dir_, job.index, job.contents, schema_, &faults_, layout_);
     entry["first_line"] = job.first_line;
     entry["last_line"] = job.last_line;
     entry["documents"] = job.documents;
@@ -305,6 +275,7 @@ class ShardWriter {
   ShardSchema schema_;
   size_t capacity_;
   FaultPoints& faults_;
+  OutputLayout layout_;
   std::mutex mu_;
   std::condition_variable ready_, space_;
   std::deque<ShardJob> queue_;
@@ -316,19 +287,18 @@ class ShardWriter {
   std::thread thread_;
 };
 
-json read_manifest(const std::string& dir) {
-  const std::string path = (fs::path(dir) / kManifestName).string();
+json read_manifest(const std::string& dir, const std::string& file) {
+  const std::string path = (fs::path(dir) / file).string();
   std::error_code ec;
   if (!fs::exists(path, ec))
-    throw InputError(concat("cannot resume: ", dir, " has no manifest.json to resume from"),
+    throw InputError(concat("cannot resume: ", dir, " has no ", file, " to resume from"),
                      {"resume"});
   json m;
   try {
     m = json::parse(read_text_file(path, kMaxManifestBytes, "manifest"));
   } catch (const json::exception& e) {
-    throw InputError(
-        concat("cannot resume: ", dir, "/manifest.json is not valid JSON (", e.what(), ")"),
-        {"resume"});
+    throw InputError(concat("cannot resume: ", path, " is not valid JSON (", e.what(), ")"),
+                     {"resume"});
   }
   // The fields resuming reads, with their types, before anything reads them.
   const char* wrong =
@@ -368,16 +338,27 @@ struct RunIdentity {
   json head;      // manifest_head: format, model, device map, points
   json settings;  // the options that shape the shards
   json input;     // the corpus: path and XXH3
+  json rank;      // a ranked run: rank, world_size, lines [begin, end) of its share
 };
 
 RunIdentity run_identity(const Model& model, const SafeCapturer* cap, const ExtractOptions& o,
-                         int64_t max_len) {
+                         int64_t max_len, const CorpusShare* share) {
   RunIdentity id;
+  if (share) {
+    const auto line = [](int64_t l) {
+      return l == std::numeric_limits<int64_t>::max() ? json() : json(l);
+    };
+    id.rank = {{"rank", o.rank},
+               {"world_size", o.world_size},
+               {"lines", {line(share->begin), line(share->end)}}};
+  }
   id.head = manifest_head(model, cap ? cap->plan() : std::vector<PointInfo>{});
+  if (!id.rank.is_null()) id.head["rank"] = id.rank;
   id.settings = {{"capture", o.capture.patterns}, {"batch_size", o.batch_size},
                  {"max_length", max_len},         {"stride", o.stride},
                  {"shard_bytes", o.shard_bytes},  {"skip_bad_lines", o.skip_bad_lines}};
-  if (!o.capture.attention_heads.empty()) id.settings["attention_heads"] = o.capture.attention_heads;
+  if (!o.capture.attention_heads.empty())
+    id.settings["attention_heads"] = o.capture.attention_heads;
   if (o.stats) {  // the shards then hold statistics too (shard_schema reads "stats")
     id.head["stats"] = {{"top_k", o.stats_top_k}, {"stored", !o.stats_only}};
     id.settings["stats"] = id.head["stats"];
@@ -398,10 +379,10 @@ struct StartPoint {
 // --resume: checks that the run in o.out is this run and that everything it claims is intact, takes
 // the journal into the manifest and removes whatever of ours is not claimed.
 StartPoint resume_run(const ExtractOptions& o, const Model& model, const RunIdentity& id,
-                      FaultPoints& faults) {
+                      const OutputLayout& layout, FaultPoints& faults) {
   StartPoint start;
   json& manifest = start.manifest;
-  manifest = read_manifest(o.out);
+  manifest = read_manifest(o.out, layout.manifest());
   if (manifest.value("format", json()) != id.head["format"])
     throw InputError(concat("cannot resume: ", o.out, " was written in format ",
                             manifest.value("format", json()).dump(), ", this actcap writes ",
@@ -409,9 +390,10 @@ StartPoint resume_run(const ExtractOptions& o, const Model& model, const RunIden
                             " (rows carry __rows__.token since actcap/3); overwrite it to start "
                             "again"),
                      {"resume", "overwrite"});
-  for (const char* key : {"settings", "points", "input"}) {
+  for (const char* key : {"settings", "points", "input", "rank"}) {
     const json& want = std::string(key) == "settings" ? id.settings
                        : std::string(key) == "points" ? id.head["points"]
+                       : std::string(key) == "rank"   ? id.rank
                                                       : id.input;
     if (manifest.value(key, json()) != want)
       throw InputError(concat("cannot resume: ", key, " differ from the run in ", o.out, " (",
@@ -426,7 +408,7 @@ StartPoint resume_run(const ExtractOptions& o, const Model& model, const RunIden
   // Keep exactly the shards the manifest (and its journal) claims, after checking them all;
   // drop anything else.
   json claimed_shards;
-  VerifyReport check = verify_output(o.out, claimed_shards);
+  VerifyReport check = verify_output(o.out, claimed_shards, layout);
   for (const VerifyIssue& i : check.issues)
     if (i.kind != VerifyIssue::Kind::kIncomplete)
       throw RunError(concat("cannot resume: ", o.out, "/", i.file,
@@ -451,37 +433,105 @@ StartPoint resume_run(const ExtractOptions& o, const Model& model, const RunIden
   // with anything else of ours that is not claimed.
   manifest["complete"] = false;
   manifest["rows"] = rows;
-  write_manifest(o.out, manifest, &faults);
+  write_manifest(o.out, manifest, &faults, layout.manifest());
   faults.reached(ExportFaults::Moment::kResume);
   for (const auto& e : fs::directory_iterator(o.out)) {
     const std::string n = e.path().filename().string();
-    if (n != kManifestName && !claimed.count(n) && is_output_file(n)) fs::remove(e.path());
+    if (n != layout.manifest() && !claimed.count(n) && layout.owns(n)) fs::remove(e.path());
   }
   return start;
 }
 
+// The files in `dir` that stop rank `layout` of a new run from starting there: a dataset
+// (manifest.json), its own files from an earlier run, and anything else of actcap's that is not
+// a sibling rank's (another world size's rank files, a single process's shards and journal,
+// statistics, shards of ranks past the world size). With `overwrite` they are removed instead:
+// rank 0 removes the dataset's and the strangers', each rank its own.
+void prepare_rank_output(const std::string& dir, const OutputLayout& layout, bool overwrite) {
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    throw InputError(concat("output folder ", dir, " exists and is not a folder"), {"out"});
+  fs::create_directories(dir, ec);
+  if (ec)
+    throw InputError(concat("cannot create output folder ", dir, ": ", ec.message()), {"out"});
+  const auto sibling = [&](const std::string& n) {
+    if (const auto f = parse_rank_file(n)) return f->world_size == layout.world_size;
+    if (const auto r = shard_rank(n)) return *r < layout.world_size;
+    return false;
+  };
+  if (overwrite && layout.rank == 0) fs::remove(fs::path(dir) / kManifestName, ec);
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (!e.is_regular_file() || !is_output_file(n)) continue;
+    const bool mine = layout.owns(n), stranger = !mine && !sibling(n);
+    if (!mine && !stranger) continue;
+    if (!overwrite)
+      throw InputError(
+          concat("output folder ", dir, " already holds ", n,
+                 stranger && n != kManifestName && parse_rank_file(n)
+                     ? concat(", from a run of ", parse_rank_file(n)->world_size,
+                              " ranks (this one has ", layout.world_size,
+                              "): resume that run with its world size, or overwrite it")
+                     : std::string("; resume that run, or allow overwriting to replace it")),
+          {"out", "overwrite", "resume"});
+    if (mine || layout.rank == 0) fs::remove(e.path(), ec);
+  }
+}
+
 // A new run: prepares o.out and writes the manifest's head.
-StartPoint start_run(const ExtractOptions& o, const RunIdentity& id, FaultPoints& faults) {
-  prepare_output_dir(o.out, o.overwrite);
+StartPoint start_run(const ExtractOptions& o, const RunIdentity& id, const OutputLayout& layout,
+                     FaultPoints& faults) {
+  if (layout.ranked())
+    prepare_rank_output(o.out, layout, o.overwrite);
+  else
+    prepare_output_dir(o.out, o.overwrite);
   StartPoint start;
   start.manifest = id.head;
   start.manifest["settings"] = id.settings;
   start.manifest["input"] = id.input;
-  write_manifest(o.out, start.manifest, &faults);
+  write_manifest(o.out, start.manifest, &faults, layout.manifest());
   return start;
+}
+
+// --resume into a folder written by another number of processes is refused, naming the number.
+void check_world_size(const std::string& dir, const OutputLayout& layout) {
+  std::error_code ec;
+  for (const auto& [world, ranks] : rank_manifests(dir))
+    if (world != layout.world_size)
+      throw InputError(concat("cannot resume: ", dir, " was written by ", world,
+                              " ranks (rank-*-of-", world, ".json), this run has ",
+                              layout.world_size, layout.world_size == 1 ? " process" : " ranks",
+                              ": resume with --world-size ", world,
+                              " (under its launcher), or overwrite it to start again"),
+                       {"resume", "world_size", "overwrite"});
+  if (!layout.ranked()) return;
+  const fs::path assembled = fs::path(dir) / kManifestName;
+  if (!fs::exists(assembled, ec)) return;
+  json m;
+  try {
+    m = json::parse(read_text_file(assembled.string(), kMaxManifestBytes, "manifest"));
+  } catch (const std::exception&) {
+    return;  // damaged: the ranks' own manifests decide; merge rewrites it
+  }
+  if (m.is_object() && m.value("world_size", json(1)) != json(layout.world_size))
+    throw InputError(concat("cannot resume: ", dir, " was written by ",
+                            m.value("world_size", json(1)).dump(),
+                            " process(es), this run has ", layout.world_size,
+                            " ranks: resume it as it was run, or overwrite it to start again"),
+                     {"resume", "world_size", "overwrite"});
 }
 
 // The writer for the run's shards, with the schema of its manifest.
 std::unique_ptr<ShardWriter> open_writer(const ExtractOptions& o, const json& manifest,
-                                         FaultPoints& faults) {
+                                         const OutputLayout& layout, FaultPoints& faults) {
   std::string problem;
   std::optional<ShardSchema> schema = shard_schema(manifest, problem);
   if (!schema)
     throw InputError(
-        concat(o.out, "/", kManifestName, " ", problem, "; overwrite it to start again"),
+        concat(o.out, "/", layout.manifest(), " ", problem, "; overwrite it to start again"),
         {"overwrite"});
   return std::make_unique<ShardWriter>(o.out, manifest, std::move(*schema),
-                                       static_cast<size_t>(o.queue_shards), faults);
+                                       static_cast<size_t>(o.queue_shards), faults, layout);
 }
 
 // One shard's worth of whole documents, cut into windows.
@@ -490,15 +540,27 @@ struct ShardInput {
   int64_t first_line = -1, last_line = -1, documents = 0;
 };
 
-// Reads whole documents until their captured rows reach the shard size (or the input ends, which
-// clears `more`), skipping lines up to `resume_after` (counted as done). Cuts each document into
-// windows of at most `max_len` tokens, starting every stride tokens.
+// The lines [begin, end) a rank reads (all of them for a single process).
+struct LineRange {
+  int64_t begin = 0, end = std::numeric_limits<int64_t>::max();
+};
+
+// Reads whole documents until their captured rows reach the shard size (or the input, or the
+// rank's share of it, ends, which clears `more`), skipping lines up to `resume_after` (counted as
+// done). Cuts each document into windows of at most `max_len` tokens, starting every stride
+// tokens.
 ShardInput gather_shard(CorpusReader& reader, Document& doc, bool& more, const ExtractOptions& o,
                         int64_t max_len, int64_t bytes_per_row, int64_t resume_after,
-                        const std::set<int64_t>& skip_tokens, ExtractProgress& progress) {
+                        const LineRange& lines, const std::set<int64_t>& skip_tokens,
+                        ExtractProgress& progress) {
   ShardInput in;
   int64_t shard_bytes = 0;
   while (shard_bytes < static_cast<int64_t>(o.shard_bytes) && (more = reader.next(doc))) {
+    if (doc.line < lines.begin) continue;  // another rank's
+    if (doc.line >= lines.end) {
+      more = false;
+      break;
+    }
     if (doc.line <= resume_after) {
       ++progress.documents_done;
       continue;
@@ -583,17 +645,43 @@ ShardRows run_batches(Model& model, SafeCapturer* cap, const std::vector<Window>
 
 }  // namespace
 
+namespace {
+
+// A rank that has completed: assembles manifest.json when every rank has (the last to finish does;
+// two finishing together both write the same files, each atomically).
+bool assemble_if_last(const std::string& dir) {
+  return merge_ranks(dir).assembled;
+}
+
+}  // namespace
+
 ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const ExtractOptions& o,
                           const std::function<void(const ExtractProgress&)>& on_progress) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t context = model.config().max_positions();
   const int64_t max_len = checked_max_length(o, context);
   FaultPoints faults(o.faults);
+  if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size)
+    throw InputError(concat("rank ", o.rank, " is outside a world of ", o.world_size),
+                     {"rank", "world_size"});
+  const OutputLayout layout{o.rank, o.world_size};
 
   CorpusReader reader(o.input, tokenizer, model.config().vocab_size, o.skip_bad_lines);
-  const int64_t total_docs = CorpusReader::count_documents(o.input);
-  if (total_docs == 0)
-    throw InputError(concat("input ", o.input, " holds no documents"), {"input"});
+  LineRange lines;
+  std::optional<CorpusShare> share;
+  int64_t total_docs = 0;
+  if (layout.ranked()) {
+    share = corpus_share(o.input, tokenizer, model.config().vocab_size, o.skip_bad_lines, o.rank,
+                         o.world_size);
+    if (share->total_documents == 0)
+      throw InputError(concat("input ", o.input, " holds no documents"), {"input"});
+    lines = {share->begin, share->end};
+    total_docs = share->documents;
+  } else {
+    total_docs = CorpusReader::count_documents(o.input);
+    if (total_docs == 0)
+      throw InputError(concat("input ", o.input, " holds no documents"), {"input"});
+  }
 
   std::unique_ptr<SafeCapturer> cap;
   CaptureOptions copts = o.capture;
@@ -603,7 +691,8 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
     throw InputError("statistics only needs statistics", {"stats", "stats_only"});
   if (o.stats) {
     if (o.forward_only)
-      throw InputError("statistics need the captures; drop forward-only", {"stats", "forward_only"});
+      throw InputError("statistics need the captures; drop forward-only",
+                       {"stats", "forward_only"});
     if (o.stats_top_k < 0)
       throw InputError(concat("the statistics' top-k must be 0 or more, got ", o.stats_top_k),
                        {"stats_top_k"});
@@ -622,15 +711,30 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
       if (id >= 0) skip_tokens.insert(id);
   }
   const int64_t bytes_per_row = cap ? std::max<int64_t>(1, cap->bytes_per_token()) : 1;
-  const RunIdentity id = run_identity(model, cap.get(), o, max_len);
+  const RunIdentity id = run_identity(model, cap.get(), o, max_len, share ? &*share : nullptr);
 
   ExtractResult result;
+  if (share) {
+    result.lines_begin = share->begin;
+    result.lines_end = share->end;
+  }
   StartPoint start;
   std::unique_ptr<ShardWriter> writer;
   if (!o.forward_only) {
-    start = o.resume ? resume_run(o, model, id, faults) : start_run(o, id, faults);
+    if (o.resume) check_world_size(o.out, layout);
+    std::error_code ec;
+    // A rank killed before it wrote its manifest claimed nothing: resuming it starts it.
+    const bool fresh_rank = o.resume && layout.ranked() &&
+                            !fs::exists(fs::path(o.out) / layout.manifest(), ec);
+    if (o.resume && !fresh_rank) {
+      start = resume_run(o, model, id, layout, faults);
+    } else {
+      ExtractOptions first = o;
+      if (fresh_rank) first.overwrite = false;
+      start = start_run(first, id, layout, faults);
+    }
     if (o.resume) result.resumed_from_line = start.resume_after + 1;
-    writer = open_writer(o, start.manifest, faults);
+    writer = open_writer(o, start.manifest, layout, faults);
   }
 
   ExtractProgress progress;
@@ -647,18 +751,18 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
   Document doc;
   bool more = true;
   int64_t next_shard = start.next_shard;
+  if (lines.begin > 0) reader.skip_to(lines.begin);
   while (more) {
     ShardInput in = gather_shard(reader, doc, more, o, max_len, bytes_per_row, start.resume_after,
-                                 skip_tokens, progress);
+                                 lines, skip_tokens, progress);
     if (in.windows.empty()) break;
     ShardRows rows = run_batches(model, cap.get(), in.windows, o, context, progress, report);
     progress.documents_done += in.documents;
     if (cap) {
       ShardJob job;
       job.index = next_shard++;
-      job.contents =
-          assemble_shard(job.index, cap->plan(), rows.parts, rows.row_line, rows.row_pos,
-                         rows.row_token, o.faults);
+      job.contents = assemble_shard(job.index, cap->plan(), rows.parts, rows.row_line, rows.row_pos,
+                                    rows.row_token, o.faults, layout.shard(job.index));
       job.first_line = in.first_line;
       job.last_line = in.last_line;
       job.documents = in.documents;
@@ -671,9 +775,13 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
     writer->finish();
     progress.bytes_written = writer->bytes_written();
     progress.shards_written = writer->shards_written();
-    writer->complete(
+    result.rank_manifest = writer->complete(
         {{"documents", progress.documents_done}, {"skipped_lines", result.skipped_lines}});
-    result.manifest = (fs::path(o.out) / kManifestName).string();
+    result.manifest = (fs::path(o.out) / layout.manifest()).string();
+    if (layout.ranked() && o.assemble) {
+      result.assembled = assemble_if_last(o.out);
+      if (result.assembled) result.manifest = (fs::path(o.out) / kManifestName).string();
+    }
   }
   report();
   result.progress = progress;

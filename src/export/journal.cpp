@@ -26,8 +26,9 @@ std::string entry_checksum(const json& shard) {
 }
 }  // namespace
 
-std::vector<std::string> merge_journal(const std::string& dir, json& shards) {
-  const std::string path = (fs::path(dir) / kJournalName).string();
+std::vector<std::string> merge_journal(const std::string& dir, json& shards,
+                                       const std::string& file) {
+  const std::string path = (fs::path(dir) / file).string();
   std::error_code ec;
   if (!fs::exists(path, ec)) return {};
   std::string text;
@@ -78,8 +79,8 @@ std::vector<std::string> merge_journal_text(const std::string& text, json& shard
   return {};
 }
 
-JournalWriter::JournalWriter(std::string dir, FaultPoints* faults)
-    : path_((fs::path(dir) / kJournalName).string()), faults_(faults) {}
+JournalWriter::JournalWriter(std::string dir, FaultPoints* faults, const std::string& file)
+    : path_((fs::path(dir) / file).string()), faults_(faults) {}
 
 JournalWriter::~JournalWriter() {
   if (fd_ >= 0) ::close(fd_);

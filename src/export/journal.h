@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "actcap/export.h"
 #include "export/faults.h"
 
 namespace actcap {
@@ -19,7 +20,9 @@ namespace actcap {
 // Appends the journal's entries to `shards` (skipping entries already there, as a resume that was
 // killed between rewriting the manifest and removing the journal leaves). Returns the problems
 // found, one line each; an absent journal has none.
-std::vector<std::string> merge_journal(const std::string& dir, nlohmann::json& shards);
+// `file`: the journal's name (a rank's, in a ranked extract).
+std::vector<std::string> merge_journal(const std::string& dir, nlohmann::json& shards,
+                                       const std::string& file = kJournalName);
 // The same over the journal's text (what merge_journal reads from DIR/manifest.journal).
 std::vector<std::string> merge_journal_text(const std::string& text, nlohmann::json& shards);
 // One journal line for `shard`, newline included.
@@ -28,7 +31,8 @@ std::string journal_line(const nlohmann::json& shard);
 class JournalWriter {
  public:
   // `faults` (tests only): the kill moment right after a line is synced.
-  explicit JournalWriter(std::string dir, FaultPoints* faults = nullptr);
+  explicit JournalWriter(std::string dir, FaultPoints* faults = nullptr,
+                         const std::string& file = kJournalName);
   ~JournalWriter();
   JournalWriter(const JournalWriter&) = delete;
   JournalWriter& operator=(const JournalWriter&) = delete;

@@ -12,6 +12,7 @@
 #include "actcap/hash.h"
 #include "actcap/safetensors.h"
 #include "actcap/snapshot.h"
+#include "export/layout.h"
 #include "export/shard.h"
 #include "io/atomic_file.h"
 #include "util/strings.h"
@@ -24,6 +25,7 @@ using nlohmann::json;
 bool is_output_file(const std::string& name) {
   const std::string base = temp_target(name);  // a temp file counts as the file it was for
   return base == kManifestName || base == kJournalName || base == kStatsFileName ||
+         parse_rank_file(base).has_value() ||
          (starts_with(base, "shard-") && ends_with(base, ".safetensors"));
 }
 

@@ -108,8 +108,9 @@ std::string shape_text(const std::vector<int64_t>& shape) { return json(shape).d
 }  // namespace
 
 json write_checked_shard(const std::string& dir, int64_t index, const ShardContents& contents,
-                         const ShardSchema& schema, FaultPoints* faults) {
-  return write_checked_file(dir, shard_file_name(index), contents, schema, faults, index);
+                         const ShardSchema& schema, FaultPoints* faults,
+                         const OutputLayout& layout) {
+  return write_checked_file(dir, layout.shard(index), contents, schema, faults, index);
 }
 
 ShardSchema stats_file_schema(const ShardSchema& schema) {
@@ -305,8 +306,9 @@ json manifest_head(const Model& model, const std::vector<PointInfo>& plan) {
   return manifest_head(capture_origin(model), plan);
 }
 
-void write_manifest(const std::string& dir, const json& manifest, FaultPoints* faults) {
-  const std::string path = (fs::path(dir) / kManifestName).string();
+void write_manifest(const std::string& dir, const json& manifest, FaultPoints* faults,
+                    const std::string& file) {
+  const std::string path = (fs::path(dir) / file).string();
   const std::string text = seal_manifest(manifest);
   write_file_atomic(path, [&](int fd) {
     // In two halves, so that a test can stop the process with the temp file half written.

@@ -17,6 +17,7 @@
 #include "actcap/model.h"
 #include "actcap/safetensors.h"
 #include "export/faults.h"
+#include "export/layout.h"
 
 namespace actcap {
 
@@ -29,7 +30,7 @@ struct ShardSchema {
   struct Tensor {
     std::string dtype;               // safetensors name
     std::vector<int64_t> row_shape;  // the shape after the rows dimension
-    bool per_row = true;  // false: `row_shape` is the whole shape (a shard's statistics)
+    bool per_row = true;             // false: `row_shape` is the whole shape (a shard's statistics)
   };
   std::map<std::string, Tensor> tensors;
   std::string format;       // the manifest's "format"
@@ -61,9 +62,10 @@ nlohmann::json tensor_checksums(const std::vector<std::pair<std::string, at::Ten
 // manifest entry: file, rows, bytes, header_xxh3 (XXH3 of the length and header JSON as
 // written), checksums.
 // `faults` (tests only): the shard-write kill moment and damage to the file before read-back.
+// `layout` names the file (OutputLayout::shard).
 nlohmann::json write_checked_shard(const std::string& dir, int64_t index,
                                    const ShardContents& contents, const ShardSchema& schema,
-                                   FaultPoints* faults = nullptr);
+                                   FaultPoints* faults = nullptr, const OutputLayout& layout = {});
 // The same for a file of another name (`file` in `dir`; test faults by shard index do not apply).
 nlohmann::json write_checked_file(const std::string& dir, const std::string& file,
                                   const ShardContents& contents, const ShardSchema& schema,
@@ -88,17 +90,23 @@ std::vector<VerifyIssue> check_shard(const SafetensorsFile& shard, const std::st
                                      const ShardCheckOptions& options = {});
 
 // verify_output, also handing back the shard entries the folder claims (VerifyReport::claimed
-// holds their files): what `extract --resume` keeps.
-VerifyReport verify_output(const std::string& dir, nlohmann::json& claimed);
+// holds their files): what `extract --resume` keeps. `layout`: whose manifest and journal (a
+// rank's, while a ranked extract runs).
+VerifyReport verify_output(const std::string& dir, nlohmann::json& claimed,
+                           const OutputLayout& layout = {});
 
 // format, complete (false), model (path, model_type, fingerprint), device_map, points (dtype
 // and per-token shape of each planned point), rows (0), shards ([]).
 nlohmann::json manifest_head(const CaptureOrigin& origin, const std::vector<PointInfo>& plan);
 nlohmann::json manifest_head(const Model& model, const std::vector<PointInfo>& plan);
 
-// Seals `manifest` (seal_manifest) and writes DIR/manifest.json crash-safely.
-// `faults` (tests only): the manifest-write kill moment, with the temp file half written.
+// Whether `manifest` carries its manifest_checksum and matches it (unaltered since sealed).
+bool manifest_sealed(const nlohmann::json& manifest);
+
+// Seals `manifest` (seal_manifest) and writes DIR/`file` (manifest.json, or a rank's manifest)
+// crash-safely. `faults` (tests only): the manifest-write kill moment, with the temp file half
+// written.
 void write_manifest(const std::string& dir, const nlohmann::json& manifest,
-                    FaultPoints* faults = nullptr);
+                    FaultPoints* faults = nullptr, const std::string& file = kManifestName);
 
 }  // namespace actcap
