@@ -1,0 +1,263 @@
+"""Ranked extract (docs/scale.md): `mpirun -np 3`, an environment-only launch (RANK/WORLD_SIZE, as
+torchrun sets them) and --rank/--world-size each write one dataset that verify passes and whose
+rows are a single process's; kill -9 of one rank, then --resume of that rank alone (or of all
+under mpirun); a failing rank named; another world size refused; merge repairs the manifest."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
+import st  # noqa: E402
+sys.path.insert(0, os.path.dirname(__file__))
+from cli import ACTCAP, one_error_line, run, write_jsonl  # noqa: E402
+
+POINTS = ("transformer.h.1", "transformer.ln_f")
+MPIRUN = shutil.which("mpirun")
+needs_mpirun = pytest.mark.skipif(MPIRUN is None and not os.environ.get("CI"),
+                                  reason="mpirun not installed (make deps installs openmpi-bin)")
+
+
+def args(inp, out, *extra):
+    # --batch-size 1: a row's values then do not depend on which documents share its batch, so the
+    # ranks' rows equal a single process's bit for bit (with larger batches, to the last bits).
+    return ["extract", "demo", "--input", str(inp), "--capture", *POINTS, "--out", str(out), "--quiet",
+            "--shard-size", "16KiB", "--stats", "--batch-size", "1", *extra]
+
+
+def clean_env(**extra):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OMPI_", "PMI", "SLURM_")) and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.update(extra)
+    return env
+
+
+def launch_env(inp, out, world, *extra, env_for=None):
+    """The ranks as separate processes started at once, rank and world size in RANK/WORLD_SIZE."""
+    procs = []
+    for r in range(world):
+        env = clean_env(RANK=str(r), WORLD_SIZE=str(world), **((env_for or {}).get(r, {})))
+        procs.append(subprocess.Popen([ACTCAP, *args(inp, out, *extra)], env=env, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    return [(p.wait(timeout=600), *p.communicate()) for p in procs]
+
+
+def mpirun(world, inp, out, *extra, rank_env=None):
+    """mpirun -np WORLD actcap extract ...; rank_env {rank: {VAR: value}} starts that rank with
+    extra variables (an MPMD launch: one program per rank)."""
+    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe"]
+    for r in range(world):
+        if r:
+            cmd.append(":")
+        env = [f"{k}={v}" for k, v in (rank_env or {}).get(r, {}).items()]
+        cmd += ["-np", "1", *(["env", *env] if env else []), ACTCAP, *args(inp, out, *extra)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=clean_env())
+
+
+def rows(out):
+    m = json.load(open(out / "manifest.json"))
+    data = [st.load(str(out / s["file"]))[0] for s in m["shards"]]
+    return m, {k: np.concatenate([d[k] for d in data]) for k in data[0] if not k.startswith("__stats__")}
+
+
+def assert_same_rows(out, ref):
+    (m, got), (_, want) = rows(out), rows(ref)
+    assert m["complete"]
+    assert sorted(got) == sorted(want)
+    for k in want:  # the same rows in the same order, bit for bit
+        assert np.array_equal(got[k], want[k]), k
+    sa, sb = st.load(str(out / "stats.safetensors"))[0], st.load(str(ref / "stats.safetensors"))[0]
+    for k in sb:
+        if k.endswith((".min", ".max", ".count", "top_seq", "top_pos", "top_token", "top_value")):
+            assert np.array_equal(sa[k], sb[k]), k
+        else:  # float64 sums grouped by other shard boundaries
+            np.testing.assert_allclose(sa[k], sb[k], rtol=1e-12, atol=1e-12, err_msg=k)
+    assert run("verify", out).returncode == 0
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    d = tmp_path_factory.mktemp("scale")
+    rng = np.random.default_rng(11)
+    docs = [rng.integers(0, 256, rng.integers(3, 70)).tolist() for _ in range(45)]
+    write_jsonl(d / "in.jsonl", docs)
+    single = d / "single"
+    run(*args(d / "in.jsonl", single), check=0, env=clean_env())
+    return d / "in.jsonl", docs, single
+
+
+def test_env_launch_is_one_dataset_equal_to_a_single_process(corpus, tmp_path):
+    inp, docs, single = corpus
+    out = tmp_path / "out"
+    results = launch_env(inp, out, 3)
+    assert [rc for rc, _, _ in results] == [0, 0, 0], results
+    assert sum("assembled" in o and "manifest.json from 3 ranks" in o for _, o, _ in results) >= 1
+    assert_same_rows(out, single)
+    m = json.load(open(out / "manifest.json"))
+    assert m["world_size"] == 3 and [r["rank"] for r in m["ranks"]] == [0, 1, 2]
+    assert all(s["file"].startswith(f"shard-r{r['rank']:05d}-")
+               for r in m["ranks"] for s in m["shards"][sum(x["shards"] for x in m["ranks"][:r["rank"]]):][:r["shards"]])
+    # Contiguous line ranges, balanced by tokens: each rank within one document of a third.
+    lines = [r["lines"] for r in m["ranks"]]
+    assert lines[0][0] == 0 and lines[0][1] == lines[1][0] and lines[1][1] == lines[2][0] and lines[2][1] is None
+    tokens = [sum(len(docs[i]) for i in range(lo, hi if hi is not None else len(docs))) for lo, hi in lines]
+    total = sum(tokens)
+    assert all(abs(t - total / 3) <= max(map(len, docs)) for t in tokens), tokens
+    assert m["rows"] == sum(r["rows"] for r in m["ranks"]) == len(rows(out)[1]["__rows__.seq"])
+
+
+def test_rank_and_world_size_flags(corpus, tmp_path):
+    inp, _, single = corpus
+    out = tmp_path / "out"
+    for r in (2, 0, 1):  # one after another, in any order: the last to finish assembles
+        p = run(*args(inp, out, "--rank", r, "--world-size", 3), env=clean_env(), check=0)
+        assert ("; assembled" in p.stdout) == (r == 1), p.stdout
+    assert_same_rows(out, single)
+
+
+@needs_mpirun
+def test_mpirun_np3_is_one_dataset_equal_to_a_single_process(corpus, tmp_path):
+    inp, _, single = corpus
+    out = tmp_path / "out"
+    p = mpirun(3, inp, out)
+    assert p.returncode == 0, p.stderr + p.stdout
+    assert p.stdout.count("; assembled") == 3, p.stdout  # rank 0 assembled after the gather; all know
+    assert_same_rows(out, single)
+    j = run(*args(inp, tmp_path / "j", "--json"), env=clean_env(OMPI_COMM_WORLD_RANK="0", OMPI_COMM_WORLD_SIZE="1"),
+            check=0)
+    assert "rank" not in json.loads(j.stdout)  # a world of one is a single process
+
+
+def test_kill9_one_rank_then_resume_that_rank_alone(corpus, tmp_path):
+    inp, _, single = corpus
+    ref, out = tmp_path / "ref", tmp_path / "out"
+    assert [r[0] for r in launch_env(inp, ref, 3)] == [0, 0, 0]
+    results = launch_env(inp, out, 3, env_for={1: {"ACTCAP_KILL_AT": "shard-write:3"}})
+    assert results[1][0] == -9 and results[0][0] == 0 and results[2][0] == 0, results
+    assert not (out / "manifest.json").exists()
+    v = run("verify", out)
+    assert v.returncode == 1 and "actcap merge" in v.stdout + v.stderr
+    mg = run("merge", out)
+    assert mg.returncode == 1 and "rank 1 of 3 is not complete" in one_error_line(mg)
+    assert "--resume --rank 1 --world-size 3" in mg.stderr
+    p = run(*args(inp, out, "--resume", "--rank", 1, "--world-size", 3), env=clean_env(), check=0)
+    assert "resumed at line" in p.stdout and "; assembled" in p.stdout
+    assert_same_rows(out, single)
+    for name in sorted(os.listdir(ref)):  # the same files, byte for byte, nothing left over
+        assert (out / name).read_bytes() == (ref / name).read_bytes(), name
+    assert sorted(os.listdir(out)) == sorted(os.listdir(ref))
+
+
+@needs_mpirun
+def test_kill9_one_rank_under_mpirun_then_resume_all(corpus, tmp_path):
+    inp, _, single = corpus
+    out = tmp_path / "out"
+    p = mpirun(3, inp, out, rank_env={2: {"ACTCAP_KILL_AT": "shard-write:2"}})
+    assert p.returncode != 0
+    assert not (out / "manifest.json").exists()
+    p = mpirun(3, inp, out, "--resume")
+    assert p.returncode == 0, p.stderr + p.stdout
+    assert_same_rows(out, single)
+
+
+@needs_mpirun
+def test_a_failing_rank_fails_the_run_naming_it(corpus, tmp_path):
+    inp, _, _ = corpus
+    out = tmp_path / "out"
+    p = mpirun(3, inp, out, rank_env={2: {"ACTCAP_FAULT_SHARD": "1"}})  # its shard 1 damaged on disk
+    assert p.returncode != 0
+    assert "rank 2 of 3" in p.stderr, p.stderr
+    errors = [line for line in p.stderr.splitlines() if line.startswith("actcap: error:")]
+    assert len(errors) == 3 and all("rank 2 of 3" in e for e in errors), errors  # every rank names it
+    assert not (out / "manifest.json").exists()
+    # Without MPI the failing rank exits non-zero itself, naming its rank.
+    results = launch_env(inp, tmp_path / "env", 3, env_for={0: {"ACTCAP_FAULT_SHARD": "0"}})
+    assert results[0][0] == 1 and "rank 0 of 3:" in results[0][2]
+    assert results[1][0] == 0 and results[2][0] == 0
+
+
+def test_another_world_size_is_refused_and_overwrite_replaces_it(corpus, tmp_path):
+    inp, _, single = corpus
+    out = tmp_path / "out"
+    assert [r[0] for r in launch_env(inp, out, 3)] == [0, 0, 0]
+    for extra, env in [(("--resume", "--rank", "0", "--world-size", "2"), {}),
+                       (("--resume",), {}),  # a single process
+                       (("--resume",), {"RANK": "1", "WORLD_SIZE": "4"})]:
+        p = run(*args(inp, out, *extra), env=clean_env(**env))
+        assert p.returncode == 2, p.stderr
+        assert "written by 3" in one_error_line(p) and "--world-size" in p.stderr
+    p = run(*args(inp, out, "--rank", "0", "--world-size", "2"), env=clean_env())
+    assert p.returncode == 2 and "overwrit" in one_error_line(p)  # a new run needs --overwrite
+    results = launch_env(inp, out, 2, "--overwrite")
+    assert [r[0] for r in results] == [0, 0], results
+    assert not [n for n in os.listdir(out) if "-of-00003" in n or n.startswith("shard-r00002")]
+    assert json.load(open(out / "manifest.json"))["world_size"] == 2
+    assert_same_rows(out, single)
+    # A single process over it, with --overwrite: the ranks' files go too.
+    run(*args(inp, out, "--overwrite"), env=clean_env(), check=0)
+    assert not [n for n in os.listdir(out) if n.startswith("rank-") or n.startswith("shard-r")]
+    assert_same_rows(out, single)
+
+
+def test_merge_repairs_a_missing_or_damaged_manifest(corpus, tmp_path):
+    inp, _, single = corpus
+    out = tmp_path / "out"
+    assert [r[0] for r in launch_env(inp, out, 3)] == [0, 0, 0]
+    good = (out / "manifest.json").read_bytes()
+    stats = (out / "stats.safetensors").read_bytes()
+    (out / "manifest.json").unlink()
+    (out / "stats.safetensors").unlink()
+    assert run("verify", out).returncode == 1
+    p = run("merge", out, check=0)
+    assert "from 3 ranks" in p.stdout
+    assert (out / "manifest.json").read_bytes() == good and (out / "stats.safetensors").read_bytes() == stats
+    (out / "manifest.json").write_bytes(good.replace(b'"complete": true', b'"complete": false'))
+    assert run("verify", out).returncode == 1
+    run("merge", out, check=0)
+    assert (out / "manifest.json").read_bytes() == good
+    # A damaged rank manifest is named, and nothing is assembled from it.
+    r1 = out / "rank-00001-of-00003.json"
+    r1.write_text(r1.read_text().replace('"rows"', '"r0ws"', 1))
+    p = run("merge", out)
+    assert p.returncode == 1 and "rank-00001-of-00003.json" in one_error_line(p)
+    assert run("merge", tmp_path).returncode == 2  # no rank manifests at all
+
+
+def test_more_ranks_than_documents(tmp_path):
+    write_jsonl(tmp_path / "in.jsonl", [[1, 2, 3], [4, 5, 6, 7]])
+    single = tmp_path / "single"
+    run(*args(tmp_path / "in.jsonl", single), env=clean_env(), check=0)
+    out = tmp_path / "out"
+    assert [r[0] for r in launch_env(tmp_path / "in.jsonl", out, 5)] == [0] * 5
+    m = json.load(open(out / "manifest.json"))
+    assert sum(r["documents"] for r in m["ranks"]) == 2 and sum(r["shards"] == 0 for r in m["ranks"]) >= 3
+    assert_same_rows(out, single)
+
+
+@pytest.mark.parametrize("env,needle", [
+    ({"RANK": "x", "WORLD_SIZE": "2"}, "RANK='x'"),
+    ({"RANK": "2", "WORLD_SIZE": "2"}, "rank 2 is outside a world of 2"),
+    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "-1"}, "SLURM_NTASKS"),
+])
+def test_bad_launcher_variables_are_one_line_exit_2(corpus, tmp_path, env, needle):
+    inp, _, _ = corpus
+    p = run(*args(inp, tmp_path / "out"), env=clean_env(**env))
+    assert p.returncode == 2 and needle in one_error_line(p)
+
+
+def test_launcher_variables_in_order_of_precedence(corpus, tmp_path):
+    inp, _, _ = corpus
+    env = clean_env(OMPI_COMM_WORLD_RANK="1", OMPI_COMM_WORLD_SIZE="2", SLURM_PROCID="0", SLURM_NTASKS="4",
+                    RANK="3", WORLD_SIZE="5")
+    j = json.loads(run(*args(inp, tmp_path / "a", "--json"), env=env, check=0).stdout)
+    assert j["rank"]["rank"] == 1 and j["rank"]["world_size"] == 2 and "Open MPI" in j["rank"]["source"]
+    env = clean_env(SLURM_PROCID="2", SLURM_NTASKS="4", RANK="3", WORLD_SIZE="5")
+    j = json.loads(run(*args(inp, tmp_path / "b", "--json"), env=env, check=0).stdout)
+    assert j["rank"]["rank"] == 2 and "Slurm" in j["rank"]["source"] and j["rank"]["assembled"] is False
+    j = json.loads(run(*args(inp, tmp_path / "c", "--json", "--rank", "0", "--world-size", "3"), env=env,
+                       check=0).stdout)
+    assert j["rank"]["rank"] == 0 and j["rank"]["world_size"] == 3 and j["rank"]["source"] == "--rank/--world-size"
