@@ -17,7 +17,7 @@ import torch as _torch  # noqa: F401  (loads libtorch before the extension)
 from ._core import InputError, RunError
 from .audit import Audit, BareReferenceWarning, Finding, audit
 from .capture import SafeCapturer, module_points, resolve_points
-from .dataset import Dataset, open, verify
+from .dataset import Dataset, merge, open, verify
 from .engine import Comparison, Engine, GeneratedSequence, Generation, Plan, Point, extract, load
 from .runtime import keep_freed_memory
 
@@ -25,6 +25,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     "InputError", "RunError", "SafeCapturer", "audit", "Audit", "Finding", "BareReferenceWarning",
-    "load", "Engine", "Plan", "Point", "Comparison", "Generation", "GeneratedSequence", "extract", "open", "verify", "Dataset",
+    "load", "Engine", "Plan", "Point", "Comparison", "Generation", "GeneratedSequence", "extract", "open", "verify", "merge", "Dataset",
     "module_points", "resolve_points", "keep_freed_memory", "__version__",
 ]

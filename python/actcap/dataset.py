@@ -249,3 +249,10 @@ def open(dir: Union[str, os.PathLike], *, allow_incomplete: bool = False) -> Dat
 def verify(dir: Union[str, os.PathLike]) -> dict:
     """``actcap verify DIR``: the report (ok, shards, tensors, bytes, issues)."""
     return _core.verify(os.fspath(dir))
+
+
+def merge(dir: Union[str, os.PathLike]) -> dict:
+    """``actcap merge DIR``: assembles manifest.json from the rank manifests of a ranked extract
+    (docs/scale.md); the summary (manifest, world_size, shards, rows). RunError naming the ranks
+    that have not finished; InputError for a folder without rank manifests."""
+    return _core.merge(os.fspath(dir))

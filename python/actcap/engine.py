@@ -331,7 +331,8 @@ def extract(model: Union[str, os.PathLike, Engine], input: Union[str, os.PathLik
             budget: Union[None, int, str] = None, resume: bool = False, overwrite: bool = False,
             skip_bad_lines: bool = False, heads: Optional[Sequence[int]] = None,
             stats: bool = False, stats_only: bool = False, top_k: int = 8,
-            skip_special: bool = False,
+            skip_special: bool = False, rank: Optional[int] = None,
+            world_size: Optional[int] = None,
             progress: Union[bool, str, Callable[[dict], None]] = True) -> dict:
     """``actcap extract`` from Python: a corpus (.txt, one document per line, or .jsonl with
     "text" or "input_ids") through the model into a verified, resumable dataset in ``out``
@@ -339,7 +340,10 @@ def extract(model: Union[str, os.PathLike, Engine], input: Union[str, os.PathLik
     otherwise), "lines", False, or a callable given each progress dict. ``stats``: also
     per-feature statistics and the ``top_k`` rows of largest value per feature
     (``actcap.open(out).stats()``, docs/stats.md); ``stats_only``: only them; ``skip_special``:
-    special tokens are not stored or counted. Returns the summary."""
+    special tokens are not stored or counted. ``rank``/``world_size`` (default: from torchrun's
+    RANK/WORLD_SIZE, srun or mpirun): this process extracts its share of the corpus and the last
+    rank to finish assembles manifest.json (docs/scale.md); choose ``devices`` per rank (e.g.
+    ``f"cuda:{os.environ['LOCAL_RANK']}"``). Returns the summary."""
     engine = model if isinstance(model, Engine) else load(
         model, devices=devices, device_map=device_map, max_memory=max_memory,
         weights_dtype=weights_dtype, compute_dtype=compute_dtype)
@@ -356,6 +360,7 @@ def extract(model: Union[str, os.PathLike, Engine], input: Union[str, os.PathLik
             int(max_length), int(stride), shard_bytes, bool(resume), bool(overwrite),
             bool(skip_bad_lines), _convert.size_bytes(budget, "budget"),
             bar if progress else None, _heads(heads), bool(stats), bool(stats_only), int(top_k),
-            bool(skip_special))
+            bool(skip_special), -1 if rank is None else int(rank),
+            -1 if world_size is None else int(world_size))
     finally:
         bar.close()

@@ -2,6 +2,7 @@
 #include "actcap/devices.h"
 #include "actcap/error.h"
 #include "actcap/export.h"
+#include "actcap/extract.h"
 #include "actcap/hash.h"
 #include "actcap/hooks.h"
 #include "bindings.h"
@@ -33,6 +34,23 @@ void bind_data(py::module_& m) {
         return py::dict(py::arg("ok") = r.ok(), py::arg("shards") = r.shards,
                         py::arg("tensors") = r.tensors, py::arg("bytes") = r.bytes,
                         py::arg("issues") = issues);
+      },
+      py::arg("dir"));
+  m.def(
+      "merge",
+      [](const std::string& dir) {
+        MergeReport r;
+        {
+          py::gil_scoped_release release;
+          r = merge_ranks(dir);
+        }
+        if (!r.assembled) {
+          std::string why;
+          for (const std::string& w : r.waiting) why += (why.empty() ? "" : "; ") + w;
+          throw RunError(concat("cannot assemble ", dir, "/manifest.json: ", why));
+        }
+        return py::dict(py::arg("manifest") = r.manifest, py::arg("world_size") = r.world_size,
+                        py::arg("shards") = r.shards, py::arg("rows") = r.rows);
       },
       py::arg("dir"));
   // XXH3-64 of a tensor's bytes in row-major order, as the manifest's checksums (16 hex digits).

@@ -2,6 +2,7 @@
 // with run (one verified capture as torch tensors), plan, compare and extract.
 #include <ATen/ATen.h>
 
+#include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
 
@@ -11,6 +12,7 @@
 #include "actcap/error.h"
 #include "actcap/export.h"
 #include "actcap/extract.h"
+#include "actcap/ranks.h"
 #include "actcap/generate.h"
 #include "actcap/hash.h"
 #include "actcap/model.h"
@@ -225,8 +227,11 @@ void bind_engine(py::module_& m) {
              uint64_t shard_bytes, bool resume, bool overwrite, bool skip_bad_lines,
              std::optional<uint64_t> budget, py::object on_progress,
              const std::vector<int64_t>& heads, bool stats, bool stats_only, int64_t top_k,
-             bool skip_special) {
+             bool skip_special, int rank, int world_size) {
             ExtractOptions x;
+            const RankInfo ranks = detect_rank(rank, world_size);  // torchrun, srun, mpirun
+            x.rank = ranks.rank;
+            x.world_size = ranks.world_size;
             x.input = input;
             x.out = out;
             x.capture = capture_options(patterns, dtype, positions, budget, heads);
@@ -259,6 +264,16 @@ void bind_engine(py::module_& m) {
             d["skipped_lines"] = r.skipped_lines;
             d["resumed_from_line"] = r.resumed_from_line;
             d["manifest"] = r.manifest;
+            if (ranks.ranked()) {
+              const auto line = [](int64_t l) {
+                return l == std::numeric_limits<int64_t>::max() ? py::object(py::none())
+                                                                : py::object(py::int_(l));
+              };
+              d["rank"] = ranks.rank;
+              d["world_size"] = ranks.world_size;
+              d["lines"] = py::make_tuple(line(r.lines_begin), line(r.lines_end));
+              d["assembled"] = r.assembled;
+            }
             return d;
           },
           py::arg("input"), py::arg("out"), py::arg("patterns"), py::arg("dtype"),
@@ -266,7 +281,8 @@ void bind_engine(py::module_& m) {
           py::arg("shard_bytes"), py::arg("resume"), py::arg("overwrite"),
           py::arg("skip_bad_lines"), py::arg("budget"), py::arg("on_progress"),
           py::arg("heads") = std::vector<int64_t>{}, py::arg("stats") = false,
-          py::arg("stats_only") = false, py::arg("top_k") = 8, py::arg("skip_special") = false)
+          py::arg("stats_only") = false, py::arg("top_k") = 8, py::arg("skip_special") = false,
+          py::arg("rank") = -1, py::arg("world_size") = -1)
       .def(
           "generate",
           [](Engine& e, const std::vector<std::vector<int64_t>>& prompts,

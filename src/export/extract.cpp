@@ -414,7 +414,7 @@ StartPoint resume_run(const ExtractOptions& o, const Model& model, const RunIden
       throw RunError(concat("cannot resume: ", o.out, "/", i.file,
                             (i.tensor.empty() ? "" : " " + i.tensor), ": ", i.problem),
                      {"resume"});
-  manifest["shards"] = claimed_shards;
+  manifest["shards"] = std::move(claimed_shards);
   std::set<std::string> claimed;
   int64_t rows = 0;
   for (const json& s : manifest["shards"]) {

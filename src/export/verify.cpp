@@ -185,13 +185,13 @@ VerifyReport verify_output(const std::string& dir, json& claimed, const OutputLa
   if (!complete)  // an unfinished extract claims shards in its journal
     for (const std::string& p : merge_journal(dir, manifest["shards"], layout.journal()))
       add_issue(r, layout.journal(), "", p);
-  claimed = manifest["shards"];
+  claimed = std::move(manifest["shards"]);  // one copy of a long shard list, not two
   for (const json& shard : claimed)
     r.claimed.push_back(shard.is_object() && shard.contains("file") && shard["file"].is_string()
                             ? shard["file"].get<std::string>()
                             : std::string());
   check_order(manifest, claimed, complete, r, layout.manifest());
-  check_shards(dir, manifest["shards"], *schema, r);
+  check_shards(dir, claimed, *schema, r);
   // A complete run with statistics lists their merged file (docs/stats.md); a rank's are merged
   // with the others' when manifest.json is assembled.
   if (complete && schema->stats && !layout.ranked()) {

@@ -171,8 +171,8 @@ def test_a_failing_rank_fails_the_run_naming_it(corpus, tmp_path):
     p = mpirun(3, inp, out, rank_env={2: {"ACTCAP_FAULT_SHARD": "1"}})  # its shard 1 damaged on disk
     assert p.returncode != 0
     assert "rank 2 of 3" in p.stderr, p.stderr
-    errors = [line for line in p.stderr.splitlines() if line.startswith("actcap: error:")]
-    assert len(errors) == 3 and all("rank 2 of 3" in e for e in errors), errors  # every rank names it
+    # Every rank names it (mpirun may interleave the ranks' lines, so count rather than split).
+    assert p.stderr.count("actcap: error:") == 3 and p.stderr.count("rank 2 of 3") >= 3, p.stderr
     assert not (out / "manifest.json").exists()
     # Without MPI the failing rank exits non-zero itself, naming its rank.
     results = launch_env(inp, tmp_path / "env", 3, env_for={0: {"ACTCAP_FAULT_SHARD": "0"}})

@@ -305,3 +305,41 @@ def test_generate_from_python(ac, engine):
     assert torch.equal(g.activations["__rows__.pos"], full["__rows__.pos"])
     with pytest.raises(ac.InputError, match="past the context"):
         engine.generate(SEQS, max_new_tokens=10 ** 6)
+
+
+def test_ranked_extract_from_python_is_one_dataset(ac, actcap_bin, tmp_path):
+    """rank=/world_size= (or torchrun's RANK/WORLD_SIZE): each call extracts its share, the last to
+    finish assembles manifest.json; the rows are the single process's (docs/scale.md)."""
+    corpus = tmp_path / "in.txt"
+    write_corpus(corpus)
+    out, single = tmp_path / "ranked", tmp_path / "single"
+    first = ac.extract("demo", corpus, out, "transformer.h.1", rank=1, world_size=2, batch_size=1,
+                       shard_size="4KiB", progress=False)
+    assert first["rank"] == 1 and first["world_size"] == 2 and not first["assembled"]
+    assert first["lines"][0] > 0 and first["lines"][1] is None
+    with pytest.raises(ac.RunError, match="rank 0 of 2 has not started"):
+        ac.merge(out)
+    last = ac.extract("demo", corpus, out, "transformer.h.1", rank=0, world_size=2, batch_size=1,
+                      shard_size="4KiB", progress=False)
+    assert last["assembled"] and last["lines"] == (0, first["lines"][0])
+    H.actcap("extract", "demo", "--input", corpus, "--capture", "transformer.h.1", "--batch-size", "1",
+             "--out", single, "--quiet", check=True)
+    a, b = ac.open(out), ac.open(single)
+    assert a.rows == b.rows
+    for p in ["transformer.h.1", "__rows__.seq", "__rows__.pos", "__rows__.token"]:
+        assert torch.equal(a[p], b[p]), p
+    a.verify()
+    (out / "manifest.json").unlink()
+    assert ac.merge(out)["world_size"] == 2
+    ac.open(out).verify()
+    with pytest.raises(ac.InputError, match="no rank manifests"):
+        ac.merge(tmp_path)
+    # torchrun's variables, in a process of its own
+    env = dict(os.environ, RANK="0", WORLD_SIZE="3", PYTHONPATH=os.pathsep.join(sys.path))
+    code = ("import actcap, json, sys; print(json.dumps(actcap.extract('demo', sys.argv[1], sys.argv[2], "
+            "'transformer.h.1', progress=False)))")
+    p = subprocess.run([sys.executable, "-c", code, str(corpus), str(tmp_path / "env")], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout)
+    assert got["rank"] == 0 and got["world_size"] == 3 and not got["assembled"]
