@@ -25,4 +25,23 @@ uint64_t copy_chunked(const void* src, void* dst, size_t size, bool fingerprint)
 // chunked_xxh3() of a tensor's bytes in contiguous row-major order (CPU copy made if needed).
 uint64_t tensor_chunked_xxh3(const at::Tensor& t);
 
+// xxh3() of bytes fed piece by piece: digest() is xxh3() of everything fed so far, in order.
+class Xxh3Stream {
+ public:
+  Xxh3Stream();
+  ~Xxh3Stream();
+  Xxh3Stream(const Xxh3Stream&) = delete;
+  Xxh3Stream& operator=(const Xxh3Stream&) = delete;
+  void update(const void* data, size_t size);
+  uint64_t digest() const;
+
+ private:
+  void* state_;  // XXH3_state_t
+};
+
+// One pass over `size` bytes on the calling thread, 64 KiB chunk by chunk: each chunk, while in
+// cache, first feeds `stream`, then is hashed. Returns chunked_xxh3() of the bytes, so that a
+// checksum taken with `stream` is proven to be of bytes that match a fingerprint taken earlier.
+uint64_t stream_and_fingerprint(const void* data, size_t size, Xxh3Stream& stream);
+
 }  // namespace actcap

@@ -1,5 +1,7 @@
 #include "actcap/extract.h"
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -23,6 +25,7 @@
 #include "actcap/hash.h"
 #include "actcap/ranks.h"
 #include "actcap/safetensors.h"
+#include "actcap/snapshot.h"
 #include "export/corpus.h"
 #include "export/faults.h"
 #include "export/journal.h"
@@ -32,6 +35,7 @@
 #include "export/stats.h"
 #include "io/atomic_file.h"
 #include "io/text_file.h"
+#include "util/stage_timer.h"
 
 namespace actcap {
 
@@ -65,25 +69,84 @@ struct ShardJob {
   int64_t first_line = 0, last_line = 0, documents = 0;
 };
 
-// One batch's verified rows of one point, with the fingerprint they were verified against.
+// One batch's rows of one point, with the fingerprint they are checked against.
 struct Part {
   at::Tensor rows;
   uint64_t xxh3 = 0;  // chunked_xxh3 (actcap/hash.h)
+  // Not yet checked against `xxh3`, the capture's own fingerprint of its one snapshot (call
+  // `call`): assemble_shard checks it, in the same pass that takes the shard's checksums where it
+  // can, else first, as SafeCapturer::get() would.
+  bool unchecked = false;
+  int64_t call = 0;
 };
 
-// The batch's verified rows of `point`: the capturer's fingerprint of its one snapshot, or (when
-// fingerprints are off or the point fired more than once) a fingerprint taken now.
+// The batch's rows of `point`: its one snapshot (fenced) with the capturer's fingerprint, checked
+// when the shard is assembled; or (when fingerprints are off or the point fired more than once) a
+// verified read with a fingerprint taken now.
 Part verified_part(const SafeCapturer& cap, const std::string& point, bool fingerprinted) {
-  Part part{cap.get(point), 0};  // verified read
   const Snapshot* only = nullptr;
   int count = 0;
-  for (const Snapshot& s : cap.snapshots())
+  for (const Snapshot& s : cap.snapshots())  // fenced
     if (s.point == point) {
       only = &s;
       ++count;
     }
+  if (fingerprinted && count == 1 && only->rows.device().is_cpu() && only->rows.is_contiguous())
+    return Part{only->rows, only->xxh3, /*unchecked=*/true, only->call};
+  Part part{cap.get(point), 0};  // verified read
   part.xxh3 = fingerprinted && count == 1 ? only->xxh3 : tensor_chunked_xxh3(part.rows);
   return part;
+}
+
+// The message of a part whose rows no longer match the fingerprint they were captured with.
+RunError changed_part(const std::string& file, const std::string& point, int64_t batch) {
+  return RunError(concat(file, ": the assembled rows of '", point, "' (batch ", batch,
+                         " of the shard) differ from the verified snapshot they were copied "
+                         "from; the shard was not written (check the machine's memory, then "
+                         "resume the run)"),
+                  {"resume"});
+}
+
+// Rows already in (document line, position) order (the usual case: documents of one length, or
+// longest first): each point's tensor is its parts back to back, so the shard holds the parts as
+// pieces (written as they are, never copied into one tensor) and one pass over each part's bytes
+// takes the tensor's checksum and, chunk by chunk right after, the part's fingerprint, which must
+// equal the one taken at capture. The checksums then follow from bytes proven to be the captured
+// ones; a change after that pass fails the writer's read-back. Points in parallel.
+void assemble_in_order(ShardContents& c, const std::vector<PointInfo>& plan,
+                       const std::map<std::string, std::vector<Part>>& parts, int64_t index,
+                       const ExportFaults& faults, const std::string& file) {
+  const size_t points = plan.size();
+  c.pieces.assign(points + 3, {});
+  for (size_t k = 0; k < points; ++k) {
+    const std::vector<Part>& ps = parts.at(plan[k].name);
+    std::vector<int64_t> shape = ps.front().rows.sizes().vec();
+    shape[0] = 1;
+    at::Tensor one_row = at::empty(shape, ps.front().rows.options());
+    shape[0] = c.rows;
+    c.tensors.emplace_back(plan[k].name, one_row.expand(shape));
+    for (const Part& part : ps) c.pieces[k].push_back(part.rows);
+  }
+  if (names_shard(faults.damage_assembled, index) && points > 0)
+    flip_last_byte(c.pieces.front().back());  // test-only: before the checksums are taken
+  std::vector<uint64_t> sums(points, 0);
+  std::vector<int64_t> bad_batch(points, -1);
+  at::parallel_for(0, static_cast<int64_t>(points), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) {
+      Xxh3Stream stream;
+      const std::vector<Part>& ps = parts.at(plan[k].name);
+      for (size_t b = 0; b < ps.size(); ++b) {
+        const at::Tensor& rows = ps[b].rows;
+        const uint64_t fp = stream_and_fingerprint(
+            rows.data_ptr(), static_cast<size_t>(rows.numel()) * rows.element_size(), stream);
+        if (fp != ps[b].xxh3 && bad_batch[k] < 0) bad_batch[k] = static_cast<int64_t>(b);
+      }
+      sums[k] = stream.digest();
+    }
+  });
+  for (size_t k = 0; k < points; ++k)
+    if (bad_batch[k] >= 0) throw changed_part(file, plan[k].name, bad_batch[k]);
+  for (size_t k = 0; k < points; ++k) c.checksums[plan[k].name] = hex64(sums[k]);
 }
 
 // Shard `index`: every point's rows (its parts, batch after batch) in (document line, position)
@@ -100,15 +163,34 @@ ShardContents assemble_shard(int64_t index, const std::vector<PointInfo>& plan,
   const int64_t n = static_cast<int64_t>(row_line.size());
   std::vector<int64_t> perm(n);
   std::iota(perm.begin(), perm.end(), 0);
-  std::sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) {
+  const auto before = [&](int64_t a, int64_t b) {
     return row_line[a] != row_line[b] ? row_line[a] < row_line[b] : row_pos[a] < row_pos[b];
-  });
+  };
+  ShardContents c;
+  c.rows = n;
+  // (line, position) is unique per row, so rows already sorted sort to the identity.
+  bool in_order = std::is_sorted(perm.begin(), perm.end(), before);
+  for (const PointInfo& p : plan)
+    for (const Part& part : parts.at(p.name))
+      in_order = in_order && part.unchecked && part.rows.dim() >= 1;
+  if (in_order && !plan.empty()) {
+    assemble_in_order(c, plan, parts, index, faults, file);
+    c.tensors.emplace_back("__rows__.seq", at::tensor(row_line, at::kLong));
+    c.tensors.emplace_back("__rows__.pos", at::tensor(row_pos, at::kLong));
+    c.tensors.emplace_back("__rows__.token", at::tensor(row_token, at::kLong));
+    for (size_t k = plan.size(); k < c.tensors.size(); ++k)
+      c.checksums[c.tensors[k].first] = hex64(tensor_xxh3(c.tensors[k].second));
+    return c;
+  }
+  // Otherwise: the parts checked first (what SafeCapturer::get() checks), then gathered in order.
+  for (const PointInfo& p : plan)
+    for (const Part& part : parts.at(p.name))
+      if (part.unchecked) check_snapshot(Snapshot{p.name, part.call, 0, part.rows, part.xxh3}, true);
+  std::sort(perm.begin(), perm.end(), before);
   std::vector<int64_t> inverse(n);
   for (int64_t i = 0; i < n; ++i) inverse[perm[i]] = i;
   const at::Tensor order = at::tensor(perm, at::kLong), back = at::tensor(inverse, at::kLong);
 
-  ShardContents c;
-  c.rows = n;
   for (const PointInfo& p : plan) {
     std::vector<at::Tensor> rows;
     for (const Part& part : parts.at(p.name)) rows.push_back(part.rows);
@@ -126,12 +208,7 @@ ShardContents assemble_shard(int64_t index, const std::vector<PointInfo>& plan,
       const int64_t rows = part.rows.size(0);
       const at::Tensor copied =
           c.tensors[k].second.index_select(0, back.slice(0, offset, offset + rows));
-      if (tensor_chunked_xxh3(copied) != part.xxh3)
-        throw RunError(concat(file, ": the assembled rows of '", plan[k].name, "' (batch ", batch,
-                              " of the shard) differ from the verified snapshot they were copied "
-                              "from; the shard was not written (check the machine's memory, then "
-                              "resume the run)"),
-                       {"resume"});
+      if (tensor_chunked_xxh3(copied) != part.xxh3) throw changed_part(file, plan[k].name, batch);
       offset += rows;
       ++batch;
     }
@@ -211,6 +288,7 @@ class ShardWriter {
   // The shard's statistics per point, from its assembled (verified, ordered) rows; under
   // --stats-only the rows themselves are then dropped.
   void add_stats(ShardContents& c) const {
+    materialize_pieces(c);
     std::map<std::string, at::Tensor> by_name(c.tensors.begin(), c.tensors.end());
     std::vector<std::pair<std::string, at::Tensor>> stats;
     for (const auto& [point, shape] : schema_.stat_points)
@@ -257,7 +335,9 @@ class ShardWriter {
 
   void write(ShardJob& job) {
     if (names_shard(faults_.faults().damage_queued, job.index))
-      flip_last_byte(job.contents.tensors.front().second);
+      flip_last_byte(held_as_pieces(job.contents, 0) ? job.contents.pieces.front().back()
+                                                      : job.contents.tensors.front().second);
+    StageTimer write_timer("writer.shard");
     if (schema_.stats) add_stats(job.contents);
     json entry = write_checked_shard(dir_, job.index, job.contents, schema_, &faults_, layout_);
     entry["first_line"] = job.first_line;
@@ -623,10 +703,13 @@ ShardRows run_batches(Model& model, SafeCapturer* cap, const std::vector<Window>
       positions.push_back(windows[order[k]].positions);
     }
     Batch batch = Batch::from_sequences(seqs, model.config().vocab_size, context);
+    StageTimer forward_timer("batch.forward");
     if (!cap) {
       model.forward(batch, Model::Logits::kSkipIfUnhooked);  // as the capture runs
     } else {
       cap->run(batch, positions, Model::Logits::kSkipIfUnhooked);
+      forward_timer.stop();
+      StageTimer parts_timer("batch.verified_parts");
       for (size_t r = 0; r < cap->row_seq().size(); ++r) {
         const Window& w = windows[order[begin + cap->row_seq()[r]]];
         out.row_line.push_back(w.doc_line);
@@ -753,26 +836,36 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
   int64_t next_shard = start.next_shard;
   if (lines.begin > 0) reader.skip_to(lines.begin);
   while (more) {
+    StageTimer gather_timer("shard.gather");
     ShardInput in = gather_shard(reader, doc, more, o, max_len, bytes_per_row, start.resume_after,
                                  lines, skip_tokens, progress);
+    gather_timer.stop();
     if (in.windows.empty()) break;
+    StageTimer batches_timer("shard.run_batches");
     ShardRows rows = run_batches(model, cap.get(), in.windows, o, context, progress, report);
+    batches_timer.stop();
     progress.documents_done += in.documents;
     if (cap) {
       ShardJob job;
       job.index = next_shard++;
+      StageTimer assemble_timer("shard.assemble");
       job.contents = assemble_shard(job.index, cap->plan(), rows.parts, rows.row_line, rows.row_pos,
                                     rows.row_token, o.faults, layout.shard(job.index));
       job.first_line = in.first_line;
       job.last_line = in.last_line;
       job.documents = in.documents;
+      assemble_timer.stop();
+      StageTimer push_timer("shard.push_wait");
       writer->push(std::move(job));
     }
     report();
   }
   result.skipped_lines = reader.skipped();
   if (writer) {
+    StageTimer finish_timer("run.finish_writer");
     writer->finish();
+    finish_timer.stop();
+    StageTimer complete_timer("run.complete");
     progress.bytes_written = writer->bytes_written();
     progress.shards_written = writer->shards_written();
     result.rank_manifest = writer->complete(

@@ -1,5 +1,7 @@
 #include "export/shard.h"
 
+#include <ATen/ATen.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <set>
@@ -9,6 +11,7 @@
 #include "export/faults.h"
 #include "export/stats.h"
 #include "io/atomic_file.h"
+#include "util/stage_timer.h"
 
 namespace actcap {
 
@@ -107,6 +110,12 @@ std::string shape_text(const std::vector<int64_t>& shape) { return json(shape).d
 
 }  // namespace
 
+void materialize_pieces(ShardContents& contents) {
+  for (size_t k = 0; k < contents.pieces.size(); ++k)
+    if (!contents.pieces[k].empty()) contents.tensors[k].second = at::cat(contents.pieces[k], 0);
+  contents.pieces.clear();
+}
+
 json write_checked_shard(const std::string& dir, int64_t index, const ShardContents& contents,
                          const ShardSchema& schema, FaultPoints* faults,
                          const OutputLayout& layout) {
@@ -134,11 +143,23 @@ json write_checked_file(const std::string& dir, const std::string& file,
   uint64_t bytes = prefix.size();
   for (const auto& [name, t] : contents.tensors)
     bytes += static_cast<uint64_t>(t.numel()) * t.element_size();
+  StageTimer write_timer("writer.write+fsync");
   write_file_atomic(path, [&](int fd) {
+    StageTimer data_timer("writer.write_data");
     write_all(fd, prefix.data(), prefix.size(), path);
     if (faults && index >= 0) faults->reached(ExportFaults::Moment::kShardWrite);
-    write_safetensors_data(fd, contents.tensors, path);
+    for (size_t k = 0; k < contents.tensors.size(); ++k) {
+      if (!held_as_pieces(contents, k)) {
+        write_safetensors_data(fd, {contents.tensors[k]}, path);
+        continue;
+      }
+      for (const at::Tensor& piece : contents.pieces[k]) {  // contiguous CPU rows (extract.cpp)
+        const size_t n = static_cast<size_t>(piece.numel()) * piece.element_size();
+        if (n > 0) write_all(fd, piece.data_ptr(), n, path);
+      }
+    }
   });
+  write_timer.stop();
   if (faults && index >= 0 && names_shard(faults->faults().damage_file, index))
     flip_last_byte(path);
   const json entry = {{"file", file},
@@ -149,6 +170,7 @@ json write_checked_file(const std::string& dir, const std::string& file,
 
   // Read back what landed on disk and check it as verify will, before anyone claims it.
   std::vector<VerifyIssue> problems;
+  StageTimer readback_timer("writer.readback");
   try {
     problems = check_shard(*SafetensorsFile::open(path), file, entry, schema);
   } catch (const Error& e) {

@@ -51,7 +51,18 @@ struct ShardContents {
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   nlohmann::json checksums = nlohmann::json::object();  // {tensor: XXH3-64 hex}
   int64_t rows = 0;
+  // Tensors written from pieces, without being copied into one (extract, when its rows are already
+  // in order): empty, or one entry per tensor; a non-empty pieces[k] holds tensor k's bytes, the
+  // contiguous pieces back to back, and tensors[k] then only gives its dtype and shape (a view
+  // that owns one row). materialize_pieces() makes such tensors whole.
+  std::vector<std::vector<at::Tensor>> pieces;
 };
+// Replaces every tensor held as pieces by the pieces' concatenation.
+void materialize_pieces(ShardContents& contents);
+// True when tensor k of `contents` is held as pieces.
+inline bool held_as_pieces(const ShardContents& contents, size_t k) {
+  return k < contents.pieces.size() && !contents.pieces[k].empty();
+}
 // {tensor: XXH3-64 hex of its bytes} for every tensor.
 nlohmann::json tensor_checksums(const std::vector<std::pair<std::string, at::Tensor>>& tensors);
 

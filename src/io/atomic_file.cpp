@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "actcap/error.h"
+#include "util/stage_timer.h"
 
 namespace actcap {
 
@@ -69,7 +70,9 @@ void write_file_atomic(const std::string& path, const std::function<void(int fd)
         concat("cannot write ", path, ": creating ", tmp, " failed: ", errno_str(errno)));
   try {
     write_body(fd);
+    StageTimer fsync_timer("io.fsync");
     if (::fsync(fd) != 0) throw RunError(concat("syncing ", path, " failed: ", errno_str(errno)));
+    fsync_timer.stop();
     const int rc = ::close(fd);
     fd = -1;
     // close() can report deferred write errors (NFS, quota), so it is checked too.

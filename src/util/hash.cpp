@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <new>
 #include <vector>
 
 namespace actcap {
@@ -58,6 +59,34 @@ uint64_t chunked_xxh3(const void* data, size_t size) { return chunks(data, nullp
 
 uint64_t copy_chunked(const void* src, void* dst, size_t size, bool fingerprint) {
   return chunks(src, dst, size, fingerprint);
+}
+
+Xxh3Stream::Xxh3Stream() : state_(XXH3_createState()) {
+  if (!state_) throw std::bad_alloc();
+  XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_));
+}
+
+Xxh3Stream::~Xxh3Stream() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
+
+void Xxh3Stream::update(const void* data, size_t size) {
+  if (size > 0) XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), data, size);
+}
+
+uint64_t Xxh3Stream::digest() const {
+  return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(state_));
+}
+
+uint64_t stream_and_fingerprint(const void* data, size_t size, Xxh3Stream& stream) {
+  if (size == 0) return xxh3(nullptr, 0);  // as chunked_xxh3()
+  const auto* bytes = static_cast<const char*>(data);
+  const size_t n = (size + kChunk - 1) / kChunk;
+  std::vector<uint64_t> hashes(n);
+  for (size_t i = 0; i < n; ++i) {
+    const size_t off = i * kChunk, len = std::min(kChunk, size - off);
+    stream.update(bytes + off, len);                // the checksum first,
+    hashes[i] = XXH3_64bits(bytes + off, len);      // then the check of the same bytes
+  }
+  return xxh3(hashes.data(), hashes.size() * sizeof(uint64_t));
 }
 
 uint64_t tensor_chunked_xxh3(const at::Tensor& t) {
