@@ -25,7 +25,6 @@
 #include "actcap/hash.h"
 #include "actcap/ranks.h"
 #include "actcap/safetensors.h"
-#include "actcap/snapshot.h"
 #include "export/corpus.h"
 #include "export/faults.h"
 #include "export/journal.h"
@@ -73,11 +72,10 @@ struct ShardJob {
 struct Part {
   at::Tensor rows;
   uint64_t xxh3 = 0;  // chunked_xxh3 (actcap/hash.h)
-  // Not yet checked against `xxh3`, the capture's own fingerprint of its one snapshot (call
-  // `call`): assemble_shard checks it, in the same pass that takes the shard's checksums where it
-  // can, else first, as SafeCapturer::get() would.
+  // Not yet checked against `xxh3`, the capture's own fingerprint of its one snapshot:
+  // assemble_shard checks it, in the same pass that takes the shard's checksums where it can, else
+  // first, as SafeCapturer::get() would.
   bool unchecked = false;
-  int64_t call = 0;
 };
 
 // The batch's rows of `point`: its one snapshot (fenced) with the capturer's fingerprint, checked
@@ -92,7 +90,7 @@ Part verified_part(const SafeCapturer& cap, const std::string& point, bool finge
       ++count;
     }
   if (fingerprinted && count == 1 && only->rows.device().is_cpu() && only->rows.is_contiguous())
-    return Part{only->rows, only->xxh3, /*unchecked=*/true, only->call};
+    return Part{only->rows, only->xxh3, /*unchecked=*/true};
   Part part{cap.get(point), 0};  // verified read
   part.xxh3 = fingerprinted && count == 1 ? only->xxh3 : tensor_chunked_xxh3(part.rows);
   return part;
@@ -182,10 +180,16 @@ ShardContents assemble_shard(int64_t index, const std::vector<PointInfo>& plan,
       c.checksums[c.tensors[k].first] = hex64(tensor_xxh3(c.tensors[k].second));
     return c;
   }
-  // Otherwise: the parts checked first (what SafeCapturer::get() checks), then gathered in order.
-  for (const PointInfo& p : plan)
-    for (const Part& part : parts.at(p.name))
-      if (part.unchecked) check_snapshot(Snapshot{p.name, part.call, 0, part.rows, part.xxh3}, true);
+  // Otherwise: the parts checked first against their capture fingerprints (what
+  // SafeCapturer::get() checks), then gathered in order.
+  for (const PointInfo& p : plan) {
+    int64_t batch = 0;
+    for (const Part& part : parts.at(p.name)) {
+      if (part.unchecked && tensor_chunked_xxh3(part.rows) != part.xxh3)
+        throw changed_part(file, p.name, batch);
+      ++batch;
+    }
+  }
   std::sort(perm.begin(), perm.end(), before);
   std::vector<int64_t> inverse(n);
   for (int64_t i = 0; i < n; ++i) inverse[perm[i]] = i;
