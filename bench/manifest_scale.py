@@ -74,13 +74,22 @@ def main():
                     "--out", base, "--quiet"], check=True)
     head = json.load(open(base / "manifest.json"))
     entry = head["shards"][0]
+    sources = []
+
+    def link(dst):  # a hard link to a copy of the one shard (ext4 allows 65000 links per file)
+        if not sources or sources[-1][1] >= 50000:
+            copy = work / f"source-{len(sources)}.safetensors"
+            shutil.copyfile(base / entry["file"], copy)
+            sources.append([copy, 0])
+        os.link(sources[-1][0], dst)
+        sources[-1][1] += 1
     print(f"{'shards':>8} {'manifest':>10} {'step':>7} {'wall s':>8} {'µs/shard':>9} {'peak RSS MiB':>13}")
     for n in sorted(int(x) for x in a.shards.split(",")):
         d = work / f"n{n}"
         d.mkdir()
         names = [f"shard-{i:05d}.safetensors" for i in range(n)]
         for name in names:
-            os.link(base / entry["file"], d / name)
+            link(d / name)
         entries = [dict(entry, file=name, first_line=i, last_line=i, documents=1) for i, name in enumerate(names)]
         m = dict(head, shards=entries, rows=entry["rows"] * n, documents=n)
         m.pop("manifest_checksum", None)
@@ -108,7 +117,7 @@ def main():
             renamed = []
             for j, e in enumerate(part):
                 name = f"shard-r{k:05d}-{j:05d}.safetensors"
-                os.link(base / entry["file"], r / name)
+                link(r / name)
                 renamed.append(dict(e, file=name))
             lines = [k * per, (k + 1) * per if k + 1 < a.ranks else None]
             rm = dict(head, shards=renamed, rows=entry["rows"] * len(part), documents=len(part), complete=True,

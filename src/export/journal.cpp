@@ -6,7 +6,9 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <optional>
 
 #include "actcap/error.h"
 #include "actcap/export.h"
@@ -44,38 +46,87 @@ std::string journal_line(const json& shard) {
   return json{{"shard", shard}, {"xxh3", entry_checksum(shard)}}.dump() + "\n";
 }
 
+namespace {
+
+// One whole journal line's shard entry; nullopt with `problem` when the line is damaged.
+std::optional<json> journal_entry(const char* begin, const char* end, int64_t line_no,
+                                  std::string& problem) {
+  json e = json::parse(begin, end, nullptr, /*allow_exceptions=*/false);
+  if (!e.is_object() || !e.contains("shard") || !e["shard"].is_object() || !e.contains("xxh3") ||
+      e["xxh3"] != entry_checksum(e["shard"])) {
+    problem = concat("line ", line_no,
+                     " is damaged (it does not match its own checksum); nothing after it is "
+                     "claimed");
+    return std::nullopt;
+  }
+  if (!e["shard"].contains("file") || !e["shard"]["file"].is_string()) {
+    problem = concat("line ", line_no, " names no shard file");
+    return std::nullopt;
+  }
+  return std::move(e["shard"]);
+}
+
+// The entry against what is already claimed: new (true, and now known), the same (false), or a
+// different claim on the same file (`problem`).
+bool claim(std::map<std::string, uint64_t>& known, const json& shard, int64_t line_no,
+           std::string& problem) {
+  const std::string file = shard["file"].get<std::string>();
+  const std::string dumped = shard.dump();
+  const uint64_t h = xxh3(dumped.data(), dumped.size());
+  const auto [it, added] = known.emplace(file, h);
+  if (!added && it->second != h)
+    problem = concat("line ", line_no, " claims ", file, " differently from ", kManifestName);
+  return added;
+}
+
+}  // namespace
+
+uint64_t entry_xxh3(const json& shard) {
+  const std::string dumped = shard.dump();
+  return xxh3(dumped.data(), dumped.size());
+}
+
 std::vector<std::string> merge_journal_text(const std::string& text, json& shards) {
   if (!shards.is_array()) return {concat(kManifestName, " has no shard list")};
-  std::map<std::string, size_t> known;  // file -> its index in `shards`
-  for (size_t i = 0; i < shards.size(); ++i)
-    if (shards[i].is_object() && shards[i].contains("file") && shards[i]["file"].is_string())
-      known.emplace(shards[i]["file"].get<std::string>(), i);
+  std::map<std::string, uint64_t> known;
+  for (const json& s : shards)
+    if (s.is_object() && s.contains("file") && s["file"].is_string())
+      known.emplace(s["file"].get<std::string>(), entry_xxh3(s));
   size_t begin = 0;
   for (int64_t line_no = 1;; ++line_no) {
     const size_t end = text.find('\n', begin);
     if (end == std::string::npos) break;  // what follows the last newline is an unfinished append
-    json e = json::parse(text.begin() + static_cast<std::ptrdiff_t>(begin),
-                         text.begin() + static_cast<std::ptrdiff_t>(end), nullptr,
-                         /*allow_exceptions=*/false);
+    std::string problem;
+    std::optional<json> shard =
+        journal_entry(text.data() + begin, text.data() + end, line_no, problem);
     begin = end + 1;
-    if (!e.is_object() || !e.contains("shard") || !e["shard"].is_object() || !e.contains("xxh3") ||
-        e["xxh3"] != entry_checksum(e["shard"]))
-      return {
-          concat("line ", line_no,
-                 " is damaged (it does not match its own checksum); nothing after it is claimed")};
-    const json& shard = e["shard"];
-    if (!shard.contains("file") || !shard["file"].is_string())
-      return {concat("line ", line_no, " names no shard file")};
-    const std::string file = shard["file"].get<std::string>();
-    const auto it = known.find(file);
-    if (it != known.end()) {
-      if (shards[it->second] != shard)
-        return {concat("line ", line_no, " claims ", file, " differently from ", kManifestName)};
-      continue;
-    }
-    known.emplace(file, shards.size());
-    shards.push_back(shard);
+    if (shard && claim(known, *shard, line_no, problem) && problem.empty())
+      shards.push_back(std::move(*shard));
+    if (!problem.empty()) return {problem};
   }
+  return {};
+}
+
+std::vector<std::string> stream_journal(const std::string& dir, const std::string& file,
+                                        std::map<std::string, uint64_t>& known,
+                                        const std::function<void(const json&)>& on_entry) {
+  const std::string path = (fs::path(dir) / file).string();
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return {};
+  if (fs::file_size(path, ec) > kMaxManifestBytes)
+    return {concat(path, " is larger than the ", kMaxManifestBytes, " bytes a journal may hold")};
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return {concat(path, " cannot be read")};
+  std::string line;
+  for (int64_t line_no = 1; std::getline(in, line); ++line_no) {
+    if (in.eof()) break;  // no newline after it: an unfinished append
+    std::string problem;
+    std::optional<json> shard =
+        journal_entry(line.data(), line.data() + line.size(), line_no, problem);
+    if (shard && claim(known, *shard, line_no, problem) && problem.empty()) on_entry(*shard);
+    if (!problem.empty()) return {problem};
+  }
+  if (in.bad()) return {concat(path, ": read error")};
   return {};
 }
 

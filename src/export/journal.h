@@ -8,6 +8,9 @@
 // whole line is: nothing after it is trusted.
 #pragma once
 
+#include <cstdint>
+#include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -25,6 +28,14 @@ std::vector<std::string> merge_journal(const std::string& dir, nlohmann::json& s
                                        const std::string& file = kJournalName);
 // The same over the journal's text (what merge_journal reads from DIR/manifest.journal).
 std::vector<std::string> merge_journal_text(const std::string& text, nlohmann::json& shards);
+// The journal's entries streamed, one line at a time: each entry not in `known` (file -> XXH3 of
+// the entry, dumped) goes to `on_entry` and into `known`; one already there must be the same.
+// Returns the problems (at most one: nothing after a damaged line is claimed).
+std::vector<std::string> stream_journal(const std::string& dir, const std::string& file,
+                                        std::map<std::string, uint64_t>& known,
+                                        const std::function<void(const nlohmann::json&)>& on_entry);
+// XXH3 of a shard entry, dumped: what `known` holds.
+uint64_t entry_xxh3(const nlohmann::json& shard);
 // One journal line for `shard`, newline included.
 std::string journal_line(const nlohmann::json& shard);
 

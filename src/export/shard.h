@@ -111,6 +111,11 @@ VerifyReport verify_output(const std::string& dir, nlohmann::json& claimed,
 nlohmann::json manifest_head(const CaptureOrigin& origin, const std::vector<PointInfo>& plan);
 nlohmann::json manifest_head(const Model& model, const std::vector<PointInfo>& plan);
 
+// The manifest at `path` without its shard entries ("shards" left empty, if it is a list), read
+// as a stream so that a long list is never held; nullopt with `problem` ("not valid JSON (...)",
+// "cannot be read", too large) otherwise.
+std::optional<nlohmann::json> manifest_outline(const std::string& path, std::string& problem);
+
 // Whether `manifest` carries its manifest_checksum and matches it (unaltered since sealed).
 bool manifest_sealed(const nlohmann::json& manifest);
 

@@ -1,6 +1,8 @@
 // `actcap verify` (and --resume's check): everything an output folder claims, against what a
 // reader would decode from it.
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "actcap/error.h"
@@ -43,116 +45,170 @@ void add_issue(VerifyReport& r, const std::string& file, const std::string& tens
   r.issues.push_back({file, tensor, problem, kind});
 }
 
-// The manifest itself: present, JSON, sealed and unaltered, complete, with a shard list and a
-// schema. Reports what is wrong; the schema when the shards can be checked against it.
-std::optional<ShardSchema> check_manifest(const std::string& dir, const std::string& name,
-                                          json& manifest, bool& complete, VerifyReport& r) {
-  std::error_code ec;
-  const std::string manifest_path = (fs::path(dir) / name).string();
-  if (!fs::exists(manifest_path, ec)) {
-    const auto ranks = rank_manifests(dir);
-    if (name == kManifestName && !ranks.empty()) {
-      const auto& [world, have] = *ranks.rbegin();
-      add_issue(r, name, "",
-                concat("missing: the ", have.size(), " of ", world,
-                       " rank manifests here are not assembled (docs/scale.md); run actcap "
-                       "merge on the folder once every rank has finished, or resume the "
-                       "unfinished ranks"));
-    } else {
-      add_issue(r, name, "", "missing: nothing in this folder is claimed complete");
+// A manifest read in two streaming passes, so that a long shard list is never held: the first
+// keeps everything but the shard entries (`rest`, its "shards" left empty); the second hands each
+// entry to `on_entry` in order, feeding its canonical dump into the checksum between the rest's
+// own canonical text before and after the list. `problem` set when the file is not JSON.
+struct ManifestStream {
+  json rest;
+  bool sealed = false;  // the whole matches manifest_checksum
+};
+
+// The nlohmann callback that takes the elements of the top-level "shards" array out of the
+// document as they complete, handing each to `take`.
+json::parser_callback_t shard_taker(std::string& key, const std::function<void(json&)>& take) {
+  return [&key, take](int depth, json::parse_event_t event, json& parsed) {
+    if (depth == 1 && event == json::parse_event_t::key) {
+      key = parsed.is_string() ? parsed.get<std::string>() : std::string();
+      return true;
     }
-    return std::nullopt;
-  }
-  try {
-    manifest = json::parse(read_text_file(manifest_path, kMaxManifestBytes, "manifest"));
-  } catch (const json::exception& e) {
-    add_issue(r, name, "", concat("not valid JSON (", e.what(), ")"));
-    return std::nullopt;
-  }
-  if (!manifest.is_object() || !manifest.contains("manifest_checksum") ||
-      !manifest["manifest_checksum"].is_string()) {
-    add_issue(r, name, "", "has no manifest_checksum");
-    return std::nullopt;
-  }
-  if (manifest_checksum(manifest) != manifest["manifest_checksum"].get<std::string>())
-    add_issue(r, name, "",
-              "contents do not match manifest_checksum (the manifest was altered)");
-  complete = manifest.contains("complete") && manifest["complete"] == true;
-  if (!complete)
-    r.issues.push_back(
-        {name, "", "run is not marked complete", VerifyIssue::Kind::kIncomplete});
-  if (!manifest.contains("shards") || !manifest["shards"].is_array()) {
-    add_issue(r, name, "", "has no shard list");
-    return std::nullopt;
-  }
-  std::string problem;
-  std::optional<ShardSchema> schema = shard_schema(manifest, problem);
-  if (!schema) add_issue(r, name, "", problem);
-  return schema;
+    const bool element = event == json::parse_event_t::object_end ||
+                         event == json::parse_event_t::array_end ||
+                         event == json::parse_event_t::value;
+    if (depth == 2 && element && key == "shards") {
+      take(parsed);
+      return false;  // not kept
+    }
+    return true;
+  };
 }
 
-// Every claimed shard: a well-formed entry naming a plain file, which opens and holds what its
-// entry and the schema say.
-void check_shards(const std::string& dir, const json& shards, const ShardSchema& schema,
-                  VerifyReport& r) {
-  for (const json& shard : shards) {
-    if (!shard.is_object() || !shard.contains("file") || !shard["file"].is_string()) {
-      add_issue(r, kManifestName, "", "malformed shard entry");
-      continue;
+}  // namespace
+
+std::optional<json> manifest_outline(const std::string& path, std::string& problem) {
+  std::error_code ec;
+  if (fs::file_size(path, ec) > kMaxManifestBytes) {
+    problem = concat("is larger than the ", kMaxManifestBytes, " bytes a manifest may hold");
+    return std::nullopt;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    problem = "cannot be read";
+    return std::nullopt;
+  }
+  std::string key;
+  try {
+    return json::parse(in, shard_taker(key, [](json&) {}));
+  } catch (const json::exception& e) {
+    problem = concat("not valid JSON (", e.what(), ")");
+    return std::nullopt;
+  }
+}
+
+namespace {
+
+// Pass two over a manifest pass one accepted: every entry to `on_entry`, and the checksum.
+bool stream_entries(const std::string& path, const json& rest,
+                    const std::function<void(const json&)>& on_entry) {
+  json outline = rest;
+  outline.erase("manifest_checksum");
+  const std::string mark = "\x01" "actcap shard list" "\x01";
+  outline["shards"] = mark;
+  const std::string text = outline.dump();
+  const std::string dumped_mark = json(mark).dump();
+  const size_t at = text.find(dumped_mark);
+  Xxh3Stream sum;
+  sum.update(text.data(), at);
+  sum.update("[", 1);
+  int64_t n = 0;
+  std::ifstream in(path, std::ios::binary);
+  std::string key;
+  // The second pass's document must be the first's (the file did not change in between).
+  const json again = json::parse(in, shard_taker(key, [&](json& entry) {
+                const std::string d = entry.dump();
+                if (n++) sum.update(",", 1);
+                sum.update(d.data(), d.size());
+                on_entry(entry);
+              }));
+  if (again != rest)
+    throw json::other_error::create(501, "the manifest changed while it was read", nullptr);
+  sum.update("]", 1);
+  sum.update(text.data() + at + dumped_mark.size(), text.size() - at - dumped_mark.size());
+  return rest.contains("manifest_checksum") && rest["manifest_checksum"].is_string() &&
+         rest["manifest_checksum"].get<std::string>() == hex64(sum.digest());
+}
+
+// One file of the run, opened and checked against its entry and the schema.
+void check_file(const std::string& dir, const std::string& file, const json& entry,
+                const ShardSchema& schema, VerifyReport& r) {
+  ++r.shards;
+  std::shared_ptr<SafetensorsFile> st;
+  try {
+    st = SafetensorsFile::open((fs::path(dir) / file).string());
+  } catch (const Error& e) {
+    add_issue(r, file, "", e.what());
+    return;
+  }
+  r.bytes += st->file_size();
+  r.tensors += static_cast<int64_t>(st->tensors().size());
+  for (VerifyIssue& i : check_shard(*st, file, entry, schema)) r.issues.push_back(std::move(i));
+}
+
+// Checks each claimed entry as it streams by: a well-formed entry naming a plain file, which opens
+// and holds what its entry and the schema say; across shards (extract), document lines strictly
+// increase from shard to shard (each shard holds whole documents, in order, whichever rank wrote
+// it), and a complete run's rows add up.
+class ShardChecker {
+ public:
+  ShardChecker(std::string dir, const ShardSchema& schema, VerifyReport& r, std::string manifest)
+      : dir_(std::move(dir)), schema_(schema), r_(r), manifest_(std::move(manifest)) {}
+
+  void check(const json& shard) {
+    const bool named = shard.is_object() && shard.contains("file") && shard["file"].is_string();
+    r_.claimed.push_back(named ? shard["file"].get<std::string>() : std::string());
+    order(shard);
+    if (!named) {
+      add_issue(r_, kManifestName, "", "malformed shard entry");
+      return;
     }
     const std::string file = shard["file"].get<std::string>();
     if (!plain_file_name(file)) {
-      add_issue(r, kManifestName, "",
+      add_issue(r_, kManifestName, "",
                 concat("shard name '", file, "' is not a plain file name inside the folder"));
-      continue;
+      return;
     }
-    ++r.shards;
-    std::shared_ptr<SafetensorsFile> st;
-    try {
-      st = SafetensorsFile::open((fs::path(dir) / file).string());
-    } catch (const Error& e) {
-      add_issue(r, file, "", e.what());
-      continue;
-    }
-    r.bytes += st->file_size();
-    r.tensors += static_cast<int64_t>(st->tensors().size());
-    for (VerifyIssue& i : check_shard(*st, file, shard, schema)) r.issues.push_back(std::move(i));
+    check_file(dir_, file, shard, schema_, r_);
   }
-}
 
-// Across shards (extract): document lines strictly increase from shard to shard (each shard holds
-// whole documents, in order, whichever rank wrote it), and a complete run's rows add up.
-void check_order(const json& manifest, const json& shards, bool complete, VerifyReport& r,
-                 const std::string& name) {
-  int64_t last = -1, rows = 0;
-  std::string last_file;
-  bool rows_known = true;
-  for (const json& s : shards) {
-    if (!s.is_object()) continue;
+  void check_rows(const json& manifest, bool complete) {
+    if (complete && rows_known_ && manifest.contains("rows") &&
+        manifest["rows"].is_number_integer() && manifest["rows"].get<int64_t>() != rows_)
+      add_issue(r_, manifest_, "",
+                concat("claims ", manifest["rows"].get<int64_t>(), " rows but its shards hold ",
+                       rows_));
+  }
+
+ private:
+  void order(const json& s) {
+    if (!s.is_object()) return;
     if (s.contains("rows") && s["rows"].is_number_integer())
-      rows += s["rows"].get<int64_t>();
+      rows_ += s["rows"].get<int64_t>();
     else
-      rows_known = false;
+      rows_known_ = false;
     if (!s.contains("first_line") || !s["first_line"].is_number_integer() ||
         !s.contains("last_line") || !s["last_line"].is_number_integer())
-      continue;
+      return;
     const int64_t first = s["first_line"].get<int64_t>(), end = s["last_line"].get<int64_t>();
     const std::string file = s.value("file", "?");
-    if (first > end || first <= last)
-      add_issue(r, name, "",
+    if (first > end || first <= last_)
+      add_issue(r_, manifest_, "",
                 concat("shard ", file, " holds lines ", first, "..", end,
-                       last_file.empty() ? std::string()
-                                         : concat(", not after ", last_file, "'s last line ", last),
+                       last_file_.empty()
+                           ? std::string()
+                           : concat(", not after ", last_file_, "'s last line ", last_),
                        ": the shards are out of order or overlap"));
-    last = std::max(last, end);
-    last_file = file;
+    last_ = std::max(last_, end);
+    last_file_ = file;
   }
-  if (complete && rows_known && manifest.contains("rows") && manifest["rows"].is_number_integer() &&
-      manifest["rows"].get<int64_t>() != rows)
-    add_issue(r, name, "",
-              concat("claims ", manifest["rows"].get<int64_t>(), " rows but its shards hold ",
-                     rows));
-}
+
+  std::string dir_;
+  const ShardSchema& schema_;
+  VerifyReport& r_;
+  std::string manifest_;
+  int64_t last_ = -1, rows_ = 0;
+  bool rows_known_ = true;
+  std::string last_file_;
+};
 
 }  // namespace
 
@@ -167,43 +223,110 @@ std::string seal_manifest(json manifest) {
   return manifest.dump(2) + "\n";
 }
 
-VerifyReport verify_output(const std::string& dir) {
-  json claimed;
-  return verify_output(dir, claimed);
-}
+namespace {
 
-VerifyReport verify_output(const std::string& dir, json& claimed, const OutputLayout& layout) {
-  claimed = json::array();
+// The folder as `layout`'s writer left it: its manifest (streamed: the shard list is never held),
+// then, while the run is unfinished, its journal; every claimed shard checked. `claimed`, when
+// given, receives every claimed entry (what --resume keeps).
+VerifyReport verify_folder(const std::string& dir, const OutputLayout& layout, json* claimed) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw InputError(concat(dir, " is not a folder"));
   VerifyReport r;
-  json manifest;
-  bool complete = false;
-  const std::optional<ShardSchema> schema =
-      check_manifest(dir, layout.manifest(), manifest, complete, r);
-  if (!schema) return r;
-  if (!complete)  // an unfinished extract claims shards in its journal
-    for (const std::string& p : merge_journal(dir, manifest["shards"], layout.journal()))
+  const std::string name = layout.manifest();
+  const std::string path = (fs::path(dir) / name).string();
+  if (!fs::exists(path, ec)) {
+    const auto ranks = rank_manifests(dir);
+    if (name == kManifestName && !ranks.empty()) {
+      const auto& [world, have] = *ranks.rbegin();
+      add_issue(r, name, "",
+                concat("missing: the ", have.size(), " of ", world,
+                       " rank manifests here are not assembled (docs/scale.md); run actcap "
+                       "merge on the folder once every rank has finished, or resume the "
+                       "unfinished ranks"));
+    } else {
+      add_issue(r, name, "", "missing: nothing in this folder is claimed complete");
+    }
+    return r;
+  }
+  std::string problem;
+  std::optional<json> parsed = manifest_outline(path, problem);
+  if (!parsed) {
+    add_issue(r, name, "", problem);
+    return r;
+  }
+  const json& m = *parsed;
+  if (!m.is_object() || !m.contains("manifest_checksum") || !m["manifest_checksum"].is_string()) {
+    add_issue(r, name, "", "has no manifest_checksum");
+    return r;
+  }
+  const size_t seal_at = r.issues.size();
+  const auto seal = [&](bool sealed) {
+    if (!sealed)
+      r.issues.insert(r.issues.begin() + static_cast<std::ptrdiff_t>(seal_at),
+                      {name, "", "contents do not match manifest_checksum (the manifest was altered)",
+                       VerifyIssue::Kind::kManifest});
+  };
+  const bool complete = m.contains("complete") && m["complete"] == true;
+  if (!complete)
+    r.issues.push_back({name, "", "run is not marked complete", VerifyIssue::Kind::kIncomplete});
+  std::optional<ShardSchema> schema;
+  if (!m.contains("shards") || !m["shards"].is_array())
+    problem = "has no shard list";
+  else
+    schema = shard_schema(m, problem);
+  if (!schema) {  // the entries cannot be checked; the seal still can
+    add_issue(r, name, "", problem);
+    if (m.contains("shards") && m["shards"].is_array())
+      seal(stream_entries(path, m, [](const json&) {}));
+    else
+      seal(manifest_sealed(m));
+    return r;
+  }
+  ShardChecker checker(dir, *schema, r, name);
+  const bool journal = !complete && fs::exists(fs::path(dir) / layout.journal(), ec);
+  std::map<std::string, uint64_t> known;  // file -> XXH3 of its entry, for the journal's claims
+  try {
+    seal(stream_entries(path, m, [&](const json& e) {
+      if (journal && e.is_object() && e.contains("file") && e["file"].is_string())
+        known.emplace(e["file"].get<std::string>(), entry_xxh3(e));
+      if (claimed) claimed->push_back(e);
+      checker.check(e);
+    }));
+  } catch (const json::exception& e) {  // changed between the two passes
+    add_issue(r, name, "", concat("not valid JSON (", e.what(), ")"));
+    return r;
+  }
+  if (journal)  // an unfinished extract claims shards in its journal
+    for (const std::string& p :
+         stream_journal(dir, layout.journal(), known, [&](const json& e) {
+           if (claimed) claimed->push_back(e);
+           checker.check(e);
+         }))
       add_issue(r, layout.journal(), "", p);
-  claimed = std::move(manifest["shards"]);  // one copy of a long shard list, not two
-  for (const json& shard : claimed)
-    r.claimed.push_back(shard.is_object() && shard.contains("file") && shard["file"].is_string()
-                            ? shard["file"].get<std::string>()
-                            : std::string());
-  check_order(manifest, claimed, complete, r, layout.manifest());
-  check_shards(dir, claimed, *schema, r);
+  checker.check_rows(m, complete);
   // A complete run with statistics lists their merged file (docs/stats.md); a rank's are merged
   // with the others' when manifest.json is assembled.
   if (complete && schema->stats && !layout.ranked()) {
-    const json& st = manifest["stats"];
-    if (!st.contains("file") || st["file"] != kStatsFileName)
-      add_issue(r, kManifestName, "", concat("the run's statistics list no ", kStatsFileName));
-    else {
-      check_shards(dir, json::array({st}), stats_file_schema(*schema), r);
+    const json& st = m["stats"];
+    if (!st.is_object() || !st.contains("file") || st["file"] != kStatsFileName) {
+      add_issue(r, name, "", concat("the run's statistics list no ", kStatsFileName));
+    } else {
+      check_file(dir, kStatsFileName, st, stats_file_schema(*schema), r);
       --r.shards;  // a file of the run, not a shard of rows
     }
   }
   return r;
+}
+
+}  // namespace
+
+VerifyReport verify_output(const std::string& dir) {
+  return verify_folder(dir, {}, nullptr);
+}
+
+VerifyReport verify_output(const std::string& dir, json& claimed, const OutputLayout& layout) {
+  claimed = json::array();
+  return verify_folder(dir, layout, &claimed);
 }
 
 }  // namespace actcap
