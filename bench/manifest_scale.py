@@ -63,6 +63,7 @@ def main():
     ap.add_argument("--shards", default="10000,100000")
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--work", default="/tmp/manifest-scale")
+    ap.add_argument("--keep", action="store_true", help="keep the folders (WORK/nN, WORK/nN/ranked)")
     a = ap.parse_args()
     actcap = str(Path(a.actcap).resolve())
     work = Path(a.work)
@@ -128,7 +129,8 @@ def main():
         results.append(("verify", timed([actcap, "verify", r])))
         for step, (wall, rss) in results:
             print(f"{n:>8} {size / 2**20:>8.1f}Mi {step:>7} {wall:>8.2f} {wall / n * 1e6:>9.1f} {rss:>13.0f}")
-        shutil.rmtree(d)
+        if not a.keep:
+            shutil.rmtree(d)
 
 
 if __name__ == "__main__":

@@ -88,3 +88,47 @@ def test_resume_refuses_a_claimed_shard_whose_header_was_edited(tmp_path):
     assert p.returncode == 1, p.stderr
     line = p.stderr.strip().splitlines()[-1]
     assert "shard-00000.safetensors" in line and "header" in line, line
+
+
+def test_every_edit_of_a_long_manifest_breaks_its_seal_and_reformatting_does_not(tmp_path):
+    """verify streams the manifest (the shard list is never held) and takes manifest_checksum over
+    the canonical dump as the entries go by: an edit anywhere in the list, a removed or swapped
+    entry, or a top-level change fails the seal; the same JSON indented or ordered otherwise
+    passes."""
+    docs = [[(i * 7 + j) % 250 for j in range(3 + i % 11)] for i in range(30)]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps({"input_ids": d}) + "\n" for d in docs))
+    good = tmp_path / "good"
+    run("extract", "demo", "--input", tmp_path / "in.jsonl", "--capture", "transformer.h.0", "--out", good,
+        "--shard-size", "2KiB", "--quiet", check=0)
+    m = json.load(open(good / "manifest.json"))
+    assert len(m["shards"]) >= 8
+    mid = len(m["shards"]) // 2
+
+    def edited(name, change):
+        d = tmp_path / name
+        shutil.copytree(good, d)
+        body = json.load(open(d / "manifest.json"))
+        change(body)
+        (d / "manifest.json").write_text(json.dumps(body, indent=2, sort_keys=True))
+        return run("verify", d)
+
+    def checksum(b):
+        sums = b["shards"][mid]["checksums"]
+        key = sorted(sums)[0]
+        sums[key] = "0" * 16
+    edits = {
+        "checksum": checksum,
+        "removed": lambda b: b["shards"].pop(mid),
+        "swapped": lambda b: b["shards"].__setitem__(slice(mid, mid + 2), b["shards"][mid:mid + 2][::-1]),
+        "rows": lambda b: b.__setitem__("rows", b["rows"] + 1),
+        "model": lambda b: b["model"].__setitem__("path", "elsewhere"),
+    }
+    for name, change in edits.items():
+        p = edited(name, change)
+        assert p.returncode == 1 and "do not match manifest_checksum" in p.stdout + p.stderr, (name, p.stdout)
+    d = tmp_path / "reformatted"
+    shutil.copytree(good, d)
+    body = json.load(open(d / "manifest.json"))
+    reordered = {k: body[k] for k in sorted(body, reverse=True)}  # other key order, no indentation
+    (d / "manifest.json").write_text(json.dumps(reordered))
+    assert run("verify", d).returncode == 0
