@@ -19,6 +19,7 @@ Per-shard time constant across N (µs/shard) means linear; the manifest's size o
 """
 import argparse
 import json
+import multiprocessing
 import os
 import shutil
 import subprocess
@@ -26,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from actcap import _core  # built into build/python: XXH3, as actcap computes it
+_core = None  # actcap._core (XXH3 as actcap computes it), imported in main(): it loads torch
 
 
 def canonical(obj):  # nlohmann's dump(): compact, keys sorted (std::map), UTF-8 as is
@@ -44,8 +45,10 @@ def journal_line(entry):
     return canonical({"shard": entry, "xxh3": _core.xxh3_bytes(canonical(entry).encode())}) + "\n"
 
 
-def timed(cmd):
-    """Wall seconds and peak resident MiB of one process (os.wait4: that child's own rusage)."""
+def measure(cmd):
+    """Wall seconds and peak resident MiB of one process (os.wait4: that child's own rusage). Run in
+    a process of the forkserver (a fresh interpreter without torch): a child's ru_maxrss counts
+    the pages of the process it was forked from, before its exec."""
     t0 = time.perf_counter()
     p = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(p.pid, 0)
@@ -53,8 +56,15 @@ def timed(cmd):
     err = p.stderr.read().decode()
     p.returncode = os.waitstatus_to_exitcode(status)
     if p.returncode != 0:
-        sys.exit(f"{' '.join(map(str, cmd))} failed ({p.returncode}): {err.strip()}")
+        raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}): {err.strip()}")
     return wall, usage.ru_maxrss / 1024
+
+
+_pool = None
+
+
+def timed(cmd):
+    return _pool.apply(measure, ([str(c) for c in cmd],))
 
 
 def main():
@@ -65,6 +75,10 @@ def main():
     ap.add_argument("--work", default="/tmp/manifest-scale")
     ap.add_argument("--keep", action="store_true", help="keep the folders (WORK/nN, WORK/nN/ranked)")
     a = ap.parse_args()
+    global _core, _pool
+    _pool = multiprocessing.get_context("forkserver").Pool(1)
+    from actcap import _core as core  # after the forkserver started
+    _core = core
     actcap = str(Path(a.actcap).resolve())
     work = Path(a.work)
     shutil.rmtree(work, ignore_errors=True)
