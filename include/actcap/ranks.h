@@ -25,7 +25,8 @@ EnvLookup process_env();
 
 // The rank of this process: `rank` / `world_size` when given (>= 0; both or neither), else the
 // first launcher found in the environment: OMPI_COMM_WORLD_RANK/SIZE (with _LOCAL_RANK/_SIZE),
-// PMI_RANK/SIZE (MPI_LOCALRANKID), SLURM_PROCID/NTASKS (SLURM_LOCALID), RANK/WORLD_SIZE
+// PMI_RANK/SIZE (MPI_LOCALRANKID), SLURM_PROCID/STEP_NUM_TASKS inside an srun step
+// (SLURM_LOCALID; a batch script's own SLURM_NTASKS does not count), RANK/WORLD_SIZE
 // (LOCAL_RANK, LOCAL_WORLD_SIZE); else a single process. InputError (naming the variables) for
 // values that are not integers or a rank outside [0, world size).
 RankInfo detect_rank(int rank = -1, int world_size = -1, const EnvLookup& env = process_env());

@@ -63,7 +63,10 @@ RankInfo detect_rank(int rank, int world_size, const EnvLookup& env) {
         {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
          "OMPI_COMM_WORLD_LOCAL_SIZE", "Open MPI"},
         {"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "PMI"},
-        {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "Slurm"},
+        // Inside an srun step only: a batch script itself also has SLURM_PROCID=0 and the
+        // allocation's SLURM_NTASKS, and is one process.
+        {"SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE",
+         "Slurm"},
         {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "RANK/WORLD_SIZE"},
     };
     for (const Launcher& l : launchers) {
@@ -71,7 +74,7 @@ RankInfo detect_rank(int rank, int world_size, const EnvLookup& env) {
       r.rank = env_int(env, l.rank, 0);
       r.world_size = env_int(env, l.size, 1);
       r.local_rank = env_int(env, l.local_rank, r.rank);
-      // SLURM_NTASKS_PER_NODE may read "2(x3)" on uneven allocations: then unknown.
+      // SLURM_STEP_TASKS_PER_NODE may read "2(x3)" or "2,1": then unknown.
       try {
         r.local_world_size = env_int(env, l.local_size, 0);
       } catch (const InputError&) {

@@ -241,7 +241,7 @@ def test_more_ranks_than_documents(tmp_path):
 @pytest.mark.parametrize("env,needle", [
     ({"RANK": "x", "WORLD_SIZE": "2"}, "RANK='x'"),
     ({"RANK": "2", "WORLD_SIZE": "2"}, "rank 2 is outside a world of 2"),
-    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "-1"}, "SLURM_NTASKS"),
+    ({"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "-1"}, "SLURM_STEP_NUM_TASKS"),
 ])
 def test_bad_launcher_variables_are_one_line_exit_2(corpus, tmp_path, env, needle):
     inp, _, _ = corpus
@@ -251,13 +251,17 @@ def test_bad_launcher_variables_are_one_line_exit_2(corpus, tmp_path, env, needl
 
 def test_launcher_variables_in_order_of_precedence(corpus, tmp_path):
     inp, _, _ = corpus
-    env = clean_env(OMPI_COMM_WORLD_RANK="1", OMPI_COMM_WORLD_SIZE="2", SLURM_PROCID="0", SLURM_NTASKS="4",
+    env = clean_env(OMPI_COMM_WORLD_RANK="1", OMPI_COMM_WORLD_SIZE="2", SLURM_PROCID="0", SLURM_STEP_NUM_TASKS="4",
                     RANK="3", WORLD_SIZE="5")
     j = json.loads(run(*args(inp, tmp_path / "a", "--json"), env=env, check=0).stdout)
     assert j["rank"]["rank"] == 1 and j["rank"]["world_size"] == 2 and "Open MPI" in j["rank"]["source"]
-    env = clean_env(SLURM_PROCID="2", SLURM_NTASKS="4", RANK="3", WORLD_SIZE="5")
+    env = clean_env(SLURM_PROCID="2", SLURM_STEP_NUM_TASKS="4", RANK="3", WORLD_SIZE="5")
     j = json.loads(run(*args(inp, tmp_path / "b", "--json"), env=env, check=0).stdout)
     assert j["rank"]["rank"] == 2 and "Slurm" in j["rank"]["source"] and j["rank"]["assembled"] is False
     j = json.loads(run(*args(inp, tmp_path / "c", "--json", "--rank", "0", "--world-size", "3"), env=env,
                        check=0).stdout)
     assert j["rank"]["rank"] == 0 and j["rank"]["world_size"] == 3 and j["rank"]["source"] == "--rank/--world-size"
+    # A Slurm batch script (no srun step): one process, whatever the allocation's task count.
+    j = json.loads(run(*args(inp, tmp_path / "d", "--json"), env=clean_env(SLURM_PROCID="0", SLURM_NTASKS="4"),
+                       check=0).stdout)
+    assert "rank" not in j and j["documents"] == 45
