@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
-#include <limits>
 #include <optional>
 #include <thread>
 
@@ -201,7 +200,7 @@ int print_summary(const ExtractCommand& o, const RankInfo& ranks, const ExtractO
   const bool stats = o.stats || o.stats_only;
   const bool assembled = r.assembled || (merged && merged->assembled);
   const auto line = [](int64_t l) {
-    return l == std::numeric_limits<int64_t>::max() ? nlohmann::json() : nlohmann::json(l);
+    return l == kPastTheEnd ? nlohmann::json() : nlohmann::json(l);
   };
   if (o.json) {
     nlohmann::json j = {{"forward_only", o.forward_only},

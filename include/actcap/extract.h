@@ -65,7 +65,7 @@ struct ExtractResult {
   std::string manifest;            // manifest.json, or a rank's own manifest
   // A ranked run: its share of the corpus, its manifest's text as sealed, and whether this rank
   // assembled manifest.json.
-  int64_t lines_begin = 0, lines_end = 0;
+  int64_t lines_begin = 0, lines_end = 0;  // lines_end kPastTheEnd: to the end (ranks.h)
   std::string rank_manifest;
   bool assembled = false;
 };

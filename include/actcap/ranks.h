@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -40,8 +41,10 @@ std::string rank_device(const RankInfo& r);
 // running token count reaches k/world_size of the total, so every rank computes the same split
 // and the ranks' rows in rank order are the rows of one process. Two streaming passes over the
 // corpus; documents that fail to parse are an error unless skipped (as extract does).
+// A share's `end` (or `begin`, for an empty share at the end) past every line: "to the end".
+constexpr int64_t kPastTheEnd = std::numeric_limits<int64_t>::max();
 struct CorpusShare {
-  int64_t begin = 0, end = 0;  // 0-based line numbers, end exclusive (may be past the last line)
+  int64_t begin = 0, end = 0;  // 0-based line numbers, end exclusive; kPastTheEnd: to the end
   int64_t documents = 0, tokens = 0;           // this rank's
   int64_t total_documents = 0, total_tokens = 0;  // the corpus'
 };

@@ -2,7 +2,6 @@
 // with run (one verified capture as torch tensors), plan, compare and extract.
 #include <ATen/ATen.h>
 
-#include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
 
@@ -266,7 +265,7 @@ void bind_engine(py::module_& m) {
             d["manifest"] = r.manifest;
             if (ranks.ranked()) {
               const auto line = [](int64_t l) {
-                return l == std::numeric_limits<int64_t>::max() ? py::object(py::none())
+                return l == kPastTheEnd ? py::object(py::none())
                                                                 : py::object(py::int_(l));
               };
               d["rank"] = ranks.rank;

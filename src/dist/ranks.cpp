@@ -127,7 +127,7 @@ CorpusShare corpus_share(const std::string& path, const Tokenizer* tokenizer, in
   };
   // Rank k's documents are [s_k, s_k+1): s_k is the first document whose prefix reaches k/N of
   // the total; an empty share has begin == end.
-  s.begin = s.end = std::numeric_limits<int64_t>::max();
+  s.begin = s.end = kPastTheEnd;
   CorpusReader reader(path, tokenizer, vocab_size, skip_bad_lines);
   Document doc;
   int64_t prefix = 0;

@@ -11,7 +11,6 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
-#include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -33,7 +32,6 @@
 #include "export/shard.h"
 #include "export/stats.h"
 #include "io/atomic_file.h"
-#include "io/text_file.h"
 #include "util/stage_timer.h"
 
 namespace actcap {
@@ -428,7 +426,7 @@ RunIdentity run_identity(const Model& model, const SafeCapturer* cap, const Extr
   RunIdentity id;
   if (share) {
     const auto line = [](int64_t l) {
-      return l == std::numeric_limits<int64_t>::max() ? json() : json(l);
+      return l == kPastTheEnd ? json() : json(l);
     };
     id.rank = {{"rank", o.rank},
                {"world_size", o.world_size},
@@ -589,12 +587,10 @@ void check_world_size(const std::string& dir, const OutputLayout& layout) {
   if (!layout.ranked()) return;
   const fs::path assembled = fs::path(dir) / kManifestName;
   if (!fs::exists(assembled, ec)) return;
-  json m;
-  try {
-    m = json::parse(read_text_file(assembled.string(), kMaxManifestBytes, "manifest"));
-  } catch (const std::exception&) {
-    return;  // damaged: the ranks' own manifests decide; merge rewrites it
-  }
+  std::string problem;  // without its shard list: only world_size is read
+  const std::optional<json> outline = manifest_outline(assembled.string(), problem);
+  if (!outline) return;  // damaged: the ranks' own manifests decide; merge rewrites it
+  const json& m = *outline;
   if (m.is_object() && m.value("world_size", json(1)) != json(layout.world_size))
     throw InputError(concat("cannot resume: ", dir, " was written by ",
                             m.value("world_size", json(1)).dump(),
@@ -624,7 +620,7 @@ struct ShardInput {
 
 // The lines [begin, end) a rank reads (all of them for a single process).
 struct LineRange {
-  int64_t begin = 0, end = std::numeric_limits<int64_t>::max();
+  int64_t begin = 0, end = kPastTheEnd;
 };
 
 // Reads whole documents until their captured rows reach the shard size (or the input, or the
@@ -638,8 +634,7 @@ ShardInput gather_shard(CorpusReader& reader, Document& doc, bool& more, const E
   ShardInput in;
   int64_t shard_bytes = 0;
   while (shard_bytes < static_cast<int64_t>(o.shard_bytes) && (more = reader.next(doc))) {
-    if (doc.line < lines.begin) continue;  // another rank's
-    if (doc.line >= lines.end) {
+    if (doc.line >= lines.end) {  // the next rank's (the reader starts at lines.begin: skip_to)
       more = false;
       break;
     }
@@ -726,16 +721,6 @@ ShardRows run_batches(Model& model, SafeCapturer* cap, const std::vector<Window>
     report();
   }
   return out;
-}
-
-}  // namespace
-
-namespace {
-
-// A rank that has completed: assembles manifest.json when every rank has (the last to finish does;
-// two finishing together both write the same files, each atomically).
-bool assemble_if_last(const std::string& dir) {
-  return merge_ranks(dir).assembled;
 }
 
 }  // namespace
@@ -874,7 +859,9 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
         {{"documents", progress.documents_done}, {"skipped_lines", result.skipped_lines}});
     result.manifest = (fs::path(o.out) / layout.manifest()).string();
     if (layout.ranked() && o.assemble) {
-      result.assembled = assemble_if_last(o.out);
+      // The last rank to finish finds every rank complete and assembles manifest.json; two
+      // finishing together both write the same files, each atomically.
+      result.assembled = merge_ranks(o.out).assembled;
       if (result.assembled) result.manifest = (fs::path(o.out) / kManifestName).string();
     }
   }

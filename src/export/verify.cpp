@@ -37,22 +37,19 @@ bool plain_file_name(const std::string& name) {
 // Adds an issue, its kind from the file it names.
 void add_issue(VerifyReport& r, const std::string& file, const std::string& tensor,
                const std::string& problem) {
-  const bool journal = file == kJournalName || (parse_rank_file(file) && parse_rank_file(file)->journal);
-  const bool manifest = file == kManifestName || (parse_rank_file(file) && !journal);
+  const std::optional<RankFile> rank = parse_rank_file(file);
+  const bool journal = file == kJournalName || (rank && rank->journal);
+  const bool manifest = file == kManifestName || (rank && !rank->journal);
   const VerifyIssue::Kind kind = manifest  ? VerifyIssue::Kind::kManifest
                                  : journal ? VerifyIssue::Kind::kJournal
                                            : VerifyIssue::Kind::kShard;
   r.issues.push_back({file, tensor, problem, kind});
 }
 
-// A manifest read in two streaming passes, so that a long shard list is never held: the first
-// keeps everything but the shard entries (`rest`, its "shards" left empty); the second hands each
-// entry to `on_entry` in order, feeding its canonical dump into the checksum between the rest's
-// own canonical text before and after the list. `problem` set when the file is not JSON.
-struct ManifestStream {
-  json rest;
-  bool sealed = false;  // the whole matches manifest_checksum
-};
+// A manifest is read in two streaming passes, so that a long shard list is never held: the first
+// (manifest_outline) keeps everything but the shard entries; the second (stream_entries) hands each
+// entry on in order, feeding its canonical dump into the checksum between the outline's own
+// canonical text before and after the list.
 
 // The nlohmann callback that takes the elements of the top-level "shards" array out of the
 // document as they complete, handing each to `take`.
