@@ -134,8 +134,7 @@ ExtractOutcome extract_share(const ExtractCommand& o, const RankInfo& ranks, boo
   x.capture.attention_keys = len;  // attention patterns: a window's keys
   std::vector<PointInfo> plan;
   if (!o.forward_only) plan = plan_capture(*model, x.capture);
-  split_model(*model, split_options(dev), x.batch_size, len, plan,
-              Model::Logits::kSkipIfUnhooked);
+  split_model(*model, split_options(dev), x.batch_size, len, plan, Model::Logits::kSkipIfUnhooked);
   ProgressPrinter printer(o.quiet, ranks.ranked()
                                        ? concat("rank ", ranks.rank, "/", ranks.world_size, ": ")
                                        : std::string());
@@ -167,7 +166,8 @@ std::optional<MergeReport> finish_over_mpi(MpiSession& mpi, const ExtractCommand
       const nlohmann::json s = nlohmann::json::parse(all[r]);
       if (!s["ok"].get<bool>() && verdict["ok"].get<bool>())
         verdict = {{"ok", false},
-                   {"error", concat("rank ", r, " of ", all.size(), " failed (", s["error"].get<std::string>(),
+                   {"error", concat("rank ", r, " of ", all.size(), " failed (",
+                                    s["error"].get<std::string>(),
                                     "); the dataset is not assembled: fix it and run again with "
                                     "--resume")}};
       manifests.push_back(s["manifest"].get<std::string>());
@@ -176,7 +176,9 @@ std::optional<MergeReport> finish_over_mpi(MpiSession& mpi, const ExtractCommand
       try {
         merged = merge_ranks(o.out, manifests);
       } catch (const std::exception& e) {
-        verdict = {{"ok", false}, {"error", concat("rank 0 could not assemble ", o.out, "/manifest.json: ", e.what())}};
+        verdict = {
+            {"ok", false},
+            {"error", concat("rank 0 could not assemble ", o.out, "/manifest.json: ", e.what())}};
       }
     }
   }
@@ -203,21 +205,21 @@ int print_summary(const ExtractCommand& o, const RankInfo& ranks, const ExtractO
     return l == kPastTheEnd ? nlohmann::json() : nlohmann::json(l);
   };
   if (o.json) {
-    nlohmann::json j = {{"forward_only", o.forward_only},
-                        {"documents", p.documents_done},
-                        {"tokens", p.tokens_done},
-                        {"seconds", p.seconds},
-                        {"shards", p.shards_written},
-                        {"bytes_written", p.bytes_written},
-                        {"out", o.out},
-                        {"skipped_lines", r.skipped_lines},
-                        {"resumed_at_line", r.resumed_from_line
-                                                ? nlohmann::json(r.resumed_from_line + 1)
-                                                : nlohmann::json()},
-                        {"stats", stats && (!ranks.ranked() || assembled)
-                                      ? nlohmann::json(o.out + "/stats.safetensors")
-                                      : nlohmann::json()},
-                        {"transfers", transfer_json(transfers)}};
+    nlohmann::json j = {
+        {"forward_only", o.forward_only},
+        {"documents", p.documents_done},
+        {"tokens", p.tokens_done},
+        {"seconds", p.seconds},
+        {"shards", p.shards_written},
+        {"bytes_written", p.bytes_written},
+        {"out", o.out},
+        {"skipped_lines", r.skipped_lines},
+        {"resumed_at_line",
+         r.resumed_from_line ? nlohmann::json(r.resumed_from_line + 1) : nlohmann::json()},
+        {"stats", stats && (!ranks.ranked() || assembled)
+                      ? nlohmann::json(o.out + "/stats.safetensors")
+                      : nlohmann::json()},
+        {"transfers", transfer_json(transfers)}};
     if (ranks.ranked())
       j["rank"] = {{"rank", ranks.rank},
                    {"world_size", ranks.world_size},
@@ -227,8 +229,7 @@ int print_summary(const ExtractCommand& o, const RankInfo& ranks, const ExtractO
     std::cout << j.dump(2) << "\n";
     return 0;
   }
-  if (ranks.ranked())
-    std::cout << "rank " << ranks.rank << " of " << ranks.world_size << ": ";
+  if (ranks.ranked()) std::cout << "rank " << ranks.rank << " of " << ranks.world_size << ": ";
   std::cout << (o.forward_only ? "forward-only: " : "extracted ") << p.documents_done
             << " documents, " << p.tokens_done << " tokens in " << p.seconds << " s ("
             << static_cast<int64_t>(p.tokens_done / std::max(p.seconds, 1e-9)) << " tokens/s)";
@@ -262,8 +263,8 @@ int run_extract_command(const ExtractCommand& o) {
   std::unique_ptr<MpiSession> mpi;
   if (ranks.ranked() && o.rank < 0) mpi = MpiSession::start_if_launched();
   if (mpi && (mpi->rank() != ranks.rank || mpi->size() != ranks.world_size))
-    throw InputError(concat("MPI says rank ", mpi->rank(), " of ", mpi->size(), ", ",
-                            ranks.source, " says ", ranks.rank, " of ", ranks.world_size));
+    throw InputError(concat("MPI says rank ", mpi->rank(), " of ", mpi->size(), ", ", ranks.source,
+                            " says ", ranks.rank, " of ", ranks.world_size));
   if (!mpi) {
     try {
       const ExtractOutcome out = extract_share(o, ranks, /*assemble=*/true);

@@ -37,8 +37,8 @@ Command add_merge(CLI::App& app) {
                                .dump(2)
                         << "\n";
             } else {
-              std::cout << "assembled " << r.manifest << " from " << r.world_size << " ranks: "
-                        << r.shards << " shards, " << r.rows << " rows\n";
+              std::cout << "assembled " << r.manifest << " from " << r.world_size
+                        << " ranks: " << r.shards << " shards, " << r.rows << " rows\n";
             }
             return 0;
           }};

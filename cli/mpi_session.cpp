@@ -57,7 +57,8 @@ std::vector<std::string> MpiSession::gather(const std::string& mine) {
       total += l;
     }
     if (total > (int64_t{1} << 31) - 1)
-      throw RunError("MPI: the ranks' manifests are over 2 GiB together; assemble with actcap merge");
+      throw RunError(
+          "MPI: the ranks' manifests are over 2 GiB together; assemble with actcap merge");
     all.resize(static_cast<size_t>(total));
   }
   check(MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR,

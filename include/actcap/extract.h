@@ -62,7 +62,7 @@ struct ExtractResult {
   ExtractProgress progress;
   int64_t skipped_lines = 0;
   int64_t resumed_from_line = 0;  // first document line computed in this run
-  std::string manifest;            // manifest.json, or a rank's own manifest
+  std::string manifest;           // manifest.json, or a rank's own manifest
   // A ranked run: its share of the corpus, its manifest's text as sealed, and whether this rank
   // assembled manifest.json.
   int64_t lines_begin = 0, lines_end = 0;  // lines_end kPastTheEnd: to the end (ranks.h)
@@ -85,7 +85,8 @@ struct MergeReport {
 // while a rank is unfinished (`waiting` says which). Running it again gives the same files.
 // InputError for a folder without rank manifests or with those of several world sizes; RunError
 // for a damaged rank manifest or ranks that disagree on the model, points, settings or input.
-MergeReport merge_ranks(const std::string& dir, const std::vector<std::string>& rank_manifests = {});
+MergeReport merge_ranks(const std::string& dir,
+                        const std::vector<std::string>& rank_manifests = {});
 
 // Throws InputError for bad input (exit 2) and RunError when the run fails (exit 1), leaving the
 // manifest consistent with the shards on disk.

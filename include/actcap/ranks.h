@@ -45,7 +45,7 @@ std::string rank_device(const RankInfo& r);
 constexpr int64_t kPastTheEnd = std::numeric_limits<int64_t>::max();
 struct CorpusShare {
   int64_t begin = 0, end = 0;  // 0-based line numbers, end exclusive; kPastTheEnd: to the end
-  int64_t documents = 0, tokens = 0;           // this rank's
+  int64_t documents = 0, tokens = 0;              // this rank's
   int64_t total_documents = 0, total_tokens = 0;  // the corpus'
 };
 CorpusShare corpus_share(const std::string& path, const Tokenizer* tokenizer, int64_t vocab_size,

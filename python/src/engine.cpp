@@ -11,10 +11,10 @@
 #include "actcap/error.h"
 #include "actcap/export.h"
 #include "actcap/extract.h"
-#include "actcap/ranks.h"
 #include "actcap/generate.h"
 #include "actcap/hash.h"
 #include "actcap/model.h"
+#include "actcap/ranks.h"
 #include "actcap/safetensors.h"
 #include "actcap/split.h"
 #include "actcap/tokenizer.h"
@@ -265,8 +265,7 @@ void bind_engine(py::module_& m) {
             d["manifest"] = r.manifest;
             if (ranks.ranked()) {
               const auto line = [](int64_t l) {
-                return l == kPastTheEnd ? py::object(py::none())
-                                                                : py::object(py::int_(l));
+                return l == kPastTheEnd ? py::object(py::none()) : py::object(py::int_(l));
               };
               d["rank"] = ranks.rank;
               d["world_size"] = ranks.world_size;

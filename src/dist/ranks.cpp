@@ -52,8 +52,8 @@ RankInfo detect_rank(int rank, int world_size, const EnvLookup& env) {
     r.world_size = world_size;
     r.source = "--rank/--world-size";
     // The node-local rank still comes from the launcher when there is one.
-    for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID",
-                          "LOCAL_RANK"})
+    for (const char* v :
+         {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"})
       if (env(v)) {
         r.local_rank = env_int(env, v, 0);
         break;
@@ -85,12 +85,12 @@ RankInfo detect_rank(int rank, int world_size, const EnvLookup& env) {
     }
   }
   if (r.world_size < 1)
-    throw InputError(concat("world size must be at least 1, got ", r.world_size, " from ",
-                            r.source),
-                     {"world_size"});
+    throw InputError(
+        concat("world size must be at least 1, got ", r.world_size, " from ", r.source),
+        {"world_size"});
   if (r.rank >= r.world_size)
-    throw InputError(concat("rank ", r.rank, " is outside a world of ", r.world_size,
-                            " (ranks 0..", r.world_size - 1, ") from ", r.source),
+    throw InputError(concat("rank ", r.rank, " is outside a world of ", r.world_size, " (ranks 0..",
+                            r.world_size - 1, ") from ", r.source),
                      {"rank", "world_size"});
   if (r.local_world_size < 1) r.local_world_size = r.ranked() ? 0 : 1;  // 0: not known
   return r;
@@ -101,10 +101,11 @@ std::string rank_device(const RankInfo& r) {
   const int n = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->deviceCount();
   if (n <= 0) return "";
   if (r.local_rank >= n)
-    throw InputError(concat("local rank ", r.local_rank, " (", r.source, ") has no GPU of its own: ",
-                            "this node has ", n, " CUDA devices; start at most ", n,
-                            " ranks per node, or give --devices"),
-                     {"devices"});
+    throw InputError(
+        concat("local rank ", r.local_rank, " (", r.source,
+               ") has no GPU of its own: ", "this node has ", n, " CUDA devices; start at most ", n,
+               " ranks per node, or give --devices"),
+        {"devices"});
   return concat("cuda:", r.local_rank);
 }
 
@@ -122,8 +123,7 @@ CorpusShare corpus_share(const std::string& path, const Tokenizer* tokenizer, in
   // Rank k starts at the first document whose preceding tokens reach k/N of the total
   // (integer arithmetic, so every rank agrees): prefix * N >= k * T.
   const auto boundary_reached = [&](int64_t prefix, int k) {
-    return static_cast<__int128>(prefix) * world_size >=
-           static_cast<__int128>(k) * s.total_tokens;
+    return static_cast<__int128>(prefix) * world_size >= static_cast<__int128>(k) * s.total_tokens;
   };
   // Rank k's documents are [s_k, s_k+1): s_k is the first document whose prefix reaches k/N of
   // the total; an empty share has begin == end.

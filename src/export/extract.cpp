@@ -338,7 +338,7 @@ class ShardWriter {
   void write(ShardJob& job) {
     if (names_shard(faults_.faults().damage_queued, job.index))
       flip_last_byte(held_as_pieces(job.contents, 0) ? job.contents.pieces.front().back()
-                                                      : job.contents.tensors.front().second);
+                                                     : job.contents.tensors.front().second);
     StageTimer write_timer("writer.shard");
     if (schema_.stats) add_stats(job.contents);
     json entry = write_checked_shard(dir_, job.index, job.contents, schema_, &faults_, layout_);
@@ -425,9 +425,7 @@ RunIdentity run_identity(const Model& model, const SafeCapturer* cap, const Extr
                          int64_t max_len, const CorpusShare* share) {
   RunIdentity id;
   if (share) {
-    const auto line = [](int64_t l) {
-      return l == kPastTheEnd ? json() : json(l);
-    };
+    const auto line = [](int64_t l) { return l == kPastTheEnd ? json() : json(l); };
     id.rank = {{"rank", o.rank},
                {"world_size", o.world_size},
                {"lines", {line(share->begin), line(share->end)}}};
@@ -578,12 +576,12 @@ void check_world_size(const std::string& dir, const OutputLayout& layout) {
   std::error_code ec;
   for (const auto& [world, ranks] : rank_manifests(dir))
     if (world != layout.world_size)
-      throw InputError(concat("cannot resume: ", dir, " was written by ", world,
-                              " ranks (rank-*-of-", world, ".json), this run has ",
-                              layout.world_size, layout.world_size == 1 ? " process" : " ranks",
-                              ": resume with --world-size ", world,
-                              " (under its launcher), or overwrite it to start again"),
-                       {"resume", "world_size", "overwrite"});
+      throw InputError(
+          concat("cannot resume: ", dir, " was written by ", world, " ranks (rank-*-of-", world,
+                 ".json), this run has ", layout.world_size,
+                 layout.world_size == 1 ? " process" : " ranks", ": resume with --world-size ",
+                 world, " (under its launcher), or overwrite it to start again"),
+          {"resume", "world_size", "overwrite"});
   if (!layout.ranked()) return;
   const fs::path assembled = fs::path(dir) / kManifestName;
   if (!fs::exists(assembled, ec)) return;
@@ -592,11 +590,11 @@ void check_world_size(const std::string& dir, const OutputLayout& layout) {
   if (!outline) return;  // damaged: the ranks' own manifests decide; merge rewrites it
   const json& m = *outline;
   if (m.is_object() && m.value("world_size", json(1)) != json(layout.world_size))
-    throw InputError(concat("cannot resume: ", dir, " was written by ",
-                            m.value("world_size", json(1)).dump(),
-                            " process(es), this run has ", layout.world_size,
-                            " ranks: resume it as it was run, or overwrite it to start again"),
-                     {"resume", "world_size", "overwrite"});
+    throw InputError(
+        concat("cannot resume: ", dir, " was written by ", m.value("world_size", json(1)).dump(),
+               " process(es), this run has ", layout.world_size,
+               " ranks: resume it as it was run, or overwrite it to start again"),
+        {"resume", "world_size", "overwrite"});
 }
 
 // The writer for the run's shards, with the schema of its manifest.
@@ -794,8 +792,8 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
     if (o.resume) check_world_size(o.out, layout);
     std::error_code ec;
     // A rank killed before it wrote its manifest claimed nothing: resuming it starts it.
-    const bool fresh_rank = o.resume && layout.ranked() &&
-                            !fs::exists(fs::path(o.out) / layout.manifest(), ec);
+    const bool fresh_rank =
+        o.resume && layout.ranked() && !fs::exists(fs::path(o.out) / layout.manifest(), ec);
     if (o.resume && !fresh_rank) {
       start = resume_run(o, model, id, layout, faults);
     } else {

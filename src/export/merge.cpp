@@ -65,8 +65,9 @@ json parse_rank_manifest(const std::string& text, const std::string& file) {
     throw RunError(concat(file, " is not valid JSON (", e.what(), "); resume that rank"));
   }
   if (!manifest_sealed(m))
-    throw RunError(concat(file, " does not match its manifest_checksum (altered or damaged); "
-                                "resume that rank, or overwrite the run"));
+    throw RunError(concat(file,
+                          " does not match its manifest_checksum (altered or damaged); "
+                          "resume that rank, or overwrite the run"));
   if (!m.contains("shards") || !m["shards"].is_array() || !m.contains("rank") ||
       !m["rank"].is_object())
     throw RunError(concat(file, " is not a rank's extract manifest (no rank or shard list)"));
@@ -83,9 +84,10 @@ MergeReport merge_ranks(const std::string& dir, const std::vector<std::string>& 
   if (manifest_texts.empty()) {
     const auto found = rank_manifests(dir);
     if (found.empty())
-      throw InputError(concat(dir, " holds no rank manifests (rank-RRRRR-of-NNNNN.json): "
-                                   "nothing to merge; a single process writes manifest.json "
-                                   "itself"));
+      throw InputError(concat(dir,
+                              " holds no rank manifests (rank-RRRRR-of-NNNNN.json): "
+                              "nothing to merge; a single process writes manifest.json "
+                              "itself"));
     if (found.size() > 1) {
       std::vector<std::string> sizes;
       for (const auto& [w, r] : found) sizes.push_back(std::to_string(w));
@@ -122,10 +124,10 @@ MergeReport merge_ranks(const std::string& dir, const std::vector<std::string>& 
                             report.world_size));
     if (m.value("complete", false) != true) {
       const json& shards = m["shards"];
-      report.waiting.push_back(concat(
-          "rank ", r, " of ", report.world_size, " is not complete (",
-          shards.size(), " shards in its manifest; resume it with --resume --rank ", r,
-          " --world-size ", report.world_size, ")"));
+      report.waiting.push_back(concat("rank ", r, " of ", report.world_size, " is not complete (",
+                                      shards.size(),
+                                      " shards in its manifest; resume it with --resume --rank ", r,
+                                      " --world-size ", report.world_size, ")"));
       continue;
     }
     if (out.is_null()) {

@@ -99,7 +99,10 @@ bool stream_entries(const std::string& path, const json& rest,
                     const std::function<void(const json&)>& on_entry) {
   json outline = rest;
   outline.erase("manifest_checksum");
-  const std::string mark = "\x01" "actcap shard list" "\x01";
+  const std::string mark =
+      "\x01"
+      "actcap shard list"
+      "\x01";
   outline["shards"] = mark;
   const std::string text = outline.dump();
   const std::string dumped_mark = json(mark).dump();
@@ -112,11 +115,11 @@ bool stream_entries(const std::string& path, const json& rest,
   std::string key;
   // The second pass's document must be the first's (the file did not change in between).
   const json again = json::parse(in, shard_taker(key, [&](json& entry) {
-                const std::string d = entry.dump();
-                if (n++) sum.update(",", 1);
-                sum.update(d.data(), d.size());
-                on_entry(entry);
-              }));
+                                   const std::string d = entry.dump();
+                                   if (n++) sum.update(",", 1);
+                                   sum.update(d.data(), d.size());
+                                   on_entry(entry);
+                                 }));
   if (again != rest)
     throw json::other_error::create(501, "the manifest changed while it was read", nullptr);
   sum.update("]", 1);
@@ -170,9 +173,9 @@ class ShardChecker {
   void check_rows(const json& manifest, bool complete) {
     if (complete && rows_known_ && manifest.contains("rows") &&
         manifest["rows"].is_number_integer() && manifest["rows"].get<int64_t>() != rows_)
-      add_issue(r_, manifest_, "",
-                concat("claims ", manifest["rows"].get<int64_t>(), " rows but its shards hold ",
-                       rows_));
+      add_issue(
+          r_, manifest_, "",
+          concat("claims ", manifest["rows"].get<int64_t>(), " rows but its shards hold ", rows_));
   }
 
  private:
@@ -188,12 +191,12 @@ class ShardChecker {
     const int64_t first = s["first_line"].get<int64_t>(), end = s["last_line"].get<int64_t>();
     const std::string file = s.value("file", "?");
     if (first > end || first <= last_)
-      add_issue(r_, manifest_, "",
-                concat("shard ", file, " holds lines ", first, "..", end,
-                       last_file_.empty()
-                           ? std::string()
-                           : concat(", not after ", last_file_, "'s last line ", last_),
-                       ": the shards are out of order or overlap"));
+      add_issue(
+          r_, manifest_, "",
+          concat("shard ", file, " holds lines ", first, "..", end,
+                 last_file_.empty() ? std::string()
+                                    : concat(", not after ", last_file_, "'s last line ", last_),
+                 ": the shards are out of order or overlap"));
     last_ = std::max(last_, end);
     last_file_ = file;
   }
@@ -259,9 +262,10 @@ VerifyReport verify_folder(const std::string& dir, const OutputLayout& layout, j
   const size_t seal_at = r.issues.size();
   const auto seal = [&](bool sealed) {
     if (!sealed)
-      r.issues.insert(r.issues.begin() + static_cast<std::ptrdiff_t>(seal_at),
-                      {name, "", "contents do not match manifest_checksum (the manifest was altered)",
-                       VerifyIssue::Kind::kManifest});
+      r.issues.insert(
+          r.issues.begin() + static_cast<std::ptrdiff_t>(seal_at),
+          {name, "", "contents do not match manifest_checksum (the manifest was altered)",
+           VerifyIssue::Kind::kManifest});
   };
   const bool complete = m.contains("complete") && m["complete"] == true;
   if (!complete)
@@ -294,8 +298,7 @@ VerifyReport verify_folder(const std::string& dir, const OutputLayout& layout, j
     return r;
   }
   if (journal)  // an unfinished extract claims shards in its journal
-    for (const std::string& p :
-         stream_journal(dir, layout.journal(), known, [&](const json& e) {
+    for (const std::string& p : stream_journal(dir, layout.journal(), known, [&](const json& e) {
            if (claimed) claimed->push_back(e);
            checker.check(e);
          }))
@@ -317,9 +320,7 @@ VerifyReport verify_folder(const std::string& dir, const OutputLayout& layout, j
 
 }  // namespace
 
-VerifyReport verify_output(const std::string& dir) {
-  return verify_folder(dir, {}, nullptr);
-}
+VerifyReport verify_output(const std::string& dir) { return verify_folder(dir, {}, nullptr); }
 
 VerifyReport verify_output(const std::string& dir, json& claimed, const OutputLayout& layout) {
   claimed = json::array();

@@ -83,8 +83,8 @@ uint64_t stream_and_fingerprint(const void* data, size_t size, Xxh3Stream& strea
   std::vector<uint64_t> hashes(n);
   for (size_t i = 0; i < n; ++i) {
     const size_t off = i * kChunk, len = std::min(kChunk, size - off);
-    stream.update(bytes + off, len);                // the checksum first,
-    hashes[i] = XXH3_64bits(bytes + off, len);      // then the check of the same bytes
+    stream.update(bytes + off, len);            // the checksum first,
+    hashes[i] = XXH3_64bits(bytes + off, len);  // then the check of the same bytes
   }
   return xxh3(hashes.data(), hashes.size() * sizeof(uint64_t));
 }

@@ -54,13 +54,16 @@ TEST(Ranks, LauncherVariablesInOrderAndFlagsFirst) {
   EXPECT_EQ(r.local_world_size, 2);
   EXPECT_NE(r.source.find("Open MPI"), std::string::npos);
   r = detect_rank(-1, -1,
-                  env_of({{"SLURM_PROCID", "5"}, {"SLURM_STEP_NUM_TASKS", "8"},
-                          {"SLURM_LOCALID", "1"}, {"SLURM_STEP_TASKS_PER_NODE", "2(x4)"}}));
+                  env_of({{"SLURM_PROCID", "5"},
+                          {"SLURM_STEP_NUM_TASKS", "8"},
+                          {"SLURM_LOCALID", "1"},
+                          {"SLURM_STEP_TASKS_PER_NODE", "2(x4)"}}));
   EXPECT_EQ(r.rank, 5);
   EXPECT_EQ(r.local_rank, 1);
   EXPECT_EQ(r.local_world_size, 0);  // uneven allocation: not known
   // A batch script (not an srun step) is one process, whatever its allocation's task count.
-  EXPECT_FALSE(detect_rank(-1, -1, env_of({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "32"}})).ranked());
+  EXPECT_FALSE(
+      detect_rank(-1, -1, env_of({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "32"}})).ranked());
   r = detect_rank(-1, -1, env_of({{"RANK", "1"}, {"WORLD_SIZE", "3"}, {"LOCAL_RANK", "1"}}));
   EXPECT_EQ(r.rank, 1);
   EXPECT_EQ(r.world_size, 3);
