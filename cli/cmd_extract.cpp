@@ -145,8 +145,9 @@ ExtractOutcome extract_share(const ExtractCommand& o, const RankInfo& ranks, boo
   return out;
 }
 
-// Over MPI: every rank's outcome (ok, or its error) and manifest gathered at rank 0, which
-// assembles manifest.json when all succeeded; every rank then learns the verdict. A rank that
+// Over MPI: every rank's outcome (ok, or its error) and its manifest's checksum gathered at rank 0,
+// which assembles manifest.json from the folder when all succeeded (each rank's manifest there
+// must be the one that rank sealed); every rank then learns the verdict. A rank that
 // failed rethrows its own error; the others fail naming it.
 std::optional<MergeReport> finish_over_mpi(MpiSession& mpi, const ExtractCommand& o,
                                            const RankInfo& ranks,
@@ -156,12 +157,13 @@ std::optional<MergeReport> finish_over_mpi(MpiSession& mpi, const ExtractCommand
   const nlohmann::json status = {
       {"ok", mine.has_value()},
       {"error", failure_text},
-      {"manifest", mine && !o.forward_only ? mine->result.rank_manifest : std::string()}};
+      {"manifest_checksum",
+       mine && !o.forward_only ? mine->result.rank_manifest_checksum : std::string()}};
   const std::vector<std::string> all = mpi.gather(status.dump());
   nlohmann::json verdict = {{"ok", true}, {"error", ""}};
   std::optional<MergeReport> merged;
   if (mpi.rank() == 0) {
-    std::vector<std::string> manifests;
+    std::vector<std::string> checksums;
     for (size_t r = 0; r < all.size(); ++r) {
       const nlohmann::json s = nlohmann::json::parse(all[r]);
       if (!s["ok"].get<bool>() && verdict["ok"].get<bool>())
@@ -170,11 +172,11 @@ std::optional<MergeReport> finish_over_mpi(MpiSession& mpi, const ExtractCommand
                                     s["error"].get<std::string>(),
                                     "); the dataset is not assembled: fix it and run again with "
                                     "--resume")}};
-      manifests.push_back(s["manifest"].get<std::string>());
+      checksums.push_back(s["manifest_checksum"].get<std::string>());
     }
     if (verdict["ok"].get<bool>() && !o.forward_only) {
       try {
-        merged = merge_ranks(o.out, manifests);
+        merged = merge_ranks(o.out, checksums);
       } catch (const std::exception& e) {
         verdict = {
             {"ok", false},

@@ -1,7 +1,8 @@
 // MPI for a ranked `actcap extract` started by mpirun (or srun with PMI): after every rank has
-// run its share, rank 0 gathers each rank's outcome and manifest and assembles manifest.json, and
-// every rank learns the verdict. Built only where CMake finds MPI (ACTCAP_WITH_MPI); elsewhere, and
-// for launches without MPI, the ranks coordinate through the output folder (docs/scale.md).
+// run its share, rank 0 gathers each rank's outcome and manifest checksum and assembles
+// manifest.json, and every rank learns the verdict. Built only where CMake finds MPI
+// (ACTCAP_WITH_MPI); elsewhere, and for launches without MPI, the ranks coordinate through the
+// output folder (docs/scale.md).
 #pragma once
 
 #include <memory>

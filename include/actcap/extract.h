@@ -63,10 +63,10 @@ struct ExtractResult {
   int64_t skipped_lines = 0;
   int64_t resumed_from_line = 0;  // first document line computed in this run
   std::string manifest;           // manifest.json, or a rank's own manifest
-  // A ranked run: its share of the corpus, its manifest's text as sealed, and whether this rank
-  // assembled manifest.json.
+  // A ranked run: its share of the corpus, its manifest's manifest_checksum as sealed, and whether
+  // this rank assembled manifest.json.
   int64_t lines_begin = 0, lines_end = 0;  // lines_end kPastTheEnd: to the end (ranks.h)
-  std::string rank_manifest;
+  std::string rank_manifest_checksum;
   bool assembled = false;
 };
 
@@ -78,15 +78,17 @@ struct MergeReport {
   std::vector<std::string> waiting;  // why not assembled: each rank not yet complete
   std::string manifest;
 };
-// Assembles DIR/manifest.json from the complete manifests of every rank of a ranked extract (read
-// from DIR, or `rank_manifests` as gathered, in rank order): the shards in rank order (so the rows
-// of one process, in (line, position) order), rows and documents added up, statistics merged into
-// stats.safetensors, and the ranks' line ranges and device maps under "ranks". Nothing is written
-// while a rank is unfinished (`waiting` says which). Running it again gives the same files.
-// InputError for a folder without rank manifests or with those of several world sizes; RunError
-// for a damaged rank manifest or ranks that disagree on the model, points, settings or input.
-MergeReport merge_ranks(const std::string& dir,
-                        const std::vector<std::string>& rank_manifests = {});
+// Assembles DIR/manifest.json from the complete manifests of every rank of a ranked extract, in
+// rank order: the shards in rank order (so the rows of one process, in (line, position) order),
+// rows and documents added up, statistics merged into stats.safetensors, and the ranks' line
+// ranges and device maps under "ranks". The ranks' manifests are streamed, never held: memory
+// does not grow with the number of shards. `sealed_as` (rank 0 after an MPI gather): each rank's
+// manifest_checksum as that rank sealed it, which the file on disk must carry, and the world
+// size; empty: the rank manifests found in DIR. Nothing is written while a rank is unfinished
+// (`waiting` says which). Running it again gives the same files. InputError for a folder without
+// rank manifests or with those of several world sizes; RunError for a damaged rank manifest or
+// ranks that disagree on the model, points, settings or input.
+MergeReport merge_ranks(const std::string& dir, const std::vector<std::string>& sealed_as = {});
 
 // Throws InputError for bad input (exit 2) and RunError when the run fails (exit 1), leaving the
 // manifest consistent with the shards on disk.

@@ -227,14 +227,37 @@ ShardContents assemble_shard(int64_t index, const std::vector<PointInfo>& plan,
   return c;
 }
 
+// The entries of `source` that list the run's shards 0, 1, 2, ... in order, each once: an entry for
+// a shard already listed is a journal line the manifest took in before a resume was killed (the
+// same entry: resuming verified it), skipped; anything else is not this run's list.
+EntrySource in_shard_order(const OutputLayout& layout, EntrySource source) {
+  return [layout, source = std::move(source)](const EntryVisitor& each) {
+    int64_t next = 0;
+    source([&](const json& e) {
+      const std::string file = e.is_object() ? e.value("file", std::string()) : std::string();
+      const std::optional<int64_t> index = layout.shard_index(file);
+      if (index && *index < next) return;
+      if (!index || *index != next)
+        throw RunError(concat("the run's shard list names ", file.empty() ? "no file" : file,
+                              " where it should name ", layout.shard(next),
+                              "; run actcap verify on the folder"));
+      ++next;
+      each(e);
+    });
+  };
+}
+
 // Writes shards on its own thread behind a bounded queue, claiming each in the journal once it
 // reads back intact; the manifest takes them all in when the run completes.
 class ShardWriter {
  public:
-  ShardWriter(std::string dir, json manifest, ShardSchema schema, size_t capacity,
-              FaultPoints& faults, OutputLayout layout)
+  // `manifest`: the run's manifest as written at its start, without its shard list; `claimed`:
+  // the entries that list holds (a resumed run's).
+  ShardWriter(std::string dir, json manifest, EntryTally claimed, ShardSchema schema,
+              size_t capacity, FaultPoints& faults, OutputLayout layout)
       : dir_(std::move(dir)),
         manifest_(std::move(manifest)),
+        claimed_(std::move(claimed)),
         schema_(std::move(schema)),
         capacity_(capacity),
         faults_(faults),
@@ -274,15 +297,24 @@ class ShardWriter {
 
   // Marks the run complete (after finish()), with the statistics of every claimed shard merged
   // into stats.safetensors first when the run keeps them (a rank's are merged with the other
-  // ranks' when manifest.json is assembled). Returns the manifest's text as sealed.
+  // ranks' when manifest.json is assembled). The shard list is never held: the manifest's text is
+  // streamed from the manifest the run started from and the journal, and must list exactly the
+  // shards the run claimed. Returns the manifest_checksum sealed.
   std::string complete(const json& extra) {
+    const std::string path = (fs::path(dir_) / layout_.manifest()).string();
+    std::string problem;
+    const std::optional<json> started = manifest_outline(path, problem);
+    if (!started) throw RunError(concat(path, " ", problem, "; resume the run"));
+    const EntrySource shards = in_shard_order(
+        layout_, chain(manifest_entries(path, *started), journal_entries(dir_, layout_.journal())));
     if (schema_.stats && !layout_.ranked())
-      manifest_["stats"] = write_merged_stats(dir_, manifest_["shards"], schema_, &faults_);
+      manifest_["stats"] = write_merged_stats(dir_, shards, schema_, &faults_);
     for (const auto& [k, v] : extra.items()) manifest_[k] = v;
     manifest_["complete"] = true;
-    write_manifest(dir_, manifest_, &faults_, layout_.manifest());
+    const std::string sealed =
+        write_manifest_streamed(dir_, manifest_, shards, &claimed_, &faults_, layout_.manifest());
     journal_.remove();
-    return seal_manifest(manifest_);
+    return sealed;
   }
 
   uint64_t bytes_written() const { return bytes_.load(); }
@@ -309,7 +341,6 @@ class ShardWriter {
   }
 
   int64_t shards_written() const { return shards_.load(); }
-  const json& manifest() const { return manifest_; }
 
  private:
   void loop() {
@@ -346,14 +377,15 @@ class ShardWriter {
     entry["last_line"] = job.last_line;
     entry["documents"] = job.documents;
     journal_.append(entry);  // claimed from here on
-    manifest_["shards"].push_back(entry);
+    claimed_.add(entry);
     manifest_["rows"] = manifest_.value("rows", 0) + job.contents.rows;
     bytes_ += entry["bytes"].get<uint64_t>();
     ++shards_;
   }
 
   std::string dir_;
-  json manifest_;
+  json manifest_;       // without its shard list
+  EntryTally claimed_;  // every shard entry of the run: the manifest's and the journal's
   ShardSchema schema_;
   size_t capacity_;
   FaultPoints& faults_;
@@ -449,7 +481,8 @@ RunIdentity run_identity(const Model& model, const SafeCapturer* cap, const Extr
 // Where the run starts writing: its manifest, the next shard's index and the last input line
 // already claimed (-1: none).
 struct StartPoint {
-  json manifest;
+  json manifest;       // without its shard list
+  EntryTally claimed;  // the shard entries it lists
   int64_t next_shard = 0;
   int64_t resume_after = -1;
 };
@@ -484,39 +517,53 @@ StartPoint resume_run(const ExtractOptions& o, const Model& model, const RunIden
                             " was written from other weights; overwrite it to start again"),
                      {"resume", "overwrite"});
   // Keep exactly the shards the manifest (and its journal) claims, after checking them all;
-  // drop anything else.
-  json claimed_shards;
-  VerifyReport check = verify_output(o.out, claimed_shards, layout);
+  // drop anything else. The claimed list is streamed, never held: extract writes shards 0, 1, 2,
+  // ... in order, so the list is checked to name exactly those and counted.
+  EntryTally claimed;
+  int64_t rows = 0;
+  std::string malformed;  // the first entry resuming cannot continue from
+  const json on_disk = manifest;
+  VerifyReport check = verify_output(o.out, layout, [&](const json& s) {
+    claimed.add(s);
+    if (!malformed.empty()) return;
+    const std::string file = s.is_object() ? s.value("file", "?") : "?";
+    if (!s.is_object() || !s.contains("last_line") || !s["last_line"].is_number_integer() ||
+        !s.contains("rows") || !s["rows"].is_number_integer())
+      malformed = concat("shard entry ", file, " in ", o.out,
+                         " has no integer rows/last_line: not written by extract");
+    else if (layout.shard_index(file) != std::optional<int64_t>(start.next_shard))
+      malformed = concat("shard entry ", claimed.count(), " in ", o.out, " names ", file, ", not ",
+                         layout.shard(start.next_shard), ": not written by extract in order");
+    if (!malformed.empty()) return;
+    start.resume_after = s["last_line"].get<int64_t>();
+    rows += s["rows"].get<int64_t>();
+    ++start.next_shard;
+  });
   for (const VerifyIssue& i : check.issues)
     if (i.kind != VerifyIssue::Kind::kIncomplete)
       throw RunError(concat("cannot resume: ", o.out, "/", i.file,
                             (i.tensor.empty() ? "" : " " + i.tensor), ": ", i.problem),
                      {"resume"});
-  manifest["shards"] = std::move(claimed_shards);
-  std::set<std::string> claimed;
-  int64_t rows = 0;
-  for (const json& s : manifest["shards"]) {
-    if (!s.contains("last_line") || !s["last_line"].is_number_integer() || !s.contains("rows") ||
-        !s["rows"].is_number_integer())
-      throw InputError(concat("cannot resume: shard entry ", s.value("file", "?"), " in ", o.out,
-                              " has no integer rows/last_line: not written by extract; "
-                              "overwrite it to start again"),
-                       {"resume", "overwrite"});
-    claimed.insert(s["file"].get<std::string>());
-    start.resume_after = s["last_line"].get<int64_t>();
-    rows += s["rows"].get<int64_t>();
-    ++start.next_shard;
-  }
+  if (!malformed.empty())
+    throw InputError(concat("cannot resume: ", malformed, "; overwrite it to start again"),
+                     {"resume", "overwrite"});
   // The manifest takes in the journal's entries first; only then is the journal dropped,
   // with anything else of ours that is not claimed.
   manifest["complete"] = false;
   manifest["rows"] = rows;
-  write_manifest(o.out, manifest, &faults, layout.manifest());
+  const std::string path = (fs::path(o.out) / layout.manifest()).string();
+  write_manifest_streamed(o.out, manifest,
+                          in_shard_order(layout, chain(manifest_entries(path, on_disk),
+                                                       journal_entries(o.out, layout.journal()))),
+                          &claimed, &faults, layout.manifest());
   faults.reached(ExportFaults::Moment::kResume);
   for (const auto& e : fs::directory_iterator(o.out)) {
     const std::string n = e.path().filename().string();
-    if (n != layout.manifest() && !claimed.count(n) && layout.owns(n)) fs::remove(e.path());
+    const std::optional<int64_t> index = layout.shard_index(n);
+    const bool kept = n == layout.manifest() || (index && *index < start.next_shard);
+    if (!kept && layout.owns(n)) fs::remove(e.path());
   }
+  start.claimed = std::move(claimed);
   return start;
 }
 
@@ -599,14 +646,15 @@ void check_world_size(const std::string& dir, const OutputLayout& layout) {
 
 // The writer for the run's shards, with the schema of its manifest.
 std::unique_ptr<ShardWriter> open_writer(const ExtractOptions& o, const json& manifest,
-                                         const OutputLayout& layout, FaultPoints& faults) {
+                                         EntryTally claimed, const OutputLayout& layout,
+                                         FaultPoints& faults) {
   std::string problem;
   std::optional<ShardSchema> schema = shard_schema(manifest, problem);
   if (!schema)
     throw InputError(
         concat(o.out, "/", layout.manifest(), " ", problem, "; overwrite it to start again"),
         {"overwrite"});
-  return std::make_unique<ShardWriter>(o.out, manifest, std::move(*schema),
+  return std::make_unique<ShardWriter>(o.out, manifest, std::move(claimed), std::move(*schema),
                                        static_cast<size_t>(o.queue_shards), faults, layout);
 }
 
@@ -802,7 +850,7 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
       start = start_run(first, id, layout, faults);
     }
     if (o.resume) result.resumed_from_line = start.resume_after + 1;
-    writer = open_writer(o, start.manifest, layout, faults);
+    writer = open_writer(o, start.manifest, std::move(start.claimed), layout, faults);
   }
 
   ExtractProgress progress;
@@ -853,7 +901,7 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
     StageTimer complete_timer("run.complete");
     progress.bytes_written = writer->bytes_written();
     progress.shards_written = writer->shards_written();
-    result.rank_manifest = writer->complete(
+    result.rank_manifest_checksum = writer->complete(
         {{"documents", progress.documents_done}, {"skipped_lines", result.skipped_lines}});
     result.manifest = (fs::path(o.out) / layout.manifest()).string();
     if (layout.ranked() && o.assemble) {

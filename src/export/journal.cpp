@@ -108,13 +108,14 @@ std::vector<std::string> merge_journal_text(const std::string& text, json& shard
 }
 
 std::vector<std::string> stream_journal(const std::string& dir, const std::string& file,
-                                        std::map<std::string, uint64_t>& known,
+                                        std::map<std::string, uint64_t>* known,
                                         const std::function<void(const json&)>& on_entry) {
   const std::string path = (fs::path(dir) / file).string();
   std::error_code ec;
   if (!fs::exists(path, ec)) return {};
-  if (fs::file_size(path, ec) > kMaxManifestBytes)
-    return {concat(path, " is larger than the ", kMaxManifestBytes, " bytes a journal may hold")};
+  if (fs::file_size(path, ec) > kMaxStreamedManifestBytes)
+    return {concat(path, " is larger than the ", kMaxStreamedManifestBytes,
+                   " bytes a journal may hold")};
   std::ifstream in(path, std::ios::binary);
   if (!in) return {concat(path, " cannot be read")};
   std::string line;
@@ -123,11 +124,19 @@ std::vector<std::string> stream_journal(const std::string& dir, const std::strin
     std::string problem;
     std::optional<json> shard =
         journal_entry(line.data(), line.data() + line.size(), line_no, problem);
-    if (shard && claim(known, *shard, line_no, problem) && problem.empty()) on_entry(*shard);
+    if (shard && (!known || claim(*known, *shard, line_no, problem)) && problem.empty())
+      on_entry(*shard);
     if (!problem.empty()) return {problem};
   }
   if (in.bad()) return {concat(path, ": read error")};
   return {};
+}
+
+EntrySource journal_entries(std::string dir, std::string file) {
+  return [dir = std::move(dir), file = std::move(file)](const EntryVisitor& each) {
+    for (const std::string& p : stream_journal(dir, file, nullptr, each))
+      throw RunError(concat((fs::path(dir) / file).string(), ": ", p));
+  };
 }
 
 JournalWriter::JournalWriter(std::string dir, FaultPoints* faults, const std::string& file)

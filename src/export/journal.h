@@ -17,6 +17,7 @@
 
 #include "actcap/export.h"
 #include "export/faults.h"
+#include "export/manifest.h"
 
 namespace actcap {
 
@@ -30,10 +31,14 @@ std::vector<std::string> merge_journal(const std::string& dir, nlohmann::json& s
 std::vector<std::string> merge_journal_text(const std::string& text, nlohmann::json& shards);
 // The journal's entries streamed, one line at a time: each entry not in `known` (file -> XXH3 of
 // the entry, dumped) goes to `on_entry` and into `known`; one already there must be the same.
-// Returns the problems (at most one: nothing after a damaged line is claimed).
+// Without `known`, every entry goes to `on_entry`. Returns the problems (at most one: nothing
+// after a damaged line is claimed).
 std::vector<std::string> stream_journal(const std::string& dir, const std::string& file,
-                                        std::map<std::string, uint64_t>& known,
+                                        std::map<std::string, uint64_t>* known,
                                         const std::function<void(const nlohmann::json&)>& on_entry);
+// The entries DIR/`file` claims, every one, as a source for write_manifest_streamed; RunError
+// naming the journal when a line is damaged. An absent journal claims none.
+EntrySource journal_entries(std::string dir, std::string file);
 // XXH3 of a shard entry, dumped: what `known` holds.
 uint64_t entry_xxh3(const nlohmann::json& shard);
 // One journal line for `shard`, newline included.

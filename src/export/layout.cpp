@@ -49,6 +49,21 @@ std::string OutputLayout::shard(int64_t index) const {
   return buf;
 }
 
+std::optional<int64_t> OutputLayout::shard_index(const std::string& file) const {
+  const std::string tail = "00000.safetensors";  // shard(0) ends so, after shard- or shard-rRRRRR-
+  const std::string zero = shard(0), head = zero.substr(0, zero.size() - tail.size());
+  if (!starts_with(file, head) || !ends_with(file, ".safetensors") ||
+      file.size() < head.size() + tail.size())
+    return std::nullopt;
+  const std::string digits = file.substr(head.size(), file.size() - head.size() - 12);
+  if (digits.size() < 5 || digits.size() > 18 ||
+      digits.find_first_not_of("0123456789") != std::string::npos)
+    return std::nullopt;
+  const int64_t index = std::stoll(digits);
+  if (shard(index) != file) return std::nullopt;  // not as shard() spells it (leading zeros)
+  return index;
+}
+
 bool OutputLayout::owns(const std::string& file) const {
   if (!ranked()) return is_output_file(file);
   const std::string base = temp_target(file);

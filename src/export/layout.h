@@ -19,6 +19,8 @@ struct OutputLayout {
   std::string manifest() const;            // manifest.json | rank-RRRRR-of-NNNNN.json
   std::string journal() const;             // manifest.journal | rank-RRRRR-of-NNNNN.journal
   std::string shard(int64_t index) const;  // shard-NNNNN | shard-rRRRRR-NNNNN (.safetensors)
+  // The index i for which `file` is exactly shard(i); nullopt for any other name.
+  std::optional<int64_t> shard_index(const std::string& file) const;
   // `file` (or a temp file for it) is this writer's: for a single process every output file, for
   // a rank its manifest, journal and shards.
   bool owns(const std::string& file) const;

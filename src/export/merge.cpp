@@ -17,10 +17,10 @@ namespace actcap {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-json write_merged_stats(const std::string& dir, const json& shards, const ShardSchema& schema,
-                        FaultPoints* faults) {
+json write_merged_stats(const std::string& dir, const EntrySource& shards,
+                        const ShardSchema& schema, FaultPoints* faults) {
   std::map<std::string, FeatureStats> merged;
-  for (const json& entry : shards) {
+  shards([&](const json& entry) {
     const std::string file = entry["file"].get<std::string>();
     auto st = SafetensorsFile::open((fs::path(dir) / file).string());
     auto read = [&](const std::string& name) {
@@ -39,7 +39,7 @@ json write_merged_stats(const std::string& dir, const json& shards, const ShardS
       else
         it->second = merge_stats(it->second, s);
     }
-  }
+  });
   ShardContents c;
   for (const auto& [point, shape] : schema.stat_points) {
     auto it = merged.find(point);
@@ -57,31 +57,20 @@ namespace {
 // What every rank of one run shares, and must agree on.
 constexpr const char* kSharedKeys[] = {"format", "model", "points", "settings", "input", "stats"};
 
-json parse_rank_manifest(const std::string& text, const std::string& file) {
-  json m;
-  try {
-    m = json::parse(text);
-  } catch (const json::exception& e) {
-    throw RunError(concat(file, " is not valid JSON (", e.what(), "); resume that rank"));
-  }
-  if (!manifest_sealed(m))
-    throw RunError(concat(file,
-                          " does not match its manifest_checksum (altered or damaged); "
-                          "resume that rank, or overwrite the run"));
-  if (!m.contains("shards") || !m["shards"].is_array() || !m.contains("rank") ||
-      !m["rank"].is_object())
-    throw RunError(concat(file, " is not a rank's extract manifest (no rank or shard list)"));
-  return m;
+// The entries of every source in turn.
+EntrySource in_turn(std::vector<EntrySource> sources) {
+  return [sources = std::move(sources)](const EntryVisitor& each) {
+    for (const EntrySource& s : sources) s(each);
+  };
 }
 
 }  // namespace
 
-MergeReport merge_ranks(const std::string& dir, const std::vector<std::string>& texts) {
+MergeReport merge_ranks(const std::string& dir, const std::vector<std::string>& sealed_as) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw InputError(concat(dir, " is not a folder"));
   MergeReport report;
-  std::vector<std::string> manifest_texts = texts;
-  if (manifest_texts.empty()) {
+  if (sealed_as.empty()) {
     const auto found = rank_manifests(dir);
     if (found.empty())
       throw InputError(concat(dir,
@@ -95,37 +84,60 @@ MergeReport merge_ranks(const std::string& dir, const std::vector<std::string>& 
                               " ranks; keep one run's files (or overwrite the run)"));
     }
     report.world_size = found.begin()->first;
-    for (int r = 0; r < report.world_size; ++r) {
-      const std::string file = OutputLayout{r, report.world_size}.manifest();
-      const fs::path path = fs::path(dir) / file;
-      if (!fs::exists(path, ec)) {
-        report.waiting.push_back(
-            concat("rank ", r, " of ", report.world_size, " has not started (no ", file, ")"));
-        manifest_texts.emplace_back();
-        continue;
-      }
-      manifest_texts.push_back(read_text_file(path.string(), kMaxManifestBytes, "manifest"));
-    }
   } else {
-    report.world_size = static_cast<int>(manifest_texts.size());
+    report.world_size = static_cast<int>(sealed_as.size());
   }
 
+  // Each rank's manifest streamed once: its outline, its seal, its entries counted. Only the
+  // outlines are kept; the entries are read again, from the files, to write the dataset's.
   json out;
   json ranks = json::array();
+  std::vector<EntrySource> sources;
+  EntryTally listed;  // every complete rank's entries, in rank order
   int64_t rows = 0, documents = 0, skipped = 0;
   for (int r = 0; r < report.world_size; ++r) {
-    if (manifest_texts[r].empty()) continue;  // reported as waiting
     const std::string file = OutputLayout{r, report.world_size}.manifest();
-    const json m = parse_rank_manifest(manifest_texts[r], file);
+    const std::string path = (fs::path(dir) / file).string();
+    if (!fs::exists(path, ec)) {
+      report.waiting.push_back(
+          concat("rank ", r, " of ", report.world_size, " has not started (no ", file, ")"));
+      continue;
+    }
+    std::string problem;
+    std::optional<json> outline = manifest_outline(path, problem);
+    if (!outline) throw RunError(concat(file, " ", problem, "; resume that rank"));
+    const json& m = *outline;
+    if (!m.is_object() || !m.contains("shards") || !m["shards"].is_array() || !m.contains("rank") ||
+        !m["rank"].is_object())
+      throw RunError(concat(file, " is not a rank's extract manifest (no rank or shard list)"));
+    const bool complete = m.value("complete", false) == true;
+    EntryTally mine;
+    bool sealed = false;
+    try {
+      sealed = stream_manifest_entries(path, m, [&](const json& e) {
+        mine.add(e);
+        if (complete) listed.add(e);
+      });
+    } catch (const json::exception& e) {
+      throw RunError(concat(file, " is not valid JSON (", e.what(), "); resume that rank"));
+    }
+    if (!sealed)
+      throw RunError(concat(file,
+                            " does not match its manifest_checksum (altered or damaged); "
+                            "resume that rank, or overwrite the run"));
+    if (!sealed_as.empty() && m["manifest_checksum"] != sealed_as[r])
+      throw RunError(concat(file, " is not the manifest rank ", r, " sealed (manifest_checksum ",
+                            m["manifest_checksum"].dump(), " on disk, ", sealed_as[r],
+                            " at the rank): the folder differs between nodes, or another run "
+                            "wrote it"));
     const json& rank = m["rank"];
     if (rank.value("rank", -1) != r || rank.value("world_size", -1) != report.world_size)
       throw RunError(concat(file, " says it is rank ", rank.value("rank", -1), " of ",
                             rank.value("world_size", -1), "; its name says rank ", r, " of ",
                             report.world_size));
-    if (m.value("complete", false) != true) {
-      const json& shards = m["shards"];
+    if (!complete) {
       report.waiting.push_back(concat("rank ", r, " of ", report.world_size, " is not complete (",
-                                      shards.size(),
+                                      mine.count(),
                                       " shards in its manifest; resume it with --resume --rank ", r,
                                       " --world-size ", report.world_size, ")"));
       continue;
@@ -134,7 +146,6 @@ MergeReport merge_ranks(const std::string& dir, const std::vector<std::string>& 
       out = m;
       out.erase("rank");
       out.erase("manifest_checksum");
-      out["shards"] = json::array();
     } else {
       for (const char* key : kSharedKeys)
         if (m.value(key, json()) != out.value(key, json()))
@@ -142,16 +153,16 @@ MergeReport merge_ranks(const std::string& dir, const std::vector<std::string>& 
                                 "': the ranks ran different jobs into one folder; overwrite "
                                 "the run"));
     }
-    for (const json& s : m["shards"]) out["shards"].push_back(s);
     rows += m.value("rows", int64_t{0});
     documents += m.value("documents", int64_t{0});
     skipped += m.value("skipped_lines", int64_t{0});
     ranks.push_back({{"rank", r},
                      {"lines", rank["lines"]},
-                     {"shards", m["shards"].size()},
+                     {"shards", mine.count()},
                      {"rows", m.value("rows", int64_t{0})},
                      {"documents", m.value("documents", int64_t{0})},
                      {"device_map", m.value("device_map", json::object())}});
+    sources.push_back(manifest_entries(path, m));
   }
   if (!report.waiting.empty()) return report;
 
@@ -164,10 +175,11 @@ MergeReport merge_ranks(const std::string& dir, const std::vector<std::string>& 
   std::string problem;
   const std::optional<ShardSchema> schema = shard_schema(out, problem);
   if (!schema) throw RunError(concat("the ranks' manifests in ", dir, " ", problem));
-  if (schema->stats) out["stats"] = write_merged_stats(dir, out["shards"], *schema);
-  write_manifest(dir, out);
+  const EntrySource shards = in_turn(std::move(sources));
+  if (schema->stats) out["stats"] = write_merged_stats(dir, shards, *schema);
+  write_manifest_streamed(dir, out, shards, &listed);
   report.assembled = true;
-  report.shards = static_cast<int64_t>(out["shards"].size());
+  report.shards = listed.count();
   report.rows = rows;
   report.manifest = (fs::path(dir) / kManifestName).string();
   return report;

@@ -328,17 +328,4 @@ json manifest_head(const Model& model, const std::vector<PointInfo>& plan) {
   return manifest_head(capture_origin(model), plan);
 }
 
-void write_manifest(const std::string& dir, const json& manifest, FaultPoints* faults,
-                    const std::string& file) {
-  const std::string path = (fs::path(dir) / file).string();
-  const std::string text = seal_manifest(manifest);
-  write_file_atomic(path, [&](int fd) {
-    // In two halves, so that a test can stop the process with the temp file half written.
-    const size_t half = text.size() / 2;
-    write_all(fd, text.data(), half, path);
-    if (faults) faults->reached(ExportFaults::Moment::kManifestWrite);
-    write_all(fd, text.data() + half, text.size() - half, path);
-  });
-}
-
 }  // namespace actcap

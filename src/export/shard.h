@@ -18,6 +18,7 @@
 #include "actcap/safetensors.h"
 #include "export/faults.h"
 #include "export/layout.h"
+#include "export/manifest.h"
 
 namespace actcap {
 
@@ -100,29 +101,15 @@ std::vector<VerifyIssue> check_shard(const SafetensorsFile& shard, const std::st
                                      const nlohmann::json& entry, const ShardSchema& schema,
                                      const ShardCheckOptions& options = {});
 
-// verify_output, also handing back the shard entries the folder claims (VerifyReport::claimed
-// holds their files): what `extract --resume` keeps. `layout`: whose manifest and journal (a
-// rank's, while a ranked extract runs).
-VerifyReport verify_output(const std::string& dir, nlohmann::json& claimed,
-                           const OutputLayout& layout = {});
+// verify_output, also handing every shard entry the folder claims to `on_claimed` as it is
+// checked, in order (the manifest's, then the journal's): what `extract --resume` continues
+// from. `layout`: whose manifest and journal (a rank's, while a ranked extract runs).
+VerifyReport verify_output(const std::string& dir, const OutputLayout& layout,
+                           const EntryVisitor& on_claimed);
 
 // format, complete (false), model (path, model_type, fingerprint), device_map, points (dtype
 // and per-token shape of each planned point), rows (0), shards ([]).
 nlohmann::json manifest_head(const CaptureOrigin& origin, const std::vector<PointInfo>& plan);
 nlohmann::json manifest_head(const Model& model, const std::vector<PointInfo>& plan);
-
-// The manifest at `path` without its shard entries ("shards" left empty, if it is a list), read
-// as a stream so that a long list is never held; nullopt with `problem` ("not valid JSON (...)",
-// "cannot be read", too large) otherwise.
-std::optional<nlohmann::json> manifest_outline(const std::string& path, std::string& problem);
-
-// Whether `manifest` carries its manifest_checksum and matches it (unaltered since sealed).
-bool manifest_sealed(const nlohmann::json& manifest);
-
-// Seals `manifest` (seal_manifest) and writes DIR/`file` (manifest.json, or a rank's manifest)
-// crash-safely. `faults` (tests only): the manifest-write kill moment, with the temp file half
-// written.
-void write_manifest(const std::string& dir, const nlohmann::json& manifest,
-                    FaultPoints* faults = nullptr, const std::string& file = kManifestName);
 
 }  // namespace actcap

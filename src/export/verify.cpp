@@ -11,6 +11,7 @@
 #include "actcap/safetensors.h"
 #include "export/journal.h"
 #include "export/layout.h"
+#include "export/manifest.h"
 #include "export/shard.h"
 #include "io/text_file.h"
 
@@ -20,14 +21,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-// XXH3 of the manifest without its manifest_checksum field, dumped canonically: what sealing
-// writes and verifying recomputes.
-std::string manifest_checksum(json manifest) {
-  manifest.erase("manifest_checksum");
-  const std::string canonical = manifest.dump();
-  return hex64(xxh3(canonical.data(), canonical.size()));
-}
 
 bool plain_file_name(const std::string& name) {
   return !name.empty() && name.find('/') == std::string::npos &&
@@ -44,88 +37,6 @@ void add_issue(VerifyReport& r, const std::string& file, const std::string& tens
                                  : journal ? VerifyIssue::Kind::kJournal
                                            : VerifyIssue::Kind::kShard;
   r.issues.push_back({file, tensor, problem, kind});
-}
-
-// A manifest is read in two streaming passes, so that a long shard list is never held: the first
-// (manifest_outline) keeps everything but the shard entries; the second (stream_entries) hands each
-// entry on in order, feeding its canonical dump into the checksum between the outline's own
-// canonical text before and after the list.
-
-// The nlohmann callback that takes the elements of the top-level "shards" array out of the
-// document as they complete, handing each to `take`.
-json::parser_callback_t shard_taker(std::string& key, const std::function<void(json&)>& take) {
-  return [&key, take](int depth, json::parse_event_t event, json& parsed) {
-    if (depth == 1 && event == json::parse_event_t::key) {
-      key = parsed.is_string() ? parsed.get<std::string>() : std::string();
-      return true;
-    }
-    const bool element = event == json::parse_event_t::object_end ||
-                         event == json::parse_event_t::array_end ||
-                         event == json::parse_event_t::value;
-    if (depth == 2 && element && key == "shards") {
-      take(parsed);
-      return false;  // not kept
-    }
-    return true;
-  };
-}
-
-}  // namespace
-
-std::optional<json> manifest_outline(const std::string& path, std::string& problem) {
-  std::error_code ec;
-  if (fs::file_size(path, ec) > kMaxManifestBytes) {
-    problem = concat("is larger than the ", kMaxManifestBytes, " bytes a manifest may hold");
-    return std::nullopt;
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    problem = "cannot be read";
-    return std::nullopt;
-  }
-  std::string key;
-  try {
-    return json::parse(in, shard_taker(key, [](json&) {}));
-  } catch (const json::exception& e) {
-    problem = concat("not valid JSON (", e.what(), ")");
-    return std::nullopt;
-  }
-}
-
-namespace {
-
-// Pass two over a manifest pass one accepted: every entry to `on_entry`, and the checksum.
-bool stream_entries(const std::string& path, const json& rest,
-                    const std::function<void(const json&)>& on_entry) {
-  json outline = rest;
-  outline.erase("manifest_checksum");
-  const std::string mark =
-      "\x01"
-      "actcap shard list"
-      "\x01";
-  outline["shards"] = mark;
-  const std::string text = outline.dump();
-  const std::string dumped_mark = json(mark).dump();
-  const size_t at = text.find(dumped_mark);
-  Xxh3Stream sum;
-  sum.update(text.data(), at);
-  sum.update("[", 1);
-  int64_t n = 0;
-  std::ifstream in(path, std::ios::binary);
-  std::string key;
-  // The second pass's document must be the first's (the file did not change in between).
-  const json again = json::parse(in, shard_taker(key, [&](json& entry) {
-                                   const std::string d = entry.dump();
-                                   if (n++) sum.update(",", 1);
-                                   sum.update(d.data(), d.size());
-                                   on_entry(entry);
-                                 }));
-  if (again != rest)
-    throw json::other_error::create(501, "the manifest changed while it was read", nullptr);
-  sum.update("]", 1);
-  sum.update(text.data() + at + dumped_mark.size(), text.size() - at - dumped_mark.size());
-  return rest.contains("manifest_checksum") && rest["manifest_checksum"].is_string() &&
-         rest["manifest_checksum"].get<std::string>() == hex64(sum.digest());
 }
 
 // One file of the run, opened and checked against its entry and the schema.
@@ -212,23 +123,13 @@ class ShardChecker {
 
 }  // namespace
 
-bool manifest_sealed(const json& manifest) {
-  return manifest.is_object() && manifest.contains("manifest_checksum") &&
-         manifest["manifest_checksum"].is_string() &&
-         manifest["manifest_checksum"].get<std::string>() == manifest_checksum(manifest);
-}
-
-std::string seal_manifest(json manifest) {
-  manifest["manifest_checksum"] = manifest_checksum(manifest);
-  return manifest.dump(2) + "\n";
-}
-
 namespace {
 
 // The folder as `layout`'s writer left it: its manifest (streamed: the shard list is never held),
 // then, while the run is unfinished, its journal; every claimed shard checked. `claimed`, when
-// given, receives every claimed entry (what --resume keeps).
-VerifyReport verify_folder(const std::string& dir, const OutputLayout& layout, json* claimed) {
+// given, is handed every claimed entry (what --resume continues from).
+VerifyReport verify_folder(const std::string& dir, const OutputLayout& layout,
+                           const EntryVisitor* claimed) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw InputError(concat(dir, " is not a folder"));
   VerifyReport r;
@@ -278,7 +179,7 @@ VerifyReport verify_folder(const std::string& dir, const OutputLayout& layout, j
   if (!schema) {  // the entries cannot be checked; the seal still can
     add_issue(r, name, "", problem);
     if (m.contains("shards") && m["shards"].is_array())
-      seal(stream_entries(path, m, [](const json&) {}));
+      seal(stream_manifest_entries(path, m, [](const json&) {}));
     else
       seal(manifest_sealed(m));
     return r;
@@ -287,10 +188,10 @@ VerifyReport verify_folder(const std::string& dir, const OutputLayout& layout, j
   const bool journal = !complete && fs::exists(fs::path(dir) / layout.journal(), ec);
   std::map<std::string, uint64_t> known;  // file -> XXH3 of its entry, for the journal's claims
   try {
-    seal(stream_entries(path, m, [&](const json& e) {
+    seal(stream_manifest_entries(path, m, [&](const json& e) {
       if (journal && e.is_object() && e.contains("file") && e["file"].is_string())
         known.emplace(e["file"].get<std::string>(), entry_xxh3(e));
-      if (claimed) claimed->push_back(e);
+      if (claimed) (*claimed)(e);
       checker.check(e);
     }));
   } catch (const json::exception& e) {  // changed between the two passes
@@ -298,8 +199,8 @@ VerifyReport verify_folder(const std::string& dir, const OutputLayout& layout, j
     return r;
   }
   if (journal)  // an unfinished extract claims shards in its journal
-    for (const std::string& p : stream_journal(dir, layout.journal(), known, [&](const json& e) {
-           if (claimed) claimed->push_back(e);
+    for (const std::string& p : stream_journal(dir, layout.journal(), &known, [&](const json& e) {
+           if (claimed) (*claimed)(e);
            checker.check(e);
          }))
       add_issue(r, layout.journal(), "", p);
@@ -322,9 +223,9 @@ VerifyReport verify_folder(const std::string& dir, const OutputLayout& layout, j
 
 VerifyReport verify_output(const std::string& dir) { return verify_folder(dir, {}, nullptr); }
 
-VerifyReport verify_output(const std::string& dir, json& claimed, const OutputLayout& layout) {
-  claimed = json::array();
-  return verify_folder(dir, layout, &claimed);
+VerifyReport verify_output(const std::string& dir, const OutputLayout& layout,
+                           const EntryVisitor& on_claimed) {
+  return verify_folder(dir, layout, &on_claimed);
 }
 
 }  // namespace actcap
