@@ -112,10 +112,9 @@ struct VerifyIssue {
 };
 struct VerifyReport {
   int64_t shards = 0;
-  // The files of the shard entries the folder claims, in order: the manifest's, then (while the
-  // run is not complete) the journal's ("" for an entry without a file name). What
-  // `extract --resume` continues from once the report is clean.
-  std::vector<std::string> claimed;
+  // How many shard entries the folder claims: the manifest's, then (while the run is not complete)
+  // the journal's.
+  int64_t claimed = 0;
   int64_t tensors = 0;
   uint64_t bytes = 0;
   std::vector<VerifyIssue> issues;

@@ -68,12 +68,10 @@ std::optional<json> journal_entry(const char* begin, const char* end, int64_t li
 
 // The entry against what is already claimed: new (true, and now known), the same (false), or a
 // different claim on the same file (`problem`).
-bool claim(std::map<std::string, uint64_t>& known, const json& shard, int64_t line_no,
-           std::string& problem) {
+bool claim(KnownEntries& known, const json& shard, int64_t line_no, std::string& problem) {
   const std::string file = shard["file"].get<std::string>();
-  const std::string dumped = shard.dump();
-  const uint64_t h = xxh3(dumped.data(), dumped.size());
-  const auto [it, added] = known.emplace(file, h);
+  const uint64_t h = entry_xxh3(shard);
+  const auto [it, added] = known.emplace(xxh3(file.data(), file.size()), h);
   if (!added && it->second != h)
     problem = concat("line ", line_no, " claims ", file, " differently from ", kManifestName);
   return added;
@@ -86,12 +84,16 @@ uint64_t entry_xxh3(const json& shard) {
   return xxh3(dumped.data(), dumped.size());
 }
 
+void know(KnownEntries& known, const json& shard) {
+  const std::string& file = shard["file"].get_ref<const std::string&>();
+  known.emplace(xxh3(file.data(), file.size()), entry_xxh3(shard));
+}
+
 std::vector<std::string> merge_journal_text(const std::string& text, json& shards) {
   if (!shards.is_array()) return {concat(kManifestName, " has no shard list")};
-  std::map<std::string, uint64_t> known;
+  KnownEntries known;
   for (const json& s : shards)
-    if (s.is_object() && s.contains("file") && s["file"].is_string())
-      known.emplace(s["file"].get<std::string>(), entry_xxh3(s));
+    if (s.is_object() && s.contains("file") && s["file"].is_string()) know(known, s);
   size_t begin = 0;
   for (int64_t line_no = 1;; ++line_no) {
     const size_t end = text.find('\n', begin);
@@ -108,7 +110,7 @@ std::vector<std::string> merge_journal_text(const std::string& text, json& shard
 }
 
 std::vector<std::string> stream_journal(const std::string& dir, const std::string& file,
-                                        std::map<std::string, uint64_t>* known,
+                                        KnownEntries* known,
                                         const std::function<void(const json&)>& on_entry) {
   const std::string path = (fs::path(dir) / file).string();
   std::error_code ec;

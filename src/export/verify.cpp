@@ -66,7 +66,7 @@ class ShardChecker {
 
   void check(const json& shard) {
     const bool named = shard.is_object() && shard.contains("file") && shard["file"].is_string();
-    r_.claimed.push_back(named ? shard["file"].get<std::string>() : std::string());
+    ++r_.claimed;
     order(shard);
     if (!named) {
       add_issue(r_, kManifestName, "", "malformed shard entry");
@@ -186,11 +186,11 @@ VerifyReport verify_folder(const std::string& dir, const OutputLayout& layout,
   }
   ShardChecker checker(dir, *schema, r, name);
   const bool journal = !complete && fs::exists(fs::path(dir) / layout.journal(), ec);
-  std::map<std::string, uint64_t> known;  // file -> XXH3 of its entry, for the journal's claims
+  KnownEntries known;  // the manifest's entries, for the journal's claims
   try {
     seal(stream_manifest_entries(path, m, [&](const json& e) {
       if (journal && e.is_object() && e.contains("file") && e["file"].is_string())
-        known.emplace(e["file"].get<std::string>(), entry_xxh3(e));
+        know(known, e);
       if (claimed) (*claimed)(e);
       checker.check(e);
     }));

@@ -144,6 +144,49 @@ TEST(Faults, ExtractWriterThreadDrainsAndFailsCleanly) {
   fs::remove_all(dir);
 }
 
+// --resume streams the claimed list rather than holding it, so it requires the list extract writes:
+// shards 0, 1, 2, ... in order. A sealed, verified list naming another file is refused, named.
+TEST(Faults, ResumeRefusesAClaimedListNotInShardOrder) {
+  auto m = Model::load("demo");
+  const std::string dir = temp_dir();
+  {
+    std::ofstream in(dir + "/in.txt");
+    for (int i = 0; i < 60; ++i) in << "document " << i << " for the shard order\n";
+  }
+  ExtractOptions o;
+  o.input = dir + "/in.txt";
+  o.capture.patterns = {"transformer.h.1"};
+  o.shard_bytes = 4 << 10;
+  o.out = dir + "/run";
+  o.faults.damage_file = 2;  // stops with shards 0 and 1 claimed in the journal
+  auto tok = tokenizer_for("demo");
+  EXPECT_THROW(run_extract(*m, tok.get(), o), RunError);
+  o.faults = {};
+  nlohmann::json manifest = nlohmann::json::parse(std::ifstream(o.out + "/manifest.json"));
+  ASSERT_TRUE(merge_journal(o.out, manifest["shards"]).empty());
+  ASSERT_EQ(manifest["shards"].size(), 2u);
+  // Shard 1 under another valid name, its entry saying so: every file still verifies.
+  fs::rename(o.out + "/shard-00001.safetensors", o.out + "/shard-00005.safetensors");
+  manifest["shards"][1]["file"] = "shard-00005.safetensors";
+  manifest.erase("manifest_checksum");
+  std::ofstream(o.out + "/manifest.json", std::ios::trunc) << seal_manifest(manifest);
+  fs::remove(o.out + "/manifest.journal");
+  const VerifyReport before = verify_output(o.out);
+  for (const VerifyIssue& i : before.issues)
+    EXPECT_EQ(i.kind, VerifyIssue::Kind::kIncomplete) << i.file << ": " << i.problem;
+  o.resume = true;
+  try {
+    run_extract(*m, tok.get(), o);
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("shard-00005.safetensors, not shard-00001.safetensors"), std::string::npos)
+        << msg;
+  }
+  EXPECT_TRUE(fs::exists(o.out + "/shard-00005.safetensors"));  // nothing removed
+  fs::remove_all(dir);
+}
+
 // A process killed with SIGKILL in the middle of a write leaves `<file>.tmp.<pid>` behind: those
 // are actcap's to remove (--resume, --overwrite); files that merely look alike are the user's.
 TEST(Faults, TempFilesOfAKilledWriteAreOursToRemoveAndNothingElseIs) {
