@@ -2,7 +2,7 @@
 """How verify, --resume and merge scale with the number of shards (issue 17 item 6).
 
     PYTHONPATH=build/python /usr/bin/python3 bench/manifest_scale.py --actcap build/actcap \
-        [--shards 10000,100000] [--work /tmp/manifest-scale] [--ranks 4]
+        [--shards 10000,100000] [--extract 2000,20000] [--work /tmp/manifest-scale] [--ranks 4]
 
 Builds synthetic datasets of N shards cheaply: one real shard written by `actcap extract` (the demo
 model, one document), hard-linked N times under the names a run gives them, and a manifest listing
@@ -13,7 +13,12 @@ processes, with their peak resident memory (getrusage of the child):
   verify      a complete single-process dataset;
   resume      the same run unfinished (half its shards in manifest.json, half in manifest.journal),
               resumed: every claimed shard re-checked, the journal taken in, the run completed;
-  merge       the same shards as the rank manifests of --ranks ranks, assembled by `actcap merge`.
+  merge       the same shards as the rank manifests of --ranks ranks, assembled by `actcap merge`;
+  verify      the merged dataset.
+
+With --extract N1,N2,...: a real `actcap extract` of N one-document shards each (the demo model,
+N 4-token documents, --shard-size 1KB): its peak memory must not grow with N (the running extract
+keeps no shard list).
 
 Per-shard time constant across N (µs/shard) means linear; the manifest's size on disk is printed.
 """
@@ -73,6 +78,7 @@ def main():
     ap.add_argument("--shards", default="10000,100000")
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--work", default="/tmp/manifest-scale")
+    ap.add_argument("--extract", default="", help="shard counts of real extract runs, e.g. 2000,20000")
     ap.add_argument("--keep", action="store_true", help="keep the folders (WORK/nN, WORK/nN/ranked)")
     a = ap.parse_args()
     global _core, _pool
@@ -145,6 +151,18 @@ def main():
             print(f"{n:>8} {size / 2**20:>8.1f}Mi {step:>7} {wall:>8.2f} {wall / n * 1e6:>9.1f} {rss:>13.0f}")
         if not a.keep:
             shutil.rmtree(d)
+    for n in sorted(int(x) for x in a.extract.split(",") if x):
+        corpus = work / f"docs{n}.jsonl"
+        corpus.write_text((json.dumps({"input_ids": [1, 2, 3, 4]}) + "\n") * n)
+        out = work / f"extract{n}"
+        wall, rss = timed([actcap, "extract", "demo", "--input", corpus, "--capture", "transformer.h.1",
+                           "--shard-size", "1KB", "--out", out, "--quiet"])
+        shards = len(json.load(open(out / "manifest.json"))["shards"])
+        assert shards == n, f"expected {n} shards, the run wrote {shards}"
+        size = (out / "manifest.json").stat().st_size
+        print(f"{n:>8} {size / 2**20:>8.1f}Mi {'extract':>7} {wall:>8.2f} {wall / n * 1e6:>9.1f} {rss:>13.0f}")
+        if not a.keep:
+            shutil.rmtree(out)
 
 
 if __name__ == "__main__":
