@@ -34,6 +34,7 @@ class Xxh3Stream {
   Xxh3Stream& operator=(const Xxh3Stream&) = delete;
   void update(const void* data, size_t size);
   uint64_t digest() const;
+  void reset();  // as new
 
  private:
   void* state_;  // XXH3_state_t
@@ -43,5 +44,8 @@ class Xxh3Stream {
 // cache, first feeds `stream`, then is hashed. Returns chunked_xxh3() of the bytes, so that a
 // checksum taken with `stream` is proven to be of bytes that match a fingerprint taken earlier.
 uint64_t stream_and_fingerprint(const void* data, size_t size, Xxh3Stream& stream);
+// The same pass copying each chunk to `dst` first (not overlapping `src`): `stream` and the
+// returned fingerprint are of the copied bytes, so a match proves the copy is what was captured.
+uint64_t copy_stream_and_fingerprint(const void* src, void* dst, size_t size, Xxh3Stream& stream);
 
 }  // namespace actcap

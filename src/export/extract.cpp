@@ -30,6 +30,7 @@
 #include "export/layout.h"
 #include "export/merge.h"
 #include "export/shard.h"
+#include "export/shard_stream.h"
 #include "export/stats.h"
 #include "io/atomic_file.h"
 #include "util/stage_timer.h"
@@ -58,12 +59,20 @@ struct Window {
   std::vector<int64_t> positions;
 };
 
-// A shard ready for the writer: its contents (checksums taken from verified data) plus what the
-// manifest records.
+// Work for the writer. kWhole: a shard ready to write, its contents (checksums taken from verified
+// data) plus what the manifest records. A streamed shard (shard_stream.h) comes as kBegin (its
+// rows and points), one kBatch per batch (that batch's rows of every point, plan order, with their
+// capture fingerprints) and kEnd (its row indices and what the manifest records).
 struct ShardJob {
+  enum class Kind { kWhole, kBegin, kBatch, kEnd } kind = Kind::kWhole;
   int64_t index = 0;
   ShardContents contents;
   int64_t first_line = 0, last_line = 0, documents = 0;
+  int64_t rows = 0;
+  std::vector<PointInfo> plan;
+  std::vector<CapturedRows> parts;
+  size_t bytes = 0;  // kBatch: the bytes its parts hold
+  std::vector<int64_t> row_line, row_pos, row_token;
 };
 
 // One batch's rows of one point, with the fingerprint they are checked against.
@@ -252,14 +261,16 @@ EntrySource in_shard_order(const OutputLayout& layout, EntrySource source) {
 class ShardWriter {
  public:
   // `manifest`: the run's manifest as written at its start, without its shard list; `claimed`:
-  // the entries that list holds (a resumed run's).
+  // the entries that list holds (a resumed run's). `capacity`: whole shards queued before push()
+  // blocks; batches of streamed shards are held up to `capacity` x `shard_bytes` bytes.
   ShardWriter(std::string dir, json manifest, EntryTally claimed, ShardSchema schema,
-              size_t capacity, FaultPoints& faults, OutputLayout layout)
+              size_t capacity, uint64_t shard_bytes, FaultPoints& faults, OutputLayout layout)
       : dir_(std::move(dir)),
         manifest_(std::move(manifest)),
         claimed_(std::move(claimed)),
         schema_(std::move(schema)),
         capacity_(capacity),
+        batch_bytes_limit_(std::max<uint64_t>(1, capacity) * shard_bytes),
         faults_(faults),
         layout_(layout),
         journal_(dir_, &faults, layout_.journal()),
@@ -274,8 +285,20 @@ class ShardWriter {
   // Blocks while the queue is full. Rethrows the writer's failure, if any.
   void push(ShardJob job) {
     std::unique_lock<std::mutex> lock(mu_);
-    space_.wait(lock, [&] { return queue_.size() < capacity_ || error_; });
+    space_.wait(lock, [&] {
+      if (error_) return true;
+      switch (job.kind) {
+        case ShardJob::Kind::kWhole:
+          return whole_queued_ < capacity_;
+        case ShardJob::Kind::kBatch:
+          return batch_bytes_ == 0 || batch_bytes_ + job.bytes <= batch_bytes_limit_;
+        default:
+          return true;
+      }
+    });
     if (error_) std::rethrow_exception(error_);
+    if (job.kind == ShardJob::Kind::kWhole) ++whole_queued_;
+    batch_bytes_ += job.bytes;
     queue_.push_back(std::move(job));
     ready_.notify_one();
   }
@@ -352,27 +375,83 @@ class ShardWriter {
         if (queue_.empty()) return;
         job = std::move(queue_.front());
         queue_.pop_front();
-        space_.notify_one();
+        if (job.kind == ShardJob::Kind::kWhole) {
+          --whole_queued_;
+          space_.notify_one();
+        }
       }
       try {
-        write(job);  // may add the shard's statistics to its contents
+        switch (job.kind) {
+          case ShardJob::Kind::kWhole:
+            write(job);  // may add the shard's statistics to its contents
+            break;
+          case ShardJob::Kind::kBegin:
+            stream_plan_ = job.plan;
+            stream_ = std::make_unique<StreamedShard>(dir_, layout_.shard(job.index), job.index,
+                                                      stream_plan_, job.rows, schema_, &faults_);
+            break;
+          case ShardJob::Kind::kBatch:
+            write_batch(job);
+            break;
+          case ShardJob::Kind::kEnd:
+            write(job);
+            break;
+        }
       } catch (...) {
+        stream_.reset();  // an unfinished streamed shard's temp file goes with it
         std::lock_guard<std::mutex> lock(mu_);
         error_ = std::current_exception();
         queue_.clear();
+        whole_queued_ = 0;
+        batch_bytes_ = 0;
         space_.notify_all();
         return;
+      }
+      if (job.kind == ShardJob::Kind::kBatch) {
+        job.parts.clear();  // the snapshots' memory goes back before the forward needs it
+        std::lock_guard<std::mutex> lock(mu_);
+        batch_bytes_ -= job.bytes;
+        space_.notify_one();
       }
     }
   }
 
+  void write_batch(const ShardJob& job) {
+    StageTimer batch_timer("writer.batch");
+    if (!stream_) throw RunError("a batch came for no shard (internal error)");
+    const int bad = stream_->add_batch(job.parts);
+    if (bad >= 0)
+      throw changed_part(layout_.shard(job.index), stream_plan_[static_cast<size_t>(bad)].name,
+                         stream_->batches());
+  }
+
+  // A streamed shard's end: its rows checked in order, then StreamedShard::finish().
+  json finish_stream(ShardJob& job) {
+    if (!stream_) throw RunError("a shard ended that never began (internal error)");
+    for (size_t i = 1; i < job.row_line.size(); ++i)
+      if (job.row_line[i - 1] > job.row_line[i] ||
+          (job.row_line[i - 1] == job.row_line[i] && job.row_pos[i - 1] >= job.row_pos[i]))
+        throw RunError(concat(layout_.shard(job.index), ": row ", i,
+                              " came out of (line, position) order; the shard was not written "
+                              "(internal error)"));
+    json entry = stream_->finish(job.row_line, job.row_pos, job.row_token);
+    stream_.reset();
+    job.contents.rows = static_cast<int64_t>(job.row_line.size());
+    return entry;
+  }
+
+  // A whole shard (kWhole), or the end of a streamed one (kEnd): written, read back, claimed.
   void write(ShardJob& job) {
-    if (names_shard(faults_.faults().damage_queued, job.index))
+    const bool whole = job.kind == ShardJob::Kind::kWhole;
+    if (whole && names_shard(faults_.faults().damage_queued, job.index))
       flip_last_byte(held_as_pieces(job.contents, 0) ? job.contents.pieces.front().back()
                                                      : job.contents.tensors.front().second);
     StageTimer write_timer("writer.shard");
-    if (schema_.stats) add_stats(job.contents);
-    json entry = write_checked_shard(dir_, job.index, job.contents, schema_, &faults_, layout_);
+    if (whole && schema_.stats) add_stats(job.contents);
+    json entry =
+        job.kind == ShardJob::Kind::kEnd
+            ? finish_stream(job)
+            : write_checked_shard(dir_, job.index, job.contents, schema_, &faults_, layout_);
     entry["first_line"] = job.first_line;
     entry["last_line"] = job.last_line;
     entry["documents"] = job.documents;
@@ -388,6 +467,11 @@ class ShardWriter {
   EntryTally claimed_;  // every shard entry of the run: the manifest's and the journal's
   ShardSchema schema_;
   size_t capacity_;
+  uint64_t batch_bytes_limit_;
+  size_t whole_queued_ = 0;
+  uint64_t batch_bytes_ = 0;
+  std::unique_ptr<StreamedShard> stream_;  // writer thread only
+  std::vector<PointInfo> stream_plan_;
   FaultPoints& faults_;
   OutputLayout layout_;
   std::mutex mu_;
@@ -655,7 +739,8 @@ std::unique_ptr<ShardWriter> open_writer(const ExtractOptions& o, const json& ma
         concat(o.out, "/", layout.manifest(), " ", problem, "; overwrite it to start again"),
         {"overwrite"});
   return std::make_unique<ShardWriter>(o.out, manifest, std::move(claimed), std::move(*schema),
-                                       static_cast<size_t>(o.queue_shards), faults, layout);
+                                       static_cast<size_t>(o.queue_shards), o.shard_bytes, faults,
+                                       layout);
 }
 
 // One shard's worth of whole documents, cut into windows.
@@ -727,16 +812,50 @@ struct ShardRows {
   std::vector<int64_t> row_line, row_pos, row_token;
 };
 
-// Runs the windows in batches grouped by length (longest first, so padding stays small),
-// capturing with `cap` (or, without one, only the forward); `report` after each batch.
-ShardRows run_batches(Model& model, SafeCapturer* cap, const std::vector<Window>& windows,
-                      const ExtractOptions& o, int64_t context, ExtractProgress& progress,
-                      const std::function<void()>& report) {
+// The order the windows run in: grouped by length, longest first (so padding stays small).
+std::vector<size_t> batch_order(const std::vector<Window>& windows) {
   std::vector<size_t> order(windows.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     return windows[a].ids.size() > windows[b].ids.size();
   });
+  return order;
+}
+
+// The number of rows the windows' batches capture when they come out in (document line,
+// position) order (each window's positions in turn, windows in batch order: SafeCapturer's row
+// order), else -1: then each point's tensor is its batches' rows back to back, and the shard can
+// be written as the batches complete (StreamedShard).
+int64_t rows_in_order(const std::vector<Window>& windows) {
+  int64_t rows = 0, line = -1, pos = -1;
+  for (size_t k : batch_order(windows))
+    for (int64_t p : windows[k].positions) {
+      const int64_t at = windows[k].start + p;
+      if (windows[k].doc_line < line || (windows[k].doc_line == line && at <= pos)) return -1;
+      line = windows[k].doc_line;
+      pos = at;
+      ++rows;
+    }
+  return rows;
+}
+
+// ACTCAP_STREAM=0 writes every shard whole, after its last batch (for measuring and for the tests
+// that compare both ways: the files are the same).
+bool streaming_allowed() {
+  const char* e = std::getenv("ACTCAP_STREAM");
+  return !(e && std::string(e) == "0");
+}
+
+// One batch's verified parts, plan order, and its row count, handed on as soon as it is captured.
+using BatchSink = std::function<void(std::vector<Part>&&, int64_t)>;
+
+// Runs the windows in batches (batch_order), capturing with `cap` (or, without one, only the
+// forward); `report` after each batch. With `sink`, each batch's parts go to it instead of into
+// the returned rows (which then hold only the row indices).
+ShardRows run_batches(Model& model, SafeCapturer* cap, const std::vector<Window>& windows,
+                      const ExtractOptions& o, int64_t context, ExtractProgress& progress,
+                      const std::function<void()>& report, const BatchSink* sink = nullptr) {
+  const std::vector<size_t> order = batch_order(windows);
   ShardRows out;
   for (size_t begin = 0; begin < order.size(); begin += o.batch_size) {
     const size_t end = std::min(order.size(), begin + static_cast<size_t>(o.batch_size));
@@ -759,9 +878,18 @@ ShardRows run_batches(Model& model, SafeCapturer* cap, const std::vector<Window>
         out.row_pos.push_back(w.start + cap->row_pos()[r]);
         out.row_token.push_back(cap->row_token()[r]);
       }
-      for (const PointInfo& p : cap->plan())
-        out.parts[p.name].push_back(verified_part(*cap, p.name, o.capture.fingerprint));
-      cap->clear();
+      if (sink) {
+        std::vector<Part> parts;
+        for (const PointInfo& p : cap->plan())
+          parts.push_back(verified_part(*cap, p.name, o.capture.fingerprint));
+        const int64_t rows = static_cast<int64_t>(cap->row_seq().size());
+        cap->clear();
+        (*sink)(std::move(parts), rows);
+      } else {
+        for (const PointInfo& p : cap->plan())
+          out.parts[p.name].push_back(verified_part(*cap, p.name, o.capture.fingerprint));
+        cap->clear();
+      }
     }
     progress.tokens_done += batch.tokens();
     report();
@@ -874,6 +1002,51 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
                                  lines, skip_tokens, progress);
     gather_timer.stop();
     if (in.windows.empty()) break;
+    const int64_t streamed_rows = cap && !o.stats && !cap->plan().empty() && streaming_allowed()
+                                      ? rows_in_order(in.windows)
+                                      : -1;
+    if (streamed_rows > 0) {
+      // Written as the batches complete: the rows are already in order.
+      const int64_t index = next_shard++;
+      ShardJob begin;
+      begin.kind = ShardJob::Kind::kBegin;
+      begin.index = index;
+      begin.rows = streamed_rows;
+      begin.plan = cap->plan();
+      writer->push(std::move(begin));
+      const BatchSink sink = [&](std::vector<Part>&& parts, int64_t rows) {
+        ShardJob job;
+        job.kind = ShardJob::Kind::kBatch;
+        job.index = index;
+        job.rows = rows;
+        for (Part& part : parts) {
+          at::Tensor r = part.rows;
+          if (!r.device().is_cpu()) r = r.cpu();
+          r = r.contiguous();
+          job.bytes += static_cast<size_t>(r.numel()) * r.element_size();
+          job.parts.push_back({std::move(r), part.xxh3});
+        }
+        StageTimer push_timer("batch.push_wait");
+        writer->push(std::move(job));
+      };
+      StageTimer batches_timer("shard.run_batches");
+      ShardRows rows =
+          run_batches(model, cap.get(), in.windows, o, context, progress, report, &sink);
+      batches_timer.stop();
+      progress.documents_done += in.documents;
+      ShardJob end;
+      end.kind = ShardJob::Kind::kEnd;
+      end.index = index;
+      end.first_line = in.first_line;
+      end.last_line = in.last_line;
+      end.documents = in.documents;
+      end.row_line = std::move(rows.row_line);
+      end.row_pos = std::move(rows.row_pos);
+      end.row_token = std::move(rows.row_token);
+      writer->push(std::move(end));
+      report();
+      continue;
+    }
     StageTimer batches_timer("shard.run_batches");
     ShardRows rows = run_batches(model, cap.get(), in.windows, o, context, progress, report);
     batches_timer.stop();

@@ -97,14 +97,14 @@ json tensor_checksums(const std::vector<std::pair<std::string, at::Tensor>>& ten
   return sums;
 }
 
-namespace {
-
 std::map<std::string, std::string> shard_metadata(const ShardSchema& schema,
                                                   const json& checksums) {
   return {{"actcap.format", schema.format},
           {"actcap.model", schema.fingerprint},
           {"actcap.checksums", checksums.dump()}};
 }
+
+namespace {
 
 std::string shape_text(const std::vector<int64_t>& shape) { return json(shape).dump(); }
 
@@ -200,9 +200,8 @@ struct ShardIssues {
 };
 
 // The header as bytes: dtypes, shapes, offsets, names and metadata exactly as written.
-void check_header_bytes(const SafetensorsFile& shard, const json& entry, const ShardIssues& bad) {
-  const uint64_t header_bytes = shard.header().data_offset;
-  const std::string got = hex64(xxh3(shard.file_bytes(), header_bytes));
+void check_header_bytes(const ShardImage& shard, const json& entry, const ShardIssues& bad) {
+  const std::string got = hex64(xxh3(shard.prefix, shard.header.data_offset));
   if (!entry.contains("header_xxh3") || !entry["header_xxh3"].is_string())
     bad("",
         "its manifest entry has no header_xxh3, so its header cannot be proven (written "
@@ -214,9 +213,9 @@ void check_header_bytes(const SafetensorsFile& shard, const json& entry, const S
 }
 
 // The __metadata__ field by field: exactly the keys and values the manifest implies.
-void check_metadata(const SafetensorsFile& shard, const ShardSchema& schema, const json& sums,
+void check_metadata(const ShardImage& shard, const ShardSchema& schema, const json& sums,
                     const ShardIssues& bad) {
-  const std::map<std::string, std::string>& meta = shard.metadata();
+  const std::map<std::string, std::string>& meta = shard.header.metadata;
   std::map<std::string, std::string> want_meta = shard_metadata(schema, sums);
   want_meta["format"] = "pt";
   for (const auto& [key, value] : meta)
@@ -239,10 +238,13 @@ void check_metadata(const SafetensorsFile& shard, const ShardSchema& schema, con
 
 // The tensors field by field: exactly the schema's, each with its dtype and [rows, ...row_shape],
 // and a checksum for each in the manifest.
-void check_tensor_set(const SafetensorsFile& shard, const ShardSchema& schema, int64_t rows,
+void check_tensor_set(const ShardImage& shard, const ShardSchema& schema, int64_t rows,
                       const json& sums, const ShardIssues& bad) {
+  std::map<std::string, const TensorInfo*> by_name;
+  for (const TensorInfo& info : shard.header.tensors) by_name[info.name] = &info;
   for (const auto& [name, want] : schema.tensors) {
-    const TensorInfo* info = shard.find(name);
+    const auto found = by_name.find(name);
+    const TensorInfo* info = found == by_name.end() ? nullptr : found->second;
     if (!info) {
       bad(name, "is planned in the manifest but absent from the shard");
       continue;
@@ -256,7 +258,7 @@ void check_tensor_set(const SafetensorsFile& shard, const ShardSchema& schema, i
       bad(name, concat("shape ", shape_text(info->shape), " in the header, manifest says ",
                        shape_text(shape)));
   }
-  for (const TensorInfo& info : shard.tensors())
+  for (const TensorInfo& info : shard.header.tensors)
     if (!schema.tensors.count(info.name))
       bad(info.name, "is in the shard but is no point of the manifest");
   for (const auto& [name, sum] : sums.items())
@@ -265,14 +267,14 @@ void check_tensor_set(const SafetensorsFile& shard, const ShardSchema& schema, i
 }
 
 // Every tensor's bytes against its checksum in the manifest.
-void check_tensor_bytes(const SafetensorsFile& shard, const json& sums, const ShardIssues& bad) {
-  for (const TensorInfo& info : shard.tensors()) {
+void check_tensor_bytes(const ShardImage& shard, const json& sums, const ShardIssues& bad) {
+  for (const TensorInfo& info : shard.header.tensors) {
     if (!sums.contains(info.name)) {
       bad(info.name, "has no checksum in the manifest");
       continue;
     }
     const std::string want = sums[info.name].is_string() ? sums[info.name].get<std::string>() : "";
-    const std::string got = hex64(xxh3(shard.data(info), info.end - info.begin));
+    const std::string got = hex64(shard.xxh3_of(info));
     if (got != want) bad(info.name, concat("checksum ", got, ", manifest says ", want));
   }
 }
@@ -280,6 +282,15 @@ void check_tensor_bytes(const SafetensorsFile& shard, const json& sums, const Sh
 }  // namespace
 
 std::vector<VerifyIssue> check_shard(const SafetensorsFile& shard, const std::string& file,
+                                     const json& entry, const ShardSchema& schema,
+                                     const ShardCheckOptions& options) {
+  const ShardImage image{
+      shard.header(), shard.file_bytes(), shard.file_size(),
+      [&](const TensorInfo& info) { return xxh3(shard.data(info), info.end - info.begin); }};
+  return check_shard(image, file, entry, schema, options);
+}
+
+std::vector<VerifyIssue> check_shard(const ShardImage& shard, const std::string& file,
                                      const json& entry, const ShardSchema& schema,
                                      const ShardCheckOptions& options) {
   std::vector<VerifyIssue> out;
@@ -296,8 +307,8 @@ std::vector<VerifyIssue> check_shard(const SafetensorsFile& shard, const std::st
   }
   const json& sums = entry["checksums"];
 
-  if (!entry.contains("bytes") || entry["bytes"] != shard.file_size())
-    bad("", concat("is ", shard.file_size(), " bytes, manifest says ",
+  if (!entry.contains("bytes") || entry["bytes"] != shard.file_size)
+    bad("", concat("is ", shard.file_size, " bytes, manifest says ",
                    entry.contains("bytes") ? entry["bytes"].dump() : "nothing"));
   if (options.header_checksum) check_header_bytes(shard, entry, bad);
   check_metadata(shard, schema, sums, bad);

@@ -6,6 +6,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -87,6 +88,11 @@ constexpr const char* kStatsFileName = "stats.safetensors";
 // The schema of the run's merged statistics file: `schema`'s statistics tensors alone.
 ShardSchema stats_file_schema(const ShardSchema& schema);
 
+// What a shard's __metadata__ holds: actcap.format, actcap.model, actcap.checksums (the dumped
+// `checksums`).
+std::map<std::string, std::string> shard_metadata(const ShardSchema& schema,
+                                                  const nlohmann::json& checksums);
+
 struct ShardCheckOptions {
   bool header_checksum = true;  // off only in tests that show the field-by-field checks alone
 };
@@ -98,6 +104,20 @@ struct ShardCheckOptions {
 // validation (parse_safetensors) already requires them packed and sized as dtype x shape. Issues
 // are named by `file`.
 std::vector<VerifyIssue> check_shard(const SafetensorsFile& shard, const std::string& file,
+                                     const nlohmann::json& entry, const ShardSchema& schema,
+                                     const ShardCheckOptions& options = {});
+
+// A shard as read back without mapping it (extract's streamed shards, shard_stream.h): its parsed
+// header, the file's first header.data_offset bytes as read, its size, and the XXH3-64 of each
+// tensor's bytes as read.
+struct ShardImage {
+  const SafetensorsHeader& header;
+  const uint8_t* prefix;
+  uint64_t file_size;
+  std::function<uint64_t(const TensorInfo&)> xxh3_of;
+};
+// check_shard over such an image: the same checks, the same issues.
+std::vector<VerifyIssue> check_shard(const ShardImage& shard, const std::string& file,
                                      const nlohmann::json& entry, const ShardSchema& schema,
                                      const ShardCheckOptions& options = {});
 

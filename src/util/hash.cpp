@@ -72,6 +72,8 @@ void Xxh3Stream::update(const void* data, size_t size) {
   if (size > 0) XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), data, size);
 }
 
+void Xxh3Stream::reset() { XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_)); }
+
 uint64_t Xxh3Stream::digest() const {
   return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(state_));
 }
@@ -85,6 +87,21 @@ uint64_t stream_and_fingerprint(const void* data, size_t size, Xxh3Stream& strea
     const size_t off = i * kChunk, len = std::min(kChunk, size - off);
     stream.update(bytes + off, len);            // the checksum first,
     hashes[i] = XXH3_64bits(bytes + off, len);  // then the check of the same bytes
+  }
+  return xxh3(hashes.data(), hashes.size() * sizeof(uint64_t));
+}
+
+uint64_t copy_stream_and_fingerprint(const void* src, void* dst, size_t size, Xxh3Stream& stream) {
+  if (size == 0) return xxh3(nullptr, 0);  // as chunked_xxh3()
+  const auto* from = static_cast<const char*>(src);
+  auto* to = static_cast<char*>(dst);
+  const size_t n = (size + kChunk - 1) / kChunk;
+  std::vector<uint64_t> hashes(n);
+  for (size_t i = 0; i < n; ++i) {
+    const size_t off = i * kChunk, len = std::min(kChunk, size - off);
+    std::memcpy(to + off, from + off, len);  // copied, then everything from the copy:
+    stream.update(to + off, len);            // the checksum first,
+    hashes[i] = XXH3_64bits(to + off, len);  // then the check of the same bytes
   }
   return xxh3(hashes.data(), hashes.size() * sizeof(uint64_t));
 }

@@ -231,8 +231,14 @@ def test_kill9_mid_shard_write_leaves_an_unclaimed_temp_file(job, tmp_path):
     killed_at(job, out, "shard-write:3")
     tmp = temp_files(out, "shard-00002.safetensors")
     assert len(tmp) == 1 and not (out / "shard-00002.safetensors").exists()
-    raw = open(out / tmp[0], "rb").read()  # the header landed, the data did not
-    assert len(raw) == 8 + int.from_bytes(raw[:8], "little")
+    raw = open(out / tmp[0], "rb").read()
+    n = int.from_bytes(raw[:8], "little")
+    if n:  # written whole: the header landed, the data did not
+        assert len(raw) == 8 + n
+    else:  # streamed as its batches ran (rows in order): data landed, the header (written last) not
+        assert len(raw) > 8 and raw[:8] == bytes(8)
+        with pytest.raises(Exception):
+            st.load(str(out / tmp[0]))
     m = assert_claimed_shards_intact(out, killed=True)
     assert [s["file"] for s in m["shards"]] == ["shard-00000.safetensors", "shard-00001.safetensors"]
     run(*job["args"], "--out", out, "--resume", check=0)
@@ -412,3 +418,57 @@ def test_verify_reports_a_manifest_of_the_wrong_shape(tmp_path, body):
     assert p.returncode == 1, p.stderr
     assert "json.exception" not in p.stdout + p.stderr
     assert json.loads(p.stdout)["issues"]
+
+
+# ---- shards written as their batches run ---------------------------------------------------------
+# When a shard's rows come out of the forward already in (line, position) order (documents of one
+# length), extract writes each batch's rows at their final offsets as it completes and the header
+# last (src/export/shard_stream.h). The same faults, the same guarantees, the same bytes.
+
+@pytest.fixture(scope="module")
+def even_job(llama, tmp_path_factory):
+    d = tmp_path_factory.mktemp("even")
+    write_jsonl(d / "in.jsonl", corpus(60, seed=4, lo=32, hi=33))  # every document 32 tokens
+    args = ["extract", llama, "--input", d / "in.jsonl", "--capture", "model.layers.*", "model.norm",
+            "--batch-size", "4", "--shard-size", "256KiB", "--quiet"]
+    run(*args, "--out", d / "ref", check=0)
+    assert len(manifest(d / "ref")["shards"]) >= 3
+    return {"args": args, "ref": d / "ref"}
+
+
+def test_streamed_shards_are_byte_identical_to_shards_written_whole(even_job, tmp_path):
+    for name, env in [("whole", {"ACTCAP_STREAM": "0"}), ("cached", {"ACTCAP_DIRECT_IO": "0"})]:
+        run(*even_job["args"], "--out", tmp_path / name, env=env, check=0)
+        assert_same_files(tmp_path / name, even_job["ref"])
+        assert manifest(tmp_path / name)["shards"] == manifest(even_job["ref"])["shards"]
+
+
+@pytest.mark.parametrize("fault,expect", [("ACTCAP_FAULT_SHARD", "read back"),
+                                          ("ACTCAP_FAULT_QUEUED", "does not read back as written"),
+                                          ("ACTCAP_FAULT_ASSEMBLED", "differ from the verified snapshot")])
+def test_streamed_shard_damaged_is_never_claimed_and_resume_restores_it(even_job, tmp_path, fault, expect):
+    out = tmp_path / "o"
+    p = run(*even_job["args"], "--out", out, env={fault: "1"})
+    assert p.returncode == 1
+    line = one_error_line(p)
+    assert "shard-00001.safetensors" in line and expect in line, line
+    m = assert_claimed_shards_intact(out)  # no temp file left either
+    assert [s["file"] for s in m["shards"]] == ["shard-00000.safetensors"]
+    assert not (out / "shard-00001.safetensors").exists()
+    run(*even_job["args"], "--out", out, "--resume", check=0)
+    assert_same_files(out, even_job["ref"])
+
+
+def test_kill9_mid_streamed_shard_leaves_a_temp_file_without_a_header(even_job, tmp_path):
+    out = tmp_path / "o"
+    killed_at(even_job, out, "shard-write:2")  # after the first batch of shard 1 landed
+    tmp = temp_files(out, "shard-00001.safetensors")
+    assert len(tmp) == 1 and not (out / "shard-00001.safetensors").exists()
+    raw = open(out / tmp[0], "rb").read()
+    assert len(raw) > 8 and raw[:8] == bytes(8)  # the header is written last
+    with pytest.raises(Exception):
+        st.load(str(out / tmp[0]))
+    m = assert_claimed_shards_intact(out, killed=True)
+    assert [s["file"] for s in m["shards"]] == ["shard-00000.safetensors"]
+    run(*even_job["args"], "--out", out, "--resume", check=0)
+    assert_same_files(out, even_job["ref"])
