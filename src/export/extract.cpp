@@ -329,7 +329,8 @@ class ShardWriter {
     const std::optional<json> started = manifest_outline(path, problem);
     if (!started) throw RunError(concat(path, " ", problem, "; resume the run"));
     const EntrySource shards = in_shard_order(
-        layout_, chain(manifest_entries(path, *started), journal_entries(dir_, layout_.journal())));
+        layout_,
+        in_turn({manifest_entries(path, *started), journal_entries(dir_, layout_.journal())}));
     if (schema_.stats && !layout_.ranked())
       manifest_["stats"] = write_merged_stats(dir_, shards, schema_, &faults_);
     for (const auto& [k, v] : extra.items()) manifest_[k] = v;
@@ -636,10 +637,11 @@ StartPoint resume_run(const ExtractOptions& o, const Model& model, const RunIden
   manifest["complete"] = false;
   manifest["rows"] = rows;
   const std::string path = (fs::path(o.out) / layout.manifest()).string();
-  write_manifest_streamed(o.out, manifest,
-                          in_shard_order(layout, chain(manifest_entries(path, on_disk),
-                                                       journal_entries(o.out, layout.journal()))),
-                          &claimed, &faults, layout.manifest());
+  write_manifest_streamed(
+      o.out, manifest,
+      in_shard_order(layout, in_turn({manifest_entries(path, on_disk),
+                                      journal_entries(o.out, layout.journal())})),
+      &claimed, &faults, layout.manifest());
   faults.reached(ExportFaults::Moment::kResume);
   for (const auto& e : fs::directory_iterator(o.out)) {
     const std::string n = e.path().filename().string();

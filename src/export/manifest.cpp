@@ -144,10 +144,9 @@ EntrySource manifest_entries(std::string path, json outline) {
   };
 }
 
-EntrySource chain(EntrySource first, EntrySource second) {
-  return [first = std::move(first), second = std::move(second)](const EntryVisitor& each) {
-    first(each);
-    second(each);
+EntrySource in_turn(std::vector<EntrySource> sources) {
+  return [sources = std::move(sources)](const EntryVisitor& each) {
+    for (const EntrySource& s : sources) s(each);
   };
 }
 

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "actcap/export.h"
 #include "export/faults.h"
@@ -63,8 +64,8 @@ bool stream_manifest_entries(const std::string& path, const nlohmann::json& outl
 
 // The entries of the manifest at `path` (its outline `outline`) as a source.
 EntrySource manifest_entries(std::string path, nlohmann::json outline);
-// The entries of `first`, then those of `second`.
-EntrySource chain(EntrySource first, EntrySource second);
+// The entries of every source in turn.
+EntrySource in_turn(std::vector<EntrySource> sources);
 
 // Whether `manifest` carries its manifest_checksum and matches it (unaltered since sealed).
 bool manifest_sealed(const nlohmann::json& manifest);

@@ -57,13 +57,6 @@ namespace {
 // What every rank of one run shares, and must agree on.
 constexpr const char* kSharedKeys[] = {"format", "model", "points", "settings", "input", "stats"};
 
-// The entries of every source in turn.
-EntrySource in_turn(std::vector<EntrySource> sources) {
-  return [sources = std::move(sources)](const EntryVisitor& each) {
-    for (const EntrySource& s : sources) s(each);
-  };
-}
-
 }  // namespace
 
 MergeReport merge_ranks(const std::string& dir, const std::vector<std::string>& sealed_as) {

@@ -176,16 +176,19 @@ json write_checked_file(const std::string& dir, const std::string& file,
   } catch (const Error& e) {
     problems.push_back({file, "", e.what()});
   }
-  if (!problems.empty()) {
-    std::error_code ec;
-    fs::remove(path, ec);
-    const VerifyIssue& p = problems.front();
-    throw RunError(concat(path, " does not read back as written: ",
-                          p.tensor.empty() ? "" : concat("tensor ", p.tensor, ": "), p.problem,
-                          " (removed it; check the disk, then run again or resume)"),
-                   {"resume"});
-  }
+  reject_unless_intact(path, problems);
   return entry;
+}
+
+void reject_unless_intact(const std::string& path, const std::vector<VerifyIssue>& problems) {
+  if (problems.empty()) return;
+  std::error_code ec;
+  fs::remove(path, ec);
+  const VerifyIssue& p = problems.front();
+  throw RunError(concat(path, " does not read back as written: ",
+                        p.tensor.empty() ? "" : concat("tensor ", p.tensor, ": "), p.problem,
+                        " (removed it; check the disk, then run again or resume)"),
+                 {"resume"});
 }
 
 namespace {

@@ -93,6 +93,11 @@ ShardSchema stats_file_schema(const ShardSchema& schema);
 std::map<std::string, std::string> shard_metadata(const ShardSchema& schema,
                                                   const nlohmann::json& checksums);
 
+// A shard just written whose read-back found `problems`: removes `path` (a damaged shard never
+// sits where a claimed one would) and throws RunError naming the first problem. Nothing when
+// `problems` is empty.
+void reject_unless_intact(const std::string& path, const std::vector<VerifyIssue>& problems);
+
 struct ShardCheckOptions {
   bool header_checksum = true;  // off only in tests that show the field-by-field checks alone
 };

@@ -39,6 +39,13 @@ uint8_t* aligned_buffer(size_t n) {
   return static_cast<uint8_t*>(p);
 }
 
+// Turns O_DIRECT off on `fd` (a filesystem that took it at open but refuses an I/O); whether it
+// could.
+bool drop_direct(int fd) {
+  const int fl = ::fcntl(fd, F_GETFL);
+  return fl >= 0 && ::fcntl(fd, F_SETFL, fl & ~O_DIRECT) == 0;
+}
+
 constexpr size_t kReadChunk = size_t{8} << 20;
 
 }  // namespace
@@ -64,13 +71,10 @@ void BlockFile::write_at(const void* src, size_t n, uint64_t offset) {
     const ssize_t w =
         ::pwrite(fd_, p, std::min<size_t>(n, size_t{1} << 30), static_cast<off_t>(offset));
     if (w < 0 && errno == EINTR) continue;
-    if (w < 0 && errno == EINVAL && direct_) {
-      // The filesystem took O_DIRECT at open but not this write: carry on through the page cache.
-      const int fl = ::fcntl(fd_, F_GETFL);
-      if (fl >= 0 && ::fcntl(fd_, F_SETFL, fl & ~O_DIRECT) == 0) {
-        direct_ = false;
-        continue;
-      }
+    // The filesystem took O_DIRECT at open but not this write: carry on through the page cache.
+    if (w < 0 && errno == EINVAL && direct_ && drop_direct(fd_)) {
+      direct_ = false;
+      continue;
     }
     if (w < 0) throw RunError(concat("writing ", path_, " failed: ", errno_text(errno)));
     if (w == 0) throw RunError(concat("writing ", path_, " failed: write returned 0"));
@@ -264,15 +268,7 @@ json StreamedShard::finish(const std::vector<int64_t>& row_line,
     problems.push_back({file_, "", e.what()});
   }
   readback_timer.stop();
-  if (!problems.empty()) {
-    std::error_code ec;
-    fs::remove(path_, ec);
-    const VerifyIssue& p = problems.front();
-    throw RunError(concat(path_, " does not read back as written: ",
-                          p.tensor.empty() ? "" : concat("tensor ", p.tensor, ": "), p.problem,
-                          " (removed it; check the disk, then run again or resume)"),
-                   {"resume"});
-  }
+  reject_unless_intact(path_, problems);
   return entry;
 }
 
@@ -304,12 +300,9 @@ std::vector<VerifyIssue> read_back_shard(const std::string& path, const std::str
     while (got < want) {
       const ssize_t r = ::pread(fd, buf + got, kReadChunk - got, static_cast<off_t>(pos + got));
       if (r < 0 && errno == EINTR) continue;
-      if (r < 0 && errno == EINVAL && direct) {
-        const int fl = ::fcntl(fd, F_GETFL);
-        if (fl >= 0 && ::fcntl(fd, F_SETFL, fl & ~O_DIRECT) == 0) {
-          direct = false;
-          continue;
-        }
+      if (r < 0 && errno == EINVAL && direct && drop_direct(fd)) {
+        direct = false;
+        continue;
       }
       if (r < 0) throw InputError(concat("reading ", path, " failed: ", errno_text(errno)));
       if (r == 0) break;

@@ -189,8 +189,7 @@ VerifyReport verify_folder(const std::string& dir, const OutputLayout& layout,
   KnownEntries known;  // the manifest's entries, for the journal's claims
   try {
     seal(stream_manifest_entries(path, m, [&](const json& e) {
-      if (journal && e.is_object() && e.contains("file") && e["file"].is_string())
-        know(known, e);
+      if (journal && e.is_object() && e.contains("file") && e["file"].is_string()) know(known, e);
       if (claimed) (*claimed)(e);
       checker.check(e);
     }));
