@@ -11,6 +11,9 @@ output folder ({out} in the command).
       -- extract build/bench-models/gpt2-small --input build/bench-corpus.jsonl \\
          --capture 'transformer.h.*' --out {out} --overwrite --batch-size 8 --quiet
 
+One binary against itself with a setting changed: `--before-env KEY=VALUE` / `--after-env` (e.g.
+`--before-env ACTCAP_NO_REEXEC=1`), `--before-extra` / `--after-extra` for arguments.
+
 `--corpus N` writes build/bench-corpus.jsonl first: N documents of 128 token ids (seed 0), the
 corpus BENCHMARKS.md item 6 and 7 use. `--init ARCH:PRESET` makes build/bench-models/<name> with
 `init-model` when missing (gpt2:gpt2-small -> gpt2-small, llama:gpt2-small -> llama-gpt2-small).
@@ -45,10 +48,10 @@ def make_model(actcap, spec, models_dir):
     return out
 
 
-def run_once(binary, args, out):
+def run_once(binary, args, out, env=None):
     cmd = [binary] + [a.replace("{out}", out) for a in args]
     t0 = time.perf_counter()
-    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     wall = time.perf_counter() - t0
     if r.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()}")
@@ -74,6 +77,10 @@ def main():
     ap.add_argument("--after-extra", default="",
                     help="arguments only the after arm adds (one binary, two settings: give the "
                          "same binary twice, e.g. --after-extra '--copy-window 0')")
+    ap.add_argument("--before-env", action="append", default=[], metavar="KEY=VALUE",
+                    help="an environment variable only the before arm sets (repeatable)")
+    ap.add_argument("--after-env", action="append", default=[], metavar="KEY=VALUE",
+                    help="an environment variable only the after arm sets (repeatable)")
     ap.add_argument("command", nargs=argparse.REMAINDER)
     o = ap.parse_args()
     args = o.command[1:] if o.command and o.command[0] == "--" else o.command
@@ -84,6 +91,12 @@ def main():
         make_corpus("build/bench-corpus.jsonl", o.corpus)
     for spec in o.init:
         make_model(o.after, spec, o.models_dir)
+    envs = {}
+    for arm in ("before", "after"):
+        pairs = getattr(o, arm + "_env")
+        if any("=" not in p for p in pairs):
+            ap.error(f"--{arm}-env takes KEY=VALUE")
+        envs[arm] = dict(os.environ, **dict(p.split("=", 1) for p in pairs)) if pairs else None
 
     with tempfile.TemporaryDirectory() as tmp:
         outs = {"before": os.path.join(tmp, "before"), "after": os.path.join(tmp, "after")}
@@ -92,7 +105,7 @@ def main():
             order = ["before", "after"] if i % 2 == 0 else ["after", "before"]
             for arm in order:
                 extra = shlex.split(getattr(o, arm + "_extra"))
-                w = run_once(getattr(o, arm), args + extra, outs[arm])
+                w = run_once(getattr(o, arm), args + extra, outs[arm], envs[arm])
                 if i > 0:
                     walls[arm].append(w)
         identical = None
@@ -105,6 +118,8 @@ def main():
     for arm in ("before", "after"):
         if getattr(o, arm + "_extra"):
             print(f"{arm} adds: {getattr(o, arm + '_extra')}")
+        if getattr(o, arm + "_env"):
+            print(f"{arm} sets: {' '.join(getattr(o, arm + '_env'))}")
     print(f"pairs: {o.pairs} (after one warm-up pair), alternating which binary goes first")
     for arm in ("before", "after"):
         w = walls[arm]

@@ -53,7 +53,8 @@ static void tune_allocator(int argc, char** argv) {
 // libgomp's idle workers spin for a while after each parallel region (OMP_WAIT_POLICY unset),
 // which on a machine with as many cores as threads takes cores from OpenBLAS's own GEMM threads:
 // gpt2-small went from ~200 to ~560 tokens/s at 1x128 and ~420 to ~600 at 4x256 on 2 cores with
-// OMP_WAIT_POLICY=passive. libgomp reads it once, when it is loaded (before main), so the commands
+// OMP_WAIT_POLICY=passive (generate, whose decoding steps are small: 3.6x faster, BENCHMARKS.md
+// "What changed" 4). libgomp reads it once, when it is loaded (before main), so the commands
 // that run forwards set it and execute themselves again, once (about 0.6 s of extra start-up here,
 // so the quick commands skip it). Setting OMP_WAIT_POLICY yourself (e.g. active) keeps yours.
 static void prefer_passive_openmp(int argc, char** argv) {
@@ -61,8 +62,8 @@ static void prefer_passive_openmp(int argc, char** argv) {
       std::getenv("ACTCAP_NO_REEXEC") != nullptr)
     return;
   const std::string command = argv[1];
-  if (command != "run" && command != "extract" && command != "bench" && command != "compare" &&
-      command != "repro")
+  if (command != "run" && command != "extract" && command != "generate" && command != "bench" &&
+      command != "compare" && command != "repro")
     return;
   if (::setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
   ::execv("/proc/self/exe", argv);  // returns only on failure: then run with libgomp's defaults
