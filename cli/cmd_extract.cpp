@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "actcap/devices.h"
+#include "actcap/diagnostics.h"
 #include "actcap/error.h"
 #include "actcap/extract.h"
 #include "actcap/ranks.h"
@@ -55,7 +56,7 @@ class ProgressPrinter {
       std::fprintf(stderr, "\r[%s%s] %3.0f%% %s\033[K", std::string(filled, '#').c_str(),
                    std::string(width - filled, '.').c_str(), frac * 100, line);
     } else {
-      std::fprintf(stderr, "actcap: %s%s\n", who_.c_str(), line);
+      say("", who_ + line);
     }
   }
   void done() {
@@ -96,6 +97,10 @@ struct ExtractOutcome {
 
 // This process's part of the run: the whole corpus, or this rank's share of it.
 ExtractOutcome extract_share(const ExtractCommand& o, const RankInfo& ranks, bool assemble) {
+  const std::string who =
+      ranks.ranked() ? concat("rank ", ranks.rank, "/", ranks.world_size, ": ") : std::string();
+  if (ranks.ranked())  // a rank's warnings say which rank (its errors already do)
+    set_diagnostic_sink([who](const std::string& m) { say("warning", who + one_line(m)); });
   if (!o.forward_only && o.capture.empty())
     throw InputError("--capture is required (e.g. --capture 'transformer.h.*')");
   if (!o.forward_only && o.out.empty()) throw InputError("--out is required");
@@ -135,9 +140,7 @@ ExtractOutcome extract_share(const ExtractCommand& o, const RankInfo& ranks, boo
   std::vector<PointInfo> plan;
   if (!o.forward_only) plan = plan_capture(*model, x.capture);
   split_model(*model, split_options(dev), x.batch_size, len, plan, Model::Logits::kSkipIfUnhooked);
-  ProgressPrinter printer(o.quiet, ranks.ranked()
-                                       ? concat("rank ", ranks.rank, "/", ranks.world_size, ": ")
-                                       : std::string());
+  ProgressPrinter printer(o.quiet, who);
   ExtractOutcome out;
   out.result = run_extract(*model, tokenizer.get(), x, std::ref(printer));
   printer.done();

@@ -1,6 +1,9 @@
 #include "common.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <sstream>
 
@@ -166,6 +169,26 @@ std::string transfer_summary(const TransferStats& s) {
 nlohmann::json transfer_json(const TransferStats& s) {
   return {{"transfers", s.transfers},      {"verified", s.verified}, {"retried", s.retried},
           {"faults_injected", s.injected}, {"via_host", s.via_host}, {"bytes", s.bytes}};
+}
+
+std::string one_line(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  for (char& ch : s)
+    if (ch == '\n' || ch == '\r') ch = ' ';
+  return s;
+}
+
+void say(const std::string& kind, const std::string& message) {
+  const std::string line = "actcap: " + (kind.empty() ? "" : kind + ": ") + message + "\n";
+  const char* p = line.data();
+  size_t left = line.size();
+  while (left > 0) {  // one write(2) unless the pipe takes a short one (a line over PIPE_BUF)
+    const ssize_t n = ::write(STDERR_FILENO, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // stderr closed or full: nothing better to do with the message
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
 }
 
 }  // namespace actcap::cli

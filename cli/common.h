@@ -78,4 +78,11 @@ std::vector<std::vector<int64_t>> tokenize_text(const Model& model, const std::s
 // Human-readable shape: [768] / [] / [3, 64].
 std::string shape_string(const std::vector<int64_t>& shape);
 
+// A message as one line, whatever the library below wrote (newlines become spaces).
+std::string one_line(std::string s);
+// "actcap: KIND: MESSAGE\n" on stderr in a single write(2), so that the lines of processes sharing
+// a stream (the ranks under mpirun) never interleave within a line. An empty kind leaves out
+// "KIND: ".
+void say(const std::string& kind, const std::string& message);
+
 }  // namespace actcap::cli

@@ -19,15 +19,6 @@
 #include "actcap/error.h"
 #include "common.h"
 
-namespace {
-// Error messages are one line, whatever the library below wrote.
-std::string one_line(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  for (char& ch : s)
-    if (ch == '\n' || ch == '\r') ch = ' ';
-  return s;
-}
-}  // namespace
 
 // glibc returns every freed block over the (dynamic, at most 32 MiB) mmap threshold to the kernel,
 // so a forward pass that allocates its logits, attention scores and captures afresh pays a page
@@ -116,7 +107,7 @@ std::string with_flags(const actcap::Error& e) {
     }
     flags += (flags.empty() ? "" : ", ") + flag;
   }
-  return one_line(e.what()) + (flags.empty() ? "" : " [" + flags + "]");
+  return actcap::cli::one_line(e.what()) + (flags.empty() ? "" : " [" + flags + "]");
 }
 
 int main(int argc, char** argv) {
@@ -130,7 +121,7 @@ int main(int argc, char** argv) {
       threads ? std::atoi(threads) : static_cast<int>(std::thread::hardware_concurrency());
   if (n > 0) at::set_num_threads(n);
   actcap::set_diagnostic_sink([](const std::string& message) {
-    std::cerr << "actcap: warning: " << one_line(message) << "\n";
+    actcap::cli::say("warning", actcap::cli::one_line(message));
   });
   CLI::App app{
       "actcap: run Hugging Face transformers split across devices and capture verified "
@@ -155,20 +146,20 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "actcap: error: " << one_line(e.what()) << " (see actcap --help)\n";
+    actcap::cli::say("error", actcap::cli::one_line(e.what()) + " (see actcap --help)");
     return 2;
   }
   try {
     for (auto& c : commands)
       if (c.app->parsed()) return c.run();
   } catch (const actcap::Error& e) {
-    std::cerr << "actcap: error: " << with_flags(e) << "\n";
+    actcap::cli::say("error", with_flags(e));
     return e.exit_code();
   } catch (const c10::Error& e) {
-    std::cerr << "actcap: error: " << one_line(e.what_without_backtrace()) << "\n";
+    actcap::cli::say("error", actcap::cli::one_line(e.what_without_backtrace()));
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "actcap: error: " << one_line(e.what()) << "\n";
+    actcap::cli::say("error", actcap::cli::one_line(e.what()));
     return 1;
   }
   return 2;

@@ -26,7 +26,7 @@ void warn(const std::string& message) {
   if (sink())
     sink()(message);
   else
-    std::cerr << "actcap: warning: " << message << "\n";
+    std::cerr << ("actcap: warning: " + message + "\n");  // one insertion: one write, a whole line
 }
 
 }  // namespace actcap
