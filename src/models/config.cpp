@@ -52,7 +52,7 @@ ModelConfig parse_config(const std::string& text, const std::string& origin) {
   if (!mt->is_string()) throw InputError(concat(origin, ": field 'model_type' must be a string"));
   ModelConfig c;
   c.model_type = mt->get<std::string>();
-  const Architecture& arch = architecture_for(c.model_type, origin);
+  const Architecture& arch = architecture_for(c.model_type, origin.c_str());
   c.arch = arch.name();
   arch.parse(f, c);
   return c;

@@ -55,7 +55,7 @@ class Architecture {
 // Every architecture, in the registry's order.
 const std::vector<const Architecture*>& architectures();
 // The architecture of a model_type; throws InputError naming `origin` and the supported types.
-const Architecture& architecture_for(const std::string& model_type, const std::string& origin);
+const Architecture& architecture_for(const std::string& model_type, const char* origin);
 // The architecture a parsed config belongs to (by c.arch).
 const Architecture& architecture_of(const ModelConfig& c);
 

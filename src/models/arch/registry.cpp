@@ -34,7 +34,7 @@ std::vector<std::string> supported_model_types() {
   return out;
 }
 
-const Architecture& architecture_for(const std::string& model_type, const std::string& origin) {
+const Architecture& architecture_for(const std::string& model_type, const char* origin) {
   for (const Architecture* a : architectures())
     for (const std::string& t : a->model_types())
       if (t == model_type) return *a;
