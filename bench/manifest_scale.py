@@ -11,6 +11,9 @@ valid shard, so `verify` opens and checks every one of them. For each N it times
 processes, with their peak resident memory (getrusage of the child):
 
   verify      a complete single-process dataset;
+  open        the same opened from Python (actcap.open, then its last shard's tensors read and
+              checked), in a fresh interpreter; "import" is that interpreter with actcap (and
+              torch) imported and nothing opened, the floor of the open step's memory;
   resume      the same run unfinished (half its shards in manifest.json, half in manifest.journal),
               resumed: every claimed shard re-checked, the journal taken in, the run completed;
   merge       the same shards as the rank manifests of --ranks ranks, assembled by `actcap merge`;
@@ -67,6 +70,17 @@ def measure(cmd):
 
 _pool = None
 
+# A fresh interpreter opening a folder from Python and reading its last shard (argv[1]); without an
+# argument, only the imports.
+OPEN_AND_READ_LAST = """
+import sys
+import actcap
+if len(sys.argv) > 1:
+    ds = actcap.open(sys.argv[1])
+    last = ds.shard(ds.shards - 1)
+    assert ds.rows > 0 and all(t.shape[0] == last["__rows__.seq"].shape[0] for t in last.values())
+"""
+
 
 def timed(cmd):
     return _pool.apply(measure, ([str(c) for c in cmd],))
@@ -105,6 +119,8 @@ def main():
         os.link(sources[-1][0], dst)
         sources[-1][1] += 1
     print(f"{'shards':>8} {'manifest':>10} {'step':>7} {'wall s':>8} {'µs/shard':>9} {'peak RSS MiB':>13}")
+    wall, rss = timed([sys.executable, "-c", OPEN_AND_READ_LAST])
+    print(f"{'':>8} {'':>10} {'import':>7} {wall:>8.2f} {'':>9} {rss:>13.0f}")
     for n in sorted(int(x) for x in a.shards.split(",")):
         d = work / f"n{n}"
         d.mkdir()
@@ -116,7 +132,8 @@ def main():
         m.pop("manifest_checksum", None)
         (d / "manifest.json").write_text(seal(m))
         size = (d / "manifest.json").stat().st_size
-        results = [("verify", timed([actcap, "verify", d]))]
+        results = [("verify", timed([actcap, "verify", d])),
+                   ("open", timed([sys.executable, "-c", OPEN_AND_READ_LAST, d]))]
         # Unfinished: half claimed by the manifest, half by the journal; then resumed.
         half = n // 2
         (d / "manifest.json").write_text(seal(dict(m, complete=False, shards=entries[:half],

@@ -34,6 +34,9 @@ struct DeviceId {
 DeviceId parse_device(const std::string& text, bool integer_is_cuda = false);
 // "cpu:0,cpu:1,cuda:0" or a count "3" (= cpu:0,cpu:1,cpu:2). No duplicates, at most 64.
 std::vector<DeviceId> parse_device_list(const std::string& text);
+// That `device` can run work here: a cuda:N needs a LibTorch with CUDA and at least N+1 GPUs
+// (InputError naming the device and what this machine has, otherwise). CPU devices always can.
+void require_available(const DeviceId& device);
 // "300MiB", "1.5GiB", "2GB", "4096" (bytes), "512KiB", "1TiB": binary and decimal units.
 uint64_t parse_bytes(const std::string& text);
 // "cpu:0=300MiB,cpu:1=1GiB" -> budgets.

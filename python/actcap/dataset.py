@@ -18,11 +18,20 @@ from ._core import InputError, RunError
 ROW_TENSORS = ("__rows__.seq", "__rows__.pos", "__rows__.token", "__rows__.step")
 
 
+def _unsigned(v: int) -> int:
+    return v + (1 << 64) if v < 0 else v
+
+
 class _Shard:
-    def __init__(self, dir: str, entry: dict):
-        self.file = entry.get("file")
-        self.rows = int(entry.get("rows", 0))
-        self.entry = entry
+    """One file of the folder. ``header_xxh3`` and ``checksums`` (tensor name -> 16 hex digits)
+    are what the manifest says; None / a missing name where it says nothing."""
+
+    def __init__(self, dir: str, file: str, rows: int, header_xxh3: Optional[str],
+                 checksums: Dict[str, str]):
+        self.file = file
+        self.rows = int(rows)
+        self.header_xxh3 = header_xxh3
+        self.checksums = checksums
         self.path = os.path.join(dir, str(self.file))
         self._mm: Optional[mmap.mmap] = None
         self._header: Optional[dict] = None
@@ -44,7 +53,7 @@ class _Shard:
         if n > len(mm) - 8:
             raise RunError(f"{self.path}: header length {n} is past the end of the file")
         head = mm[: 8 + n]
-        want = self.entry.get("header_xxh3")
+        want = self.header_xxh3
         if want is not None and _core.xxh3_bytes(bytes(head)) != want:
             raise RunError(f"{self.path}: header bytes do not match the manifest's header_xxh3 "
                            "(the file was changed or replaced); run actcap verify")
@@ -77,7 +86,7 @@ class _Shard:
                 warnings.simplefilter("ignore", UserWarning)
                 t = torch.frombuffer(self._mm, dtype=dtype, count=count,
                                      offset=self._data_start + begin).view(shape)
-        want = self.entry.get("checksums", {}).get(name)
+        want = self.checksums.get(name)
         if want is None:
             raise RunError(f"{self.path}: the manifest has no checksum for tensor '{name}'")
         got = _core.xxh3(t)
@@ -86,6 +95,44 @@ class _Shard:
                            f"{want}: the file was damaged after it was written")
         self._checked[name] = t
         return t
+
+
+class _ShardList:
+    """The manifest's shard entries as _core.manifest_index keeps them (files, rows, checksums in
+    tensors); a _Shard is made when first used."""
+
+    def __init__(self, dir: str, index: dict):
+        self.dir = dir
+        self.files: List[str] = index["files"]
+        self.rows: torch.Tensor = index["rows"]
+        self.total_rows = int(self.rows.sum()) if len(self.files) else 0
+        self._index = index
+        self._made: Dict[int, _Shard] = {}
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __iter__(self) -> Iterator[_Shard]:
+        return (self[i] for i in range(len(self.files)))
+
+    def __getitem__(self, i: int) -> _Shard:
+        s = self._made.get(i)
+        if s is None:
+            x = self._index
+            state = int(x["header_state"][i])
+            header = (f"{_unsigned(int(x['header'][i])):016x}" if state == 1 else
+                      x["header_text"].get(i) if state == 2 else None)
+            checksums: Dict[str, str] = {}
+            states = x["checksum_state"][i].tolist() if x["names"] else []
+            values = x["checksums"][i].tolist() if x["names"] else []
+            for c, name in enumerate(x["names"]):
+                if states[c] == 1:
+                    checksums[name] = f"{_unsigned(values[c]):016x}"
+                elif states[c] == 2:
+                    checksums[name] = x["checksum_text"][(i, name)]
+            s = _Shard(self.dir, self.files[i], int(self.rows[i]), header, checksums)
+            self._made[i] = s
+        return s
 
 
 class Dataset:
@@ -102,11 +149,10 @@ class Dataset:
             raise InputError(f"{self.dir} is not a folder")
         if not os.path.isfile(path):
             raise InputError(f"{self.dir} is not an actcap output folder (no manifest.json)")
-        try:
-            with builtins.open(path, "rb") as f:
-                manifest = json.loads(f.read().decode("utf-8"))
-        except (OSError, ValueError) as e:
-            raise InputError(f"{path}: not a readable JSON manifest ({e})") from None
+        # The shard list is read as a stream and kept as tensors (_ShardList): a folder of 1M
+        # shards has a manifest of about a gigabyte, several gigabytes as Python objects.
+        index = _core.manifest_index(path)
+        manifest = index["outline"]
         fmt = manifest.get("format") if isinstance(manifest, dict) else None
         if not isinstance(fmt, str) or not fmt.startswith("actcap/"):
             raise InputError(f"{path}: not an actcap manifest (format {fmt!r})")
@@ -114,12 +160,13 @@ class Dataset:
             raise InputError(f"{self.dir}: the run that wrote it did not complete; resume it "
                              "(actcap extract --resume) or pass allow_incomplete=True to read the "
                              "shards the manifest lists")
+        # The manifest without its shard list ("shards" is []): the shards are ds.shard(i).
         self.manifest = manifest
         self.points: List[str] = list(manifest.get("points", {}))
         self.dtypes = {p: _convert.SAFETENSORS_DTYPES.get(v.get("dtype"))
                        for p, v in manifest.get("points", {}).items()}
         self.shapes = {p: list(v.get("shape", [])) for p, v in manifest.get("points", {}).items()}
-        self._shards = [_Shard(self.dir, e) for e in manifest.get("shards", [])]
+        self._shards = _ShardList(self.dir, index)
         # The row tensors this folder's format has: __rows__.token since actcap/3, __rows__.step
         # in a generation's output.
         self.row_tensors = ["__rows__.seq", "__rows__.pos"]
@@ -127,7 +174,7 @@ class Dataset:
             self.row_tensors.append("__rows__.token")
         if "generation" in manifest:
             self.row_tensors.append("__rows__.step")
-        self.rows = sum(s.rows for s in self._shards)
+        self.rows = self._shards.total_rows
 
     def __repr__(self) -> str:
         return (f"actcap.Dataset({self.dir!r}: {self.rows} rows, {len(self._shards)} shards, "
@@ -175,7 +222,9 @@ class Dataset:
         entry = self.manifest.get("stats")
         if not isinstance(entry, dict) or "file" not in entry:
             raise InputError(f"{self.dir} has no statistics (extract it with stats=True)")
-        f = _Shard(self.dir, entry)
+        checksums = entry.get("checksums")
+        f = _Shard(self.dir, str(entry["file"]), 0, entry.get("header_xxh3"),
+                   checksums if isinstance(checksums, dict) else {})
         out: Dict[str, Dict[str, torch.Tensor]] = {}
         for p in self.points:
             prefix = f"__stats__.{p}."
@@ -210,12 +259,10 @@ class Dataset:
             self._check_point(p)
         if batch_size < 1:
             raise InputError(f"batch_size must be at least 1 (got {batch_size})")
-        starts = []
-        total = 0
-        for s in self._shards:
-            starts.append(total)
-            total += s.rows
-        starts_t = torch.tensor(starts + [total], dtype=torch.int64)
+        counts = self._shards.rows
+        total = self._shards.total_rows
+        starts_t = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(counts, 0)])
+        starts = starts_t.tolist()
         if shuffle:
             g = torch.Generator()
             g.manual_seed(int(seed))

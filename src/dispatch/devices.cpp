@@ -2,6 +2,8 @@
 // message per mistake.
 #include "actcap/devices.h"
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
 #include <cctype>
 #include <cstdio>
 #include <limits>
@@ -81,6 +83,21 @@ std::string DeviceId::str() const {
 c10::Device DeviceId::c10() const {
   if (kind == Kind::kCuda) return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
   return c10::Device(c10::kCPU);
+}
+
+void require_available(const DeviceId& device) {
+  if (device.kind != DeviceId::Kind::kCuda) return;
+  if (!c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA))
+    throw InputError(concat("device ", device.str(),
+                            ": this actcap is built against a LibTorch without CUDA; build it "
+                            "against a CUDA torch (docs/gpu.md) or use cpu / cpu:N"),
+                     {"devices"});
+  const int n = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->deviceCount();
+  if (device.index >= n)
+    throw InputError(concat("device ", device.str(), ": this machine has ", n, " CUDA device",
+                            n == 1 ? "" : "s",
+                            n > 0 ? concat(" (cuda:0..cuda:", n - 1, ")") : std::string()),
+                     {"devices"});
 }
 
 DeviceId parse_device(const std::string& text, bool integer_is_cuda) {

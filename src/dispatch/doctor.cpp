@@ -20,6 +20,7 @@ std::vector<LinkProbe> probe_links(const std::vector<DeviceId>& devices,
                                    const std::vector<uint64_t>& sizes,
                                    std::vector<TransferFault> faults) {
   std::vector<LinkProbe> out;
+  for (const DeviceId& d : devices) require_available(d);
   for (const DeviceId& a : devices)
     for (const DeviceId& b : devices) {
       if (a == b) continue;

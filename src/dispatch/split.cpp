@@ -101,7 +101,9 @@ DevicePlan plan_split(const Model& model, const SplitOptions& options, int64_t b
           {"max_memory", "devices"});
   req.hidden_bytes = static_cast<uint64_t>(batch * seq * model.config().hidden_size) *
                      c10::elementSize(model.compute_dtype());
+  for (const DeviceId& d : req.devices) require_available(d);
   DevicePlan plan = plan_devices(req);
+  for (const DeviceId& d : plan.stage_device) require_available(d);  // an explicit map's
   // Unverified transfers could not tell a corrupting link anyway: no probe then.
   if (options.verify_transfers) plan.routes = probe_routes(plan.stage_device, options.faults);
   return plan;

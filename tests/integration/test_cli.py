@@ -241,6 +241,25 @@ def test_init_model_unknown_arch(actcap_bin, tmp_path):
     assert_input_error(proc, "bert")
 
 
+@pytest.mark.parametrize("command", ["run", "compare", "doctor", "plan"])
+def test_a_cuda_device_this_machine_lacks_is_refused_by_name(tiny_gpt2, tmp_path, command):
+    """cuda:63 exists nowhere: refused before anything runs, naming the device and what this
+    machine has (a LibTorch without CUDA, or its GPU count), not with a backend error."""
+    devices = "cpu:0,cuda:63"
+    if command == "run":
+        proc = run_cmd(tiny_gpt2, tmp_path / "out", extra=["--devices", devices])
+    elif command == "doctor":
+        proc = H.actcap("doctor", "--devices", devices)
+    elif command == "plan":
+        proc = H.actcap("plan", tiny_gpt2, "--devices", devices)
+    else:
+        proc = H.actcap("compare", tiny_gpt2, "--tokens", "1,2,3", "--devices", devices)
+    line = assert_input_error(proc, "device cuda:63: this", "--devices",
+                              any_of=("without CUDA", "CUDA device"),
+                              out_dir=tmp_path / "out" if command == "run" else None)
+    assert "empty_strided" not in line and "backend" not in line, line
+
+
 def test_capture_pattern_matching_nothing(tiny_gpt2, tmp_path):
     line = assert_input_error(run_cmd(tiny_gpt2, tmp_path / "out", capture=["transformer.h.0.atn"]),
                               "transformer.h.0.atn")

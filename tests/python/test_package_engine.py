@@ -343,3 +343,50 @@ def test_ranked_extract_from_python_is_one_dataset(ac, actcap_bin, tmp_path):
     assert p.returncode == 0, p.stderr
     got = json.loads(p.stdout)
     assert got["rank"] == 0 and got["world_size"] == 3 and not got["assembled"]
+
+
+def test_open_keeps_the_shard_list_compactly_and_still_checks_what_the_manifest_says(ac, tmp_path):
+    corpus = tmp_path / "in.txt"
+    write_corpus(corpus, 12)
+    out = tmp_path / "out"
+    ac.extract("demo", corpus, out, "transformer.h.0", shard_size="2KiB", progress=False)
+    manifest = json.loads((out / "manifest.json").read_text())
+    ds = ac.open(out)
+    assert ds.shards == len(manifest["shards"]) > 3 and ds.manifest["shards"] == []
+    assert ds.rows == sum(e["rows"] for e in manifest["shards"]) == manifest["rows"]
+    for i, e in enumerate(manifest["shards"]):  # what the index gives back is the manifest's text
+        s = ds._shards[i]
+        assert (s.file, s.rows, s.header_xxh3, s.checksums) == (e["file"], e["rows"], e["header_xxh3"],
+                                                                 e["checksums"])
+    every = ds["transformer.h.0"]
+    assert every.shape[0] == ds.rows
+
+    def opened_with(change):
+        m = json.loads(json.dumps(manifest))
+        change(m)
+        (out / "manifest.json").write_text(json.dumps(m))
+        return ac.open(out)
+
+    # a checksum that is not 16 lowercase hex digits is kept as text: it matches nothing
+    ds = opened_with(lambda m: m["shards"][1]["checksums"].update(
+        {"transformer.h.0": m["shards"][1]["checksums"]["transformer.h.0"].upper()}))
+    ds.shard(0)
+    with pytest.raises(ac.RunError, match=r"shard-00001.*'transformer.h.0' has checksum"):
+        ds.shard(1)
+    ds = opened_with(lambda m: m["shards"][2]["checksums"].pop("__rows__.pos"))
+    with pytest.raises(ac.RunError, match=r"shard-00002.*no checksum for tensor '__rows__.pos'"):
+        ds.shard(2)
+    ds = opened_with(lambda m: m["shards"][2].update({"header_xxh3": 12345}))
+    with pytest.raises(ac.RunError, match=r"shard-00002.*header_xxh3"):
+        ds.shard(2)
+    ds = opened_with(lambda m: m["shards"][0].pop("header_xxh3"))  # no header checksum: not checked
+    assert torch.equal(ds["transformer.h.0"], every)
+    for change, message in [
+            (lambda m: m["shards"].__setitem__(1, 7), "shard entry 1 is not a JSON object"),
+            (lambda m: m["shards"][3].pop("file"), "shard entry 3 names no file"),
+            (lambda m: m.update({"shards": {"a": 1}}), "'shards' is not a list")]:
+        with pytest.raises(ac.InputError, match=message):
+            opened_with(change)
+    (out / "manifest.json").write_text(json.dumps(manifest)[:-40])
+    with pytest.raises(ac.InputError, match="not a readable JSON manifest"):
+        ac.open(out)

@@ -1,3 +1,4 @@
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <gtest/gtest.h>
 
 #include "actcap/devices.h"
@@ -186,4 +187,21 @@ TEST(Devices, FormatBytes) {
   EXPECT_EQ(format_bytes(3ull << 29), "1.50 GiB");
   EXPECT_EQ(format_bytes(2ull << 40), "2.00 TiB");
   EXPECT_EQ(format_bytes((1ull << 20) - 1), "1.00 MiB");  // never "1024.00 KiB"
+}
+
+// A cuda:N this machine cannot run is refused up front, by name, with what the machine has (not a
+// LibTorch backend error from the first kernel). Holds with and without CUDA and GPUs.
+TEST(Devices, RequireAvailableNamesTheDeviceAndWhatThisMachineHas) {
+  EXPECT_NO_THROW(require_available(DeviceId::cpu()));
+  EXPECT_NO_THROW(require_available(DeviceId::virtual_cpu(5)));
+  const bool cuda = c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA);
+  const int n = cuda ? c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->deviceCount() : 0;
+  const std::string e = error_of([] { require_available(DeviceId::cuda(63)); });
+  EXPECT_NE(e.find("device cuda:63: "), std::string::npos) << e;
+  const std::string why = cuda ? "this machine has " + std::to_string(n) + " CUDA device"
+                               : "built against a LibTorch without CUDA";
+  EXPECT_NE(e.find(why), std::string::npos) << e;
+  if (n > 0) {
+    EXPECT_NO_THROW(require_available(DeviceId::cuda(n - 1)));
+  }
 }
