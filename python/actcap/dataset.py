@@ -103,17 +103,21 @@ class _ShardList:
 
     def __init__(self, dir: str, index: dict):
         self.dir = dir
-        self.files: List[str] = index["files"]
+        self._names: bytes = index["file_names"]
+        self._ends: torch.Tensor = index["file_ends"]
         self.rows: torch.Tensor = index["rows"]
-        self.total_rows = int(self.rows.sum()) if len(self.files) else 0
+        self.total_rows = int(self.rows.sum())
         self._index = index
         self._made: Dict[int, _Shard] = {}
 
     def __len__(self) -> int:
-        return len(self.files)
+        return int(self._ends.numel())
 
     def __iter__(self) -> Iterator[_Shard]:
-        return (self[i] for i in range(len(self.files)))
+        return (self[i] for i in range(len(self)))
+
+    def file(self, i: int) -> str:
+        return self._names[int(self._ends[i - 1]) if i else 0:int(self._ends[i])].decode("utf-8")
 
     def __getitem__(self, i: int) -> _Shard:
         s = self._made.get(i)
@@ -123,14 +127,14 @@ class _ShardList:
             header = (f"{_unsigned(int(x['header'][i])):016x}" if state == 1 else
                       x["header_text"].get(i) if state == 2 else None)
             checksums: Dict[str, str] = {}
-            states = x["checksum_state"][i].tolist() if x["names"] else []
-            values = x["checksums"][i].tolist() if x["names"] else []
+            states = x["checksum_state"][:, i].tolist()
+            values = x["checksums"][:, i].tolist()
             for c, name in enumerate(x["names"]):
                 if states[c] == 1:
                     checksums[name] = f"{_unsigned(values[c]):016x}"
                 elif states[c] == 2:
                     checksums[name] = x["checksum_text"][(i, name)]
-            s = _Shard(self.dir, self.files[i], int(self.rows[i]), header, checksums)
+            s = _Shard(self.dir, self.file(i), int(self.rows[i]), header, checksums)
             self._made[i] = s
         return s
 

@@ -40,90 +40,91 @@ bool parse_hex64(const std::string& s, uint64_t& v) {
 // A checksum as the index keeps it: 0 absent, 1 a value, 2 text that is no hex64 (kept aside).
 enum : uint8_t { kAbsent = 0, kValue = 1, kText = 2 };
 
-// The manifest at `path` for actcap.Dataset, read as a stream (manifest.h) and kept compactly:
-// the outline (everything but the shard list) as a dict, and per shard its file, rows, header
-// checksum and tensor checksums in tensors (8 bytes a checksum, not a Python string each).
+// The manifest at `path` for actcap.Dataset, read in one streaming pass (manifest.h) and kept
+// compactly: the outline (everything but the shard list) as a dict; the shards' file names as one
+// UTF-8 blob with offsets; rows, header checksums and tensor checksums (one column per tensor
+// name, [names, shards]) in tensors, 8 bytes a checksum rather than a Python string.
 py::dict manifest_index(const std::string& path) {
-  std::vector<std::string> files;
-  std::vector<int64_t> rows;
+  std::string names_blob;
+  std::vector<int64_t> name_end, rows;
   std::vector<uint64_t> header;
   std::vector<uint8_t> header_state;
   std::vector<std::string> names;
-  std::unordered_map<std::string, int64_t> column;
-  // (shard, column, value, state) of every checksum, made dense once the names are known
-  struct Sum {
-    int64_t shard, col;
-    uint64_t value;
-    uint8_t state;
-  };
-  std::vector<Sum> sums;
-  std::map<std::pair<int64_t, int64_t>, std::string> texts;
+  std::unordered_map<std::string, size_t> column;
+  std::vector<std::vector<uint64_t>> values;  // per column, as long as its last shard
+  std::vector<std::vector<uint8_t>> states;
+  std::map<std::pair<int64_t, size_t>, std::string> texts;
   std::map<int64_t, std::string> header_texts;
+  std::string problem;  // the first entry that is no shard entry
   nlohmann::json outline;
+  int64_t n = 0;
   {
     py::gil_scoped_release release;
-    std::string problem;
-    std::optional<nlohmann::json> o = manifest_outline(path, problem);
-    if (!o) throw InputError(concat(path, ": not a readable JSON manifest (", problem, ")"));
-    outline = std::move(*o);
-    if (outline.is_object()) {
-      auto it = outline.find("shards");
-      // (an object or value there has its members dropped by the outline's reader: say so)
-      if (it != outline.end() && !it->is_array())
-        throw InputError(concat(path, ": 'shards' is not a list"));
-      if (it != outline.end()) {
-        try {
-          stream_manifest_entries(path, outline, [&](const nlohmann::json& e) {
-            const int64_t i = static_cast<int64_t>(files.size());
-            if (!e.is_object())
-              throw InputError(concat(path, ": shard entry ", i, " is not a JSON object"));
-            auto field = [&](const char* k) -> const nlohmann::json* {
-              auto f = e.find(k);
-              return f == e.end() ? nullptr : &*f;
-            };
-            const nlohmann::json* file = field("file");
-            if (!file || !file->is_string() || file->get_ref<const std::string&>().empty())
-              throw InputError(concat(path, ": shard entry ", i, " names no file"));
-            files.push_back(file->get<std::string>());
-            const nlohmann::json* r = field("rows");
-            rows.push_back(r && r->is_number_integer() ? r->get<int64_t>() : 0);
-            const nlohmann::json* h = field("header_xxh3");
-            uint64_t v = 0;
-            if (h && h->is_string() && parse_hex64(h->get_ref<const std::string&>(), v)) {
-              header.push_back(v);
-              header_state.push_back(kValue);
-            } else {
-              header.push_back(0);
-              header_state.push_back(h ? kText : kAbsent);
-              if (h) header_texts[i] = h->is_string() ? h->get<std::string>() : h->dump();
+    std::string unreadable;
+    std::optional<nlohmann::json> o =
+        manifest_outline(path, unreadable, [&](const nlohmann::json& e) {
+          const int64_t i = n++;
+          if (!problem.empty()) return;
+          if (!e.is_object()) {
+            problem = concat("shard entry ", i, " is not a JSON object");
+            return;
+          }
+          auto field = [&](const char* k) -> const nlohmann::json* {
+            auto f = e.find(k);
+            return f == e.end() ? nullptr : &*f;
+          };
+          const nlohmann::json* file = field("file");
+          if (!file || !file->is_string() || file->get_ref<const std::string&>().empty()) {
+            problem = concat("shard entry ", i, " names no file");
+            return;
+          }
+          names_blob += file->get_ref<const std::string&>();
+          name_end.push_back(static_cast<int64_t>(names_blob.size()));
+          const nlohmann::json* r = field("rows");
+          rows.push_back(r && r->is_number_integer() ? r->get<int64_t>() : 0);
+          const nlohmann::json* h = field("header_xxh3");
+          uint64_t v = 0;
+          const bool hex = h && h->is_string() && parse_hex64(h->get_ref<const std::string&>(), v);
+          header.push_back(v);
+          header_state.push_back(hex ? kValue : h ? kText : kAbsent);
+          if (h && !hex) header_texts[i] = h->is_string() ? h->get<std::string>() : h->dump();
+          const nlohmann::json* c = field("checksums");
+          if (!c || !c->is_object()) return;
+          for (auto it = c->begin(); it != c->end(); ++it) {
+            auto [col, added] = column.emplace(it.key(), names.size());
+            if (added) {
+              names.push_back(it.key());
+              values.emplace_back();
+              states.emplace_back();
             }
-            const nlohmann::json* c = field("checksums");
-            if (c && c->is_object())
-              for (auto it = c->begin(); it != c->end(); ++it) {
-                auto [col, added] = column.emplace(it.key(), static_cast<int64_t>(names.size()));
-                if (added) names.push_back(it.key());
-                uint64_t value = 0;
-                const bool hex = it->is_string() && parse_hex64(it->get_ref<const std::string&>(), value);
-                sums.push_back({i, col->second, value, hex ? kValue : kText});
-                if (!hex)
-                  texts[{i, col->second}] = it->is_string() ? it->get<std::string>() : it->dump();
-              }
-          });
-        } catch (const nlohmann::json::exception& e) {
-          throw InputError(concat(path, ": not a readable JSON manifest (", e.what(), ")"));
-        }
-      }
-    }
+            const size_t k = col->second;
+            values[k].resize(static_cast<size_t>(i) + 1, 0);
+            states[k].resize(static_cast<size_t>(i) + 1, kAbsent);
+            uint64_t value = 0;
+            const bool ok = it->is_string() && parse_hex64(it->get_ref<const std::string&>(), value);
+            values[k][static_cast<size_t>(i)] = value;
+            states[k][static_cast<size_t>(i)] = ok ? kValue : kText;
+            if (!ok) texts[{i, k}] = it->is_string() ? it->get<std::string>() : it->dump();
+          }
+        });
+    if (!o) throw InputError(concat(path, ": not a readable JSON manifest (", unreadable, ")"));
+    outline = std::move(*o);
+    // (an object or a value there had its members handed over as entries: say what it is)
+    if (outline.is_object() && outline.contains("shards") && !outline["shards"].is_array())
+      throw InputError(concat(path, ": 'shards' is not a list"));
+    if (!problem.empty()) throw InputError(concat(path, ": ", problem));
   }
-  const int64_t n = static_cast<int64_t>(files.size());
   const int64_t k = static_cast<int64_t>(names.size());
-  at::Tensor values = at::zeros({n, k}, at::kLong);
-  at::Tensor state = at::zeros({n, k}, at::kByte);
-  int64_t* vp = values.data_ptr<int64_t>();
-  uint8_t* sp = state.data_ptr<uint8_t>();
-  for (const Sum& s : sums) {
-    vp[s.shard * k + s.col] = static_cast<int64_t>(s.value);
-    sp[s.shard * k + s.col] = s.state;
+  // Column by column, each freed once copied: the index never exists twice.
+  at::Tensor sums = at::empty({k, n}, at::kLong);
+  at::Tensor sum_state = at::empty({k, n}, at::kByte);
+  for (int64_t c = 0; c < k; ++c) {
+    values[c].resize(static_cast<size_t>(n), 0);
+    states[c].resize(static_cast<size_t>(n), kAbsent);
+    std::memcpy(sums[c].data_ptr(), values[c].data(), static_cast<size_t>(n) * sizeof(uint64_t));
+    std::memcpy(sum_state[c].data_ptr(), states[c].data(), static_cast<size_t>(n));
+    std::vector<uint64_t>().swap(values[c]);
+    std::vector<uint8_t>().swap(states[c]);
   }
   auto to_tensor = [](const auto& v, at::ScalarType t) {
     at::Tensor out = at::empty({static_cast<int64_t>(v.size())}, t);
@@ -131,18 +132,17 @@ py::dict manifest_index(const std::string& path) {
     return out;
   };
   py::dict text_sums;
-  for (const auto& [key, text] : texts)
-    text_sums[py::make_tuple(key.first, names[static_cast<size_t>(key.second)])] = text;
+  for (const auto& [key, text] : texts) text_sums[py::make_tuple(key.first, names[key.second])] = text;
   py::dict text_headers;
   for (const auto& [i, text] : header_texts) text_headers[py::int_(i)] = text;
-  py::list file_list;
-  for (const std::string& f : files) file_list.append(f);
   return py::dict(py::arg("outline") = py::module_::import("json").attr("loads")(outline.dump()),
-                  py::arg("files") = file_list, py::arg("rows") = to_tensor(rows, at::kLong),
+                  py::arg("file_names") = py::bytes(names_blob),
+                  py::arg("file_ends") = to_tensor(name_end, at::kLong),
+                  py::arg("rows") = to_tensor(rows, at::kLong),
                   py::arg("header") = to_tensor(header, at::kLong),
                   py::arg("header_state") = to_tensor(header_state, at::kByte),
                   py::arg("header_text") = text_headers, py::arg("names") = names,
-                  py::arg("checksums") = values, py::arg("checksum_state") = state,
+                  py::arg("checksums") = sums, py::arg("checksum_state") = sum_state,
                   py::arg("checksum_text") = text_sums);
 }
 

@@ -82,7 +82,8 @@ json::parser_callback_t shard_taker(std::string& key, const std::function<void(j
 
 }  // namespace
 
-std::optional<json> manifest_outline(const std::string& path, std::string& problem) {
+std::optional<json> manifest_outline(const std::string& path, std::string& problem,
+                                     const EntryVisitor& on_entry) {
   std::error_code ec;
   if (fs::file_size(path, ec) > kMaxStreamedManifestBytes) {
     problem =
@@ -96,7 +97,9 @@ std::optional<json> manifest_outline(const std::string& path, std::string& probl
   }
   std::string key;
   try {
-    return json::parse(in, shard_taker(key, [](json&) {}));
+    return json::parse(in, shard_taker(key, [&on_entry](json& entry) {
+                         if (on_entry) on_entry(entry);
+                       }));
   } catch (const json::exception& e) {
     problem = concat("not valid JSON (", e.what(), ")");
     return std::nullopt;

@@ -53,7 +53,10 @@ class EntryTally {
 // The manifest at `path` without its shard entries ("shards" left empty, if it is a list), read
 // as a stream so that a long list is never held; nullopt with `problem` ("not valid JSON (...)",
 // "cannot be read", too large) otherwise.
-std::optional<nlohmann::json> manifest_outline(const std::string& path, std::string& problem);
+// With `on_entry`, the same single pass also hands it every shard entry in order (nothing checks
+// the seal then: stream_manifest_entries does).
+std::optional<nlohmann::json> manifest_outline(const std::string& path, std::string& problem,
+                                               const EntryVisitor& on_entry = nullptr);
 
 // The second pass over the manifest at `path` whose manifest_outline is `outline`: every shard
 // entry, in order, to `on_entry`. Returns whether the file matches its manifest_checksum (taken
