@@ -69,6 +69,10 @@ def test_bundle_unpacks_into_a_prefix_and_configures_against_the_given_torch(tmp
     assert run.returncode == 0, report + (tmp_path / "report" / "logs.txt").read_text()[-4000:]
     assert "| unpack | ok |" in report and "| configure | ok |" in report
     assert "torch 1.13" in report
+    # what decides the Python package's build there is in the report's head
+    assert re.search(r"^- python headers and pybind11: Python\.h found in .*; torch ships no pybind11; "
+                     r"pybind11 package \d", report, re.M), report
+    assert re.search(r"^- nvcc: ", report, re.M), report
     cache = (build / "CMakeCache.txt").read_text()
     prefix = str(build / "prefix")
     for key in ("nlohmann_json_DIR", "CLI11_DIR", "GTest_DIR", "pkgcfg_lib_XXHASH_xxhash",
