@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <iostream>
 #include <sstream>
 
 #include "actcap/error.h"
@@ -179,6 +180,7 @@ std::string one_line(std::string s) {
 }
 
 void say(const std::string& kind, const std::string& message) {
+  std::cout.flush();  // what was printed before comes before (std::cerr, tied to cout, did so)
   const std::string line = "actcap: " + (kind.empty() ? "" : kind + ": ") + message + "\n";
   const char* p = line.data();
   size_t left = line.size();

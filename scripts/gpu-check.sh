@@ -72,10 +72,13 @@ have = os.path.exists(os.path.join(inc, "Python.h"))
 try:
     import torch
     p = os.path.join(os.path.dirname(torch.__file__), "include", "pybind11", "detail", "common.h")
-    v = ".".join(re.findall(r"#define PYBIND11_VERSION_(?:MAJOR|MINOR|PATCH) (\S+)", open(p).read()))
-    torch_pb = "torch's pybind11 " + v
-except Exception:
-    torch_pb = "torch ships no pybind11"
+    if os.path.exists(p):
+        v = ".".join(re.findall(r"#define PYBIND11_VERSION_(?:MAJOR|MINOR|PATCH) (\S+)", open(p).read()))
+        torch_pb = "torch's pybind11 " + v
+    else:
+        torch_pb = "torch ships no pybind11"
+except Exception as e:
+    torch_pb = f"torch cannot be imported ({type(e).__name__})"
 try:
     import pybind11
     pip_pb = "pybind11 package " + pybind11.__version__
@@ -158,6 +161,7 @@ stage_configure() {
   if ! $PYTHON -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
     echo "no Python.h for $PYTHON: configuring without the Python package (-DACTCAP_BUILD_PYTHON=OFF)"
     python_arg=(-DACTCAP_BUILD_PYTHON=OFF)
+    rm -rf "$BUILD/python"  # an earlier run's package must not be tested as this one's
   fi
   rm -rf "$BUILD/CMakeCache.txt" "$BUILD/CMakeFiles"
   cmake -S . -B "$BUILD" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \

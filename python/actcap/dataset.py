@@ -120,6 +120,10 @@ class _ShardList:
         return self._names[int(self._ends[i - 1]) if i else 0:int(self._ends[i])].decode("utf-8")
 
     def __getitem__(self, i: int) -> _Shard:
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(f"shard {i} is outside 0..{len(self) - 1}")
         s = self._made.get(i)
         if s is None:
             x = self._index

@@ -81,7 +81,11 @@ py::dict manifest_index(const std::string& path) {
           names_blob += file->get_ref<const std::string&>();
           name_end.push_back(static_cast<int64_t>(names_blob.size()));
           const nlohmann::json* r = field("rows");
-          rows.push_back(r && r->is_number_integer() ? r->get<int64_t>() : 0);
+          if (r && !(r->is_number_unsigned() && r->get<uint64_t>() <= (uint64_t{1} << 62))) {
+            problem = concat("shard entry ", i, "'s rows is not a count (", r->dump(), ")");
+            return;
+          }
+          rows.push_back(r ? r->get<int64_t>() : 0);
           const nlohmann::json* h = field("header_xxh3");
           uint64_t v = 0;
           const bool hex = h && h->is_string() && parse_hex64(h->get_ref<const std::string&>(), v);

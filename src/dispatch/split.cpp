@@ -101,17 +101,24 @@ DevicePlan plan_split(const Model& model, const SplitOptions& options, int64_t b
           {"max_memory", "devices"});
   req.hidden_bytes = static_cast<uint64_t>(batch * seq * model.config().hidden_size) *
                      c10::elementSize(model.compute_dtype());
-  for (const DeviceId& d : req.devices) require_available(d);
+  // Probing a link needs its devices here; a plan alone does not (plan_devices never looks at
+  // the hardware), so an unverified plan may be made for GPUs this machine lacks.
+  if (options.verify_transfers)
+    for (const DeviceId& d : req.devices) require_available(d);
   DevicePlan plan = plan_devices(req);
-  for (const DeviceId& d : plan.stage_device) require_available(d);  // an explicit map's
   // Unverified transfers could not tell a corrupting link anyway: no probe then.
-  if (options.verify_transfers) plan.routes = probe_routes(plan.stage_device, options.faults);
+  if (options.verify_transfers) {
+    for (const DeviceId& d : plan.stage_device) require_available(d);  // an explicit map's
+    plan.routes = probe_routes(plan.stage_device, options.faults);
+  }
   return plan;
 }
 
 DevicePlan split_model(Model& model, const SplitOptions& options, int64_t batch, int64_t seq,
                        const std::vector<PointInfo>& capture, Model::Logits logits) {
   DevicePlan plan = plan_split(model, options, batch, seq, capture, logits);
+  for (const DeviceId& d : options.devices) require_available(d);  // running needs them all
+  for (const DeviceId& d : plan.stage_device) require_available(d);
   ExecutionOptions exec;
   exec.stage_device = plan.stage_device;
   for (const DeviceUsage& u : plan.usage)

@@ -260,6 +260,13 @@ def test_a_cuda_device_this_machine_lacks_is_refused_by_name(tiny_gpt2, tmp_path
     assert "empty_strided" not in line and "backend" not in line, line
 
 
+def test_an_unverified_plan_may_name_gpus_this_machine_lacks(tiny_gpt2):
+    """Planning never touches a device: only probing links (verified transfers) and running do."""
+    proc = H.actcap("plan", tiny_gpt2, "--devices", "cuda:62,cuda:63", "--no-verify-transfers", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert set(json.loads(proc.stdout)["device_map"].values()) <= {"cuda:62", "cuda:63"}
+
+
 def test_capture_pattern_matching_nothing(tiny_gpt2, tmp_path):
     line = assert_input_error(run_cmd(tiny_gpt2, tmp_path / "out", capture=["transformer.h.0.atn"]),
                               "transformer.h.0.atn")

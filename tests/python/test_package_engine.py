@@ -387,6 +387,12 @@ def test_open_keeps_the_shard_list_compactly_and_still_checks_what_the_manifest_
             (lambda m: m.update({"shards": {"a": 1}}), "'shards' is not a list")]:
         with pytest.raises(ac.InputError, match=message):
             opened_with(change)
+    with pytest.raises(ac.InputError, match="shard entry 2's rows is not a count"):
+        opened_with(lambda m: m["shards"][2].update({"rows": "3"}))
+    ds = opened_with(lambda m: None)
+    assert ds._shards[-1].file == manifest["shards"][-1]["file"]
+    with pytest.raises(IndexError):
+        ds._shards[len(manifest["shards"])]
     (out / "manifest.json").write_text(json.dumps(manifest)[:-40])
     with pytest.raises(ac.InputError, match="not a readable JSON manifest"):
         ac.open(out)
