@@ -9,8 +9,8 @@
 
 namespace actcap {
 
-// Blocks the host until `event` completed. c10::Event::synchronize() exists only from LibTorch 2.0;
-// query() exists in both, so wait on it, yielding first and then sleeping briefly.
+// Blocks the host until `event` completed. c10::Event::synchronize() exists only from LibTorch 2.4
+// (1.13 lacks it); query() exists in both, so wait on it, yielding first and then sleeping briefly.
 inline void synchronize_event(const c10::Event& event) {
   for (int spins = 0; !event.query(); ++spins) {
     if (spins < 64)
