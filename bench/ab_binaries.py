@@ -94,7 +94,7 @@ def main():
     envs = {}
     for arm in ("before", "after"):
         pairs = getattr(o, arm + "_env")
-        if any("=" not in p for p in pairs):
+        if any(not p.partition("=")[0] or "=" not in p for p in pairs):
             ap.error(f"--{arm}-env takes KEY=VALUE")
         envs[arm] = dict(os.environ, **dict(p.split("=", 1) for p in pairs)) if pairs else None
 
