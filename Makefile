@@ -79,7 +79,8 @@ sanitize-thread: deps
 GPU_BUNDLE ?= gpu-bundle
 GPU_BUNDLE_PACKAGES := nlohmann-json3-dev libcli11-dev libxxhash-dev libxxhash0 libpcre2-dev \
   libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libicu-dev libicu72 libgtest-dev \
-  libgmock-dev pkgconf pkgconf-bin libpkgconf3
+  libgmock-dev pkgconf pkgconf-bin libpkgconf3 python3-pytest python3-pluggy python3-iniconfig \
+  python3-packaging python3-py python3-attr
 
 gpu-bundle:
 	rm -rf $(GPU_BUNDLE) && mkdir -p $(GPU_BUNDLE)

@@ -580,6 +580,10 @@ def cli_extract(b, spec, env, res, ckpt, cfg, gen):
                 res.setdefault("cli", {})[what] = run_extract(
                     b, env["actcap"], ckpt, spec, corpus, cap, env["cli_compute_dtype"], work / "out",
                     extra)
+            except subprocess.TimeoutExpired:
+                # the budget ran out under it: not measured, which is not a failure of actcap
+                res["notes"].append(f"actcap extract {what} not finished: the {a.budget_s:.0f} s budget "
+                                    "ran out during it")
             except Exception as e:  # noqa: BLE001
                 res["errors"][f"actcap extract {what}"] = f"{type(e).__name__}: {e}"
     finally:
@@ -834,17 +838,26 @@ def main():
            "cli_compute_dtype": cli_cd, "py_compute_dtype": py_cd, "batches": 2 if a.smoke else 4,
            "cli_copy_window": cli_supports(actcap, "extract", "--copy-window")}
     if b.device != "cpu":
-        torch.backends.cuda.matmul.allow_tf32 = False  # PyTorch's default, as libtorch's: said in the report
+        # PyTorch's default, as libtorch's (said in the report); torch >= 2.9 has the new switch
+        # and warns about the old one (mixing both is an error there).
+        if hasattr(torch.backends.cuda.matmul, "fp32_precision"):
+            torch.backends.cuda.matmul.fp32_precision = "ieee"
+        else:
+            torch.backends.cuda.matmul.allow_tf32 = False
 
-    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True).stdout.strip()
+    def git(*args):
+        try:
+            return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True).stdout.strip()
+        except OSError:  # no git on the machine: the commit is unknown, not a reason to stop
+            return ""
+    commit = os.environ.get("ACTCAP_COMMIT") or git("rev-parse", "--short", "HEAD")
+    dirty = git("status", "--porcelain", "--untracked-files=no")
     gpu = (f"{torch.cuda.get_device_name(0)} ({torch.cuda.get_device_properties(0).total_memory / 2**30:.0f} GiB)"
            if b.device != "cpu" else f"none (--device cpu; {os.cpu_count()} cores)")
     run = {
         "command": " ".join(["python3", "bench/gpu_bench.py"] + sys.argv[1:]),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": (head.stdout.strip() or "unknown") + (" (with uncommitted changes)" if dirty else ""),
+        "commit": (commit or "unknown") + (" (with uncommitted changes)" if dirty else ""),
         "mode": "smoke" if a.smoke else "quick" if a.quick else "full", "budget_s": a.budget_s,
         "env_line": f"torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN "
                     f"{torch.backends.cudnn.version() if b.device != 'cpu' else 'n/a'}, GPU {gpu}; "

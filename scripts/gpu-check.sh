@@ -9,27 +9,38 @@
 # unpack   the bundle's .debs into a private prefix (build-gpu/prefix), .pc files re-pointed there;
 #          never over /
 # configure  CMake against python3's torch (torch.utils.cmake_prefix_path) and the prefix, into
-#          build-gpu/ (Ninja when present), warnings not errors (a newer compiler and LibTorch)
-# build    every target, every core
+#          build-gpu/ (Ninja when present), warnings not errors (a newer compiler and LibTorch), no
+#          MPI; where no nvcc is found (a pip torch ships none, and its TorchConfig.cmake stops
+#          without a CUDA toolkit), or torch's own package fails, through
+#          scripts/torch_cmake_shim.py instead (actcap includes no CUDA header)
+# build    the CLI and the unit suite, every core (the Python extension is built by `python`, so
+#          that a failure there stops no C++ check)
 # unit     the unit suite (CUDA tests run when a device is present)
 # doctor   `actcap doctor` over cuda:0 and cpu
 # compare  `actcap compare` of every architecture's tiny model: cuda:0 alone, and cuda:0 + cpu
 # mixed    an extract split over cuda:0,cpu:1,cpu:2, verified
 # repro    `actcap repro`
-# python   the Python package's tests (test_package_*.py; the CUDA ones need transformers and
-#          accelerate) against build-gpu/python
+# python   builds the Python extension, then the Python package's tests (test_package_*.py)
+#          against build-gpu/python, with ACTCAP_REQUIRE_CUDA=1: the CUDA ones fail, not skip,
+#          without a device, transformers or accelerate; pytest from the bundle where python3 has none
 # bench    bench/gpu_bench.py (actcap vs transformers on gpt2-small, Llama-3.2-1B and 8B shapes, bf16;
 #          capture cost; device->host GB/s) into REPORT_DIR/bench.md and bench.json, its own time
 #          budget GPU_BENCH_BUDGET (default 180 s) under the stage timeout GPU_BENCH_TIMEOUT
 #          (default 240 s); its tables are appended to report.md
 #
-# Writes REPORT_DIR/report.md (a line per stage: status, seconds, the log's tail on failure) and
-# REPORT_DIR/logs.txt (every stage's log). Touches nothing outside the checkout and REPORT_DIR.
+# Writes REPORT_DIR/report.md (a line per stage: status, seconds, the log's tail on failure; its
+# summary is written even when the script is stopped by SIGTERM/SIGINT) and REPORT_DIR/logs.txt
+# (every stage's log). Touches nothing outside the checkout and REPORT_DIR: temporary files go to
+# build-gpu/tmp (TMPDIR), the bundle's libraries are on LD_LIBRARY_PATH only for cmake and actcap's
+# own programs (not for the system's tools).
 # Environment: PYTHON (default python3), JOBS (default nproc), GPU_BUNDLE (default gpu-bundle),
 # GPU_BUILD (default build-gpu; relative paths are inside the checkout), GPU_CMAKE_ARGS (more
 # configure arguments, e.g. -DCMAKE_CXX_STANDARD=20), GPU_CHECK_TIMEOUT per stage in seconds (default 420;
 # the bench stage has its own, GPU_BENCH_TIMEOUT), GPU_BENCH_ARGS (more bench/gpu_bench.py arguments,
-# e.g. --quick).
+# e.g. --quick), GPU_CHECK_DEADLINE (seconds for the whole run: each stage's timeout and the bench's
+# budget shrink to what is left, and a stage with under 20 s left is skipped, so that the report is
+# complete inside the device tool's limit), GPU_TORCH_SHIM (1: always configure through the shim;
+# 0: never).
 set -uo pipefail
 
 if [ $# -lt 1 ]; then
@@ -53,7 +64,12 @@ PREFIX="$BUILD/prefix"
 LOGS="$BUILD/logs"
 ALL_STAGES="unpack configure build unit doctor compare mixed repro python bench"
 STAGES=${*:-$ALL_STAGES}
-mkdir -p "$LOGS"
+for s in $STAGES; do
+  case " $ALL_STAGES " in *" $s "*) ;; *) echo "unknown stage '$s' (stages: $ALL_STAGES)" >&2; exit 2 ;; esac
+done
+DEADLINE=${GPU_CHECK_DEADLINE:-0}
+mkdir -p "$LOGS" "$BUILD/tmp"
+export TMPDIR="$BUILD/tmp"
 : > "$REPORT/logs.txt"
 
 {
@@ -87,6 +103,7 @@ except Exception:
 print(f"Python.h {'found' if have else 'MISSING'} in {inc}; {torch_pb}; {pip_pb}")
 PY
 )"
+  echo "- pytest: $($PYTHON -c 'import pytest; print(pytest.__version__)' 2>/dev/null || echo "none (the bundle's is used)")"
   echo
   echo "| stage | status | seconds |"
   echo "| --- | --- | ---: |"
@@ -94,19 +111,73 @@ PY
 
 FAILURES=""
 TAILS=""
+CURRENT=
+STAGE_PID=
+
+# The report's summary, also when the script is stopped (the device tool's timeout sends SIGTERM).
+finish() {
+  trap - TERM INT
+  if [ -n "${STAGE_PID:-}" ]; then
+    kill -TERM "$STAGE_PID" 2> /dev/null  # timeout passes it on to the stage
+    wait "$STAGE_PID" 2> /dev/null
+    echo "| $CURRENT | stopped ($1) | $((SECONDS - STAGE_START)) |" >> "$REPORT/report.md"
+    { echo "===== $CURRENT (stopped by $1)"; cat "$LOGS/$CURRENT.log"; echo; } >> "$REPORT/logs.txt"
+    TAILS="$TAILS"$'\n'"### $CURRENT (stopped)"$'\n\n```\n'"$(tail -n 30 "$LOGS/$CURRENT.log")"$'\n```\n'
+  fi
+  {
+    echo
+    if [ -n "${1:-}" ]; then echo "Stopped by $1 during stage ${CURRENT:-none}: later stages did not run."; fi
+    if [ -z "$FAILURES" ] && [ -z "${1:-}" ]; then echo "All stages passed."; elif [ -n "$FAILURES" ]; then echo "Failed:$FAILURES"; fi
+    if [ -s "$BUILD/own-warnings.txt" ]; then
+      echo
+      echo "Warnings in actcap's own code ($(wc -l < "$BUILD/own-warnings.txt"); the default -Werror build stops on them):"
+      echo '```'
+      head -n 40 "$BUILD/own-warnings.txt" | sed -E "s#^($ROOT/|(\.\./)+)##"
+      echo '```'
+    fi
+    printf '%s\n' "$TAILS"
+    if [ -s "$REPORT/bench.md" ]; then
+      echo
+      cat "$REPORT/bench.md"
+    fi
+  } >> "$REPORT/report.md"
+  echo "report: $REPORT/report.md"
+}
+trap 'finish SIGTERM; exit 143' TERM
+trap 'finish SIGINT; exit 130' INT
 
 # run_stage NAME CMD...: the command's output goes to the stage's log; a line in the report.
 run_stage() {
   local name=$1
   shift
   local log="$LOGS/$name.log" start=$SECONDS rc limit=$STAGE_TIMEOUT
+  STAGE_START=$SECONDS
   [ "$name" = bench ] && limit=$BENCH_TIMEOUT
+  if [ "$DEADLINE" -gt 0 ]; then
+    local left=$((DEADLINE - SECONDS))
+    if [ $left -lt 20 ]; then
+      echo "| $name | skipped (GPU_CHECK_DEADLINE=$DEADLINE s reached) | 0 |" >> "$REPORT/report.md"
+      echo "   $name: skipped, deadline"
+      FAILURES="$FAILURES $name(skipped)"
+      return 1
+    fi
+    [ $left -lt "$limit" ] && limit=$left
+    # the bench stops itself inside its budget and writes its report: leave it time for that
+    [ "$name" = bench ] && [ $((limit - 20)) -lt "$BENCH_BUDGET" ] && BENCH_BUDGET=$((limit - 20))
+  fi
+  export BENCH_BUDGET
   echo "== $name: $*" | tee "$log"
-  # the stage function runs in a child bash (exported below) so that timeout can stop it
-  timeout "$limit" bash -c "$*" >> "$log" 2>&1
+  # the stage function runs in a child bash (exported below) so that timeout can stop it; -k: a
+  # process that ignores SIGTERM (stuck in a driver call) is killed 20 s later. In the background
+  # and waited for, so that a SIGTERM to this script runs its trap at once (bash defers traps
+  # until a foreground command ends); the trap stops the stage.
+  timeout -k 20 "$limit" bash -c "$*" >> "$log" 2>&1 &
+  STAGE_PID=$!
+  wait $STAGE_PID
   rc=$?
+  STAGE_PID=
   local secs=$((SECONDS - start)) status=ok
-  if [ $rc -eq 124 ]; then status="timed out (${limit} s)"; elif [ $rc -ne 0 ]; then status="FAILED (exit $rc)"; fi
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then status="timed out (${limit} s)"; elif [ $rc -ne 0 ]; then status="FAILED (exit $rc)"; fi
   echo "| $name | $status | $secs |" >> "$REPORT/report.md"
   { echo "===== $name ($status, $secs s)"; cat "$log"; echo; } >> "$REPORT/logs.txt"
   echo "   $name: $status, $secs s"
@@ -142,16 +213,42 @@ prefix_env() {
   local multiarch
   multiarch=$(ls -d "$PREFIX"/usr/lib/*-linux-gnu 2>/dev/null | head -1)
   export PKG_CONFIG_PATH="$multiarch/pkgconfig:$PREFIX/usr/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
-  export LD_LIBRARY_PATH="$multiarch${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  PREFIX_LIBS=$multiarch
   if ! command -v pkg-config > /dev/null && [ -x "$PREFIX/usr/bin/pkgconf" ]; then
     export PKG_CONFIG="$PREFIX/usr/bin/pkgconf"
   fi
 }
 
+# with_libs CMD...: CMD with the bundle's libraries first on LD_LIBRARY_PATH (cmake, the linker and
+# actcap's programs need them; the system's own tools, linked against their own, are run without).
+with_libs() { LD_LIBRARY_PATH="$PREFIX_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }
+
+# A nvcc for CMake's CUDA checks, where one is found (PATH, CUDA_HOME, CUDA_PATH, /usr/local/cuda).
+find_nvcc() {
+  local c
+  for c in "$(command -v nvcc 2> /dev/null)" "${CUDA_HOME:-/nonexistent}/bin/nvcc" \
+    "${CUDA_PATH:-/nonexistent}/bin/nvcc" /usr/local/cuda/bin/nvcc; do
+    [ -n "$c" ] && [ -x "$c" ] && { echo "$c"; return 0; }
+  done
+  return 1
+}
+
 stage_configure() {
   prefix_env
-  local torch_prefix generator=()
+  local torch_prefix generator=() torch_cuda nvcc shim=${GPU_TORCH_SHIM:-}
   torch_prefix=$($PYTHON -c 'import os, torch.utils as u; p = u.cmake_prefix_path; print(p if os.path.isdir(p) else "")') || return 1
+  torch_cuda=$($PYTHON -c 'import torch; print(torch.version.cuda or "")') || return 1
+  if [ -z "$shim" ]; then
+    shim=0
+    if [ -n "$torch_cuda" ] && ! nvcc=$(find_nvcc); then
+      echo "torch is built with CUDA $torch_cuda but no nvcc is found (PATH, CUDA_HOME, /usr/local/cuda):"
+      echo "torch's own TorchConfig.cmake would stop without a CUDA toolkit; configuring through scripts/torch_cmake_shim.py"
+      shim=1
+    elif [ -n "$torch_cuda" ]; then
+      echo "nvcc for CMake's CUDA checks: $nvcc"
+      export CUDACXX=${CUDACXX:-$nvcc}
+    fi
+  fi
   command -v ninja > /dev/null && generator=(-G Ninja)
   local pkgconf_arg=()
   [ -n "${PKG_CONFIG:-}" ] && pkgconf_arg=(-DPKG_CONFIG_EXECUTABLE="$PKG_CONFIG")
@@ -163,51 +260,91 @@ stage_configure() {
     python_arg=(-DACTCAP_BUILD_PYTHON=OFF)
     rm -rf "$BUILD/python"  # an earlier run's package must not be tested as this one's
   fi
-  rm -rf "$BUILD/CMakeCache.txt" "$BUILD/CMakeFiles"
-  cmake -S . -B "$BUILD" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_PREFIX_PATH="${torch_prefix:+$torch_prefix;}$PREFIX/usr" \
-    -DPython_EXECUTABLE="$(command -v "$PYTHON")" -DACTCAP_WERROR=OFF "${pkgconf_arg[@]}" \
-    "${python_arg[@]}" ${GPU_CMAKE_ARGS:-}
+  # MPI off: a GPU image's MPI (HPC-X, Open MPI) is not what is checked here.
+  local common=(-S . -B "$BUILD" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release
+    -DPython_EXECUTABLE="$(command -v "$PYTHON")" -DACTCAP_WERROR=OFF -DACTCAP_MPI=OFF
+    "${pkgconf_arg[@]}" "${python_arg[@]}")
+  local rc=1
+  if [ "$shim" != 1 ]; then
+    # the cache only: the object files of an earlier build stay (a rerun rebuilds what changed)
+    rm -f "$BUILD/CMakeCache.txt"
+    with_libs cmake "${common[@]}" -DCMAKE_PREFIX_PATH="${torch_prefix:+$torch_prefix;}$PREFIX/usr" ${GPU_CMAKE_ARGS:-}
+    rc=$?
+    if [ $rc -ne 0 ]; then
+      keep_configure_log
+      [ "$shim" = 0 ] && [ -z "${GPU_TORCH_SHIM:-}" ] || return $rc
+      echo "configuring with torch's own CMake package failed (above); again through scripts/torch_cmake_shim.py"
+    fi
+  fi
+  if [ $rc -ne 0 ]; then
+    $PYTHON scripts/torch_cmake_shim.py "$BUILD/torch-shim" || return 1
+    rm -f "$BUILD/CMakeCache.txt"
+    with_libs cmake "${common[@]}" -DTorch_DIR="$BUILD/torch-shim" -DCMAKE_PREFIX_PATH="$PREFIX/usr" \
+      ${GPU_CMAKE_ARGS:-} || { rc=$?; keep_configure_log; return $rc; }
+  fi
+}
+
+# CMake's own record of a failed configure (compiler and CUDA checks) goes into the report folder.
+keep_configure_log() {
+  local f
+  for f in "$BUILD/CMakeFiles/CMakeConfigureLog.yaml" "$BUILD/CMakeFiles/CMakeError.log"; do
+    [ -f "$f" ] && cp "$f" "$REPORT/configure-$(basename "$f")"
+  done
+  return 0
 }
 
 # Warnings stay warnings here (ACTCAP_WERROR=OFF); those in actcap's own files are listed in the
 # report, since the default build (-Werror) would stop on them with this compiler.
+own_warnings() {
+  grep -hE "^($ROOT/|(\.\./)+)?(src|cli|include|python|tests|bench|examples)/[^:]+:[0-9]+:[0-9]+: warning:" "$@" 2> /dev/null | sort -u
+}
+
 stage_build() {
   prefix_env
-  cmake --build "$BUILD" -j "$JOBS"
-  local rc=$? own
-  own=$(grep -E "^($ROOT/|(\.\./)+)?(src|cli|include|python|tests|bench|examples)/[^:]+:[0-9]+:[0-9]+: warning:" "$LOGS/build.log" | sort -u)
-  if [ -n "$own" ]; then
-    echo "$own" > "$BUILD/own-warnings.txt"
-  else
-    rm -f "$BUILD/own-warnings.txt"
-  fi
+  rm -f "$BUILD/own-warnings.txt"
+  with_libs cmake --build "$BUILD" -j "$JOBS" --target actcap actcap_tests
+  local rc=$?
+  own_warnings "$LOGS/build.log" > "$BUILD/own-warnings.txt"
   return $rc
 }
 
 stage_python() {
   prefix_env
-  if [ ! -d "$BUILD/python/actcap" ]; then
-    echo "no Python package in $BUILD/python (configure found no Python.h for $PYTHON; see its log)"
+  if ! grep -q "^ACTCAP_BUILD_PYTHON:BOOL=ON" "$BUILD/CMakeCache.txt" 2> /dev/null; then
+    echo "no Python package: configure found no Python.h for $PYTHON (see its log)"
     return 1
   fi
-  ACTCAP="$BUILD/actcap" CI=true PYTHONUNBUFFERED=1 $PYTHON -m pytest -q -p no:cacheprovider \
+  with_libs cmake --build "$BUILD" -j "$JOBS" --target actcap_python
+  local rc=$?
+  own_warnings "$LOGS/python.log" >> "$BUILD/own-warnings.txt"
+  [ $rc -eq 0 ] || return $rc
+  local pypath=${PYTHONPATH:-}
+  if ! $PYTHON -c 'import pytest' 2> /dev/null; then
+    [ -d "$PREFIX/usr/lib/python3/dist-packages/pytest" ] || {
+      echo "$PYTHON has no pytest and the bundle none (make gpu-bundle)"
+      return 1
+    }
+    echo "$PYTHON has no pytest: the bundle's (after the machine's own packages on sys.path)"
+    pypath="${pypath:+$pypath:}$PREFIX/usr/lib/python3/dist-packages"
+  fi
+  ACTCAP="$BUILD/actcap" CI=true ACTCAP_REQUIRE_CUDA=1 PYTHONUNBUFFERED=1 PYTHONPATH="$pypath" \
+    with_libs $PYTHON -m pytest -q -p no:cacheprovider \
     tests/python/test_package_cuda.py tests/python/test_package_capture.py tests/python/test_package_engine.py -rs
 }
 
-stage_unit() { prefix_env; "$BUILD/actcap_tests" --gtest_brief=1; }
+stage_unit() { prefix_env; with_libs "$BUILD/actcap_tests" --gtest_brief=1; }
 
 # Every architecture's tiny model, made once.
 models() {
   local arch
   for arch in gpt2 llama mistral qwen2 qwen3 olmo2 gemma2 gemma3_text gemma3 gpt_neox phi3; do
     [ -f "$BUILD/models/$arch/config.json" ] ||
-      "$BUILD/actcap" init-model --arch "$arch" --preset tiny --seed 1 --out "$BUILD/models/$arch" > /dev/null || return 1
+      with_libs "$BUILD/actcap" init-model --arch "$arch" --preset tiny --seed 1 --out "$BUILD/models/$arch" > /dev/null || return 1
     echo "$arch"
   done
 }
 
-stage_doctor() { prefix_env; "$BUILD/actcap" doctor --devices cuda:0,cpu:1; }
+stage_doctor() { prefix_env; with_libs "$BUILD/actcap" doctor --devices cuda:0,cpu:1; }
 
 stage_compare() {
   prefix_env
@@ -216,7 +353,7 @@ stage_compare() {
   for arch in $list; do
     for devices in cuda:0 cuda:0,cpu:1; do
       echo "--- $arch --devices $devices"
-      "$BUILD/actcap" compare "$BUILD/models/$arch" --tokens "1,2,3,4,5,6,7;8,9,10" --devices "$devices" || rc=1
+      with_libs "$BUILD/actcap" compare "$BUILD/models/$arch" --tokens "1,2,3,4,5,6,7;8,9,10" --devices "$devices" || rc=1
     done
   done
   return $rc
@@ -224,12 +361,12 @@ stage_compare() {
 
 stage_mixed() {
   prefix_env
-  "$BUILD/actcap" extract demo --input data/demo_corpus.txt --devices cuda:0,cpu:1,cpu:2 \
+  with_libs "$BUILD/actcap" extract demo --input data/demo_corpus.txt --devices cuda:0,cpu:1,cpu:2 \
     --capture 'transformer.h.*' --out "$BUILD/mixed-out" --overwrite --shard-size 1MiB &&
-    "$BUILD/actcap" verify "$BUILD/mixed-out"
+    with_libs "$BUILD/actcap" verify "$BUILD/mixed-out"
 }
 
-stage_repro() { prefix_env; "$BUILD/actcap" repro; }
+stage_repro() { prefix_env; with_libs "$BUILD/actcap" repro; }
 
 # The GPU benchmark: writes bench.md (its tables, appended to report.md at the end) and bench.json.
 # Checkpoints are cached in $BUILD/gpu-bench-models for a rerun on the same machine.
@@ -237,18 +374,20 @@ stage_bench() {
   prefix_env
   rm -f "$REPORT/bench.md" "$REPORT/bench.json"
   # exec: the stage timeout's SIGTERM reaches the benchmark, which still writes its report
-  PYTHONUNBUFFERED=1 exec $PYTHON bench/gpu_bench.py --actcap "$BUILD/actcap" --python-dir "$BUILD/python" \
+  ACTCAP_COMMIT=$(git rev-parse --short HEAD 2> /dev/null) PYTHONUNBUFFERED=1 \
+    LD_LIBRARY_PATH="$PREFIX_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec $PYTHON bench/gpu_bench.py --actcap "$BUILD/actcap" --python-dir "$BUILD/python" \
     --models-dir "$BUILD/gpu-bench-models" --budget-s "$BENCH_BUDGET" \
     --out "$REPORT/bench.md" --json-out "$REPORT/bench.json" ${GPU_BENCH_ARGS:-}
 }
 
 export ROOT PYTHON JOBS BUNDLE BUILD PREFIX LOGS REPORT BENCH_BUDGET
-export -f prefix_env models stage_unpack stage_configure stage_build stage_unit stage_doctor \
+export -f prefix_env with_libs find_nvcc keep_configure_log own_warnings models stage_unpack stage_configure stage_build stage_unit stage_doctor \
   stage_compare stage_mixed stage_repro stage_python stage_bench
+
 
 status=0
 for s in $STAGES; do
-  case " $ALL_STAGES " in *" $s "*) ;; *) echo "unknown stage '$s' (stages: $ALL_STAGES)" >&2; exit 2 ;; esac
+  CURRENT=$s
   # configure and build need the ones before them; the checks after build run regardless of
   # each other's results.
   if ! run_stage "$s" "stage_$s"; then
@@ -256,22 +395,6 @@ for s in $STAGES; do
     case $s in unpack | configure | build) echo "stopping: later stages need $s" ; break ;; esac
   fi
 done
-
-{
-  echo
-  if [ -z "$FAILURES" ]; then echo "All stages passed."; else echo "Failed:$FAILURES"; fi
-  if [ -s "$BUILD/own-warnings.txt" ]; then
-    echo
-    echo "Warnings in actcap's own code ($(wc -l < "$BUILD/own-warnings.txt"); the default -Werror build stops on them):"
-    echo '```'
-    head -n 40 "$BUILD/own-warnings.txt" | sed -E "s#^($ROOT/|(\.\./)+)##"
-    echo '```'
-  fi
-  printf '%s\n' "$TAILS"
-  if [ -s "$REPORT/bench.md" ]; then
-    echo
-    cat "$REPORT/bench.md"
-  fi
-} >> "$REPORT/report.md"
-echo "report: $REPORT/report.md"
+CURRENT=
+finish
 exit $status

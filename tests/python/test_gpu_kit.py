@@ -5,8 +5,10 @@ itself downloads them with apt-get), unpacked into a private prefix and configur
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -80,7 +82,44 @@ def test_bundle_unpacks_into_a_prefix_and_configures_against_the_given_torch(tmp
         m = re.search(rf"^{re.escape(key)}:\w+=(.*)$", cache, re.M)
         assert m and m.group(1).startswith(prefix), (key, m and m.group(1))
     assert re.search(r"^ACTCAP_WERROR:BOOL=OFF$", cache, re.M)
+    assert re.search(r"^ACTCAP_MPI:BOOL=OFF$", cache, re.M)
     assert re.search(r"^Python_EXECUTABLE:\w+=/usr/bin/python3$", cache, re.M)
+    assert re.search(r"^- pytest: \d", report, re.M), report
+
+    # The bundle's pytest serves a Python that has none (the python stage puts it after the
+    # machine's own packages): here the `python3` first on PATH, a separate build.
+    other = shutil.which("python3")
+    if other and os.path.realpath(other) != "/usr/bin/python3" and subprocess.run(
+            [other, "-c", "import pytest"], capture_output=True).returncode != 0:
+        site = build / "prefix" / "usr" / "lib" / "python3" / "dist-packages"
+        got = subprocess.run([other, "-c", "import pytest; print(pytest.__version__)"],
+                             env=dict(os.environ, PYTHONPATH=str(site)), capture_output=True, text=True)
+        assert got.returncode == 0, got.stderr[-2000:]
+
+    # A SIGTERM (the device tool's timeout) stops the running stage and still writes the summary.
+    proc = subprocess.Popen(["bash", str(SCRIPT), str(tmp_path / "stopped"), "configure", "build"],
+                            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = build / "logs" / "configure.log"
+    log.unlink()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (log.exists() and "-- " in log.read_text()):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 143
+    stopped = (tmp_path / "stopped" / "report.md").read_text()
+    assert "| configure | stopped (SIGTERM) |" in stopped, stopped
+    assert "Stopped by SIGTERM during stage configure" in stopped and "| build |" not in stopped, stopped
+
+    # Through the CMake shim (what a CUDA pip torch without nvcc gets): the same configure, with
+    # Torch_DIR in the build folder and the torch found by the shim.
+    shim_env = dict(env, GPU_TORCH_SHIM="1")
+    run = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "shim"), "configure"],
+                         cwd=REPO, env=shim_env, capture_output=True, text=True, timeout=600)
+    shim_report = (tmp_path / "shim" / "report.md").read_text()
+    assert run.returncode == 0, shim_report + (tmp_path / "shim" / "logs.txt").read_text()[-4000:]
+    cache = (build / "CMakeCache.txt").read_text()
+    assert re.search(rf"^Torch_DIR:\w+={re.escape(str(build / 'torch-shim'))}$", cache, re.M), cache[:2000]
+    assert "actcap's CMake shim" in (tmp_path / "shim" / "logs.txt").read_text()
 
 
 def test_missing_bundle_and_unknown_stage_are_clear(tmp_path):
@@ -89,9 +128,18 @@ def test_missing_bundle_and_unknown_stage_are_clear(tmp_path):
     bad = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "r"), "warp"], cwd=REPO, env=env,
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown stage 'warp'" in bad.stderr
+    # every name is checked before any stage runs
+    bad = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "r2"), "unpack", "warp"], cwd=REPO, env=env,
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and not (tmp_path / "r2" / "report.md").exists()
     run = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "r"), "unpack", "configure"],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 1
     report = (tmp_path / "r" / "report.md").read_text()
     assert "| unpack | FAILED (exit 1) |" in report and "configure" not in report.split("| ---")[-1]
     assert "run `make gpu-bundle`" in report
+    # GPU_CHECK_DEADLINE: a stage that no longer fits is skipped and said so
+    run = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "late"), "unpack"], cwd=REPO,
+                         env=dict(env, GPU_CHECK_DEADLINE="1"), capture_output=True, text=True, timeout=120)
+    late = (tmp_path / "late" / "report.md").read_text()
+    assert run.returncode == 1 and "| unpack | skipped (GPU_CHECK_DEADLINE=1 s reached) | 0 |" in late, late

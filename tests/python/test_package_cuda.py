@@ -1,12 +1,33 @@
 """SafeCapturer on a GPU: asynchronous device->host copies read before they landed, and a real
 transformers model dispatched by accelerate over cuda:0 + cpu, naive capture against safe.
-Skipped where torch sees no CUDA device (the GPU check kit runs them on a GPU machine)."""
+Skipped where torch sees no CUDA device; the GPU check kit runs them on a GPU machine with
+ACTCAP_REQUIRE_CUDA=1, where what would skip them (no device, no transformers or accelerate) fails
+instead, so that a broken setup cannot pass as a clean run."""
+import importlib
+import os
+
 import pytest
 import torch
 
 from hf_modules import GPT2LMHeadModel
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+REQUIRE = os.environ.get("ACTCAP_REQUIRE_CUDA") == "1"
+
+if not torch.cuda.is_available():
+    if REQUIRE:
+        raise RuntimeError(f"ACTCAP_REQUIRE_CUDA=1 but torch {torch.__version__} sees no CUDA device "
+                           f"(built with CUDA {torch.version.cuda})")
+    pytestmark = pytest.mark.skip(reason="needs a CUDA device")
+
+
+def need(module):
+    """The module, or a skip (a failure under ACTCAP_REQUIRE_CUDA=1)."""
+    if not REQUIRE:
+        return pytest.importorskip(module)
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        pytest.fail(f"ACTCAP_REQUIRE_CUDA=1 but {module} cannot be imported: {e}")
 
 
 def hidden(output):
@@ -39,8 +60,8 @@ def test_a_non_blocking_copy_read_early_is_wrong_and_safe_capture_fences(ac):
 
 
 def test_transformers_model_dispatched_over_cuda_and_cpu_naive_vs_safe(ac):
-    transformers = pytest.importorskip("transformers")
-    accelerate = pytest.importorskip("accelerate")
+    transformers = need("transformers")
+    accelerate = need("accelerate")
     cfg = transformers.GPT2Config(n_layer=6, n_embd=128, n_head=4, vocab_size=1000, n_positions=128)
     torch.manual_seed(0)
     ref = transformers.GPT2LMHeadModel(cfg).eval()
