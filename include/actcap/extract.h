@@ -84,11 +84,14 @@ struct MergeReport {
 // ranges and device maps under "ranks". The ranks' manifests are streamed, never held: memory
 // does not grow with the number of shards. `sealed_as` (rank 0 after an MPI gather): each rank's
 // manifest_checksum as that rank sealed it, which the file on disk must carry, and the world
-// size; empty: the rank manifests found in DIR. Nothing is written while a rank is unfinished
-// (`waiting` says which). Running it again gives the same files. InputError for a folder without
-// rank manifests or with those of several world sizes; RunError for a damaged rank manifest or
-// ranks that disagree on the model, points, settings or input.
-MergeReport merge_ranks(const std::string& dir, const std::vector<std::string>& sealed_as = {});
+// size; empty: the run of `world_size` ranks (a rank of that run assembling it), or, with 0, the
+// one run whose rank manifests are in DIR. Nothing is written while a rank is unfinished
+// (`waiting` says which). Running it again gives the same files. InputError, when the world size
+// is not given, for a folder without rank manifests or with those of several world sizes;
+// RunError for a damaged rank manifest or ranks that disagree on the model, points, settings or
+// input.
+MergeReport merge_ranks(const std::string& dir, const std::vector<std::string>& sealed_as = {},
+                        int world_size = 0);
 
 // Throws InputError for bad input (exit 2) and RunError when the run fails (exit 1), leaving the
 // manifest consistent with the shards on disk.

@@ -59,11 +59,18 @@ constexpr const char* kSharedKeys[] = {"format", "model", "points", "settings", 
 
 }  // namespace
 
-MergeReport merge_ranks(const std::string& dir, const std::vector<std::string>& sealed_as) {
+MergeReport merge_ranks(const std::string& dir, const std::vector<std::string>& sealed_as,
+                        int world_size) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw InputError(concat(dir, " is not a folder"));
   MergeReport report;
-  if (sealed_as.empty()) {
+  if (!sealed_as.empty()) {
+    report.world_size = static_cast<int>(sealed_as.size());
+  } else if (world_size > 0) {
+    // A rank of this run: another world size's manifests are an earlier run's that this run's
+    // rank 0 removes when it starts (--overwrite); until it has, rank 0 is not complete either.
+    report.world_size = world_size;
+  } else {
     const auto found = rank_manifests(dir);
     if (found.empty())
       throw InputError(concat(dir,
@@ -77,8 +84,6 @@ MergeReport merge_ranks(const std::string& dir, const std::vector<std::string>& 
                               " ranks; keep one run's files (or overwrite the run)"));
     }
     report.world_size = found.begin()->first;
-  } else {
-    report.world_size = static_cast<int>(sealed_as.size());
   }
 
   // Each rank's manifest streamed once: its outline, its seal, its entries counted. Only the

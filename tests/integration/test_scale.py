@@ -192,6 +192,11 @@ def test_another_world_size_is_refused_and_overwrite_replaces_it(corpus, tmp_pat
         assert "written by 3" in one_error_line(p) and "--world-size" in p.stderr
     p = run(*args(inp, out, "--rank", "0", "--world-size", "2"), env=clean_env())
     assert p.returncode == 2 and "overwrit" in one_error_line(p)  # a new run needs --overwrite
+    # Rank 1 finishes before rank 0 has started (and removed the 3-rank run's files): it waits for
+    # rank 0 rather than refusing the folder (a busy machine once started them in this order).
+    late = run(*args(inp, out, "--overwrite"), env=clean_env(RANK="1", WORLD_SIZE="2"), check=0)
+    assert late.returncode == 0, late.stderr
+    assert json.load(open(out / "manifest.json"))["world_size"] == 3  # not assembled without rank 0
     results = launch_env(inp, out, 2, "--overwrite")
     assert [r[0] for r in results] == [0, 0], results
     assert not [n for n in os.listdir(out) if "-of-00003" in n or n.startswith("shard-r00002")]
