@@ -22,6 +22,7 @@ namespace actcap {
 
 struct RowSelection;  // snapshot.h
 struct PendingCopy;   // src/capture/pending_copy.h
+class DeviceIndex;    // src/capture/device_index.h
 
 // Which token positions of each sequence to keep.
 //   "all" | "first" | "last" | comma-separated Python-style ranges "0:8,-4:,10" (negative counts
@@ -152,6 +153,7 @@ class SafeCapturer : public Observer {
   // cut to those heads and padded to attention_keys before its snapshot).
   std::map<std::string, bool> pattern_probs_;  // true: probabilities (pad 0), false: scores (-inf)
   at::Tensor heads_index_;                     // int64 on the CPU; undefined: every head
+  std::shared_ptr<DeviceIndex> heads_on_device_;  // its copies on accelerator streams
   ObserverHandle handle_;
   // Mutable: a fence (in const reads) fills in the copies that landed.
   mutable std::vector<Snapshot> snapshots_;

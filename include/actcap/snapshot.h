@@ -34,6 +34,11 @@ struct RowSelection {
   std::vector<int64_t> row_token;
   bool all = false;  // every (b, t) in order: the copy needs no gather
   int64_t rows() const { return static_cast<int64_t>(row_seq.size()); }
+  // `index` on `device`, for a gather queued on that device's current stream. On an accelerator,
+  // copied from pinned memory without waiting, once per stream (later calls, from any thread,
+  // return that copy): a blocking copy from pageable memory would stall the host on the stream in
+  // every hook.
+  at::Tensor index_on(c10::Device device) const;
 
   // From an attention mask [batch, seq] (nonzero = real token; left, right or any padding): the
   // positions `positions` selects among each sequence's real tokens. InputError for a mask that
@@ -44,6 +49,8 @@ struct RowSelection {
   // Every sequence `seq` tokens long, no padding; `ids` [batch, seq] as for from_mask.
   static RowSelection dense(int64_t batch, int64_t seq, const PositionSpec& positions,
                             const at::Tensor& ids = {});
+
+  std::shared_ptr<DeviceIndex> device_index;  // index_on's copies; made with the selection
 };
 
 // The copy every capture makes of a borrowed tensor: `rows` of `borrowed` (flattened over its

@@ -37,13 +37,15 @@ class Plan:
 
 @dataclass
 class Comparison:
-    equal: bool
-    rows: List[dict]            # point, equal, max_abs_diff, reference_xxh3, split_xxh3
+    equal: bool                 # every tensor bit-identical, or, with a tolerance, within it
+    rows: List[dict]            # point, equal, within_tolerance, max_abs_diff, max_abs_reference,
+                                # rel_rms, reference_xxh3, split_xxh3
     device_map: Dict[str, str]  # the split run's
+    tolerance: float = 0.0
 
     @property
     def mismatched(self) -> int:
-        return sum(not r["equal"] for r in self.rows)
+        return sum(not r["within_tolerance"] for r in self.rows)
 
 
 @dataclass
@@ -215,11 +217,17 @@ class Engine:
                               _convert.size_bytes(budget, "budget"), bool(logits),
                               _heads(heads))
 
-    def compare(self, inputs: Inputs, capture: Union[str, Sequence[str]] = "**") -> Comparison:
-        """A single-device run and the split run of ``inputs``, every captured point and the
-        logits compared bit for bit (what ``actcap compare`` prints)."""
-        rows, plan = self._core.compare(self.sequences(inputs), _convert.patterns(capture, "capture"))
-        return Comparison(all(r["equal"] for r in rows), rows, json.loads(plan)["device_map"])
+    def compare(self, inputs: Inputs, capture: Union[str, Sequence[str]] = "**", *,
+                tolerance: float = 0.0) -> Comparison:
+        """A single-device run (on the CPU) and the split run of ``inputs``, every captured point
+        and the logits compared bit for bit (what ``actcap compare`` prints); with ``tolerance``
+        above 0, each within that fraction of its largest magnitude (a split with a GPU)."""
+        tol = float(tolerance)
+        if not tol >= 0.0 or tol == float("inf"):
+            raise InputError(f"tolerance must be a number >= 0 (0: bit for bit), not {tolerance!r}")
+        rows, plan = self._core.compare(self.sequences(inputs), _convert.patterns(capture, "capture"), tol)
+        return Comparison(all(r["within_tolerance"] for r in rows), rows,
+                          json.loads(plan)["device_map"], tol)
 
     def generate(self, inputs: Inputs, capture: Union[None, str, Sequence[str]] = None, *,
                  max_new_tokens: int = 16, temperature: float = 0.0, top_k: int = 0,

@@ -201,23 +201,26 @@ void bind_engine(py::module_& m) {
       .def(
           "compare",
           [](Engine& e, const std::vector<std::vector<int64_t>>& seqs,
-             const std::vector<std::string>& patterns) {
+             const std::vector<std::string>& patterns, double tolerance) {
             const Batch batch = e.batch(seqs);
             CompareReport report;
             {
               py::gil_scoped_release release;
               std::lock_guard<std::mutex> one_run(e.busy);
-              report = compare_split(*e.model, batch, patterns, e.split);
+              report = compare_split(*e.model, batch, patterns, e.split, tolerance);
             }
             py::list rows;
             for (const CompareRow& r : report.rows)
               rows.append(py::dict(py::arg("point") = r.point, py::arg("equal") = r.equal,
+                                   py::arg("within_tolerance") = r.within_tolerance,
                                    py::arg("max_abs_diff") = r.max_abs_diff,
+                                   py::arg("max_abs_reference") = r.max_abs_reference,
+                                   py::arg("rel_rms") = r.rel_rms,
                                    py::arg("reference_xxh3") = hex64(r.reference_xxh3),
                                    py::arg("split_xxh3") = hex64(r.split_xxh3)));
             return py::make_tuple(rows, report.plan.to_json().dump());
           },
-          py::arg("seqs"), py::arg("patterns"))
+          py::arg("seqs"), py::arg("patterns"), py::arg("tolerance") = 0.0)
       .def(
           "extract",
           [](Engine& e, const std::string& input, const std::string& out,

@@ -5,6 +5,7 @@
 
 #include "actcap/capture.h"
 #include "actcap/config.h"
+#include "actcap/devices.h"
 #include "actcap/error.h"
 #include "actcap/init_model.h"
 #include "actcap/model.h"
@@ -53,11 +54,10 @@ std::vector<Batch> repro_batches(const Model& m) {
   return out;
 }
 
-void place_on(Model& m, int n, const Batch& b) {
+void place_on(Model& m, const std::vector<DeviceId>& devices, const Batch& b) {
   PlanRequest req;
   req.stages = m.stage_costs(b.size(), b.max_len());
-  for (int i = 0; i < n; ++i)
-    req.devices.push_back(n == 1 ? DeviceId::cpu() : DeviceId::virtual_cpu(i));
+  req.devices = devices;
   req.strategy = PlanStrategy::kBalanced;
   req.hidden_bytes = b.size() * b.max_len() * m.config().hidden_size * sizeof(float);
   ExecutionOptions opts;
@@ -78,9 +78,9 @@ void compare(ReproResult& r, const std::map<Key, at::Tensor>& truth,
       continue;
     }
     // SafeCapturer stores rows [tokens, hidden]; one unpadded sequence has the same bytes as [1, T,
-    // hidden].
+    // hidden]. Both read on the host (a naive capture on a GPU reads the arena as it is now).
     const at::Tensor g =
-        it->second.numel() == t.numel() ? it->second.reshape(t.sizes()) : it->second;
+        (it->second.numel() == t.numel() ? it->second.reshape(t.sizes()) : it->second).to(at::kCPU);
     if (g.sizes() != t.sizes()) {
       ++r.mismatched;
       continue;
@@ -95,16 +95,39 @@ void compare(ReproResult& r, const std::map<Key, at::Tensor>& truth,
 }  // namespace
 
 std::vector<ReproResult> run_repro(const std::vector<int>& device_counts, const std::string& arch) {
-  std::vector<ReproResult> out;
+  std::vector<std::vector<DeviceId>> maps;
   for (int n : device_counts) {
     if (n < 1 || n > 64)
       throw InputError(concat("device count ", n, " is not between 1 and 64"), {"devices"});
+    std::vector<DeviceId> devices;
+    for (int i = 0; i < n; ++i)
+      devices.push_back(n == 1 ? DeviceId::cpu() : DeviceId::virtual_cpu(i));
+    maps.push_back(std::move(devices));
+  }
+  return run_repro_on(maps, arch);
+}
+
+std::vector<ReproResult> run_repro_on(const std::vector<std::vector<DeviceId>>& device_maps,
+                                      const std::string& arch) {
+  for (const std::vector<DeviceId>& devices : device_maps) {
+    if (devices.empty()) throw InputError("a repro device list is empty", {"on"});
+    for (const DeviceId& d : devices) try {
+        require_available(d);
+      } catch (const InputError& e) {
+        throw InputError(e.what(), {"on"});  // the repro's device lists, not a run's --devices
+      }
+  }
+  std::vector<ReproResult> out;
+  for (const std::vector<DeviceId>& devices : device_maps) {
+    const int n = static_cast<int>(devices.size());
+    std::string listed;
+    for (const DeviceId& d : devices) listed += (listed.empty() ? "" : ",") + d.str();
     auto m = repro_model(arch);
     const std::string pattern = block_pattern(*m);
     auto batches = repro_batches(*m);
-    place_on(*m, n, batches.front());
+    place_on(*m, devices, batches.front());
 
-    // The true outputs: copied inside the hook.
+    // The true outputs: copied inside the hook (on the block's device, in its stream's order).
     std::map<Key, at::Tensor> truth;
     {
       int64_t step = 0;
@@ -113,11 +136,12 @@ std::vector<ReproResult> run_repro(const std::vector<int>& device_counts, const 
       });
       for (const Batch& b : batches) m->forward(b), ++step;
       h.remove();
+      for (auto& [key, t] : truth) t = t.to(at::kCPU);
     }
 
     // naive and guarded: the hook keeps the borrowed tensor, as `outputs[name] = output` does.
     for (const char* variant : {"naive", "guarded", "clone"}) {
-      ReproResult r{variant, n};
+      ReproResult r{variant, n, listed};
       const std::string v = variant;
       m->set_bare_ref_policy(v == "guarded" ? BareRefPolicy::kError : BareRefPolicy::kOff);
       std::map<Key, at::Tensor> got;
@@ -137,7 +161,7 @@ std::vector<ReproResult> run_repro(const std::vector<int>& device_counts, const 
     }
     m->set_bare_ref_policy(BareRefPolicy::kError);
 
-    ReproResult r{"safe", n};
+    ReproResult r{"safe", n, listed};
     try {
       SafeCapturer cap(*m, CaptureOptions{{pattern}});
       std::map<Key, at::Tensor> got;

@@ -8,6 +8,7 @@
 #include "actcap/hash.h"
 #include "actcap/numbers.h"
 #include "actcap/snapshot.h"
+#include "capture/device_index.h"
 #include "capture/pending_copy.h"
 #include "util/strings.h"
 
@@ -155,8 +156,10 @@ SafeCapturer::SafeCapturer(Model& model, CaptureOptions options)
     dtype_.emplace(p.name, p.dtype);
     if (is_attention_point(p.name)) pattern_probs_.emplace(p.name, ends_with(p.name, ":probs"));
   }
-  if (!options_.attention_heads.empty())
+  if (!options_.attention_heads.empty()) {
     heads_index_ = at::tensor(options_.attention_heads, at::kLong);
+    heads_on_device_ = std::make_shared<DeviceIndex>();
+  }
   handle_ = model_.attach_observer(*this, points);
 }
 
@@ -252,7 +255,8 @@ void SafeCapturer::on_point(const HookContext& ctx, const at::Tensor& shown) {
   at::Tensor t = shown;
   auto pattern = pattern_probs_.find(ctx.point);
   if (pattern != pattern_probs_.end()) {  // [B, T, heads, K]: the heads kept, keys padded
-    if (heads_index_.defined()) t = t.index_select(2, heads_index_.to(t.device()));
+    if (heads_index_.defined())
+      t = t.index_select(2, heads_on_device_->on(heads_index_, t.device()));
     const int64_t K = t.size(3), want = options_.attention_keys;
     if (K > want)
       throw InputError(concat(ctx.point, " attends over ", K, " keys; the capture stores ", want,
@@ -272,6 +276,13 @@ void SafeCapturer::on_point(const HookContext& ctx, const at::Tensor& shown) {
           ? snapshot_copy_on_lane(*lane, t, rows_.get(), dtype_.at(ctx.point), options_.fingerprint)
           : snapshot_copy(t, rows_.get(), dtype_.at(ctx.point), options_.stable_device,
                           options_.fingerprint);
+  // A window of 0 (--copy-window 0) on an accelerator lane: the copy is waited for inside the
+  // hook, as on plain cpu (the blocking baseline the overlap is measured against).
+  if (copy.pending && lane && lane->window && lane->window->limit == 0) {
+    copy.xxh3 =
+        finish_copy(*copy.pending, copy.rows, options_.fingerprint, ctx.point, ctx.call_index);
+    copy.pending.reset();
+  }
   snapshots_.push_back(Snapshot{ctx.point, ctx.call_index, ctx.step, copy.rows, copy.xxh3});
   pending_.push_back(std::move(copy.pending));
   if (pending_.back()) ++in_flight_;

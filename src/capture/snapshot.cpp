@@ -13,11 +13,18 @@
 #include "actcap/error.h"
 #include "actcap/hash.h"
 #include "actcap/numbers.h"
+#include "capture/device_index.h"
 #include "capture/pending_copy.h"
 #include "executor/device_hash.h"
 #include "util/torch_compat.h"
 
 namespace actcap {
+
+at::Tensor RowSelection::index_on(c10::Device device) const {
+  if (device.is_cpu()) return index;
+  if (!device_index) return index.to(device);  // a selection built by hand
+  return device_index->on(index, device);
+}
 
 namespace {
 
@@ -56,6 +63,7 @@ RowSelection select(int64_t batch, int64_t seq, const std::vector<std::vector<in
   r.all = static_cast<int64_t>(idx.size()) == batch * seq;
   for (size_t i = 0; r.all && i < idx.size(); ++i) r.all = idx[i] == static_cast<int64_t>(i);
   r.index = at::tensor(idx, at::kLong);
+  r.device_index = std::make_shared<DeviceIndex>();
   return r;
 }
 
@@ -146,10 +154,10 @@ SnapshotCopy snapshot_copy_on_lane(const LaneContext& lane, const at::Tensor& bo
   at::Tensor snap = unsafe_source
                         ? src
                         : (all ? src.to(dtype, /*non_blocking=*/false, /*copy=*/true)
-                               : src.index_select(0, rows->index.to(src.device())).to(dtype))
+                               : src.index_select(0, rows->index_on(src.device())).to(dtype))
                               .contiguous();
   at::Tensor gather_later;  // nofence:capture-source: the copy selects the rows itself, later
-  if (unsafe_source && !all) gather_later = rows->index.to(src.device());
+  if (unsafe_source && !all) gather_later = rows->index_on(src.device());
   at::IntArrayRef out_sizes = snap.sizes();
   std::vector<int64_t> sizes(out_sizes.begin(), out_sizes.end());
   if (gather_later.defined()) sizes[0] = gather_later.numel();
@@ -229,7 +237,7 @@ SnapshotCopy snapshot_copy(const at::Tensor& borrowed, const RowSelection* rows,
   // On the producing device and its current stream, into fresh memory: a converting copy (2-4x
   // faster than index_select's gather on CPU) or the gather of the selected rows.
   at::Tensor copy = all ? src.to(dtype, /*non_blocking=*/false, /*copy=*/true)
-                        : src.index_select(0, rows->index.to(src.device()));
+                        : src.index_select(0, rows->index_on(src.device()));
   if (copy.scalar_type() != dtype) copy = copy.to(dtype);
   if (!copy.device().is_cpu() && stable.is_cpu()) {
     // Accelerator -> host: an asynchronous copy into pinned memory on the producer's stream, and

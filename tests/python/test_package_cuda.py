@@ -54,6 +54,8 @@ def test_a_non_blocking_copy_read_early_is_wrong_and_safe_capture_fences(ac):
     truth = [t for t in naive.values()]  # landed by now
     early_wrong = sum(not torch.equal(a, b) for a, b in zip(read_now, truth))
     print(f"naive non_blocking copies read early: {early_wrong}/{len(truth)} wrong")
+    # H3: the GPU sleeps 0.1 s before each block's copy, so the reads above ran before most landed.
+    assert early_wrong > 0, "every non_blocking copy had landed before it was read: the test shows nothing"
     for i, t in enumerate(truth):
         assert torch.equal(cap.get(f"transformer.h.{i}"), t)
     cap.verify()
@@ -89,6 +91,8 @@ def test_transformers_model_dispatched_over_cuda_and_cpu_naive_vs_safe(ac):
         h.remove()
     wrong = sum(not torch.allclose(naive[i].float().cpu(), truth[i], atol=1e-4) for i in range(6))
     print(f"naive bare references after two steps: {wrong}/6 differ from step 0's true outputs")
+    # H6: the naive dict keeps one tensor per block, the second step's; SafeCapturer keeps both calls.
+    assert wrong > 0
     for i in range(6):
         got = cap.get(f"transformer.h.{i}", call=0)
         assert got.device.type == "cpu"

@@ -69,6 +69,12 @@ def test_compare_proves_the_split_run_equal(ac, engine):
     assert res.equal and res.mismatched == 0
     assert res.rows[-1]["point"] == "logits"
     assert len(set(res.device_map.values())) == 3
+    within = engine.compare(SEQS, "transformer.h.*", tolerance=1e-4)
+    assert within.equal and within.tolerance == 1e-4
+    assert all(r["equal"] and r["within_tolerance"] and r["rel_rms"] == 0 for r in within.rows)
+    for bad in (-1, float("nan"), float("inf")):
+        with pytest.raises(ac.InputError, match="tolerance"):
+            engine.compare(SEQS, tolerance=bad)
 
 
 def test_plan(ac, engine):

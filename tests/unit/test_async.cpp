@@ -23,6 +23,7 @@
 #include "executor/streams.h"
 #include "models/arch/architecture.h"
 #include "models/weights.h"
+#include "tiny_models.h"
 
 using namespace actcap;
 using ::testing::HasSubstr;
@@ -118,16 +119,8 @@ TEST(WorkQueue, PlainCpuRunsWorkInline) {
 
 // ---- the executor on virtual devices ------------------------------------------------------------
 
-std::unique_ptr<Model> model(int64_t layers = 6) {
-  ModelConfig c = preset_config("gpt2", "tiny");
-  c.num_hidden_layers = layers;
-  return Model::from_tensors(c, random_weights(c, 5, at::kFloat), "gpt2");
-}
-
-Batch batch(const Model& m) {
-  return Batch::from_sequences({{4, 8, 15, 16, 23, 42, 7, 1}, {3, 1, 4, 1, 5}},
-                               m.config().vocab_size, m.config().max_positions());
-}
+std::unique_ptr<Model> model(int64_t layers = 6) { return test::tiny_gpt2(layers); }
+Batch batch(const Model& m) { return test::padded_batch(m); }
 
 // Places the model over `n` virtual devices, balanced, with these faults (ACTCAP_FAULT syntax).
 void place(Model& m, int n, const std::string& faults = "", uint64_t window = uint64_t{256} << 20) {

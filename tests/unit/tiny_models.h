@@ -26,6 +26,18 @@ inline std::unique_ptr<Model> tiny_model(const std::string& arch, at::ScalarType
   return Model::from_tensors(c, random_weights(c, 17, stored), arch + "-tiny", options);
 }
 
+// A tiny GPT-2 of `layers` blocks, random weights (seed 5), and a batch of two sequences of
+// different lengths (padding, so a capture gathers its rows): what the execution tests run.
+inline std::unique_ptr<Model> tiny_gpt2(int64_t layers = 6) {
+  ModelConfig c = preset_config("gpt2", "tiny");
+  c.num_hidden_layers = layers;
+  return Model::from_tensors(c, random_weights(c, 5, at::kFloat), "gpt2");
+}
+inline Batch padded_batch(const Model& m) {
+  return Batch::from_sequences({{4, 8, 15, 16, 23, 42, 7, 1}, {3, 1, 4, 1, 5}},
+                               m.config().vocab_size, m.config().max_positions());
+}
+
 // Places `m` over virtual devices cpu:0..cpu:n-1 with the planner's balanced split for `b`.
 inline void place_balanced(Model& m, const Batch& b, int n) {
   PlanRequest req;

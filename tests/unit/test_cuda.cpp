@@ -1,0 +1,182 @@
+// The CUDA side of the execution model (docs/execution.md), run where a GPU is: the device hash on
+// the GPU against the host's, capture on cuda:0 (overlapped, delayed, blocking) against the CPU and
+// against itself, rows gathered on the GPU, mixed cuda + virtual CPU maps, the reproduction on the
+// GPU. Skipped without a CUDA device; under the GPU check kit (ACTCAP_REQUIRE_CUDA=1) a missing
+// device is a failure instead.
+#include <ATen/ATen.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <map>
+#include <string>
+
+#include "actcap/capture.h"
+#include "actcap/compare.h"
+#include "actcap/init_model.h"
+#include "actcap/model.h"
+#include "actcap/repro.h"
+#include "executor/device_hash.h"
+#include "tiny_models.h"
+
+using namespace actcap;
+
+namespace {
+
+int cuda_devices() {
+  if (!c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA)) return 0;
+  return static_cast<int>(c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->deviceCount());
+}
+
+bool cuda_required() {
+  const char* v = std::getenv("ACTCAP_REQUIRE_CUDA");
+  return v && std::string(v) == "1";
+}
+
+#define NEED_CUDA()                                                                        \
+  do {                                                                                     \
+    if (cuda_devices() == 0) {                                                             \
+      if (cuda_required()) FAIL() << "ACTCAP_REQUIRE_CUDA=1 and no CUDA device is usable"; \
+      GTEST_SKIP() << "no CUDA device";                                                    \
+    }                                                                                      \
+  } while (0)
+
+// f32 on the GPU against the CPU: the kernels sum in other orders (TF32 stays off in LibTorch).
+constexpr double kTolerance = 1e-4;
+
+std::unique_ptr<Model> model(int64_t layers = 6) { return test::tiny_gpt2(layers); }
+Batch batch(const Model& m) { return test::padded_batch(m); }
+
+void place_all_on_gpu(Model& m, const std::string& faults = "",
+                      uint64_t window = uint64_t{256} << 20) {
+  ExecutionOptions o;
+  o.stage_device.assign(m.stages().size(), DeviceId::cuda(0));
+  o.async_faults = parse_async_faults(faults);
+  o.copy_window_bytes = window;
+  m.place(o);
+}
+
+struct Captured {
+  at::Tensor logits;                         // on the host
+  std::map<std::string, at::Tensor> points;  // every block output, on the host
+  int64_t not_landed_at_fence = 0;
+};
+
+Captured capture(Model& m, int forwards = 1) {
+  SafeCapturer cap(m, CaptureOptions{{"transformer.h.*"}});
+  Captured out;
+  for (int i = 0; i < forwards; ++i) out.logits = cap.run(batch(m)).to(at::kCPU);
+  out.not_landed_at_fence = cap.fence();
+  for (const PointInfo& p : cap.plan()) out.points[p.name] = cap.get(p.name);
+  return out;
+}
+
+}  // namespace
+
+TEST(Cuda, DeviceHashOnTheGpuEqualsTheHostsHash) {
+  NEED_CUDA();
+  for (const auto dtype : {at::kFloat, at::kBFloat16, at::kHalf, at::kLong, at::kByte})
+    for (const int64_t n : {0, 1, 7, 1000, 4097}) {
+      const at::Tensor host = (at::rand({n}, at::kDouble) * 200).to(dtype);
+      const at::Tensor gpu = host.to(c10::Device(c10::kCUDA, 0));
+      EXPECT_EQ(device_hash_value(gpu), device_hash_value(host)) << dtype << " " << n;
+      if (n == 0) continue;
+      at::Tensor damaged = host.clone();
+      damaged.view({-1}).view(at::kByte).narrow(0, 0, 1).bitwise_xor_(1);  // one bit of one word
+      EXPECT_NE(device_hash_value(damaged.to(gpu.device())), device_hash_value(host))
+          << dtype << " " << n;
+    }
+}
+
+// H5 on the GPU: the logits with every block captured equal those without, bit for bit; the
+// captures (padded rows gathered on the GPU, copied asynchronously to pinned memory, checked
+// against the device hash) are the CPU's within f32 rounding.
+TEST(Cuda, CaptureOnTheGpuMatchesTheCpuAndDoesNotChangeTheRun) {
+  NEED_CUDA();
+  auto m = model();
+  const Captured cpu = capture(*m);
+  place_all_on_gpu(*m);
+  const at::Tensor plain = m->forward(batch(*m)).to(at::kCPU);
+  const Captured gpu = capture(*m);
+  EXPECT_TRUE(at::equal(plain, gpu.logits));
+  EXPECT_TRUE(compare_tensors("logits", cpu.logits, gpu.logits, kTolerance).within_tolerance);
+  ASSERT_EQ(gpu.points.size(), cpu.points.size());
+  for (const auto& [point, rows] : cpu.points) {
+    const CompareRow r = compare_tensors(point, rows, gpu.points.at(point), kTolerance);
+    EXPECT_TRUE(r.within_tolerance)
+        << point << ": max |diff| " << r.max_abs_diff << " of " << r.max_abs_reference;
+    EXPECT_TRUE(gpu.points.at(point).device().is_cpu()) << point;
+  }
+  int64_t copies = 0;
+  for (const DeviceStats& s : m->device_stats()) copies += s.capture_copies;
+  EXPECT_EQ(copies, m->config().num_hidden_layers);  // on the capture stream, not in the hooks
+}
+
+// Delayed copies, a window of one copy (back-pressure), a window of 0 (each copy waited for in its
+// hook) and a second forward (the rows' index reused on the GPU) all capture the same bytes.
+TEST(Cuda, EveryCopyModeOnTheGpuCapturesTheSameBytes) {
+  NEED_CUDA();
+  auto m = model();
+  place_all_on_gpu(*m);
+  const Captured base = capture(*m);
+  struct Mode {
+    std::string faults;
+    uint64_t window;
+  };
+  for (const Mode& mode : {Mode{"delay:copy:20", uint64_t{256} << 20}, Mode{"", 1},
+                           Mode{"delay:stage:10", 1}, Mode{"", 0}}) {
+    place_all_on_gpu(*m, mode.faults, mode.window);
+    const Captured got = capture(*m, 2);
+    const std::string label = mode.faults + " window " + std::to_string(mode.window);
+    EXPECT_TRUE(at::equal(got.logits, base.logits)) << label;
+    for (const auto& [point, rows] : base.points) {
+      const at::Tensor& both = got.points.at(point);  // two forwards' rows, stacked
+      ASSERT_EQ(both.size(0), 2 * rows.size(0)) << label << " " << point;
+      EXPECT_TRUE(at::equal(both.narrow(0, 0, rows.size(0)), rows)) << label << " " << point;
+      EXPECT_TRUE(at::equal(both.narrow(0, rows.size(0), rows.size(0)), rows))
+          << label << " " << point;
+    }
+    if (mode.window == 0) {
+      EXPECT_EQ(got.not_landed_at_fence, 0) << "blocking copies";
+    }
+  }
+}
+
+// One GPU plus CPU offload, as accelerate maps a model that does not fit: host <-> device
+// boundary transfers through pinned staging, verified, and the result the CPU's within rounding.
+TEST(Cuda, MixedGpuAndCpuMapsMatchTheCpu) {
+  NEED_CUDA();
+  auto m = model();
+  for (const std::vector<DeviceId>& devices :
+       {std::vector<DeviceId>{DeviceId::cuda(0)},
+        std::vector<DeviceId>{DeviceId::cuda(0), DeviceId::virtual_cpu(1)},
+        std::vector<DeviceId>{DeviceId::cpu(), DeviceId::cuda(0)},
+        std::vector<DeviceId>{DeviceId::cuda(0), DeviceId::virtual_cpu(1),
+                              DeviceId::virtual_cpu(2)}}) {
+    SplitOptions split;
+    split.devices = devices;
+    split.strategy = PlanStrategy::kBalanced;
+    const CompareReport r = compare_split(*m, batch(*m), {"**", "**:input"}, split, kTolerance);
+    std::string map, worst;
+    for (const DeviceId& d : devices) map += " " + d.str();
+    for (const CompareRow& row : r.rows)
+      if (!row.within_tolerance) worst += " " + row.point;
+    EXPECT_TRUE(r.equal()) << "devices" << map << ": outside the tolerance:" << worst;
+  }
+}
+
+// The seed's reproduction on the GPU: a kept reference reads reused arena memory, the guard stops
+// it, clone() and SafeCapturer are exact (bit for bit: the truth is copied on the same GPU).
+TEST(Cuda, ReproOnTheGpu) {
+  NEED_CUDA();
+  for (const auto& devices : {std::vector<DeviceId>{DeviceId::cuda(0)},
+                              std::vector<DeviceId>{DeviceId::cuda(0), DeviceId::virtual_cpu(1),
+                                                    DeviceId::virtual_cpu(2)}}) {
+    std::map<std::string, ReproResult> by;
+    for (const ReproResult& r : run_repro_on({devices})) by[r.name] = r;
+    EXPECT_GT(by.at("naive").mismatched, 0) << by.at("naive").device_list;
+    EXPECT_FALSE(by.at("guarded").error.empty());
+    EXPECT_EQ(by.at("clone").mismatched, 0) << by.at("clone").error;
+    EXPECT_EQ(by.at("safe").mismatched, 0) << by.at("safe").error;
+  }
+}
