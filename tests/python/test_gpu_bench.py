@@ -52,6 +52,8 @@ def test_smoke_run_on_cpu_reports_real_figures(actcap_bin, ac, tmp_path):
     # actcap and the stand-in ran the same weights: the last layer agrees closely
     agree = table_row(report, "last layer, actcap vs HF: max abs diff / max abs HF")[0]
     assert float(agree.split()[0]) < 2e-2, agree
+    assert report.count("same model as HF (last layer within 0.1 of HF's largest magnitude): ") == 3
+    assert "→ FAIL" not in report.split("same model as HF", 1)[1].split("\n")[0], report
     assert "every-layer capture ≤ 5% over none: " in report and "not a measurement of the targets" in report
     assert "error" not in report.lower(), report
     assert "estimate" not in report.lower()
