@@ -150,7 +150,7 @@ TEST(Cuda, MixedGpuAndCpuMapsMatchTheCpu) {
   for (const std::vector<DeviceId>& devices :
        {std::vector<DeviceId>{DeviceId::cuda(0)},
         std::vector<DeviceId>{DeviceId::cuda(0), DeviceId::virtual_cpu(1)},
-        std::vector<DeviceId>{DeviceId::cpu(), DeviceId::cuda(0)},
+        std::vector<DeviceId>{DeviceId::virtual_cpu(1), DeviceId::cuda(0)},
         std::vector<DeviceId>{DeviceId::cuda(0), DeviceId::virtual_cpu(1),
                               DeviceId::virtual_cpu(2)}}) {
     SplitOptions split;
