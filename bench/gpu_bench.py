@@ -37,10 +37,10 @@ And the device->host copy bandwidth: torch.empty(pin_memory=True).copy_(cuda_ten
 
 Targets (issue 15): every-layer capture <= 5% over none (actcap capture vs actcap forward);
 extraction >= 2x HF + clone hooks (actcap capture vs hf sdpa + clone hooks); and, so that the
-speeds compare the same model, the last layer's output within 0.1 of HF's largest magnitude. If actcap has no
---compute-dtype (checked in `actcap extract --help` and actcap.load's signature) it computes in f32
-(bf16 weights widened per layer) while HF computes in bf16: the report says the comparison is not
-dtype-matched.
+speeds compare the same model, the last layer's output within 0.1 of HF's largest magnitude. If
+actcap has no --compute-dtype (checked in `actcap extract --help` and actcap.load's signature) it
+computes in f32 (bf16 weights widened per layer) while HF computes in bf16: the report says the
+comparison is not dtype-matched.
 
 --budget-s bounds the whole run (default 180 s; --quick 90 s): rounds shrink to fit (at least 3),
 and what no longer fits is reported as skipped, never estimated. SIGTERM writes what was measured.

@@ -66,9 +66,12 @@ int run_repro_command(const ReproCommand& o) {
   }
   std::cout << "12-block " << (o.arch == "gpt2" ? "GPT-2" : o.arch)
             << "-style model, 2 steps, hooks on every block output, inference mode\n";
+  // The first column: the device count, or with --on the devices.
+  const auto label = [&](const ReproResult& r) {
+    return o.on.empty() ? std::to_string(r.devices) : r.device_list;
+  };
   size_t width = 9;
-  for (const auto& r : results) width = std::max(width, r.device_list.size() + 2);
-  if (o.on.empty()) width = 9;
+  for (const auto& r : results) width = std::max(width, label(r).size() + 2);
   std::cout << std::left << std::setw(width) << "devices" << std::setw(9) << "variant"
             << std::setw(12) << "mismatched" << std::setw(13) << "max_abs_err"
             << "result\n";
@@ -82,10 +85,9 @@ int run_repro_command(const ReproCommand& o) {
     std::string verdict = !r.error.empty()   ? "stopped: " + r.error.substr(0, 70) + "..."
                           : r.mismatched > 0 ? "CORRUPTED"
                                              : "exact";
-    std::cout << std::left << std::setw(width)
-              << (o.on.empty() ? std::to_string(r.devices) : r.device_list) << std::setw(9)
-              << r.name << std::setw(12) << mm.str() << std::setw(13)
-              << (r.mismatched < 0 ? "-" : err.str()) << verdict << "\n";
+    std::cout << std::left << std::setw(width) << label(r) << std::setw(9) << r.name
+              << std::setw(12) << mm.str() << std::setw(13) << (r.mismatched < 0 ? "-" : err.str())
+              << verdict << "\n";
   }
   return 0;
 }

@@ -19,7 +19,6 @@
 #include "actcap/error.h"
 #include "common.h"
 
-
 // glibc returns every freed block over the (dynamic, at most 32 MiB) mmap threshold to the kernel,
 // so a forward pass that allocates its logits, attention scores and captures afresh pays a page
 // fault per 4 KiB each time (a fifth of the time of a 4x256 forward, by profile). actcap is a

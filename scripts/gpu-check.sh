@@ -389,15 +389,17 @@ stage_mixed() {
 # (repro itself exits 0 whatever it finds: the naive capture is meant to be corrupted).
 stage_repro() {
   prefix_env
-  with_libs "$BUILD/actcap" repro --on cuda:0 cuda:0,cpu:1,cpu:2 &&
-    with_libs "$BUILD/actcap" repro --on cuda:0 cuda:0,cpu:1,cpu:2 --json > "$BUILD/repro.json" &&
+  with_libs "$BUILD/actcap" repro --on cuda:0 cuda:0,cpu:1,cpu:2 --json > "$BUILD/repro.json" &&
     $PYTHON - "$BUILD/repro.json" << 'PY'
 import json, sys
+variants = json.load(open(sys.argv[1]))["variants"]
+for v in variants:
+    print(f"{v['device_list']:<20} {v['name']:<8} {v['mismatched']}/{v['total']} mismatched",
+          f"(stopped: {v['error'][:70]})" if v["error"] else "")
 bad = [f"{v['device_list']} {v['name']}: {v['mismatched']} mismatched, {v['error']}"
-       for v in json.load(open(sys.argv[1]))["variants"]
-       if v["name"] in ("clone", "safe") and v["mismatched"] != 0]
-bad += [f"{v['device_list']} naive: no corruption shown" for v in json.load(open(sys.argv[1]))["variants"]
-        if v["name"] == "naive" and not v["mismatched"]]
+       for v in variants if v["name"] in ("clone", "safe") and v["mismatched"] != 0]
+bad += [f"{v['device_list']} naive: no corruption shown"
+        for v in variants if v["name"] == "naive" and not v["mismatched"]]
 print("\n".join(bad) or "clone and safe exact on every device list; naive corrupted")
 sys.exit(1 if bad else 0)
 PY

@@ -36,15 +36,19 @@ struct CompareReport {
   bool equal() const { return mismatched() == 0; }
 };
 
+// InputError unless 0 <= tolerance <= 1 (compare_split checks it; a caller may check it before
+// loading a model).
+void check_tolerance(double tolerance);
+
 // One row: `reference` and `split` compared bit for bit, then by value (`tolerance` as below).
 CompareRow compare_tensors(const std::string& name, const at::Tensor& reference,
                            const at::Tensor& split, double tolerance);
 
 // Runs `batch` with everything on one device (plain cpu), then split as `split` says, capturing
 // `patterns` (InputError when one matches nothing). `tolerance` 0 asks for every tensor to be
-// bit-identical; above 0, for each to be within that fraction of its largest magnitude (for a
-// split with a GPU, whose kernels round differently from the CPU's). Leaves the model placed as
-// the split run had it.
+// bit-identical; above 0 (at most 1; InputError outside [0, 1]), for each to be within that
+// fraction of its largest magnitude (for a split with a GPU, whose kernels round differently from
+// the CPU's). Leaves the model placed as the split run had it.
 CompareReport compare_split(Model& model, const Batch& batch,
                             const std::vector<std::string>& patterns, const SplitOptions& split,
                             double tolerance = 0.0);

@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
-#include <cmath>
 #include <map>
 
 #include "actcap/capture.h"
@@ -52,13 +51,17 @@ CompareRow compare_tensors(const std::string& name, const at::Tensor& a, const a
   return row;
 }
 
+void check_tolerance(double tolerance) {
+  if (!(tolerance >= 0.0 && tolerance <= 1.0))  // NaN fails both
+    throw InputError(
+        concat("the tolerance must be a number from 0 (bit for bit) to 1, not ", tolerance),
+        {"tolerance"});
+}
+
 CompareReport compare_split(Model& model, const Batch& batch,
                             const std::vector<std::string>& patterns, const SplitOptions& split,
                             double tolerance) {
-  if (!(tolerance >= 0.0) || !std::isfinite(tolerance))
-    throw InputError(
-        concat("the tolerance must be a number >= 0 (0: bit for bit), not ", tolerance),
-        {"tolerance"});
+  check_tolerance(tolerance);
   auto capture_run = [&](std::map<std::string, at::Tensor>& out) {
     CaptureOptions c{patterns};
     c.attention_keys = batch.max_len();  // attention patterns: every key of the batch

@@ -111,11 +111,13 @@ std::vector<ReproResult> run_repro_on(const std::vector<std::vector<DeviceId>>& 
                                       const std::string& arch) {
   for (const std::vector<DeviceId>& devices : device_maps) {
     if (devices.empty()) throw InputError("a repro device list is empty", {"on"});
-    for (const DeviceId& d : devices) try {
+    for (const DeviceId& d : devices) {
+      try {
         require_available(d);
       } catch (const InputError& e) {
         throw InputError(e.what(), {"on"});  // the repro's device lists, not a run's --devices
       }
+    }
   }
   std::vector<ReproResult> out;
   for (const std::vector<DeviceId>& devices : device_maps) {

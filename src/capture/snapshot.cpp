@@ -21,9 +21,8 @@
 namespace actcap {
 
 at::Tensor RowSelection::index_on(c10::Device device) const {
-  if (device.is_cpu()) return index;
-  if (!device_index) return index.to(device);  // a selection built by hand
-  return device_index->on(index, device);
+  // A selection built by hand has no cache: a plain copy (the index itself on the CPU).
+  return device_index ? device_index->on(index, device) : index.to(device);
 }
 
 namespace {

@@ -72,7 +72,7 @@ TEST(Compare, SplitReportCountsAndRefusesABadTolerance) {
   EXPECT_EQ(r.tolerance, 1e-4);
   EXPECT_TRUE(r.equal());
   EXPECT_EQ(r.bit_identical(), static_cast<int64_t>(r.rows.size()));
-  for (double bad : {-1.0, std::nan(""), std::numeric_limits<double>::infinity()})
+  for (double bad : {-1.0, 1.5, std::nan(""), std::numeric_limits<double>::infinity()})
     EXPECT_THROW(compare_split(*m, batch, {"transformer.h.*"}, split, bad), InputError);
 }
 
