@@ -14,7 +14,9 @@
 #          without a CUDA toolkit), or torch's own package fails, through
 #          scripts/torch_cmake_shim.py instead (actcap includes no CUDA header)
 # build    the CLI and the unit suite, every core (the Python extension is built by `python`, so
-#          that a failure there stops no C++ check)
+#          that a failure there stops no C++ check); then each program's first NEEDED library must
+#          be libstdc++ (cmake/LibstdcxxFirst.cmake: pip's LibTorch exports copies of libstdc++
+#          symbols, and binding to them crashed the first GPU run), the extension's too in `python`
 # unit     the unit suite; its Cuda.* tests (tests/unit/test_cuda.cpp) fail, not skip, without a GPU
 # doctor   `actcap doctor` over cuda:0 and cpu
 # compare  `actcap compare` of every architecture's tiny model against the CPU: cuda:0 alone, and
@@ -308,13 +310,32 @@ own_warnings() {
   grep -hE "^($ROOT/|(\.\./)+)?(src|cli|include|python|tests|bench|examples)/[^:]+:[0-9]+:[0-9]+: warning:" "$@" 2> /dev/null | sort -u
 }
 
+# libstdc++_first FILE...: the shared libstdc++ is each file's first NEEDED library
+# (cmake/LibstdcxxFirst.cmake); otherwise parts of it bind to the copies of libstdc++ symbols that
+# pip's LibTorch exports, and it crashes (docs/gpu.md).
+libstdcxx_first() {
+  local f first
+  command -v readelf > /dev/null || { echo "no readelf: the NEEDED order is not checked"; return 0; }
+  for f in "$@"; do
+    first=$(readelf -d "$f" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | head -n 1)
+    if [ "${first%%.so*}" != libstdc++ ]; then
+      echo "$f: its first NEEDED library is '$first', not libstdc++.so.6: it would bind to the copies of"
+      echo "libstdc++ symbols pip's LibTorch exports and crash (cmake/LibstdcxxFirst.cmake; configure's log"
+      echo "says which libstdc++ it found: set ACTCAP_LIBSTDCXX through GPU_CMAKE_ARGS)"
+      return 1
+    fi
+    echo "$f: libstdc++ is its first NEEDED library"
+  done
+}
+
 stage_build() {
   prefix_env
   rm -f "$BUILD/own-warnings.txt"
   with_libs cmake --build "$BUILD" -j "$JOBS" --target actcap actcap_tests
   local rc=$?
   own_warnings "$LOGS/build.log" > "$BUILD/own-warnings.txt"
-  return $rc
+  [ $rc -eq 0 ] || return $rc
+  libstdcxx_first "$BUILD/actcap" "$BUILD/actcap_tests"
 }
 
 stage_python() {
@@ -328,6 +349,7 @@ stage_python() {
   own_warnings "$LOGS/python.log" "$BUILD/own-warnings.txt" > "$BUILD/own-warnings.new"
   mv "$BUILD/own-warnings.new" "$BUILD/own-warnings.txt"
   [ $rc -eq 0 ] || return $rc
+  libstdcxx_first "$BUILD"/python/actcap/_core*.so || return 1
   local pypath=${PYTHONPATH:-}
   if ! $PYTHON -c 'import pytest' 2> /dev/null; then
     [ -d "$PREFIX/usr/lib/python3/dist-packages/pytest" ] || {
@@ -418,7 +440,7 @@ stage_bench() {
 }
 
 export ROOT PYTHON JOBS BUNDLE BUILD PREFIX LOGS REPORT BENCH_BUDGET
-export -f prefix_env with_libs find_nvcc keep_configure_log own_warnings models stage_unpack \
+export -f prefix_env with_libs find_nvcc keep_configure_log own_warnings libstdcxx_first models stage_unpack \
   stage_configure stage_build stage_unit stage_doctor stage_compare stage_mixed stage_repro \
   stage_python stage_bench
 
