@@ -416,8 +416,9 @@ stage_repro() {
 import json, sys
 variants = json.load(open(sys.argv[1]))["variants"]
 for v in variants:
-    print(f"{v['device_list']:<20} {v['name']:<8} {v['mismatched']}/{v['total']} mismatched",
-          f"(stopped: {v['error'][:70]})" if v["error"] else "")
+    counted = f"{v['mismatched']}/{v['total']} mismatched" if v["mismatched"] is not None else ""
+    print(f"{v['device_list']:<20} {v['name']:<8} {counted}"
+          + (f"{'; ' if counted else ''}stopped: {v['error'][:90]}" if v["error"] else ""))
 bad = [f"{v['device_list']} {v['name']}: {v['mismatched']} mismatched, {v['error']}"
        for v in variants if v["name"] in ("clone", "safe") and v["mismatched"] != 0]
 bad += [f"{v['device_list']} naive: no corruption shown"
