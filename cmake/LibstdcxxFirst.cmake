@@ -30,7 +30,10 @@ function(actcap_link_libstdcxx_first target)
     endif()
   endforeach()
   if(NOT lib)
-    find_library(ACTCAP_SYSTEM_LIBSTDCXX NAMES libstdc++.so.6 NO_CMAKE_PATH NO_CMAKE_ENVIRONMENT_PATH)
+    # the compiler's own link directories first (a multiarch /usr/lib/<arch> among them), then the
+    # system's; not the prefixes given for LibTorch or the GPU kit's bundle
+    find_library(ACTCAP_SYSTEM_LIBSTDCXX NAMES libstdc++.so.6 HINTS ${CMAKE_CXX_IMPLICIT_LINK_DIRECTORIES}
+                 NO_CMAKE_PATH NO_CMAKE_ENVIRONMENT_PATH)
     if(ACTCAP_SYSTEM_LIBSTDCXX)
       set(lib "${ACTCAP_SYSTEM_LIBSTDCXX}")
     endif()
