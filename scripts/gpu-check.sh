@@ -17,7 +17,8 @@
 #          that a failure there stops no C++ check); then each program's first NEEDED library must
 #          be libstdc++ (cmake/LibstdcxxFirst.cmake: pip's LibTorch exports copies of libstdc++
 #          symbols, and binding to them crashed the first GPU run), the extension's too in `python`
-# unit     the unit suite; its Cuda.* tests (tests/unit/test_cuda.cpp) fail, not skip, without a GPU
+# unit     the unit suite; its Cuda.* tests (tests/unit/test_cuda.cpp) fail, not skip, without a GPU;
+#          on a crash the log names the test and has the backtrace (run again under cuda-gdb or gdb)
 # doctor   `actcap doctor` over cuda:0 and cpu
 # compare  `actcap compare` of every architecture's tiny model against the CPU: cuda:0 alone, and
 #          cuda:0 + cpu:1, within 1e-4 (f32); three architectures in bf16 within 1e-1
@@ -25,7 +26,8 @@
 # repro    `actcap repro --on cuda:0 cuda:0,cpu:1,cpu:2`: clone and SafeCapturer exact
 # python   builds the Python extension, then the Python package's tests (test_package_*.py)
 #          against build-gpu/python, with ACTCAP_REQUIRE_CUDA=1: the CUDA ones fail, not skip,
-#          without a device, transformers or accelerate; pytest from the bundle where python3 has none
+#          without a device, transformers or accelerate; pytest from the bundle where python3 has none;
+#          a crash of pytest itself gets a backtrace as in `unit`
 # bench    bench/gpu_bench.py (actcap vs transformers on gpt2-small, Llama-3.2-1B and 8B shapes, bf16;
 #          capture cost; device->host GB/s) into REPORT_DIR/bench.md and bench.json, its own time
 #          budget GPU_BENCH_BUDGET (default 180 s) under the stage timeout GPU_BENCH_TIMEOUT
@@ -172,6 +174,7 @@ run_stage() {
   # process that ignores SIGTERM (stuck in a driver call) is killed 20 s later. In the background
   # and waited for, so that a SIGTERM to this script runs its trap at once (bash defers traps
   # until a foreground command ends); the trap stops the stage.
+  export STAGE_END=$(($(date +%s) + limit))  # what backtrace_of_crash may still use
   timeout -k 20 "$limit" bash -c "$*" >> "$log" 2>&1 &
   STAGE_PID=$!
   wait $STAGE_PID
@@ -192,7 +195,7 @@ record_stage() {
   echo "   $name: $status, $secs s"
   if [ "$status" != ok ]; then
     FAILURES="$FAILURES $name"
-    TAILS="$TAILS"$'\n'"### $name ($status)"$'\n\n```\n'"$(tail -n 30 "$log")"$'\n```\n'
+    TAILS="$TAILS"$'\n'"### $name ($status)"$'\n\n```\n'"$(tail -n 60 "$log")"$'\n```\n'
   fi
 }
 
@@ -359,13 +362,56 @@ stage_python() {
     echo "$PYTHON has no pytest: the bundle's (after the machine's own packages on sys.path)"
     pypath="${pypath:+$pypath:}$PREFIX/usr/lib/python3/dist-packages"
   fi
-  ACTCAP="$BUILD/actcap" CI=true ACTCAP_REQUIRE_CUDA=1 PYTHONUNBUFFERED=1 PYTHONPATH="$pypath" \
-    with_libs $PYTHON -m pytest -q -p no:cacheprovider --continue-on-collection-errors \
-    tests/python/test_package_cuda.py tests/python/test_package_capture.py tests/python/test_package_engine.py -rs
+  local tests=(tests/python/test_package_cuda.py tests/python/test_package_capture.py
+    tests/python/test_package_engine.py) rc
+  export ACTCAP="$BUILD/actcap" CI=true ACTCAP_REQUIRE_CUDA=1 PYTHONUNBUFFERED=1 PYTHONPATH="$pypath"
+  with_libs $PYTHON -m pytest -q -p no:cacheprovider --continue-on-collection-errors "${tests[@]}" -rs
+  rc=$?
+  # pytest itself killed (a crash in native code): faulthandler printed the Python stack above
+  [ $rc -gt 128 ] && backtrace_of_crash "$(command -v "$PYTHON")" -m pytest -q -x -p no:cacheprovider \
+    -p no:faulthandler "${tests[@]}"
+  return $rc
 }
 
 # ACTCAP_REQUIRE_CUDA=1: the Cuda.* tests (tests/unit/test_cuda.cpp) fail, not skip, without a GPU.
-stage_unit() { prefix_env; with_libs env ACTCAP_REQUIRE_CUDA=1 "$BUILD/actcap_tests" --gtest_brief=1; }
+# The whole output goes to build-gpu/unit-output.txt; the log gets what --gtest_brief would show
+# and, on a crash, the test that was running and the crash's backtrace.
+stage_unit() {
+  prefix_env
+  local out="$BUILD/unit-output.txt" rc
+  ACTCAP_REQUIRE_CUDA=1 with_libs "$BUILD/actcap_tests" > "$out" 2>&1
+  rc=$?
+  grep -vE '^\[ RUN      \]|^\[       OK \]|^\[----------\]|^$' "$out" | tail -n 150
+  if [ $rc -gt 128 ]; then
+    echo "killed by signal $((rc - 128)) during $(grep '^\[ RUN ' "$out" | tail -n 1 | awk '{print $NF}')"
+    ACTCAP_REQUIRE_CUDA=1 backtrace_of_crash "$BUILD/actcap_tests" --gtest_brief=1
+  fi
+  return $rc
+}
+
+# backtrace_of_crash CMD...: CMD run again under cuda-gdb (or gdb) after it died of a signal, for
+# the native stack the log does not show (the first GPU run needed a second lease for it). Bounded
+# by what is left of the stage; the bundle's libraries reach the program only, not the debugger.
+backtrace_of_crash() {
+  local dbg left out="$BUILD/crash-debugger.txt"
+  dbg=$(command -v cuda-gdb || command -v gdb) || { echo "(no cuda-gdb or gdb for a backtrace)"; return 0; }
+  left=$((${STAGE_END:-0} - $(date +%s) - 15))
+  [ $left -gt 120 ] && left=120
+  if [ $left -lt 15 ]; then
+    echo "(no time left in the stage for a backtrace)"
+    return 0
+  fi
+  echo "--- again under $(basename "$dbg") (up to $left s), for the backtrace: $*"
+  timeout -k 5 "$left" "$dbg" -q -batch -ex 'set pagination off' -ex 'set print thread-events off' \
+    -ex "set environment LD_LIBRARY_PATH=$PREFIX_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    -ex run -ex 'bt 30' --args "$@" > "$out" 2>&1 < /dev/null
+  if grep -q "received signal" "$out"; then
+    grep -m 1 -A 34 "received signal" "$out"
+  else
+    echo "(no crash under the debugger this time; its output's end:)"
+    tail -n 5 "$out"
+  fi
+}
 
 # Every architecture's tiny model, made once.
 models() {
@@ -441,7 +487,8 @@ stage_bench() {
 }
 
 export ROOT PYTHON JOBS BUNDLE BUILD PREFIX LOGS REPORT BENCH_BUDGET
-export -f prefix_env with_libs find_nvcc keep_configure_log own_warnings libstdcxx_first models stage_unpack \
+export -f prefix_env with_libs find_nvcc keep_configure_log own_warnings libstdcxx_first \
+  backtrace_of_crash models stage_unpack \
   stage_configure stage_build stage_unit stage_doctor stage_compare stage_mixed stage_repro \
   stage_python stage_bench
 

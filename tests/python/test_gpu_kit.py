@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -143,3 +144,39 @@ def test_missing_bundle_and_unknown_stage_are_clear(tmp_path):
                          env=dict(env, GPU_CHECK_DEADLINE="1"), capture_output=True, text=True, timeout=120)
     late = (tmp_path / "late" / "report.md").read_text()
     assert run.returncode == 1 and "| unpack | skipped (GPU_CHECK_DEADLINE=1 s reached) | 0 |" in late, late
+
+
+def test_a_crash_in_the_unit_suite_names_the_test_and_brings_its_backtrace(tmp_path):
+    """The first GPU run's unit stage said only "exit 139"; a second lease went on finding where.
+    Now the stage names the test that was running and runs the suite again under a debugger."""
+    if not shutil.which("c++"):
+        H.skip_or_fail("c++ is needed")
+    build = tmp_path / "build-gpu"
+    build.mkdir()
+    src = tmp_path / "crash.cpp"
+    src.write_text(textwrap.dedent("""\
+        #include <cstdio>
+        #include <cstdlib>
+        volatile int* nowhere = nullptr;
+        __attribute__((noinline)) void write_through_null() { *nowhere = 1; }
+        int main() {
+          std::printf("[ RUN      ] Fake.Passes\\n[       OK ] Fake.Passes (0 ms)\\n");
+          std::printf("[ RUN      ] Fake.Crashes\\n");
+          std::fflush(stdout);
+          // the stage asks for the CUDA tests, as on the GPU
+          if (!std::getenv("ACTCAP_REQUIRE_CUDA")) return 3;
+          write_through_null();
+        }
+        """))
+    subprocess.run(["c++", "-g", "-O1", str(src), "-o", str(build / "actcap_tests")], check=True)
+    env = dict(os.environ, PYTHON="/usr/bin/python3", GPU_BUILD=str(build))
+    run = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "r"), "unit"], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=300)
+    report = (tmp_path / "r" / "report.md").read_text()
+    assert run.returncode == 1, report
+    assert "| unit | FAILED (exit 139) |" in report, report
+    assert "killed by signal 11 during Fake.Crashes" in report, report
+    if shutil.which("gdb") or shutil.which("cuda-gdb"):
+        assert "received signal SIGSEGV" in report and "write_through_null" in report, report
+    else:
+        assert "(no cuda-gdb or gdb for a backtrace)" in report, report
