@@ -13,13 +13,18 @@ from pathlib import Path
 
 import pytest
 
+import actcap_helpers as H
+
 REPO = Path(__file__).resolve().parents[2]
 MODULE = REPO / "cmake" / "LibstdcxxFirst.cmake"
 FAKE = 4242
 
-pytestmark = pytest.mark.skipif(not (shutil.which("cmake") and shutil.which("c++")
-                                     and shutil.which("readelf")),
-                                reason="needs cmake, c++ and readelf")
+
+@pytest.fixture(autouse=True)
+def tools():
+    if not (shutil.which("cmake") and shutil.which("c++") and shutil.which("readelf")):
+        H.skip_or_fail("cmake, c++ and readelf are needed")
+
 
 PROJECT = textwrap.dedent(f"""\
     cmake_minimum_required(VERSION 3.16)
