@@ -124,12 +124,14 @@ def results(out):
     env = dict(os.environ, LD_LIBRARY_PATH=str(out))
     prog = subprocess.run([str(out / "prog")], capture_output=True, text=True, env=env)
     assert prog.returncode == 0, prog.stderr
-    # the module loaded into Python, as the Python package's extension is (after the interpreter
-    # and before anything else that brings libstdc++)
+    # the module loaded into Python as the package's extension is: after the stand-in, loaded
+    # first the way `import torch` loads libtorch (RTLD_LOCAL)
     mod = subprocess.run(["/usr/bin/python3", "-c",
-                          "import ctypes, sys; m = ctypes.CDLL(sys.argv[1]); "
+                          "import ctypes, sys; ctypes.CDLL(sys.argv[2], mode=ctypes.RTLD_LOCAL); "
+                          "m = ctypes.CDLL(sys.argv[1]); "
                           "m.mod_remove_all.restype = ctypes.c_long; print(m.mod_remove_all())",
-                          str(out / "libmod.so")], capture_output=True, text=True, env=env)
+                          str(out / "libmod.so"), str(out / "libfake.so")],
+                         capture_output=True, text=True, env=env)
     assert mod.returncode == 0, mod.stderr
     return int(prog.stdout), int(mod.stdout)
 
