@@ -313,7 +313,7 @@ own_warnings() {
   grep -hE "^($ROOT/|(\.\./)+)?(src|cli|include|python|tests|bench|examples)/[^:]+:[0-9]+:[0-9]+: warning:" "$@" 2> /dev/null | sort -u
 }
 
-# libstdc++_first FILE...: the shared libstdc++ is each file's first NEEDED library
+# libstdcxx_first FILE...: the shared libstdc++ is each file's first NEEDED library
 # (cmake/LibstdcxxFirst.cmake); otherwise parts of it bind to the copies of libstdc++ symbols that
 # pip's LibTorch exports, and it crashes (docs/gpu.md).
 libstdcxx_first() {
@@ -368,7 +368,7 @@ stage_python() {
   with_libs $PYTHON -m pytest -q -p no:cacheprovider --continue-on-collection-errors "${tests[@]}" -rs
   rc=$?
   # pytest itself killed (a crash in native code): faulthandler printed the Python stack above
-  [ $rc -gt 128 ] && backtrace_of_crash "$(command -v "$PYTHON")" -m pytest -q -x -p no:cacheprovider \
+  [ $rc -gt 128 ] && backtrace_of_crash "$(command -v "$PYTHON")" -m pytest -q -p no:cacheprovider \
     -p no:faulthandler "${tests[@]}"
   return $rc
 }
