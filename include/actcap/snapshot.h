@@ -50,7 +50,10 @@ struct RowSelection {
   static RowSelection dense(int64_t batch, int64_t seq, const PositionSpec& positions,
                             const at::Tensor& ids = {});
 
-  std::shared_ptr<DeviceIndex> device_index;  // index_on's copies; made with the selection
+  // Every selection, built by from_mask/dense or by hand, caches index_on's copies: a selection
+  // without the cache would copy the index in every hook, blocking.
+  RowSelection();
+  std::shared_ptr<DeviceIndex> device_index;  // index_on's copies (shared by copies of this)
 };
 
 // The copy every capture makes of a borrowed tensor: `rows` of `borrowed` (flattened over its

@@ -6,9 +6,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <algorithm>
-#include <chrono>
 #include <optional>
-#include <thread>
 
 #include "actcap/error.h"
 #include "actcap/hash.h"
@@ -16,12 +14,15 @@
 #include "capture/device_index.h"
 #include "capture/pending_copy.h"
 #include "executor/device_hash.h"
+#include "executor/fault_delay.h"
 #include "util/torch_compat.h"
 
 namespace actcap {
 
+RowSelection::RowSelection() : device_index(std::make_shared<DeviceIndex>()) {}
+
 at::Tensor RowSelection::index_on(c10::Device device) const {
-  // A selection built by hand has no cache: a plain copy (the index itself on the CPU).
+  // A moved-from selection has no cache: a plain copy (the index itself on the CPU).
   return device_index ? device_index->on(index, device) : index.to(device);
 }
 
@@ -62,7 +63,6 @@ RowSelection select(int64_t batch, int64_t seq, const std::vector<std::vector<in
   r.all = static_cast<int64_t>(idx.size()) == batch * seq;
   for (size_t i = 0; r.all && i < idx.size(); ++i) r.all = idx[i] == static_cast<int64_t>(i);
   r.index = at::tensor(idx, at::kLong);
-  r.device_index = std::make_shared<DeviceIndex>();
   return r;
 }
 
@@ -172,8 +172,15 @@ SnapshotCopy snapshot_copy_on_lane(const LaneContext& lane, const at::Tensor& bo
   pending->fenced = !(lane.faults && lane.faults->nofence_capture_read);
   // Test-only: an unfenced read finds poison, not bytes an earlier identical forward left there.
   if (!pending->fenced) out.rows.view({-1}).view(at::kByte).fill_(0xFF);
+  // Queued on the producer's stream. Under nofence:capture-source, of the rows the copy should
+  // find (the copy itself reads them later): a hash that then differs shows the bytes changed.
   if (accelerator && fingerprint)
-    pending->device_hash = device_hash(snap);  // queued on the producer's stream
+    pending->device_hash =
+        device_hash(unsafe_source ? (gather_later.defined() ? snap.index_select(0, gather_later)
+                                                            : snap)
+                                        .to(dtype)
+                                        .contiguous()
+                                  : snap);
   // 3. The copy to the host on the capture queue, after the snapshot (on a virtual lane the hook's
   // own thread already ordered it; on an accelerator the copy stream waits for an event).
   lane.capture->wait(lane.compute->record());
@@ -182,7 +189,7 @@ SnapshotCopy snapshot_copy_on_lane(const LaneContext& lane, const at::Tensor& bo
   lane.capture->submit([pending, snap_in = snap, gather_later, dtype, host = out.rows, queue,
                         accelerator, delay_ms, fingerprint] {
     try {
-      if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+      fault_delay(snap_in.device(), delay_ms);  // the copy stream itself, on an accelerator
       at::Tensor snap = snap_in;
       if (gather_later.defined() || snap.scalar_type() != dtype || !snap.is_contiguous())
         snap = (gather_later.defined() ? snap.index_select(0, gather_later) : snap)
@@ -266,8 +273,12 @@ SnapshotCopy snapshot_copy(const at::Tensor& borrowed, const RowSelection* rows,
 SnapshotStore::SnapshotStore(SnapshotStoreOptions options) : options_(std::move(options)) {}
 
 SnapshotStore::~SnapshotStore() {
-  for (auto& p : pending_)
-    if (p) wait(*p);
+  // The copies in flight still write into memory this store owns; a copy that failed (a device
+  // error) is not reported from a destructor, which must not throw.
+  for (auto& p : pending_) try {
+      if (p) wait(*p);
+    } catch (...) {
+    }
 }
 
 int64_t SnapshotStore::capture(const std::string& point, const at::Tensor& borrowed,

@@ -4,14 +4,13 @@
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <limits>
-#include <thread>
 
 #include "actcap/diagnostics.h"
 #include "actcap/error.h"
 #include "actcap/observer.h"
+#include "executor/fault_delay.h"
 #include "executor/transfer.h"
 #include "models/model_parts.h"
 
@@ -186,9 +185,7 @@ void Executor::hand_off(std::vector<at::Tensor>& outs, at::Tensor produced_slot,
           dst = std::move(dst), copy_queue, into,
           stage = name.empty() ? "stage " + std::to_string(into) : name, from = from.device,
           too = to.device] {
-           if (options_.async_faults.delay_copy_ms > 0)
-             std::this_thread::sleep_for(
-                 std::chrono::milliseconds(options_.async_faults.delay_copy_ms));
+           fault_delay(too.c10(), options_.async_faults.delay_copy_ms);
            const at::Tensor& src = unfenced_out ? produced_slot : outs[into - 1];
            // On an accelerator the copy stream waited for the producer, but a copy or hash of the
            // source may also run on the source device's own current stream: wait for it here.
@@ -286,11 +283,17 @@ at::Tensor Executor::forward(const Batch& batch, Model::Logits logits, const Cac
   auto run_state = std::make_shared<ForwardRun>();
   std::vector<at::Tensor> outs(run);
   // The stages and boundary copies queued (capture copies may stay in flight: reads fence them).
+  // A wait a virtual device's queue could not complete (a device error polling an accelerator's
+  // event) is rethrown here, after every queue was waited for.
   auto drain = [this] {
-    for (auto& [d, lane] : lanes_) {
-      lane.compute->record().synchronize();
-      lane.copy->record().synchronize();
-    }
+    std::exception_ptr first;
+    for (auto& [d, lane] : lanes_)
+      for (WorkQueue* q : {lane.compute.get(), lane.copy.get()}) try {
+          q->synchronize();
+        } catch (...) {
+          if (!first) first = std::current_exception();
+        }
+    if (first) std::rethrow_exception(first);
   };
   // Whatever ends this function, the work queued so far references this frame: wait for it.
   struct DrainOnExit {
@@ -333,9 +336,13 @@ at::Tensor Executor::forward(const Batch& batch, Model::Logits logits, const Cac
     if (faults.nofence_transfer_out && w.out_slot.defined()) w.out_slot.fill_(NAN);
     state_of(lane);
   }
-  // On accelerators the stages run on the lanes' own streams: after what the caller queued on the
-  // devices' current streams (its input ids, the per-forward tables made above).
-  for (auto& [d, lane] : lanes_) lane.compute->wait_for_caller();
+  // On accelerators the stages and boundary copies run on the lanes' own streams: after what the
+  // caller queued on the devices' current streams (its input ids, the per-forward tables made
+  // above, and its kernels still reading memory the arena slots were just given from).
+  for (auto& [d, lane] : lanes_) {
+    lane.compute->wait_for_caller();
+    lane.copy->wait_for_caller();
+  }
   // Then the work, in order: a boundary copy where the lane changes, the stage.
   for (size_t i = 0; i < run; ++i) {
     StageWork& w = work[i];
@@ -347,8 +354,7 @@ at::Tensor Executor::forward(const Batch& batch, Model::Logits logits, const Cac
     submit(*lane.compute, lane, run_state,
            [&, i, scratch = std::move(w.scratch), out_slot = std::move(w.out_slot),
             in_slot = std::move(w.in_slot), device = lane.device] {
-             if (faults.delay_stage_ms > 0)
-               std::this_thread::sleep_for(std::chrono::milliseconds(faults.delay_stage_ms));
+             fault_delay(device.c10(), faults.delay_stage_ms);
              const StageEvent event{step, i, model_.stage_kind(i), device};
              st.widen_scratch = scratch;
              st.stage_out = out_slot;
@@ -363,8 +369,15 @@ at::Tensor Executor::forward(const Batch& batch, Model::Logits logits, const Cac
              observers.notify([&](Observer& o) { o.on_stage_end(event); });
            });
   }
-  drain();
+  std::exception_ptr drain_error;
+  try {
+    drain();
+  } catch (...) {
+    drain_error = std::current_exception();
+  }
+  // A piece of work's own error (a hook's, naming its point) first: it is the cause.
   if (std::exception_ptr error = run_state->first_error()) std::rethrow_exception(error);
+  if (drain_error) std::rethrow_exception(drain_error);
   at::Tensor h = outs[run - 1];
   lanes_.at(stage_device_[run - 1]).compute->hand_to_caller(h);
   observers.notify([&](Observer& o) { o.on_forward_end(ForwardEnd{step, h}); });

@@ -180,15 +180,21 @@ void WorkQueue::wait_for_caller() {
   e.block(*stream_);
 }
 
+// Only memory of the queue's kind of device has an allocator that records streams (host memory
+// does not, and a stream-ordered allocator such as cudaMallocAsync refuses pointers it does not own).
+bool recorded_by_allocator(const at::Tensor& t, const std::optional<c10::Stream>& stream) {
+  return stream && t.defined() && t.has_storage() && t.device().type() == stream->device_type();
+}
+
 void WorkQueue::hand_to_caller(const at::Tensor& t) const {
-  if (kind_ != Kind::kAccelerator || !t.defined() || !t.has_storage()) return;
+  if (kind_ != Kind::kAccelerator || !recorded_by_allocator(t, stream_)) return;
   const c10::impl::DeviceGuardImplInterface* impl =
       c10::impl::getDeviceGuardImpl(stream_->device_type());
   impl->recordDataPtrOnStream(t.storage().data_ptr(), impl->getStream(stream_->device()));
 }
 
 void WorkQueue::record_use(const at::Tensor& t) const {
-  if (kind_ != Kind::kAccelerator || !t.defined() || !t.has_storage()) return;
+  if (kind_ != Kind::kAccelerator || !recorded_by_allocator(t, stream_)) return;
   c10::impl::getDeviceGuardImpl(stream_->device_type())
       ->recordDataPtrOnStream(t.storage().data_ptr(), *stream_);
 }

@@ -2,6 +2,7 @@
 // markers; virtual devices that really run their stages and copies on their own threads; the delay
 // faults that make the races deterministic, each removed fence producing wrong values and the
 // fences making every capture exact; back-pressure of the copy window; the device-side hash.
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -19,7 +20,9 @@
 #include "actcap/model.h"
 #include "actcap/observer.h"
 #include "actcap/planner.h"
+#include "actcap/snapshot.h"
 #include "executor/device_hash.h"
+#include "executor/fault_delay.h"
 #include "executor/streams.h"
 #include "models/arch/architecture.h"
 #include "models/weights.h"
@@ -408,6 +411,31 @@ TEST(DeviceHash, HashesBytesWhateverTheViewAndCountsTheLength) {
   s[0] = 1;
   s[1] = 0;
   EXPECT_NE(device_hash_value(w), device_hash_value(s));
+}
+
+// Every selection carries the cache that copies its index to an accelerator once per stream
+// (SafeCapturer's per-batch selection once lacked it: on a GPU every hook then copied the index from
+// pageable memory, stalling the host on the stream).
+TEST(RowSelectionIndex, EverySelectionCachesItsDeviceCopies) {
+  EXPECT_NE(RowSelection().device_index, nullptr);
+  EXPECT_NE(RowSelection::dense(2, 3, PositionSpec{}).device_index, nullptr);
+  const RowSelection masked =
+      RowSelection::from_mask(at::tensor({1, 1, 0, 1, 1, 1}, at::kLong).view({2, 3}), PositionSpec{});
+  ASSERT_NE(masked.device_index, nullptr);
+  EXPECT_TRUE(at::equal(masked.index_on(c10::kCPU), masked.index));  // on the CPU: the index itself
+}
+
+// The delay faults: a host queue sleeps; an accelerator's stream is held back by a spin kernel,
+// which a LibTorch without CUDA does not have (the host then sleeps: the delay moves nothing on a
+// device, which test_cuda.cpp refuses to run without).
+TEST(FaultDelay, TheHostSleepsAndTheDeviceSpinsWhereItCan) {
+  EXPECT_TRUE(fault_delay_on_device(c10::kCPU));
+  const auto start = std::chrono::steady_clock::now();
+  fault_delay(c10::kCPU, 30);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(30));
+  if (!c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA)) {
+    EXPECT_FALSE(fault_delay_on_device(c10::Device(c10::kCUDA, 0)));
+  }
 }
 
 }  // namespace

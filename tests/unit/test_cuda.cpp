@@ -14,10 +14,12 @@
 
 #include "actcap/capture.h"
 #include "actcap/compare.h"
+#include "actcap/error.h"
 #include "actcap/init_model.h"
 #include "actcap/model.h"
 #include "actcap/repro.h"
 #include "executor/device_hash.h"
+#include "executor/fault_delay.h"
 #include "tiny_models.h"
 
 using namespace actcap;
@@ -34,15 +36,19 @@ bool cuda_required() {
   return v && std::string(v) == "1";
 }
 
+// f32 GEMMs in IEEE float32 whatever the environment asked: TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 (set
+// in NVIDIA's NGC images) turns TF32 on in LibTorch, which rounds inputs to 10 bits of mantissa and
+// would put every comparison with the CPU outside kTolerance.
 #define NEED_CUDA()                                                                        \
   do {                                                                                     \
     if (cuda_devices() == 0) {                                                             \
       if (cuda_required()) FAIL() << "ACTCAP_REQUIRE_CUDA=1 and no CUDA device is usable"; \
       GTEST_SKIP() << "no CUDA device";                                                    \
     }                                                                                      \
+    at::globalContext().setAllowTF32CuBLAS(false);                                         \
   } while (0)
 
-// f32 on the GPU against the CPU: the kernels sum in other orders (TF32 stays off in LibTorch).
+// f32 on the GPU against the CPU: the kernels sum in other orders.
 constexpr double kTolerance = 1e-4;
 
 std::unique_ptr<Model> model(int64_t layers = 6) { return test::tiny_gpt2(layers); }
@@ -165,6 +171,54 @@ TEST(Cuda, EveryCopyModeOnTheGpuIsExact) {
     if (mode.window == 0) {
       EXPECT_EQ(got.not_landed_at_fence, 0) << "blocking copies";
     }
+  }
+}
+
+// The capture fences matter on the GPU too. With the copy reading the borrowed block output itself
+// (nofence:capture-source) and the copy stream held back on the device (delay:copy spins a kernel
+// on it), the forward overwrites the ping-pong arena slots first: without fingerprints the
+// captures are wrong; with them the host's recomputation of the device hash stops the read, naming
+// the point. The same map with its fences and the same delay is exact (EveryCopyModeOnTheGpuIsExact).
+TEST(Cuda, ARemovedCaptureFenceGivesWrongCapturesAndTheDeviceHashCatchesIt) {
+  NEED_CUDA();
+  ASSERT_TRUE(fault_delay_on_device(c10::Device(c10::kCUDA, 0)))
+      << "no spin kernel (at::cuda::sleep) found in this LibTorch: delay faults would only delay "
+         "the host";
+  auto m = model();
+  m->set_bare_ref_policy(BareRefPolicy::kOff);  // the unsafe copy keeps the borrowed tensor
+  place_all_on_gpu(*m, "delay:copy:30;nofence:capture-source");
+  int wrong = 0;
+  {
+    const Batch b = batch(*m);
+    std::map<std::string, at::Tensor> want;
+    std::vector<int64_t> real;
+    for (int64_t s = 0; s < b.size(); ++s)
+      for (int64_t t = 0; t < b.lengths[s]; ++t) real.push_back(s * b.ids.size(1) + t);
+    const at::Tensor index = at::tensor(real, at::kLong);
+    auto hook =
+        m->register_forward_hook("transformer.h.*", [&](const HookContext& c, const at::Tensor& t) {
+          want[c.point] = t.flatten(0, 1).index_select(0, index.to(t.device())).to(at::kCPU);
+        });
+    CaptureOptions o{{"transformer.h.*"}};
+    o.fingerprint = false;  // the raw bytes: what an unfenced copy really read
+    SafeCapturer cap(*m, o);
+    cap.run(b);
+    hook.remove();
+    cap.fence();
+    for (const Snapshot& s : cap.snapshots()) {
+      ASSERT_EQ(s.rows.sizes(), want.at(s.point).sizes()) << s.point;
+      if (!at::equal(s.rows, want.at(s.point))) ++wrong;
+    }
+  }
+  EXPECT_GT(wrong, 0) << "every unfenced capture still equal: the device delay did not hold the "
+                         "copy stream back";
+  SafeCapturer checked(*m, CaptureOptions{{"transformer.h.*"}});
+  checked.run(batch(*m));
+  try {
+    checked.fence();
+    ADD_FAILURE() << "the device hash did not catch captures read after the forward changed them";
+  } catch (const RunError& e) {
+    EXPECT_NE(std::string(e.what()).find("transformer.h."), std::string::npos) << e.what();
   }
 }
 
