@@ -25,8 +25,10 @@ needs_mpirun = pytest.mark.skipif(MPIRUN is None and not os.environ.get("CI"),
 def args(inp, out, *extra):
     # --batch-size 1: a row's values then do not depend on which documents share its batch, so the
     # ranks' rows equal a single process's bit for bit (with larger batches, to the last bits).
+    # --devices cpu: on a CUDA build each rank would otherwise take the GPU of its local rank
+    # (docs/scale.md), which a one-GPU machine lacks for ranks 1 and 2.
     return ["extract", "demo", "--input", str(inp), "--capture", *POINTS, "--out", str(out), "--quiet",
-            "--shard-size", "16KiB", "--stats", "--batch-size", "1", *extra]
+            "--shard-size", "16KiB", "--stats", "--batch-size", "1", "--devices", "cpu", *extra]
 
 
 def clean_env(**extra):
