@@ -73,6 +73,10 @@ for s in $STAGES; do
   case " $ALL_STAGES " in *" $s "*) ;; *) echo "unknown stage '$s' (stages: $ALL_STAGES)" >&2; exit 2 ;; esac
 done
 DEADLINE=${GPU_CHECK_DEADLINE:-0}
+# The f32 checks (unit, compare) need IEEE float32 GEMMs: TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 (set in
+# NVIDIA's NGC images) turns TF32 on in LibTorch, 1e-3 off the CPU. Unset for every stage; reported.
+TF32_ENV="TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=${TORCH_ALLOW_TF32_CUBLAS_OVERRIDE-unset} (unset for the run), NVIDIA_TF32_OVERRIDE=${NVIDIA_TF32_OVERRIDE-unset}"
+unset TORCH_ALLOW_TF32_CUBLAS_OVERRIDE
 mkdir -p "$LOGS" "$BUILD/tmp"
 export TMPDIR="$BUILD/tmp"
 : > "$REPORT/logs.txt"
@@ -109,6 +113,16 @@ print(f"Python.h {'found' if have else 'MISSING'} in {inc}; {torch_pb}; {pip_pb}
 PY
 )"
   echo "- pytest: $($PYTHON -c 'import pytest; print(pytest.__version__)' 2>/dev/null || echo "none (the bundle's is used)")"
+  echo "- transformers, accelerate: $($PYTHON -c '
+import importlib
+out = []
+for m in ("transformers", "accelerate"):
+    try:
+        out.append(importlib.import_module(m).__version__)
+    except Exception as e:
+        out.append(f"not importable ({type(e).__name__})")
+print(", ".join(out))' 2>&1 | tail -1)"
+  echo "- TF32 environment: $TF32_ENV"
   echo
   echo "| stage | status | seconds |"
   echo "| --- | --- | ---: |"
@@ -364,7 +378,7 @@ stage_python() {
   fi
   local tests=(tests/python/test_package_cuda.py tests/python/test_package_capture.py
     tests/python/test_package_engine.py) rc
-  export ACTCAP="$BUILD/actcap" CI=true ACTCAP_REQUIRE_CUDA=1 PYTHONUNBUFFERED=1 PYTHONPATH="$pypath"
+  export ACTCAP="$BUILD/actcap" CI=true ACTCAP_REQUIRE_CUDA=1 PYTHONUNBUFFERED=1 PYTHONPATH="$pypath" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
   with_libs $PYTHON -m pytest -q -p no:cacheprovider --continue-on-collection-errors "${tests[@]}" -rs
   rc=$?
   # pytest itself killed (a crash in native code): faulthandler printed the Python stack above
@@ -479,8 +493,9 @@ PY
 stage_bench() {
   prefix_env
   rm -f "$REPORT/bench.md" "$REPORT/bench.json"
-  # exec: the stage timeout's SIGTERM reaches the benchmark, which still writes its report
-  ACTCAP_COMMIT=$(git rev-parse --short HEAD 2> /dev/null) PYTHONUNBUFFERED=1 \
+  # exec: the stage timeout's SIGTERM reaches the benchmark, which still writes its report; no
+  # network here: transformers must not try one
+  ACTCAP_COMMIT=$(git rev-parse --short HEAD 2> /dev/null) PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
     LD_LIBRARY_PATH="$PREFIX_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec $PYTHON bench/gpu_bench.py --actcap "$BUILD/actcap" --python-dir "$BUILD/python" \
     --models-dir "$BUILD/gpu-bench-models" --budget-s "$BENCH_BUDGET" \
     --out "$REPORT/bench.md" --json-out "$REPORT/bench.json" ${GPU_BENCH_ARGS:-}

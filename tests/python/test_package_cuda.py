@@ -1,5 +1,6 @@
 """SafeCapturer on a GPU: asynchronous device->host copies read before they landed, and a real
-transformers model dispatched by accelerate over cuda:0 + cpu, naive capture against safe.
+transformers model dispatched by accelerate over cuda:0 + cpu (blocks running on each, checked),
+naive capture against safe.
 Skipped where torch sees no CUDA device; the GPU check kit runs them on a GPU machine with
 ACTCAP_REQUIRE_CUDA=1, where what would skip them (no device, no transformers or accelerate) fails
 instead, so that a broken setup cannot pass as a clean run."""
@@ -72,7 +73,9 @@ def test_transformers_model_dispatched_over_cuda_and_cpu_naive_vs_safe(ac):
     device_map = {"transformer.wte": 0, "transformer.wpe": 0, "transformer.drop": 0,
                   **{f"transformer.h.{i}": (0 if i < 3 else "cpu") for i in range(6)},
                   "transformer.ln_f": "cpu", "lm_head": "cpu"}
-    model = accelerate.dispatch_model(model, device_map=device_map)
+    # main_device="cpu": otherwise accelerate runs the "cpu" blocks on cuda:0 (their weights
+    # offloaded to the host and streamed in), and nothing runs on the CPU
+    model = accelerate.dispatch_model(model, device_map=device_map, main_device="cpu")
     ids = torch.randint(0, 1000, (4, 32))
     truth = {}
     hs = [b.register_forward_hook(lambda m, a, o, i=i: truth.__setitem__(i, hidden(o).detach().clone()))
@@ -81,14 +84,19 @@ def test_transformers_model_dispatched_over_cuda_and_cpu_naive_vs_safe(ac):
         ref(ids)
     for h in hs:
         h.remove()
-    naive = {}
-    hs = [b.register_forward_hook(lambda m, a, o, i=i: naive.__setitem__(i, hidden(o)))
-          for i, b in enumerate(model.transformer.h)]
+    naive, ran_on = {}, {}
+
+    def keep(i, o):
+        naive[i] = hidden(o)
+        ran_on[i] = hidden(o).device.type
+    hs = [b.register_forward_hook(lambda m, a, o, i=i: keep(i, o)) for i, b in enumerate(model.transformer.h)]
     with torch.inference_mode(), ac.SafeCapturer(model, "transformer.h.*") as cap:
         model(ids.to("cuda:0"))
         model(torch.randint(0, 1000, (4, 32)).to("cuda:0"))  # a second step reuses memory
     for h in hs:
         h.remove()
+    # the model really is split: each block's output is where the device map put it
+    assert ran_on == {i: "cuda" if i < 3 else "cpu" for i in range(6)}, ran_on
     wrong = sum(not torch.allclose(naive[i].float().cpu(), truth[i], atol=1e-4) for i in range(6))
     print(f"naive bare references after two steps: {wrong}/6 differ from step 0's true outputs")
     # H6: the naive dict keeps one tensor per block, the second step's; SafeCapturer keeps both calls.
