@@ -22,6 +22,8 @@
 namespace actcap {
 
 struct PendingCopy;  // an accelerator -> host copy in flight (snapshot.cpp)
+// An empty DeviceIndex (src/capture/device_index.h).
+std::shared_ptr<DeviceIndex> new_device_index();
 
 // The rows of a [batch, seq, ...] tensor a capture keeps, in (sequence, position) order: flat
 // indices b * seq + t, with each row's sequence and position. A position counts the real tokens
@@ -50,10 +52,10 @@ struct RowSelection {
   static RowSelection dense(int64_t batch, int64_t seq, const PositionSpec& positions,
                             const at::Tensor& ids = {});
 
-  // Every selection, built by from_mask/dense or by hand, caches index_on's copies: a selection
-  // without the cache would copy the index in every hook, blocking.
-  RowSelection();
-  std::shared_ptr<DeviceIndex> device_index;  // index_on's copies (shared by copies of this)
+  // Every selection, built by from_mask/dense or by hand, caches index_on's copies (a selection
+  // without the cache would copy the index in every hook, blocking). Copies of a selection share
+  // it; an entry is used only for the very `index` tensor, unmodified, it was made from.
+  std::shared_ptr<DeviceIndex> device_index = new_device_index();
 };
 
 // The copy every capture makes of a borrowed tensor: `rows` of `borrowed` (flattened over its

@@ -7,33 +7,48 @@
 #include <c10/core/Stream.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <cstdint>
 #include <mutex>
-#include <utility>
 #include <vector>
 
 namespace actcap {
 
 // `cpu`'s copy on `device`'s current stream, made once per stream from pinned memory without
-// waiting (a blocking copy from pageable memory stalls the host until the stream drains). Safe to
-// call from several threads.
+// waiting (a blocking copy from pageable memory stalls the host until the stream drains). A copy is
+// reused only for the same tensor `cpu`, unmodified since (its version counter), so a selection
+// whose index was replaced or edited never gets the old rows. Safe to call from several threads.
 class DeviceIndex {
  public:
   at::Tensor on(const at::Tensor& cpu, c10::Device device) {
     if (device.is_cpu()) return cpu;
     const c10::Stream stream = c10::impl::getDeviceGuardImpl(device.type())->getStream(device);
+    const int64_t version = cpu._version();
     std::lock_guard<std::mutex> lock(mutex_);
-    for (const auto& [s, t] : copies_)
-      if (s == stream) return t;
+    for (const Entry& e : copies_)
+      if (e.stream == stream && e.source.is_same(cpu) && e.version == version) return e.copy;
     // The pinned source may be freed at once: the caching host allocator keeps its block until the
     // copy, queued on `stream`, has read it.
     at::Tensor copy = cpu.pin_memory().to(device, /*non_blocking=*/true);
-    copies_.emplace_back(stream, copy);
+    // At most one entry per stream: the one for an older index is dropped (its memory was
+    // allocated on this stream, so the allocator reuses it only after the work queued there).
+    for (Entry& e : copies_)
+      if (e.stream == stream) {
+        e = Entry{stream, cpu, version, copy};
+        return copy;
+      }
+    copies_.push_back(Entry{stream, cpu, version, copy});
     return copy;
   }
 
  private:
+  struct Entry {
+    c10::Stream stream;
+    at::Tensor source;  // held: its address cannot be reused by another tensor meanwhile
+    int64_t version;
+    at::Tensor copy;
+  };
   std::mutex mutex_;
-  std::vector<std::pair<c10::Stream, at::Tensor>> copies_;
+  std::vector<Entry> copies_;
 };
 
 }  // namespace actcap

@@ -28,6 +28,9 @@ struct PendingCopy {
   uint64_t xxh3 = 0;
   bool hashed = false;
   std::exception_ptr error;  // a copy that failed
+  // snapshot_copy_on_lane(): set when the copy was queued and when its work ran. A queue stops
+  // running work after a failed wait (streams.h), so a copy can land without having run.
+  bool queued = false, ran = false;
   bool fenced = true;        // false only under the test fault nofence:capture-read
 };
 

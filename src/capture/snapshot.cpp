@@ -19,7 +19,7 @@
 
 namespace actcap {
 
-RowSelection::RowSelection() : device_index(std::make_shared<DeviceIndex>()) {}
+std::shared_ptr<DeviceIndex> new_device_index() { return std::make_shared<DeviceIndex>(); }
 
 at::Tensor RowSelection::index_on(c10::Device device) const {
   // A moved-from selection has no cache: a plain copy (the index itself on the CPU).
@@ -98,6 +98,10 @@ void wait(PendingCopy& pending) {
   pending.event.reset();
   pending.source.reset();
   if (pending.error) std::rethrow_exception(pending.error);
+  if (pending.queued && !pending.ran)
+    throw RunError(
+        "a capture copy never ran: its device's capture queue stopped after an earlier error "
+        "(see the first error of the run)");
 }
 
 uint64_t finish_copy(PendingCopy& pending, const at::Tensor& rows, bool fingerprint,
@@ -186,8 +190,10 @@ SnapshotCopy snapshot_copy_on_lane(const LaneContext& lane, const at::Tensor& bo
   lane.capture->wait(lane.compute->record());
   const int delay_ms = lane.faults ? lane.faults->delay_copy_ms : 0;
   WorkQueue* queue = lane.capture;
+  pending->queued = true;
   lane.capture->submit([pending, snap_in = snap, gather_later, dtype, host = out.rows, queue,
                         accelerator, delay_ms, fingerprint] {
+    pending->ran = true;
     try {
       fault_delay(snap_in.device(), delay_ms);  // the copy stream itself, on an accelerator
       at::Tensor snap = snap_in;
@@ -204,6 +210,7 @@ SnapshotCopy snapshot_copy_on_lane(const LaneContext& lane, const at::Tensor& bo
           queue->record_use(pending->device_hash);
         }
         queue->record_use(snap);
+        if (gather_later.defined()) queue->record_use(gather_later);  // read on this stream too
         pending->source = snap;
       } else {
         pending->xxh3 =

@@ -47,9 +47,12 @@ void worker_loop(const std::shared_ptr<WorkerState>& s) {
     if (s->work.empty()) return;  // stopping, and everything ran
     std::function<void()> w = std::move(s->work.front());
     s->work.pop_front();
+    // After a throw escaped (a wait that failed), what follows it would run unordered: skipped,
+    // still counted as done, until synchronize() reports the throw.
+    const bool skip = s->escaped != nullptr;
     lock.unlock();
     try {
-      w();
+      if (!skip) w();
     } catch (...) {
       std::lock_guard<std::mutex> relock(s->mu);
       if (!s->escaped) s->escaped = std::current_exception();
@@ -160,7 +163,7 @@ void WorkQueue::wait(const Marker& m) {
 }
 
 void WorkQueue::synchronize() {
-  record().synchronize();
+  record().synchronize();  // skipped work counts as done: this returns after a failure too
   if (kind_ == Kind::kWorker) {
     std::exception_ptr e;
     {
@@ -182,7 +185,7 @@ void WorkQueue::wait_for_caller() {
 
 // Only memory of the queue's kind of device has an allocator that records streams (host memory
 // does not, and a stream-ordered allocator such as cudaMallocAsync refuses pointers it does not own).
-bool recorded_by_allocator(const at::Tensor& t, const std::optional<c10::Stream>& stream) {
+static bool recorded_by_allocator(const at::Tensor& t, const std::optional<c10::Stream>& stream) {
   return stream && t.defined() && t.has_storage() && t.device().type() == stream->device_type();
 }
 

@@ -67,7 +67,8 @@ class WorkQueue {
   Kind kind() const { return kind_; }
   const DeviceId& device() const { return device_; }
   // Runs `work` after everything submitted before and every marker waited for before. `work` must
-  // not throw (the executor wraps it; a throw that escapes is kept and rethrown by synchronize()).
+  // not throw (the executor wraps it): a throw that escapes (a wait that failed) is kept, the
+  // queue's later work is skipped, and synchronize() rethrows it.
   void submit(std::function<void()> work);
   // A marker after everything submitted so far. Called from inside this queue's own work (a hook
   // running on the worker), that work is already ordered before anything the caller does next, so

@@ -21,6 +21,7 @@
 #include "actcap/observer.h"
 #include "actcap/planner.h"
 #include "actcap/snapshot.h"
+#include "capture/pending_copy.h"
 #include "executor/device_hash.h"
 #include "executor/fault_delay.h"
 #include "executor/streams.h"
@@ -436,6 +437,39 @@ TEST(FaultDelay, TheHostSleepsAndTheDeviceSpinsWhereItCan) {
   if (!c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA)) {
     EXPECT_FALSE(fault_delay_on_device(c10::Device(c10::kCUDA, 0)));
   }
+}
+
+// A throw that escapes a virtual device's work (a wait on another device's marker that failed) stops
+// the work queued after it, which would otherwise run unordered, until synchronize() reports it; a
+// capture copy skipped that way is an error when read, not rows that were never written.
+TEST(WorkQueueFailure, AThrowThatEscapesSkipsLaterWorkUntilReported) {
+  WorkQueue q(DeviceId::virtual_cpu(1));
+  std::atomic<int> ran{0};
+  q.submit([] { throw std::runtime_error("the wait failed"); });
+  q.submit([&] { ++ran; });
+  EXPECT_THROW(q.synchronize(), std::runtime_error);
+  EXPECT_EQ(ran.load(), 0);
+  q.submit([&] { ++ran; });  // reported: the queue runs work again
+  q.synchronize();
+  EXPECT_EQ(ran.load(), 1);
+}
+
+TEST(WorkQueueFailure, ACaptureCopySkippedAfterAFailureIsAnErrorWhenRead) {
+  WorkQueue compute(DeviceId::virtual_cpu(1)), capture(DeviceId::virtual_cpu(1));
+  CopyWindow window;
+  window.limit = uint64_t{1} << 20;
+  const LaneContext lane{DeviceId::virtual_cpu(1), &compute, &capture, &window, nullptr};
+  capture.submit([] { throw std::runtime_error("the wait failed"); });
+  const at::Tensor t = at::arange(24, at::kFloat).view({2, 3, 4});
+  SnapshotCopy copy = snapshot_copy_on_lane(lane, t, nullptr, at::kFloat, /*fingerprint=*/true);
+  ASSERT_NE(copy.pending, nullptr);
+  try {
+    wait(*copy.pending);
+    ADD_FAILURE() << "a copy that never ran was read as landed";
+  } catch (const RunError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("never ran"));
+  }
+  EXPECT_THROW(capture.synchronize(), std::runtime_error);
 }
 
 }  // namespace
