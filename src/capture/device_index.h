@@ -24,20 +24,20 @@ class DeviceIndex {
     const c10::Stream stream = c10::impl::getDeviceGuardImpl(device.type())->getStream(device);
     const int64_t version = cpu._version();
     std::lock_guard<std::mutex> lock(mutex_);
-    for (const Entry& e : copies_)
-      if (e.stream == stream && e.source.is_same(cpu) && e.version == version) return e.copy;
+    // At most one entry per stream: one made for an older index is replaced (its memory was
+    // allocated on this stream, so the allocator reuses it only after the work queued there).
+    Entry* entry = nullptr;
+    for (Entry& e : copies_)
+      if (e.stream == stream) entry = &e;
+    if (entry && entry->source.is_same(cpu) && entry->version == version) return entry->copy;
     // The pinned source may be freed at once: the caching host allocator keeps its block until the
     // copy, queued on `stream`, has read it.
-    at::Tensor copy = cpu.pin_memory().to(device, /*non_blocking=*/true);
-    // At most one entry per stream: the one for an older index is dropped (its memory was
-    // allocated on this stream, so the allocator reuses it only after the work queued there).
-    for (Entry& e : copies_)
-      if (e.stream == stream) {
-        e = Entry{stream, cpu, version, copy};
-        return copy;
-      }
-    copies_.push_back(Entry{stream, cpu, version, copy});
-    return copy;
+    Entry made{stream, cpu, version, cpu.pin_memory().to(device, /*non_blocking=*/true)};
+    if (entry)
+      *entry = std::move(made);
+    else
+      entry = &copies_.emplace_back(std::move(made));
+    return entry->copy;
   }
 
  private:

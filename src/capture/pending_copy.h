@@ -28,10 +28,10 @@ struct PendingCopy {
   uint64_t xxh3 = 0;
   bool hashed = false;
   std::exception_ptr error;  // a copy that failed
-  // snapshot_copy_on_lane(): set when the copy was queued and when its work ran. A queue stops
+  // False from when snapshot_copy_on_lane() queued the copy until its work ran: a queue stops
   // running work after a failed wait (streams.h), so a copy can land without having run.
-  bool queued = false, ran = false;
-  bool fenced = true;        // false only under the test fault nofence:capture-read
+  bool ran = true;
+  bool fenced = true;  // false only under the test fault nofence:capture-read
 };
 
 // Called by a hook running on `lane`'s compute queue: snapshots `rows` of `borrowed` in `dtype`

@@ -98,7 +98,7 @@ void wait(PendingCopy& pending) {
   pending.event.reset();
   pending.source.reset();
   if (pending.error) std::rethrow_exception(pending.error);
-  if (pending.queued && !pending.ran)
+  if (!pending.ran)
     throw RunError(
         "a capture copy never ran: its device's capture queue stopped after an earlier error "
         "(see the first error of the run)");
@@ -141,6 +141,12 @@ bool in_flight(const PendingCopy& pending) {
   return !pending.landed.query() || (pending.event && !pending.event->query());
 }
 
+// nofence:capture-source: the rows `gather` selects of `t` (all of them when undefined), in
+// `dtype`, contiguous.
+static at::Tensor rows_in(const at::Tensor& t, const at::Tensor& gather, c10::ScalarType dtype) {
+  return (gather.defined() ? t.index_select(0, gather) : t).to(dtype).contiguous();
+}
+
 SnapshotCopy snapshot_copy_on_lane(const LaneContext& lane, const at::Tensor& borrowed,
                                    const RowSelection* rows, c10::ScalarType dtype,
                                    bool fingerprint) {
@@ -179,18 +185,13 @@ SnapshotCopy snapshot_copy_on_lane(const LaneContext& lane, const at::Tensor& bo
   // Queued on the producer's stream. Under nofence:capture-source, of the rows the copy should
   // find (the copy itself reads them later): a hash that then differs shows the bytes changed.
   if (accelerator && fingerprint)
-    pending->device_hash =
-        device_hash(unsafe_source ? (gather_later.defined() ? snap.index_select(0, gather_later)
-                                                            : snap)
-                                        .to(dtype)
-                                        .contiguous()
-                                  : snap);
+    pending->device_hash = device_hash(unsafe_source ? rows_in(snap, gather_later, dtype) : snap);
   // 3. The copy to the host on the capture queue, after the snapshot (on a virtual lane the hook's
   // own thread already ordered it; on an accelerator the copy stream waits for an event).
   lane.capture->wait(lane.compute->record());
   const int delay_ms = lane.faults ? lane.faults->delay_copy_ms : 0;
   WorkQueue* queue = lane.capture;
-  pending->queued = true;
+  pending->ran = false;
   lane.capture->submit([pending, snap_in = snap, gather_later, dtype, host = out.rows, queue,
                         accelerator, delay_ms, fingerprint] {
     pending->ran = true;
@@ -198,9 +199,7 @@ SnapshotCopy snapshot_copy_on_lane(const LaneContext& lane, const at::Tensor& bo
       fault_delay(snap_in.device(), delay_ms);  // the copy stream itself, on an accelerator
       at::Tensor snap = snap_in;
       if (gather_later.defined() || snap.scalar_type() != dtype || !snap.is_contiguous())
-        snap = (gather_later.defined() ? snap.index_select(0, gather_later) : snap)
-                   .to(dtype)
-                   .contiguous();  // only under nofence:capture-source
+        snap = rows_in(snap, gather_later, dtype);  // only under nofence:capture-source
       if (accelerator) {
         at::Tensor host_rows = host;  // the handle is const in the closure; the bytes are not
         host_rows.copy_(snap, /*non_blocking=*/true);

@@ -184,7 +184,8 @@ void WorkQueue::wait_for_caller() {
 }
 
 // Only memory of the queue's kind of device has an allocator that records streams (host memory
-// does not, and a stream-ordered allocator such as cudaMallocAsync refuses pointers it does not own).
+// does not, and a stream-ordered allocator such as cudaMallocAsync refuses pointers it does not
+// own).
 static bool recorded_by_allocator(const at::Tensor& t, const std::optional<c10::Stream>& stream) {
   return stream && t.defined() && t.has_storage() && t.device().type() == stream->device_type();
 }

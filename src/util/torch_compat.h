@@ -12,8 +12,8 @@
 namespace actcap {
 
 namespace compat {
-// Whether E has `synchronize() const` (c10::Event from LibTorch 2.x; 1.13 lacks it). Detected rather
-// than read from a version number: no version header is reachable from c10's alone.
+// Whether E has `synchronize() const` (c10::Event from LibTorch 2.x; 1.13 lacks it). Detected
+// rather than read from a version number: no version header is reachable from c10's alone.
 template <typename E, typename = void>
 struct has_synchronize : std::false_type {};
 template <typename E>

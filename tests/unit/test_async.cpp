@@ -415,13 +415,13 @@ TEST(DeviceHash, HashesBytesWhateverTheViewAndCountsTheLength) {
 }
 
 // Every selection carries the cache that copies its index to an accelerator once per stream
-// (SafeCapturer's per-batch selection once lacked it: on a GPU every hook then copied the index from
-// pageable memory, stalling the host on the stream).
+// (SafeCapturer's per-batch selection once lacked it: on a GPU every hook then copied the index
+// from pageable memory, stalling the host on the stream).
 TEST(RowSelectionIndex, EverySelectionCachesItsDeviceCopies) {
   EXPECT_NE(RowSelection().device_index, nullptr);
   EXPECT_NE(RowSelection::dense(2, 3, PositionSpec{}).device_index, nullptr);
-  const RowSelection masked =
-      RowSelection::from_mask(at::tensor({1, 1, 0, 1, 1, 1}, at::kLong).view({2, 3}), PositionSpec{});
+  const RowSelection masked = RowSelection::from_mask(
+      at::tensor({1, 1, 0, 1, 1, 1}, at::kLong).view({2, 3}), PositionSpec{});
   ASSERT_NE(masked.device_index, nullptr);
   EXPECT_TRUE(at::equal(masked.index_on(c10::kCPU), masked.index));  // on the CPU: the index itself
 }
@@ -439,9 +439,9 @@ TEST(FaultDelay, TheHostSleepsAndTheDeviceSpinsWhereItCan) {
   }
 }
 
-// A throw that escapes a virtual device's work (a wait on another device's marker that failed) stops
-// the work queued after it, which would otherwise run unordered, until synchronize() reports it; a
-// capture copy skipped that way is an error when read, not rows that were never written.
+// A throw that escapes a virtual device's work (a wait on another device's marker that failed)
+// stops the work queued after it, which would otherwise run unordered, until synchronize() reports
+// it; a capture copy skipped that way is an error when read, not rows that were never written.
 TEST(WorkQueueFailure, AThrowThatEscapesSkipsLaterWorkUntilReported) {
   WorkQueue q(DeviceId::virtual_cpu(1));
   std::atomic<int> ran{0};

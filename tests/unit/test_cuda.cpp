@@ -74,12 +74,17 @@ struct Captured {
   int64_t not_landed_at_fence = 0;
 };
 
-Captured capture(Model& m, int forwards = 1) {
-  const Batch b = batch(m);
-  std::vector<int64_t> real;  // the rows a capture keeps: every real token, no padding
+// The rows a capture keeps of `b`'s [batch * seq] rows: every real token, no padding.
+at::Tensor real_rows(const Batch& b) {
+  std::vector<int64_t> real;
   for (int64_t s = 0; s < b.size(); ++s)
     for (int64_t t = 0; t < b.lengths[s]; ++t) real.push_back(s * b.ids.size(1) + t);
-  const at::Tensor index = at::tensor(real, at::kLong);
+  return at::tensor(real, at::kLong);
+}
+
+Captured capture(Model& m, int forwards = 1) {
+  const Batch b = batch(m);
+  const at::Tensor index = real_rows(b);
   std::map<std::string, std::vector<at::Tensor>> truth;
   auto hook =
       m.register_forward_hook("transformer.h.*", [&](const HookContext& c, const at::Tensor& t) {
@@ -180,7 +185,8 @@ TEST(Cuda, EveryCopyModeOnTheGpuIsExact) {
 // (nofence:capture-source) and the copy stream held back on the device (delay:copy spins a kernel
 // on it), the forward overwrites the ping-pong arena slots first: without fingerprints the
 // captures are wrong; with them the host's recomputation of the device hash stops the read, naming
-// the point. The same map with its fences and the same delay is exact (EveryCopyModeOnTheGpuIsExact).
+// the point. The same map with its fences and the same delay is exact
+// (EveryCopyModeOnTheGpuIsExact).
 TEST(Cuda, ARemovedCaptureFenceGivesWrongCapturesAndTheDeviceHashCatchesIt) {
   NEED_CUDA();
   ASSERT_TRUE(fault_delay_on_device(c10::Device(c10::kCUDA, 0)))
@@ -193,10 +199,7 @@ TEST(Cuda, ARemovedCaptureFenceGivesWrongCapturesAndTheDeviceHashCatchesIt) {
   {
     const Batch b = batch(*m);
     std::map<std::string, at::Tensor> want;
-    std::vector<int64_t> real;
-    for (int64_t s = 0; s < b.size(); ++s)
-      for (int64_t t = 0; t < b.lengths[s]; ++t) real.push_back(s * b.ids.size(1) + t);
-    const at::Tensor index = at::tensor(real, at::kLong);
+    const at::Tensor index = real_rows(b);
     auto hook =
         m->register_forward_hook("transformer.h.*", [&](const HookContext& c, const at::Tensor& t) {
           want[c.point] = t.flatten(0, 1).index_select(0, index.to(t.device())).to(at::kCPU);
