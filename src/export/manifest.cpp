@@ -82,22 +82,23 @@ json::parser_callback_t shard_taker(std::string& key, const std::function<void(j
 
 }  // namespace
 
-std::optional<json> manifest_outline(const std::string& path, std::string& problem,
-                                     const EntryVisitor& on_entry) {
+ManifestFile::ManifestFile(std::string path)
+    : path_(std::move(path)), in_(path_, std::ios::binary) {}
+
+std::optional<json> ManifestFile::outline(std::string& problem, const EntryVisitor& on_entry) {
   std::error_code ec;
-  if (fs::file_size(path, ec) > kMaxStreamedManifestBytes) {
+  if (fs::file_size(path_, ec) > kMaxStreamedManifestBytes) {
     problem =
         concat("is larger than the ", kMaxStreamedManifestBytes, " bytes a manifest may hold");
     return std::nullopt;
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  if (!in_) {
     problem = "cannot be read";
     return std::nullopt;
   }
   std::string key;
   try {
-    return json::parse(in, shard_taker(key, [&on_entry](json& entry) {
+    return json::parse(in_, shard_taker(key, [&on_entry](json& entry) {
                          if (on_entry) on_entry(entry);
                        }));
   } catch (const json::exception& e) {
@@ -106,8 +107,7 @@ std::optional<json> manifest_outline(const std::string& path, std::string& probl
   }
 }
 
-bool stream_manifest_entries(const std::string& path, const json& outline,
-                             const EntryVisitor& on_entry) {
+bool ManifestFile::entries(const json& outline, const EntryVisitor& on_entry) {
   json unsealed = outline;
   unsealed.erase("manifest_checksum");
   const ListSplit text = split_at_list(unsealed, -1);
@@ -115,10 +115,11 @@ bool stream_manifest_entries(const std::string& path, const json& outline,
   sum.update(text.before.data(), text.before.size());
   sum.update("[", 1);
   int64_t n = 0;
-  std::ifstream in(path, std::ios::binary);
+  in_.clear();
+  in_.seekg(0);
   std::string key;
-  // The second pass's document must be the first's (the file did not change in between).
-  const json again = json::parse(in, shard_taker(key, [&](json& entry) {
+  // The second pass's document must be the first's (the file was not edited in place between).
+  const json again = json::parse(in_, shard_taker(key, [&](json& entry) {
                                    const std::string d = entry.dump();
                                    if (n++) sum.update(",", 1);
                                    sum.update(d.data(), d.size());
@@ -130,6 +131,16 @@ bool stream_manifest_entries(const std::string& path, const json& outline,
   sum.update(text.after.data(), text.after.size());
   return outline.contains("manifest_checksum") && outline["manifest_checksum"].is_string() &&
          outline["manifest_checksum"].get<std::string>() == hex64(sum.digest());
+}
+
+std::optional<json> manifest_outline(const std::string& path, std::string& problem,
+                                     const EntryVisitor& on_entry) {
+  return ManifestFile(path).outline(problem, on_entry);
+}
+
+bool stream_manifest_entries(const std::string& path, const json& outline,
+                             const EntryVisitor& on_entry) {
+  return ManifestFile(path).entries(outline, on_entry);
 }
 
 EntrySource manifest_entries(std::string path, json outline) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -64,6 +65,24 @@ std::optional<nlohmann::json> manifest_outline(const std::string& path, std::str
 // the outline was read from.
 bool stream_manifest_entries(const std::string& path, const nlohmann::json& outline,
                              const EntryVisitor& on_entry);
+
+// Both passes over one open manifest file. A run replaces its manifest by rename, never in
+// place, so the file held open stays the version the outline came from: reading the manifest of
+// a rank that is still running (merge, verify) sees one version of it whole, where reopening the
+// path for the second pass could find the next one.
+class ManifestFile {
+ public:
+  explicit ManifestFile(std::string path);
+  // manifest_outline's pass.
+  std::optional<nlohmann::json> outline(std::string& problem,
+                                        const EntryVisitor& on_entry = nullptr);
+  // stream_manifest_entries' pass, over the file the outline was read from.
+  bool entries(const nlohmann::json& outline, const EntryVisitor& on_entry);
+
+ private:
+  std::string path_;
+  std::ifstream in_;
+};
 
 // The entries of the manifest at `path` (its outline `outline`) as a source.
 EntrySource manifest_entries(std::string path, nlohmann::json outline);

@@ -102,7 +102,8 @@ MergeReport merge_ranks(const std::string& dir, const std::vector<std::string>& 
       continue;
     }
     std::string problem;
-    std::optional<json> outline = manifest_outline(path, problem);
+    ManifestFile held(path);  // the rank may be running: both passes read one version
+    std::optional<json> outline = held.outline(problem);
     if (!outline) throw RunError(concat(file, " ", problem, "; resume that rank"));
     const json& m = *outline;
     if (!m.is_object() || !m.contains("shards") || !m["shards"].is_array() || !m.contains("rank") ||
@@ -112,7 +113,7 @@ MergeReport merge_ranks(const std::string& dir, const std::vector<std::string>& 
     EntryTally mine;
     bool sealed = false;
     try {
-      sealed = stream_manifest_entries(path, m, [&](const json& e) {
+      sealed = held.entries(m, [&](const json& e) {
         mine.add(e);
         if (complete) listed.add(e);
       });

@@ -150,7 +150,8 @@ VerifyReport verify_folder(const std::string& dir, const OutputLayout& layout,
     return r;
   }
   std::string problem;
-  std::optional<json> parsed = manifest_outline(path, problem);
+  ManifestFile held(path);  // a running rank may replace it: both passes read one version
+  std::optional<json> parsed = held.outline(problem);
   if (!parsed) {
     add_issue(r, name, "", problem);
     return r;
@@ -179,7 +180,7 @@ VerifyReport verify_folder(const std::string& dir, const OutputLayout& layout,
   if (!schema) {  // the entries cannot be checked; the seal still can
     add_issue(r, name, "", problem);
     if (m.contains("shards") && m["shards"].is_array())
-      seal(stream_manifest_entries(path, m, [](const json&) {}));
+      seal(held.entries(m, [](const json&) {}));
     else
       seal(manifest_sealed(m));
     return r;
@@ -188,7 +189,7 @@ VerifyReport verify_folder(const std::string& dir, const OutputLayout& layout,
   const bool journal = !complete && fs::exists(fs::path(dir) / layout.journal(), ec);
   KnownEntries known;  // the manifest's entries, for the journal's claims
   try {
-    seal(stream_manifest_entries(path, m, [&](const json& e) {
+    seal(held.entries(m, [&](const json& e) {
       if (journal && e.is_object() && e.contains("file") && e["file"].is_string()) know(known, e);
       if (claimed) (*claimed)(e);
       checker.check(e);

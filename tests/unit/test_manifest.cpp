@@ -123,6 +123,32 @@ TEST(Manifest, AnEditedEntryBreaksTheStreamedSeal) {
   fs::remove_all(dir);
 }
 
+// A running rank replaces its manifest (by rename) while another process reads it: the file held
+// open gives the version its outline came from, whole and sealed; reopening the path for the
+// second pass finds the next version and must not pass it off as the first.
+TEST(Manifest, AManifestReplacedBetweenThePassesIsReadAsTheVersionHeldOpen) {
+  const std::string dir = temp_dir();
+  const json before = json::array({entry(0), entry(1)});
+  json running = outline();
+  running["complete"] = false;
+  write_manifest_streamed(dir, running, from(before), nullptr, nullptr, "m.json");
+  ManifestFile held(dir + "/m.json");
+  std::string problem;
+  const std::optional<json> o = held.outline(problem);
+  ASSERT_TRUE(o) << problem;
+
+  const json after = json::array({entry(0), entry(1), entry(2)});
+  json next = running;
+  next["rows"] = 8;
+  write_manifest_streamed(dir, next, from(after), nullptr, nullptr, "m.json");  // renamed over
+
+  json seen = json::array();
+  EXPECT_TRUE(held.entries(*o, [&](const json& e) { seen.push_back(e); }));
+  EXPECT_EQ(seen, before);
+  EXPECT_THROW(stream_manifest_entries(dir + "/m.json", *o, [](const json&) {}), json::exception);
+  fs::remove_all(dir);
+}
+
 TEST(Manifest, AListOtherThanTheExpectedWritesNothing) {
   const std::string dir = temp_dir();
   const json list = json::array({entry(0), entry(1)});
