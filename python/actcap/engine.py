@@ -258,6 +258,15 @@ class Engine:
                           r.get("activations", {}), r["forwards"], r["prompt_seconds"],
                           r["decode_seconds"])
 
+    def device_stats(self) -> List[dict]:
+        """Per device, since the model was last placed (each ``run`` places it): ``device``,
+        ``weight_bytes``, ``arena_bytes`` and ``peak_bytes`` (weights + largest arena), ``slot_reuses``
+        (arena memory handed out again), ``transfers_in`` / ``bytes_in`` (boundary copies
+        received), ``capture_copies`` / ``capture_bytes`` (capture copies queued on the device's copy
+        queue; 0 with ``copy_window=0``, where each is copied inside its hook) and ``copy_waits``
+        (hooks that waited for room in the copy window)."""
+        return self._core.device_stats()
+
     def transfer_stats(self) -> dict:
         """Counters of the boundary copies since the model was placed: ``transfers``, ``verified``,
         ``retried`` (repaired by a copy through host memory), ``via_host`` (sent through host
@@ -268,17 +277,20 @@ class Engine:
 
 def load(path: Union[str, os.PathLike], *, devices: Any = None, device_map: Any = "auto",
          max_memory: Any = None, weights_dtype: str = "keep",
-         verify_transfers: bool = True, compute_dtype: str = "f32") -> Engine:
+         verify_transfers: bool = True, compute_dtype: str = "f32",
+         copy_window: Union[None, int, str] = None) -> Engine:
     """Loads a Hugging Face checkpoint folder (or "demo") into actcap's engine.
 
     ``devices``: a count N (virtual CPU devices cpu:0..N-1), "cpu:0,cpu:1,cuda:0" or a list;
     ``device_map``: "auto" | "balanced" | "sequential" | a dict in accelerate's format | a JSON file;
     ``max_memory``: {"cpu:0": "300MiB", ...}; ``weights_dtype``: "keep" (16-bit weights stay
     16-bit, widened per layer) or "f32"; ``compute_dtype``: "f32" (default), "bf16" or "f16" (the
-    forward in 16 bits: docs/execution.md; "f16" needs float16 kernels on the devices)."""
+    forward in 16 bits: docs/execution.md; "f16" needs float16 kernels on the devices);
+    ``copy_window``: capture copies in flight per device, bytes or a size like "256MiB" (None: the
+    default, 256 MiB); 0 copies each capture inside its hook, blocking (``--copy-window``)."""
     core = _core.Engine(os.fspath(path), _devices_arg(devices), _device_map_arg(device_map),
                         _max_memory_arg(max_memory), str(weights_dtype), bool(verify_transfers),
-                        str(compute_dtype))
+                        str(compute_dtype), _convert.size_bytes(copy_window, "copy_window"))
     return Engine(core)
 
 
@@ -331,8 +343,8 @@ class _Progress:
 def extract(model: Union[str, os.PathLike, Engine], input: Union[str, os.PathLike],
             out: Union[str, os.PathLike], capture: Union[str, Sequence[str]], *,
             devices: Any = None, device_map: Any = "auto", max_memory: Any = None,
-            weights_dtype: str = "keep", compute_dtype: str = "f32", batch_size: int = 8,
-            max_length: int = 0,
+            weights_dtype: str = "keep", compute_dtype: str = "f32",
+            copy_window: Union[None, int, str] = None, batch_size: int = 8, max_length: int = 0,
             stride: int = 0, shard_size: Union[int, str] = "256MiB",
             positions: _convert.PositionsArg = None, dtype: Any = None,
             budget: Union[None, int, str] = None, resume: bool = False, overwrite: bool = False,
@@ -353,7 +365,7 @@ def extract(model: Union[str, os.PathLike, Engine], input: Union[str, os.PathLik
     ``f"cuda:{os.environ['LOCAL_RANK']}"``). Returns the summary."""
     engine = model if isinstance(model, Engine) else load(
         model, devices=devices, device_map=device_map, max_memory=max_memory,
-        weights_dtype=weights_dtype, compute_dtype=compute_dtype)
+        weights_dtype=weights_dtype, compute_dtype=compute_dtype, copy_window=copy_window)
     shard_bytes = _convert.size_bytes(shard_size, "shard_size")
     if not shard_bytes:
         raise InputError("shard_size must be positive")

@@ -42,7 +42,8 @@ struct Engine {
 std::unique_ptr<Engine> load(const std::string& path, const std::string& devices,
                              const std::string& device_map, const std::string& max_memory,
                              const std::string& weights_dtype, bool verify_transfers,
-                             const std::string& compute_dtype) {
+                             const std::string& compute_dtype,
+                             std::optional<uint64_t> copy_window) {
   auto e = std::make_unique<Engine>();
   e->path = path;
   LoadOptions load;
@@ -63,6 +64,7 @@ std::unique_ptr<Engine> load(const std::string& path, const std::string& devices
     }
   }
   e->split.verify_transfers = verify_transfers;
+  if (copy_window) e->split.copy_window_bytes = *copy_window;
   e->model = Model::load(path, load);
   e->tokenizer = tokenizer_for(path);
   return e;
@@ -95,7 +97,8 @@ void bind_engine(py::module_& m) {
       .def(py::init(&load), py::arg("path"), py::arg("devices") = "",
            py::arg("device_map") = "auto", py::arg("max_memory") = "",
            py::arg("weights_dtype") = "keep", py::arg("verify_transfers") = true,
-           py::arg("compute_dtype") = "f32", py::call_guard<py::gil_scoped_release>())
+           py::arg("compute_dtype") = "f32", py::arg("copy_window") = py::none(),
+           py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("path", [](const Engine& e) { return e.path; })
       .def_property_readonly("fingerprint", [](const Engine& e) { return e.model->fingerprint(); })
       .def_property_readonly("config",
@@ -345,6 +348,19 @@ void bind_engine(py::module_& m) {
           py::arg("temperature"), py::arg("top_k"), py::arg("top_p"), py::arg("seed"),
           py::arg("stop_tokens"), py::arg("stop_at_eos"), py::arg("budget"), py::arg("out"),
           py::arg("overwrite"), py::arg("heads") = std::vector<int64_t>{})
+      .def("device_stats",
+           [](const Engine& e) {
+             py::list out;
+             for (const DeviceStats& s : e.model->device_stats())
+               out.append(py::dict(
+                   py::arg("device") = s.device.str(), py::arg("weight_bytes") = s.weight_bytes,
+                   py::arg("arena_bytes") = s.arena_bytes, py::arg("peak_bytes") = s.peak_bytes,
+                   py::arg("slot_reuses") = s.slot_reuses, py::arg("transfers_in") = s.transfers_in,
+                   py::arg("bytes_in") = s.bytes_in, py::arg("capture_copies") = s.capture_copies,
+                   py::arg("capture_bytes") = s.capture_bytes,
+                   py::arg("copy_waits") = s.copy_waits));
+             return out;
+           })
       .def("transfer_stats", [](const Engine& e) {
         const TransferStats& s = e.model->transfer_stats();
         return py::dict(py::arg("transfers") = s.transfers, py::arg("verified") = s.verified,

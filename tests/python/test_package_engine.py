@@ -402,3 +402,25 @@ def test_open_keeps_the_shard_list_compactly_and_still_checks_what_the_manifest_
     (out / "manifest.json").write_text(json.dumps(manifest)[:-40])
     with pytest.raises(ac.InputError, match="not a readable JSON manifest"):
         ac.open(out)
+
+
+def test_copy_window_bounds_the_copies_in_flight_and_changes_no_capture(ac, gpt2_ckpt):
+    queued = ac.load(gpt2_ckpt, devices=3)
+    blocking = ac.load(gpt2_ckpt, devices=3, copy_window=0)
+    tight = ac.load(gpt2_ckpt, devices=3, copy_window="1KiB")
+    a = queued.run(SEQS, "transformer.h.*")
+    for other in (blocking, tight):
+        b = other.run(SEQS, "transformer.h.*")
+        assert list(b) == list(a) and all(torch.equal(a[n], b[n]) for n in a)
+    stats = {e: {s["device"]: s for s in e.device_stats()} for e in (queued, blocking, tight)}
+    assert sorted(stats[queued]) == ["cpu:0", "cpu:1", "cpu:2"]
+    assert sum(s["capture_copies"] for s in stats[queued].values()) == 4  # one per block
+    assert sum(s["capture_bytes"] for s in stats[queued].values()) == 4 * 10 * 64 * 4
+    assert all(s["capture_copies"] == 0 for s in stats[blocking].values())  # copied in the hook
+    # Each copy (2560 B) is over a 1 KiB window: queued still, a hook waiting only for one in flight.
+    assert sum(s["capture_copies"] for s in stats[tight].values()) == 4
+    assert all(s["copy_waits"] <= s["capture_copies"] for s in stats[tight].values())
+    assert all(s["weight_bytes"] > 0 for s in stats[queued].values())
+    for bad, match in ((-1, "negative"), ("lots", "lots"), (1.5, "not a number of bytes")):
+        with pytest.raises(ac.InputError, match=match):
+            ac.load(gpt2_ckpt, devices=3, copy_window=bad)
