@@ -36,12 +36,24 @@ under torch.inference_mode(), because actcap's extraction skips the head when no
                                      the run returns only when it is on the host)
   actcap capture                     the same run capturing every decoder layer's output, all
                                      positions, stored as bf16, verified, returned as host tensors
-Then, in separate processes (the run's own timer over --cli-batches batches, default 16, the first
-included: it places the weights on the device):
+                                     (the copies overlapped with the compute: the default window)
+  actcap capture, blocking copies    the same capture by a second engine on the same weights loaded
+                                     with copy_window=0 (each capture copied inside its hook): what
+                                     the overlap saves, measured in the same rounds; not run when
+                                     two placed copies of the weights would not fit in free GPU
+                                     memory (a loaded engine's window cannot be changed)
+After the rounds, one more capture of the first engine gives actcap's own counters
+(Engine.device_stats(): capture copies queued, copy-window waits). Then, in separate processes
+(the run's own timer over --cli-batches batches, default 16; the weights are loaded and placed
+before it starts, the first batch's cold start is in it):
   actcap extract --forward-only      the CLI over a corpus of random token ids
-  actcap extract --capture layers    the same corpus, every layer written to verified shards on disk
-And the device->host copy bandwidth: torch.empty(pin_memory=True).copy_(cuda_tensor) and a plain
-.cpu() (pageable), against the capture's marginal bandwidth (captured bytes / (capture - forward)).
+  actcap extract --capture layers    the same corpus, every layer written to verified shards (on
+                                     tmpfs, /dev/shm, when it has room: there fsync costs nothing;
+                                     else under --models-dir); the writes and fsync are in its timer
+And the device->host copy bandwidth: 20 back-to-back copies timed with CUDA events,
+torch.empty(pin_memory=True).copy_(cuda_tensor, non_blocking=True) and a plain .cpu() (pageable),
+beside the capture's effective throughput (captured bytes / time added over the forward: every
+cost of capturing, not a link bandwidth).
 
 Targets (issue 15): every-layer capture <= 5% over none (actcap capture vs actcap forward);
 extraction >= 2x HF + clone hooks (actcap capture vs hf sdpa + clone hooks); and, so that the
@@ -53,15 +65,20 @@ information only. If actcap has no --compute-dtype (checked in `actcap extract -
 actcap.load's signature) it computes in f32 (bf16 weights widened per layer) while HF computes in
 bf16: the report says the comparison is not dtype-matched.
 
---budget-s bounds the whole run (default 180 s; --quick 90 s), imports included. Each model is
-given a share of what is left in proportion to its least cost (MIN_MODEL_S) and is skipped when
-less than that is left (when not every model fits, PRIORITY says which are kept); a child still
-running past its share is stopped (SIGTERM: it saves what it has). Inside a model, each HF load,
-actcap's load, the f32 check and each CLI run is started only when the time left covers its
-estimate (the CLI's timeout is what is left), and the rounds shrink to fit (3 or more unless the
-budget runs out). What does not fit is reported as skipped, never estimated. Exit status: 0 measured (targets are judged in the report, not in the
-exit status), 1 some measurement failed or the run was stopped (the report names it), 2 the
-environment cannot run it (no CUDA, no transformers, no actcap binary): one line on stderr.
+--budget-s bounds the whole run (default 180 s; --quick 90 s), imports included. The models run in
+PRIORITY order (the 8B shape first). Each is given a share of what is left in proportion to its
+least cost (MIN_MODEL_S), capped so that even a child stopped at the last moment leaves the later
+models their least costs, and is skipped when less than its least cost is left (when not every
+model fits, PRIORITY says which are kept). A child's own deadline is STOP_WAIT_S before the moment
+the parent stops it (SIGTERM: it saves what it has), so that only a child that overran its
+deadline is reported as over its share. Inside a model, each HF load, actcap's loads, the f32
+check and each CLI run is started only when the time left covers its estimate (the CLI's timeout
+is what is left), and the rounds shrink to fit (3 or more unless the budget runs out). What does
+not fit is reported as skipped, never estimated. Exit status: 0 measured (targets are judged in the
+report, not in the exit status), 1 some measurement failed or the run was stopped (the report names
+it), 2 the environment cannot run it (no CUDA, no transformers, no actcap binary): one line on
+stderr, 3 incomplete: a planned model was not run or a target was not measured (the kit reports the
+stage as incomplete).
 
 --device cpu --smoke: tiny shapes on the CPU, so that the script itself is tested without a GPU
 (tests/python/test_gpu_bench.py). Without transformers, the gpt2 HF arms use the HF-shaped GPT-2 of
@@ -73,6 +90,7 @@ import datetime
 import faulthandler
 import gc
 import hashlib
+import importlib.metadata
 import importlib.util
 import inspect
 import json
@@ -96,13 +114,18 @@ WEIGHTS_VERSION = 1  # bump when write_llama_checkpoint's output changes (invali
 MIN_MODEL_S = {"full": {"gpt2-small": 25, "llama-3.2-1b": 45, "llama-3-8b": 65},
                "quick": {"gpt2-small": 15, "llama-3.2-1b": 25, "llama-3-8b": 35},
                "smoke": {"gpt2-small": 5, "llama-3.2-1b": 5, "llama-3-8b": 5}}
-# When not every model fits, the ones kept (in this order): the 8B shape, the model issue 15 cares
-# about most, then the cheap gpt2.
+# The order the models run in and, when not every model fits, the ones kept: the 8B shape, the
+# model issue 15 cares about most, then the cheap gpt2.
 PRIORITY = ["llama-3-8b", "gpt2-small", "llama-3.2-1b"]
 REPORT_RESERVE_S = 3.0  # kept back from the children: merging and writing the report
 # How long a stopped child may take to save its part before SIGKILL; also kept back, so that a
-# child stopped at the last moment still ends inside the budget.
+# child stopped at the last moment still ends inside the budget. A child's own deadline is this
+# long before the parent stops it.
 STOP_WAIT_S = 5.0
+INCOMPLETE = 3  # the exit status when a planned model was not run or a target was not measured
+# Kept free on the GPU beside two placed copies of the weights (the arenas, HF's activations)
+# before a second actcap engine (blocking copies) is loaded.
+GPU_MARGIN_BYTES = 8 * 2**30
 
 
 def die(msg, code=2):
@@ -334,9 +357,15 @@ def load_hf(transformers, torch, ckpt, arch, impl, device, dtype):
             problems.append(f"{len(found)} {key}, e.g. {found[:3]}")
     if problems:
         raise RuntimeError("transformers' loading info: " + "; ".join(problems))
-    p = next(model.parameters())
-    if p.dtype != dtype or str(p.device) != str(torch.device(device)):
-        model = model.to(device=device, dtype=dtype)
+    # Where from_pretrained left the model elsewhere (no accelerate): moved, not cast; a cast of the
+    # whole model would also make the float32 buffers bf16 (LlamaRotaryEmbedding.inv_freq: RoPE off
+    # by radians at 1024 positions), so only floating parameters are converted, if any differ.
+    if str(next(model.parameters()).device) != str(torch.device(device)):
+        model = model.to(device)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.is_floating_point() and p.dtype != dtype:
+                p.data = p.data.to(dtype)
     model.eval()
     base = model.base_model
     layers = base.h if arch == "gpt2" else base.layers
@@ -452,9 +481,11 @@ def seed_hooks(hf, names):
     return outputs, [m.register_forward_hook(make(n)) for n, m in zip(names, hf.layers)]
 
 
-def copy_bandwidth(b, nbytes, reps=10):
-    """GB/s (1e9 bytes/s) of device->host copies of nbytes: into pinned memory (copy_) and a plain
-    .cpu() (pageable, what the seed's hooks do). On --device cpu: a host-to-host copy_."""
+def copy_bandwidth(b, nbytes, reps=5, burst=20):
+    """GB/s (1e9 bytes/s) of device->host copies of nbytes: into pinned memory (copy_, queued
+    back-to-back) and a plain .cpu() (pageable, what the seed's hooks do); each sample is `burst`
+    copies between two CUDA events (one copy is too short for a host timer around two syncs),
+    the median of `reps` samples. On --device cpu: a host-to-host copy_, timed on the host."""
     torch = b.torch
     n = max(1, nbytes // 2)
     src = torch.empty(n, dtype=torch.bfloat16, device=b.device).normal_()
@@ -464,22 +495,36 @@ def copy_bandwidth(b, nbytes, reps=10):
         kinds = {"host copy_": lambda: dst.copy_(src)}
     else:
         dst = torch.empty(n, dtype=torch.bfloat16, pin_memory=True)
-        kinds = {"pinned copy_": lambda: dst.copy_(src), "pageable .cpu()": lambda: src.cpu()}
+        kinds = {"pinned copy_": lambda: dst.copy_(src, non_blocking=True),
+                 "pageable .cpu()": lambda: src.cpu()}
     for k, fn in kinds.items():
         fn()
-        secs = [b.timed(fn) for _ in range(reps)]
+        b.sync()
+        secs = []
+        for _ in range(reps):
+            if b.device == "cpu":
+                secs.append(b.timed(lambda: [fn() for _ in range(burst)]) / burst)
+                continue
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(burst):
+                fn()
+            end.record()
+            end.synchronize()
+            secs.append(start.elapsed_time(end) / 1e3 / burst)  # ms -> s
         out[k] = 2 * n / statistics.median(secs) / 1e9
     return out
 
 
 def cli_help(actcap, sub):
-    r = run_cli(actcap, sub, "--help", timeout=60)
+    r = run_cli(actcap, sub, "--help", timeout=15)
     return r.stdout + r.stderr
 
 
 def run_extract(b, actcap, ckpt, spec, corpus, capture, compute_dtype, out_dir, extra=()):
     """`actcap extract` forward-only or capturing every layer; its JSON summary + tokens/s (the
-    run's own timer: every batch, the first, which places the weights, included)."""
+    run's own timer: the weights are loaded and placed before it starts; every batch, the first's
+    cold start, and for a capture the shard writes and their fsync, are in it)."""
     args = ["extract", ckpt, "--input", corpus, "--devices", "cpu:0" if b.device == "cpu" else "cuda:0",
             "--batch-size", spec.batch, "--max-length", spec.seq, "--quiet", "--json"]
     if compute_dtype:
@@ -562,6 +607,7 @@ def in_process(b, spec, env, res, ckpt, cfg, gen):
     hf_dtype = torch.bfloat16 if b.device != "cpu" else torch.float32
     est = estimates(res, env["batches"])
     cli_s = est["cli forward-only"] + est["cli capture"]
+    engines = 2 if env["ac"] is not None else 0  # actcap's: overlapped and blocking copies
 
     # --- HF: one instance per attention implementation (works with every transformers version);
     # sdpa first (the targets' comparison), eager only if the CLI runs still fit after it
@@ -569,7 +615,9 @@ def in_process(b, spec, env, res, ckpt, cfg, gen):
     if env["transformers"] is not None:
         for impl in ("sdpa", "eager"):
             est = estimates(res, env["batches"])
-            need = est["hf load"] + est["actcap load"] + est["f32 check"] + (cli_s if impl == "eager" else 0)
+            # eager only if both actcap engines, the f32 check and the CLI runs still fit after it
+            need = est["hf load"] + engines * est["actcap load"] + est["f32 check"] + \
+                (cli_s if impl == "eager" else 0)
             if not b.afford(res, f"HF {impl} load", need):
                 continue
             b.step(res, f"hf {impl} load")
@@ -620,20 +668,31 @@ def in_process(b, spec, env, res, ckpt, cfg, gen):
             assert len(got) == L
         arms[f"hf {tag} + actcap.SafeCapturer"] = safe
 
-    # --- actcap's engine from Python
-    engine = None
+    # --- actcap's engine from Python; a second one on the same weights copying each capture inside
+    # its hook (copy_window=0), for the overlapped-vs-blocking comparison in the same rounds
+    engine = blocking = None
     devices = "cpu:0" if b.device == "cpu" else "cuda:0"
+    kw = {"devices": devices}
+    if env["py_compute_dtype"]:
+        kw["compute_dtype"] = "bf16"
     if ac is not None and b.afford(res, "actcap load", estimates(res, env["batches"])["actcap load"]):
         b.step(res, "actcap load")
         try:
             t0 = time.perf_counter()
-            kw = {"devices": devices}
-            if env["py_compute_dtype"]:
-                kw["compute_dtype"] = "bf16"
             engine = ac.load(str(ckpt), **kw)
             res["actcap_load_s"] = time.perf_counter() - t0
         except Exception as e:  # noqa: BLE001
             record(res, "actcap load", e)
+    if engine is not None and not env["py_copy_window"]:
+        res["notes"].append("actcap capture, blocking copies not run: this actcap.load has no copy_window")
+    elif engine is not None and blocking_fits(b, res) and b.afford(
+            res, "actcap capture, blocking copies (a second engine)",
+            estimates(res, env["batches"])["actcap load"] + estimates(res, env["batches"])["f32 check"]):
+        b.step(res, "actcap load (blocking copies)")
+        try:
+            blocking = ac.load(str(ckpt), copy_window=0, **kw)
+        except Exception as e:  # noqa: BLE001
+            record(res, "actcap load (blocking copies)", e)
     layer_pat = "transformer.h.*" if spec.arch == "gpt2" else "model.layers.*"
     res["actcap_layer_prefix"] = layer_pat[:-2]
     if engine is not None:
@@ -645,11 +704,16 @@ def in_process(b, spec, env, res, ckpt, cfg, gen):
 
         def act_capture():
             last["actcap"] = engine.run(ids_cpu, capture=layer_pat, dtype="bf16")
+
+        def act_blocking():
+            blocking.run(ids_cpu, capture=layer_pat, dtype="bf16")
         if norm is None:
             record(res, "actcap forward", "no final-norm hook point found")
         else:
             arms["actcap forward"] = act_forward
         arms["actcap capture"] = act_capture
+        if blocking is not None:
+            arms["actcap capture, blocking copies"] = act_blocking
 
     # --- one rotation of every arm: the rounds get what the f32 check and the CLI leave
     est = estimates(res, env["batches"])
@@ -657,6 +721,20 @@ def in_process(b, spec, env, res, ckpt, cfg, gen):
     b.step(res, "rounds")
     b.rotate(arms, a.rounds, max(0.0, b.left() - check_s - cli_s), res, reserve_s=check_s)
     derive(res)
+    # actcap's own counters of one capture run (they count from the last placement, which each run
+    # makes): the first engine's last round may have been its forward, so one more capture
+    if engine is not None and env["py_copy_window"] and "actcap capture" in res.get("seconds", {}) and \
+            "actcap capture" not in res["errors"]:
+        b.step(res, "device_stats")
+        try:
+            act_capture()
+            res["device_stats"] = {"overlapped": engine.device_stats()}
+            if "actcap capture, blocking copies" in res.get("seconds", {}) and \
+                    "actcap capture, blocking copies" not in res["errors"]:
+                res["device_stats"]["blocking"] = blocking.device_stats()  # its last run: a capture
+        except Exception as e:  # noqa: BLE001
+            record(res, "device_stats", e)
+    blocking = None  # its timings are done: its weights leave the GPU before the f32 check
     # The bf16 runs' last layer, actcap vs HF: information only (bf16 rounding hides a RoPE error).
     if "actcap" in last and "actcap capture" not in res["errors"]:
         for impl in ("sdpa", "eager"):
@@ -689,6 +767,30 @@ def in_process(b, spec, env, res, ckpt, cfg, gen):
         except Exception as e:  # noqa: BLE001
             record(res, "agreement (f32)", e)
     b.save()
+
+
+def blocking_fits(b, res):
+    """Whether a second actcap engine (blocking copies) fits on the GPU: both engines' placed weights
+    (at most the checkpoint's bytes each) and GPU_MARGIN_BYTES within the free memory, HF's models
+    already placed; a note when not. A loaded engine's copy window cannot be changed, so there
+    is no cheaper way to measure both modes in one process."""
+    if b.device == "cpu":
+        return True
+    need = 2 * res["checkpoint_gib"] * 2**30 + GPU_MARGIN_BYTES
+    try:
+        free, _ = b.torch.cuda.mem_get_info()
+    except Exception as e:  # noqa: BLE001  (not knowing is no reason to risk running out)
+        free, why = 0, f"the free GPU memory is unknown ({error_text(e)})"
+    else:
+        why = f"{free / 2**30:.1f} GiB of GPU memory is free"
+    if free >= need:
+        return True
+    res["notes"].append(f"actcap capture, blocking copies not run: two placed copies of the weights "
+                        f"and {GPU_MARGIN_BYTES / 2**30:.0f} GiB for the arenas need "
+                        f"{need / 2**30:.1f} GiB, {why} (a loaded engine's copy window cannot be "
+                        "changed)")
+    log(f"{res['key']}: {res['notes'][-1]}")
+    return False
 
 
 def agreement_f32(b, spec, env, res, ckpt, hf, ids, ids_cpu, devices):
@@ -725,6 +827,8 @@ def derive(res):
         return None
     r = ratio("actcap capture", "actcap forward")
     res["capture_cost"] = None if r is None else r - 1
+    r = ratio("actcap capture, blocking copies", "actcap forward")
+    res["capture_cost_blocking"] = None if r is None else r - 1
     res["hook_cost"], res["speedup_vs_hooks"] = {}, {}
     for impl in res.get("hf_attn", {}):
         r = ratio(f"hf {impl} + clone hooks", f"hf {impl}")
@@ -732,22 +836,39 @@ def derive(res):
         res["speedup_vs_hooks"][impl] = ratio(f"hf {impl} + clone hooks", "actcap capture")  # actcap's speedup
 
 
+def cli_work_dir(a, env, res):
+    """The folder of the CLI runs' corpus and shards: under the parent's folder on tmpfs (/dev/shm,
+    where fsync costs nothing: the timer then holds actcap's writing, not the disk's) when it has
+    room for them with 1 GiB to spare, else under --models-dir; res["cli_out"] says which."""
+    need = res["captured_bytes"] * env["batches"] * 1.1 + 2**30
+    shm = env.get("shm_dir")
+    if shm:
+        try:
+            if shutil.disk_usage(shm).free >= need:
+                res["cli_out"] = "tmpfs (/dev/shm)"
+                return Path(tempfile.mkdtemp(prefix=f"{res['key']}-", dir=shm))
+            why = f"/dev/shm has {shutil.disk_usage(shm).free / 2**30:.1f} GiB free, {need / 2**30:.1f} needed"
+        except OSError as e:
+            why = f"/dev/shm: {error_text(e)}"
+    else:
+        why = "no writable /dev/shm"
+    res["cli_out"] = f"disk (--models-dir; {why})"
+    return Path(tempfile.mkdtemp(prefix="gpu-bench-", dir=a.models_dir))
+
+
 def cli_extract(b, spec, env, res, ckpt, cfg, gen):
-    """`actcap extract` forward-only, capturing every layer and (where the flag exists) the same
-    with blocking copies; each started only when its estimate fits in the time left."""
+    """`actcap extract` forward-only and capturing every layer, each started only when its
+    estimate fits in the time left. (Blocking copies are measured in-process: a CLI run of its own
+    costs the process's start, load and placement again.)"""
     torch, a = b.torch, b.a
-    work = Path(tempfile.mkdtemp(prefix="gpu-bench-", dir=a.models_dir))
+    work = cli_work_dir(a, env, res)
     try:
         corpus = work / "corpus.jsonl"
         docs = spec.batch * env["batches"]
         rows = torch.randint(0, cfg["vocab_size"], (docs, spec.seq), generator=gen).tolist()
         corpus.write_text("".join(json.dumps({"input_ids": r}) + "\n" for r in rows))
         layer_pat = "transformer.h.*" if spec.arch == "gpt2" else "model.layers.*"
-        # The overlapped capture copies against blocking ones (--copy-window 0: each capture is
-        # copied inside its hook), when this actcap has the flag.
         runs = [("forward-only", None, ()), ("capture", layer_pat, ())]
-        if env.get("cli_copy_window"):
-            runs.append(("capture blocking", layer_pat, ("--copy-window", "0")))
         for what, cap, extra in runs:
             est = estimates(res, env["batches"])["cli forward-only" if cap is None else "cli capture"]
             if not b.afford(res, f"actcap extract {what}", est):
@@ -782,6 +903,7 @@ ARM_ROWS = [
     ("hf eager + actcap.SafeCapturer", "HF eager + actcap.SafeCapturer"),
     ("actcap forward", "actcap forward (final-norm last token only)"),
     ("actcap capture", "actcap every-layer capture (bf16, verified)"),
+    ("actcap capture, blocking copies", "the same, blocking copies (second engine, copy_window=0)"),
 ]
 
 
@@ -830,10 +952,10 @@ def build_report(run):
             if any(arm in m.get("tps", {}) or arm in m.get("errors", {}) for m in models):
                 o.append(f"| {label} | " + " | ".join(cell(m, arm) for m in models) + " |")
         n = run.get("cli_batches")
-        for what, label in (("forward-only", f"actcap extract --forward-only (CLI, own timer: {n} batches, "
-                                             "the first placing the weights)"),
-                            ("capture", "actcap extract, every layer to disk (CLI, the same)"),
-                            ("capture blocking", "the same, blocking copies (`--copy-window 0`)")):
+        for what, label in (("forward-only", f"actcap extract --forward-only (CLI, own timer: {n} batches; "
+                                             "weights placed before it, the first batch's cold start in it)"),
+                            ("capture", "actcap extract, every layer to shards (CLI, the same; the writes "
+                                        "and their fsync in it)")):
             if any(what in m.get("cli", {}) or f"actcap extract {what}" in m.get("errors", {}) for m in models):
                 o.append(f"| {label} | " + " | ".join(
                     fmt_tps(m["cli"][what]["tps"]) if what in m.get("cli", {}) else
@@ -858,16 +980,25 @@ def build_report(run):
         row("model", lambda m: m["label"])
         row("captured per forward (every layer, bf16)", lambda m: size_text(m["captured_bytes"]))
         row("actcap capture vs actcap forward", lambda m: pct(m["capture_cost"]))
+        row("actcap capture, blocking copies vs actcap forward", lambda m: pct(m["capture_cost_blocking"]))
+        row("time added per forward (ms): overlapped / blocking copies", lambda m: added_ms(m))
+        row("actcap's counters of one capture (device_stats): copies queued / copy-window waits",
+            lambda m: stats_text(m["device_stats"]))
         row("HF sdpa + clone hooks vs HF sdpa", lambda m: pct(m["hook_cost"]["sdpa"]))
         row("HF eager + clone hooks vs HF eager", lambda m: pct(m["hook_cost"]["eager"]))
         row("actcap capture speed / HF sdpa + clone hooks",
             lambda m: f"{m['speedup_vs_hooks']['sdpa']:.2f}x")
         row("actcap capture speed / HF eager + clone hooks",
             lambda m: f"{m['speedup_vs_hooks']['eager']:.2f}x")
-        row("capture marginal D2H GB/s (bytes / (capture − forward))", lambda m: marginal(m, "actcap capture", "actcap forward"))
-        row("seed hooks marginal D2H GB/s (HF sdpa)", lambda m: marginal(m, "hf sdpa + clone hooks", "hf sdpa"))
-        row("pinned copy_ GB/s (one layer's bytes)", lambda m: f"{m['copy_gbps']['pinned copy_']:.1f}")
-        row("pageable .cpu() GB/s", lambda m: f"{m['copy_gbps']['pageable .cpu()']:.1f}")
+        # everything a capture adds (copies, verification, bookkeeping) per byte: not a link bandwidth
+        row("actcap capture: effective capture throughput GB/s (captured bytes / time added over actcap forward)",
+            lambda m: marginal(m, "actcap capture", "actcap forward"))
+        row("the same, blocking copies", lambda m: marginal(m, "actcap capture, blocking copies", "actcap forward"))
+        row("HF sdpa + clone hooks: effective capture throughput GB/s (captured bytes / time added over HF sdpa)",
+            lambda m: marginal(m, "hf sdpa + clone hooks", "hf sdpa"))
+        row("pinned copy_ GB/s (one layer's bytes; 20 back-to-back, CUDA events)",
+            lambda m: f"{m['copy_gbps']['pinned copy_']:.1f}")
+        row("pageable .cpu() GB/s (the same)", lambda m: f"{m['copy_gbps']['pageable .cpu()']:.1f}")
         row("host copy_ GB/s (no GPU)", lambda m: f"{m['copy_gbps']['host copy_']:.1f}")
         row("last layer in f32, one sequence, actcap vs HF: max abs diff / max abs HF",
             lambda m: f"{m['agreement']['rel']:.1e} (vs {m['agreement']['vs']})")
@@ -875,6 +1006,7 @@ def build_report(run):
             lambda m: f"{m['agreement_bf16']['rel']:.1e} (vs {m['agreement_bf16']['vs']})")
         row("load s: HF from_pretrained onto the device (the first includes transformers' imports)",
             lambda m: ", ".join(f"{k} {v:.1f}" for k, v in m["hf_load_s"].items()) or None)
+        row("actcap extract's shards written to", lambda m: m["cli_out"])
         row("load s: actcap.load (host only) + its first run (places the weights)", lambda m: (
             f"{m['actcap_load_s']:.1f} + "
             f"{m['first_call_s'].get('actcap forward', m['first_call_s'].get('actcap capture')):.1f}"))
@@ -903,6 +1035,23 @@ def size_text(n):
         if n >= scale:
             return f"{n / scale:,.1f} {unit}"
     return f"{n} B"
+
+
+def added_ms(m):
+    """The time a capture adds to the forward, median against median, overlapped / blocking copies."""
+    def one(arm):
+        t, f = m["seconds"].get(arm), m["seconds"].get("actcap forward")
+        if not t or not f or arm in m["errors"] or "actcap forward" in m["errors"]:
+            return "—"
+        return f"{1e3 * (statistics.median(t) - statistics.median(f)):+.2f}"
+    got = [one("actcap capture"), one("actcap capture, blocking copies")]
+    return None if got == ["—", "—"] else " / ".join(got)
+
+
+def stats_text(stats):
+    """Engine.device_stats() of one capture, summed over devices: copies queued / waits, per engine."""
+    return "; ".join(f"{k} {sum(d['capture_copies'] for d in v)} / {sum(d['copy_waits'] for d in v)}"
+                     for k, v in stats.items()) or None
 
 
 def marginal(m, arm, base):
@@ -966,13 +1115,17 @@ def environment(a, package=True):
         die(f"no CUDA device (torch {torch.__version__}, CUDA build {torch.version.cuda}): the GPU "
             "benchmark needs a GPU; `--device cpu --smoke` tests the script on the CPU")
     transformers = None
-    try:
-        import transformers
-        transformers.logging.set_verbosity_error()
-    except ImportError as e:
-        if not a.smoke:
-            die(f"cannot import transformers ({e}): the HF arms need it (pip install transformers accelerate)")
-        transformers = None
+    if not package:  # the parent: the children import transformers (seconds of the budget)
+        if importlib.util.find_spec("transformers") is None and not a.smoke:
+            die("cannot find transformers: the HF arms need it (pip install transformers accelerate)")
+    else:
+        try:
+            import transformers
+            transformers.logging.set_verbosity_error()
+        except ImportError as e:
+            if not a.smoke:
+                die(f"cannot import transformers ({e}): the HF arms need it (pip install transformers accelerate)")
+            transformers = None
     actcap = Path(a.actcap)
     if not (actcap.is_file() and os.access(actcap, os.X_OK)):
         die(f"{actcap} is not an executable actcap binary (build it, or give --actcap)")
@@ -1022,6 +1175,27 @@ def planned(keys, mins, left):
     return kept
 
 
+def model_share(key, kept, mins, left):
+    """Seconds for model `key` (the first of `kept`, the models still to run, in the order they
+    run) out of `left`: in proportion to the least costs, but no more than leaves the later ones
+    their least costs even if this child is stopped at the last moment (its share, then
+    2 * STOP_WAIT_S: the grace before SIGTERM and the wait before SIGKILL); never under its own."""
+    share = left * mins[key] / sum(mins[k] for k in kept)
+    later = sum(mins[k] for k in kept[kept.index(key) + 1:])
+    if later:
+        share = min(share, left - later - 2 * STOP_WAIT_S)
+    return max(mins[key], share)
+
+
+def child_window(now, share, end):
+    """(the child's own deadline, when the parent stops it) for a child started at `now` with
+    `share` seconds, the children's time ending at `end`: the stop STOP_WAIT_S after the share but
+    not past `end`, the deadline at least STOP_WAIT_S before the stop, so that a child that kept
+    to its deadline is never stopped (the last model's share reaches `end`)."""
+    stop_at = min(now + share + STOP_WAIT_S, end)
+    return min(now + share, stop_at - STOP_WAIT_S), stop_at
+
+
 def child_args(a):
     """The command-line options a child shares with its parent."""
     args = ["--actcap", a.actcap, "--device", a.device, "--rounds", a.rounds, "--budget-s", a.budget_s,
@@ -1035,23 +1209,31 @@ def child_args(a):
 
 
 def end_child(child):
-    """SIGTERM (the child saves its part), then SIGKILL if it has not exited STOP_WAIT_S later."""
+    """SIGTERM (the child saves its part), then SIGKILL if it has not exited STOP_WAIT_S later;
+    False if it has not exited STOP_WAIT_S after that either (stuck in the driver)."""
     if child.poll() is None:
         child.send_signal(signal.SIGTERM)
         try:
             child.wait(timeout=STOP_WAIT_S)
         except subprocess.TimeoutExpired:
             child.kill()
-            child.wait()
+            try:
+                child.wait(timeout=STOP_WAIT_S)
+            except subprocess.TimeoutExpired:
+                return False
+    return True
 
 
 def run_child(a, b, spec, res, share_s, env, parts):
     """One model in a child process with share_s seconds; its saved part merged into res, whatever
     became of the child. A SIGTERM here is passed on to the child before the Stop goes up."""
     part = parts / f"{spec.key}.json"
-    # past its own deadline a child gets STOP_WAIT_S more, but none past the children's end
-    stop_at = min(time.perf_counter() + share_s + STOP_WAIT_S, b.deadline - REPORT_RESERVE_S - STOP_WAIT_S)
-    child, over = None, False
+    now = time.perf_counter()
+    deadline, stop_at = child_window(now, share_s, b.deadline - REPORT_RESERVE_S - STOP_WAIT_S)
+    share_s = deadline - now  # what the child is told (and the report says)
+    log(f"{spec.key} {spec.shape}: {share_s:.0f} s (stopped {stop_at - now:.0f} s after its start at the "
+        f"latest) of the {b.deadline - REPORT_RESERVE_S - STOP_WAIT_S - now:.0f} s left")
+    child, over, gone = None, False, True
     try:
         child = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), *child_args(a), "--models", spec.key,
@@ -1061,14 +1243,23 @@ def run_child(a, b, spec, res, share_s, env, parts):
     except subprocess.TimeoutExpired:
         over = True
     finally:
-        if child is not None:
-            end_child(child)  # over its time, or a Stop going up: the child saves what it has first
+        # A SIGTERM from here to the part's read waits (blocked, then raised as Stop once it is
+        # read): stopping the child and reading what it saved must not be cut short.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         try:
-            res.update(json.loads(part.read_text()))
-        except (OSError, ValueError):
-            pass
+            if child is not None:
+                gone = end_child(child)  # over its time, or a Stop going up: the child saves first
+            try:
+                res.update(json.loads(part.read_text()))
+            except (OSError, ValueError):
+                pass
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     step = res.pop("step", None)
-    if over:  # the child's own note on the SIGTERM says less
+    if not gone:
+        record(res, "child process", f"did not exit {2 * STOP_WAIT_S:.0f} s after SIGTERM and SIGKILL "
+               f"(during {step or 'its start'}; stuck in the driver?); what it measured before is kept")
+    elif over:  # the child's own note on the SIGTERM says less
         res["notes"] = [n for n in res["notes"] if not n.startswith("stopped by SIGTERM")]
         res["notes"].append(f"stopped during {step or 'its start'}: over its {share_s:.0f} s share of "
                             "the budget (what it measured before is kept)")
@@ -1098,11 +1289,14 @@ def child_main(a):
     py_cd = ac is not None and "compute_dtype" in inspect.signature(ac.load).parameters
     res = {"key": spec.key, "label": spec.label, "shape": spec.shape, "errors": {}, "notes": [],
            "package": {"path": str(Path(ac.__file__).parent) if ac else None, "error": ac_err,
-                       "compute_dtype": py_cd}}
+                       "compute_dtype": py_cd},
+           "transformers": transformers.__version__ if transformers else None}
     b.part, b.res = Path(a.child), res
     stop_on_sigterm()
     env.update({"actcap": Path(a.actcap).resolve(), "transformers": transformers, "ac": ac,
-                "py_compute_dtype": py_cd, "batches": a.cli_batches})
+                "py_compute_dtype": py_cd, "batches": a.cli_batches,
+                # load(copy_window=) and Engine.device_stats() came together
+                "py_copy_window": ac is not None and "copy_window" in inspect.signature(ac.load).parameters})
     if b.device != "cpu":
         set_tf32_off(torch)
     try:
@@ -1118,6 +1312,23 @@ def child_main(a):
     return 0
 
 
+def transformers_version():
+    """transformers' installed version without importing it (seconds of the parent's budget); the
+    children say which one they imported."""
+    try:
+        return importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
+        return "installed" if importlib.util.find_spec("transformers") else "not installed"
+
+
+def incomplete(run):
+    """What a complete run would have measured and this one did not: planned models not run,
+    targets not measured ('' when nothing is missing)."""
+    skipped = [m["key"] for m in run["models"] if any(n.startswith("not run") for n in m.get("notes", []))]
+    return "; ".join([f"{k} not run" for k in skipped] + [
+        t for t in run["targets"] if t.endswith(": not measured") and t.split(":")[0] not in skipped])
+
+
 def write_outputs(a, b, run, complete=False):
     """The report and the JSON of what is measured so far (after each model, and at the end)."""
     run["elapsed_s"] = time.perf_counter() - b.t0
@@ -1127,6 +1338,7 @@ def write_outputs(a, b, run, complete=False):
         f"Python package {pkg['path']}" if pkg and pkg["path"] else
         f"Python package: {pkg['error']}" if pkg else "Python package: no model ran")
     run["dtype_line"] = dtype_line(b.device, run["cli_compute_dtype"], pkg)
+    run["env_line"] = f"{run['env_base']}; transformers {run['transformers']}; python {platform.python_version()}"
     run["targets"] = targets(run)
     report = build_report(run)
     if a.out:
@@ -1151,7 +1363,8 @@ def main():
     ap.add_argument("--models", help="comma-separated subset: gpt2-small,llama-3.2-1b,llama-3-8b")
     ap.add_argument("--budget-s", type=float, help="wall-clock budget of the whole run (default 180; --quick 90)")
     ap.add_argument("--cli-batches", type=int, default=16,
-                    help="batches of each `actcap extract` run (default 16: the first, which places the weights, is in its timer)")
+                    help="batches of each `actcap extract` run (default 16; its timer starts after the weights are "
+                         "placed, the first batch's cold start is in it)")
     ap.add_argument("--models-dir", help="checkpoint cache (default: <actcap's folder>/gpu-bench-models)")
     ap.add_argument("--out", help="also write the markdown report here (rewritten after each model)")
     ap.add_argument("--json-out", help="raw results (every timing) as JSON (rewritten after each model)")
@@ -1168,7 +1381,7 @@ def main():
     if a.child:
         return child_main(a)
 
-    torch, transformers, _, _ = environment(a, package=False)
+    torch, _, _, _ = environment(a, package=False)
     a.models_dir = str(Path(a.models_dir or Path(a.actcap).resolve().parent / "gpu-bench-models").resolve())
     Path(a.models_dir).mkdir(parents=True, exist_ok=True)
     b = Bench(a, torch)
@@ -1179,34 +1392,50 @@ def main():
         "command": " ".join(["python3", "bench/gpu_bench.py"] + sys.argv[1:]),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": "unknown", "mode": mode, "budget_s": a.budget_s, "cli_batches": a.cli_batches,
-        "env_line": f"torch {torch.__version__}", "actcap_bin": str(actcap), "cli_compute_dtype": False,
+        "env_base": f"torch {torch.__version__}", "transformers": transformers_version(),
+        "actcap_bin": str(actcap), "cli_compute_dtype": False,
         "package": None, "models": [], "notes": [], "errors": [],
     }
     specs = specs_for(a)
     if a.models:
         want = a.models.split(",")
         specs = [s for s in specs if s.key in want]
+    order = [s.key for s in specs]  # the report's columns; the models run in PRIORITY order
+    specs.sort(key=lambda s: PRIORITY.index(s.key))
     status = 0
     parts = Path(tempfile.mkdtemp(prefix="gpu-bench-parts-", dir=a.models_dir))
+    # The CLI runs' shards go to tmpfs when there is one (each child checks its room); removed here
+    # at the end, whatever became of the children.
+    shm = None
+    if Path("/dev/shm").is_dir() and os.access("/dev/shm", os.W_OK):
+        try:
+            shm = tempfile.mkdtemp(prefix="gpu-bench-", dir="/dev/shm")
+        except OSError:
+            shm = None
+    run["cli_work_root"] = shm
     try:
         def git(*args):
             try:
-                return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True).stdout.strip()
-            except OSError:  # no git on the machine: the commit is unknown, not a reason to stop
+                return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True,
+                                      timeout=10).stdout.strip()
+            except (OSError, subprocess.TimeoutExpired):  # the commit is unknown, not a reason to stop
                 return ""
         commit = os.environ.get("ACTCAP_COMMIT") or git("rev-parse", "--short", "HEAD")
         dirty = git("status", "--porcelain", "--untracked-files=no")
         run["commit"] = (commit or "unknown") + (" (with uncommitted changes)" if dirty else "")
         gpu = (f"{torch.cuda.get_device_name(0)} ({torch.cuda.get_device_properties(0).total_memory / 2**30:.0f} GiB)"
                if b.device != "cpu" else f"none (--device cpu; {os.cpu_count()} cores)")
-        run["env_line"] = (f"torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN "
-                           f"{torch.backends.cudnn.version() if b.device != 'cpu' else 'n/a'}, GPU {gpu}; "
-                           f"transformers {transformers.__version__ if transformers else 'not installed'}; "
-                           f"python {platform.python_version()}")
+        run["env_base"] = (f"torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN "
+                           f"{torch.backends.cudnn.version() if b.device != 'cpu' else 'n/a'}, GPU {gpu}")
         run["actcap_bin"] = f"{actcap} (sha256 {hashlib.sha256(actcap.read_bytes()).hexdigest()[:12]})"
-        help_text = cli_help(actcap, "extract")
+        try:
+            help_text = cli_help(actcap, "extract")
+        except subprocess.TimeoutExpired:
+            help_text = ""
+            run["errors"].append(f"`{actcap} extract --help` did not answer in 15 s")
+            log(run["errors"][-1])
         run["cli_compute_dtype"] = "--compute-dtype" in help_text
-        env = {"cli_compute_dtype": run["cli_compute_dtype"], "cli_copy_window": "--copy-window" in help_text}
+        env = {"cli_compute_dtype": run["cli_compute_dtype"], "shm_dir": shm}
         for s in specs:
             if s.cut_from:
                 run["notes"].append(f"{s.key}: {s.overrides['num_hidden_layers']} of {s.cut_from} layers "
@@ -1216,6 +1445,7 @@ def main():
         for i, s in enumerate(specs):
             res = {"key": s.key, "label": s.label, "shape": s.shape, "errors": {}, "notes": []}
             run["models"].append(res)
+            run["models"].sort(key=lambda m: order.index(m["key"]))
             left = b.left() - REPORT_RESERVE_S - STOP_WAIT_S
             kept = planned([x.key for x in specs[i:]], mins, left)
             if s.key not in kept:
@@ -1227,12 +1457,14 @@ def main():
                 write_outputs(a, b, run)
                 continue
             # its part of what is left, in proportion to the least costs of the models to run
-            share = max(mins[s.key], left * mins[s.key] / sum(mins[k] for k in kept))
-            log(f"{s.key} {s.shape}: {share:.0f} s of the {left:.0f} s left")
+            share = model_share(s.key, kept, mins, left)
             try:
                 run_child(a, b, s, res, share, env, parts)
             finally:
                 pkg = res.pop("package", None)
+                version = res.pop("transformers", None)
+                if version:  # what the child imported: the one measured
+                    run["transformers"] = version
                 if pkg and run["package"] is None:
                     run["package"] = pkg
                     if pkg["error"]:
@@ -1248,9 +1480,14 @@ def main():
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # what is left is writing the report
         shutil.rmtree(parts, ignore_errors=True)
+        if shm:
+            shutil.rmtree(shm, ignore_errors=True)
+    report = write_outputs(a, b, run, complete=True)
     if any(m.get("errors") for m in run["models"]) or run["errors"]:
         status = 1
-    report = write_outputs(a, b, run, complete=True)
+    elif status == 0 and incomplete(run):
+        status = INCOMPLETE
+        log(f"incomplete (exit {INCOMPLETE}): {incomplete(run)}")
     print(report)
     return status
 

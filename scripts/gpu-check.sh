@@ -31,7 +31,9 @@
 # bench    bench/gpu_bench.py (actcap vs transformers on gpt2-small, Llama-3.2-1B and 8B shapes, bf16;
 #          capture cost; device->host GB/s) into REPORT_DIR/bench.md and bench.json, its own time
 #          budget GPU_BENCH_BUDGET (default 180 s) under the stage timeout GPU_BENCH_TIMEOUT
-#          (default 240 s); its tables are appended to report.md
+#          (default 240 s); its tables are appended to report.md. Its exit status 3 (a model not
+#          run or a target not measured, e.g. for lack of time) is reported as "incomplete", not
+#          as passed: the summary says "Incomplete: bench" instead of "All stages passed."
 #
 # Writes REPORT_DIR/report.md (a line per stage: status, seconds, the log's tail on failure; its
 # summary is written even when the script is stopped by SIGTERM/SIGINT) and REPORT_DIR/logs.txt
@@ -88,6 +90,8 @@ export TMPDIR="$BUILD/tmp"
   echo "- machine: $(nproc) cores; $(uname -srm)"
   echo "- python: $($PYTHON -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "devices", torch.cuda.device_count())' 2>&1 | tail -1)"
   command -v nvidia-smi > /dev/null && echo "- gpu: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)"
+  # EXCLUSIVE_PROCESS would refuse the bench's CLI runs a second context (its child holds one)
+  command -v nvidia-smi > /dev/null && echo "- gpu compute mode: $(timeout 10 nvidia-smi --query-gpu=compute_mode --format=csv,noheader 2>&1 | head -1)"
   echo "- compiler: $(${CXX:-c++} --version 2>&1 | head -1); cmake: $(cmake --version 2>&1 | head -1); ninja: $(ninja --version 2>/dev/null || echo none)"
   echo "- nvcc: $( (command -v nvcc > /dev/null && nvcc --version || /usr/local/cuda/bin/nvcc --version) 2>/dev/null | grep -i release | head -1 || echo 'not found')"
   echo "- python headers and pybind11: $($PYTHON - 2>&1 <<'PY' | tail -1
@@ -129,6 +133,7 @@ print(", ".join(out))' 2>&1 | tail -1)"
 } > "$REPORT/report.md"
 
 FAILURES=""
+INCOMPLETE=""
 TAILS=""
 CURRENT=
 STAGE_PID=
@@ -144,7 +149,9 @@ finish() {
   {
     echo
     if [ -n "${1:-}" ]; then echo "Stopped by $1 during stage ${CURRENT:-none}: later stages did not run."; fi
-    if [ -n "$FAILURES" ]; then echo "Failed:$FAILURES"; elif [ -z "${1:-}" ]; then echo "All stages passed."; fi
+    if [ -n "$FAILURES" ]; then echo "Failed:$FAILURES"; fi
+    if [ -n "$INCOMPLETE" ]; then echo "Incomplete:$INCOMPLETE (ran, but not everything was measured: see its report)"; fi
+    if [ -z "$FAILURES$INCOMPLETE" ] && [ -z "${1:-}" ]; then echo "All stages passed."; fi
     if [ -s "$BUILD/own-warnings.txt" ]; then
       echo
       echo "Warnings in actcap's own code ($(wc -l < "$BUILD/own-warnings.txt"); the default -Werror build stops on them):"
@@ -195,20 +202,30 @@ run_stage() {
   rc=$?
   STAGE_PID=
   local status=ok
-  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then status="timed out (${limit} s)"; elif [ $rc -ne 0 ]; then status="FAILED (exit $rc)"; fi
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    status="timed out (${limit} s)"
+  elif [ "$name" = bench ] && [ $rc -eq 3 ]; then
+    status="incomplete (exit 3: a model not run or a target not measured)"
+  elif [ $rc -ne 0 ]; then
+    status="FAILED (exit $rc)"
+  fi
   record_stage "$name" "$status" $((SECONDS - start))
   return $rc
 }
 
 # record_stage NAME STATUS SECONDS: its line in the report, its log in logs.txt, and on anything
-# but ok, its name in the failures and its log's tail in the summary.
+# but ok, its name in the failures (or, incomplete, in the incomplete ones) and its log's tail in
+# the summary.
 record_stage() {
   local name=$1 status=$2 secs=$3 log="$LOGS/$1.log"
   echo "| $name | $status | $secs |" >> "$REPORT/report.md"
   { echo "===== $name ($status, $secs s)"; cat "$log"; echo; } >> "$REPORT/logs.txt"
   echo "   $name: $status, $secs s"
   if [ "$status" != ok ]; then
-    FAILURES="$FAILURES $name"
+    case $status in
+      incomplete*) INCOMPLETE="$INCOMPLETE $name" ;;
+      *) FAILURES="$FAILURES $name" ;;
+    esac
     TAILS="$TAILS"$'\n'"### $name ($status)"$'\n\n```\n'"$(tail -n 60 "$log")"$'\n```\n'
   fi
 }
