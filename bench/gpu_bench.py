@@ -687,7 +687,7 @@ def in_process(b, spec, env, res, ckpt, cfg, gen):
         res["notes"].append("actcap capture, blocking copies not run: this actcap.load has no copy_window")
     elif engine is not None and blocking_fits(b, res) and b.afford(
             res, "actcap capture, blocking copies (a second engine)",
-            estimates(res, env["batches"])["actcap load"] + estimates(res, env["batches"])["f32 check"]):
+            sum(estimates(res, env["batches"])[k] for k in ("actcap load", "f32 check"))):
         b.step(res, "actcap load (blocking copies)")
         try:
             blocking = ac.load(str(ckpt), copy_window=0, **kw)
@@ -1037,15 +1037,18 @@ def size_text(n):
     return f"{n} B"
 
 
+def added_s(m, arm, base):
+    """The time `arm` adds to `base`, median against median (s); None when either is missing."""
+    t, b = m["seconds"].get(arm), m["seconds"].get(base)
+    if not t or not b or arm in m["errors"] or base in m["errors"]:
+        return None
+    return statistics.median(t) - statistics.median(b)
+
+
 def added_ms(m):
     """The time a capture adds to the forward, median against median, overlapped / blocking copies."""
-    def one(arm):
-        t, f = m["seconds"].get(arm), m["seconds"].get("actcap forward")
-        if not t or not f or arm in m["errors"] or "actcap forward" in m["errors"]:
-            return "—"
-        return f"{1e3 * (statistics.median(t) - statistics.median(f)):+.2f}"
-    got = [one("actcap capture"), one("actcap capture, blocking copies")]
-    return None if got == ["—", "—"] else " / ".join(got)
+    got = [added_s(m, arm, "actcap forward") for arm in ("actcap capture", "actcap capture, blocking copies")]
+    return None if got == [None, None] else " / ".join("—" if x is None else f"{1e3 * x:+.2f}" for x in got)
 
 
 def stats_text(stats):
@@ -1055,10 +1058,9 @@ def stats_text(stats):
 
 
 def marginal(m, arm, base):
-    t, b = m["seconds"].get(arm), m["seconds"].get(base)
-    if not t or not b or arm in m["errors"] or base in m["errors"]:
+    extra = added_s(m, arm, base)
+    if extra is None:
         return None
-    extra = statistics.median(t) - statistics.median(b)
     if extra <= 0:
         return f"all hidden (added time {1e3 * extra:+.2f} ms)"
     return f"{m['captured_bytes'] / extra / 1e9:.1f}"

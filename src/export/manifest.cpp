@@ -86,14 +86,17 @@ ManifestFile::ManifestFile(std::string path)
     : path_(std::move(path)), in_(path_, std::ios::binary) {}
 
 std::optional<json> ManifestFile::outline(std::string& problem, const EntryVisitor& on_entry) {
-  std::error_code ec;
-  if (fs::file_size(path_, ec) > kMaxStreamedManifestBytes) {
-    problem =
-        concat("is larger than the ", kMaxStreamedManifestBytes, " bytes a manifest may hold");
-    return std::nullopt;
-  }
   if (!in_) {
     problem = "cannot be read";
+    return std::nullopt;
+  }
+  // The size of the file held open (the path may name a newer one by now).
+  in_.seekg(0, std::ios::end);
+  const std::streamoff size = in_.tellg();
+  in_.seekg(0);
+  if (size < 0 || static_cast<uint64_t>(size) > kMaxStreamedManifestBytes) {
+    problem =
+        concat("is larger than the ", kMaxStreamedManifestBytes, " bytes a manifest may hold");
     return std::nullopt;
   }
   std::string key;
