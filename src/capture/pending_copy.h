@@ -24,9 +24,14 @@ struct PendingCopy {
   at::Tensor source;  // the device-side rows the copy reads, kept alive until it finished
   // Accelerator lanes: device_hash() of the source, computed on the device, and its host copy.
   at::Tensor device_hash, host_hash;
-  // Virtual lanes: the copy fingerprints the bytes as it copies them.
+  // Virtual lanes: the copy fingerprints the bytes as it copies them. Accelerator lanes: the lane's
+  // check worker fingerprints the host copy once it landed, and recomputes the device hash over it
+  // (`recomputed`, compared with `host_hash` by finish_copy); done when `checked` completed.
   uint64_t xxh3 = 0;
   bool hashed = false;
+  Marker checked;
+  uint64_t recomputed = 0;
+  bool host_checked = false;
   std::exception_ptr error;  // a copy that failed
   // False from when snapshot_copy_on_lane() queued the copy until its work ran: a queue stops
   // running work after a failed wait (streams.h), so a copy can land without having run.

@@ -95,6 +95,7 @@ void wait(PendingCopy& pending) {
   if (!pending.fenced) return;  // test-only: nofence:capture-read
   if (pending.event) synchronize_event(*pending.event);
   pending.landed.synchronize();
+  pending.checked.synchronize();
   pending.event.reset();
   pending.source.reset();
   if (pending.error) std::rethrow_exception(pending.error);
@@ -109,7 +110,7 @@ uint64_t finish_copy(PendingCopy& pending, const at::Tensor& rows, bool fingerpr
   wait(pending);
   if (pending.host_hash.defined()) {
     const uint64_t device = static_cast<uint64_t>(pending.host_hash.item<int64_t>());
-    const uint64_t host = device_hash_value(rows);
+    const uint64_t host = pending.host_checked ? pending.recomputed : device_hash_value(rows);
     if (device != host)
       throw RunError(concat("captured tensor '", point, "' (call ", call,
                             ") was damaged between the device and host memory: device hash ",
@@ -223,6 +224,23 @@ SnapshotCopy snapshot_copy_on_lane(const LaneContext& lane, const at::Tensor& bo
   });
   pending->landed = lane.capture->record();
   lane.window->add(pending->landed, need);
+  // 4. On an accelerator, the host's check of the copy as soon as it landed, on the lane's check
+  // worker while the device runs on: the device hash recomputed over the host bytes and the
+  // fingerprint taken (finish_copy compares and uses them; on a virtual lane the copy itself
+  // fingerprinted). Whatever goes wrong here is left to finish_copy, which then hashes itself.
+  if (accelerator && lane.check && pending->device_hash.defined() && pending->fenced) {
+    lane.check->submit([pending, host = out.rows] {
+      try {
+        pending->landed.synchronize();
+        if (!pending->ran || pending->error) return;
+        pending->recomputed = host_hash(host);
+        pending->xxh3 = tensor_chunked_xxh3(host);
+        pending->host_checked = pending->hashed = true;
+      } catch (...) {
+      }
+    });
+    pending->checked = lane.check->record();
+  }
   out.pending = std::move(pending);
   return out;
 }

@@ -1,6 +1,9 @@
 #include "executor/device_hash.h"
 
+#include <ATen/Parallel.h>
 #include <c10/core/DeviceGuard.h>
+
+#include <cstring>
 
 namespace actcap {
 
@@ -31,7 +34,54 @@ at::Tensor device_hash(const at::Tensor& t) {
   return words.mul(m).sum().add_(as_signed(static_cast<uint64_t>(n) * kLength));
 }
 
+namespace {
+
+// sum of w_i * m_i over the whole words [begin, end), added to s: the word at index i as
+// device_hash's view(kLong) reads it (native byte order), m_i = (i * kStep + kOffset) | 1. The sum
+// is mod 2^64 in any order, so ranges add up.
+uint64_t add_words(const unsigned char* bytes, int64_t begin, int64_t end, uint64_t s) {
+  uint64_t base = static_cast<uint64_t>(begin) * kStep + kOffset;
+  for (int64_t i = begin; i < end; ++i, base += kStep) {
+    uint64_t w;
+    std::memcpy(&w, bytes + 8 * i, 8);
+    s += w * (base | 1);
+  }
+  return s;
+}
+
+// The zero-padded last word of n bytes (none when n is a whole number of words), and the length.
+uint64_t tail_and_length(const unsigned char* bytes, uint64_t n) {
+  uint64_t s = n * kLength;
+  if (const uint64_t tail = n % 8) {
+    const uint64_t words = n / 8;
+    uint64_t w = 0;
+    std::memcpy(&w, bytes + 8 * words, tail);
+    s += w * ((words * kStep + kOffset) | 1);
+  }
+  return s;
+}
+
+const unsigned char* host_bytes(const at::Tensor& c, const char* what) {
+  TORCH_CHECK(c.device().is_cpu(), what, " of a tensor on ", c.device());
+  return static_cast<const unsigned char*>(c.data_ptr());
+}
+
+}  // namespace
+
+uint64_t host_hash(const at::Tensor& t) {
+  const at::Tensor c = t.contiguous();
+  const unsigned char* bytes = host_bytes(c, "host_hash");
+  const uint64_t n = static_cast<uint64_t>(c.numel()) * c.element_size();
+  constexpr int64_t kGrain = int64_t{1} << 17;  // 1 MiB of words per task
+  const uint64_t sum = at::parallel_reduce(
+      int64_t{0}, static_cast<int64_t>(n / 8), kGrain, uint64_t{0},
+      [bytes](int64_t begin, int64_t end, uint64_t s) { return add_words(bytes, begin, end, s); },
+      [](uint64_t a, uint64_t b) { return a + b; });
+  return sum + tail_and_length(bytes, n);
+}
+
 uint64_t device_hash_value(const at::Tensor& t) {
+  if (t.device().is_cpu()) return host_hash(t);
   return static_cast<uint64_t>(device_hash(t).item<int64_t>());
 }
 

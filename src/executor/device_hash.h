@@ -19,9 +19,15 @@
 
 namespace actcap {
 
-// 0-dim int64 tensor on `t`'s device (its bits are the hash); queued, not waited for.
+// 0-dim int64 tensor on `t`'s device (its bits are the hash); queued, not waited for. Tensor
+// operations on any device, the CPU included.
 at::Tensor device_hash(const at::Tensor& t);
-// The same hash as an integer (waits for it).
+// The same hash as an integer (waits for it). A host tensor is hashed in one pass over its bytes
+// (host_hash below), not with device_hash()'s tensor operations: this is the check of every
+// capture and transfer that left an accelerator, so it runs at memory speed on the host.
 uint64_t device_hash_value(const at::Tensor& t);
+// The same hash of a host tensor's bytes, in one pass (split over LibTorch's intra-op threads for
+// large tensors), allocating nothing unless `t` is not contiguous.
+uint64_t host_hash(const at::Tensor& t);
 
 }  // namespace actcap

@@ -295,14 +295,16 @@ at::Tensor Executor::forward(const Batch& batch, Model::Logits logits, const Cac
         }
     if (first) std::rethrow_exception(first);
   };
-  // Whatever ends this function, the work queued so far references this frame: wait for it.
+  // Whatever ends this function before the drain below, the work queued so far references this
+  // frame: wait for it.
   struct DrainOnExit {
     const decltype(drain)& then;
+    bool armed = true;
     ~DrainOnExit() {
-      try {
-        then();
-      } catch (...) {  // a failed device: the error that unwinds is the one to report
-      }
+      if (armed) try {
+          then();
+        } catch (...) {  // a failed device: the error that unwinds is the one to report
+        }
     }
   } drain_on_exit{drain};
   const AsyncFaults& faults = options_.async_faults;
@@ -375,6 +377,7 @@ at::Tensor Executor::forward(const Batch& batch, Model::Logits logits, const Cac
   } catch (...) {
     drain_error = std::current_exception();
   }
+  drain_on_exit.armed = false;  // every queue was waited for, even if one of them failed
   // A piece of work's own error (a hook's, naming its point) first: it is the cause.
   if (std::exception_ptr error = run_state->first_error()) std::rethrow_exception(error);
   if (drain_error) std::rethrow_exception(drain_error);

@@ -36,8 +36,11 @@ struct Lane {
         compute(std::make_unique<WorkQueue>(d)),
         copy(std::make_unique<WorkQueue>(d)),
         capture(std::make_unique<WorkQueue>(d)) {
+    if (compute->kind() == WorkQueue::Kind::kAccelerator)
+      check = std::make_unique<WorkQueue>(d, WorkQueue::Kind::kWorker);
     window.limit = options.copy_window_bytes;
-    context = LaneContext{d, compute.get(), capture.get(), &window, &options.async_faults};
+    context =
+        LaneContext{d, compute.get(), capture.get(), &window, &options.async_faults, check.get()};
   }
   DeviceId device;
   Arena arena;
@@ -51,6 +54,7 @@ struct Lane {
   ForwardState* state = nullptr;  // tables for this lane's physical device (virtual lanes share)
   Arena::Slot block_out_slot = Arena::kPing;  // the slot the next block writes (ping, pong, ...)
   std::unique_ptr<WorkQueue> compute, copy, capture;
+  std::unique_ptr<WorkQueue> check;  // accelerator lanes: the host's check of capture copies
   CopyWindow window;    // capture copies in flight on `capture` (used by the lane's hooks only)
   LaneContext context;  // what current_lane() returns while this lane's stages run
 };

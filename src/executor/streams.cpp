@@ -66,19 +66,34 @@ void worker_loop(const std::shared_ptr<WorkerState>& s) {
 
 }  // namespace
 
-WorkQueue::WorkQueue(const DeviceId& device) : device_(device) {
+namespace {
+WorkQueue::Kind kind_of(const DeviceId& device) {
   switch (device.kind) {
     case DeviceId::Kind::kCpu:
-      kind_ = Kind::kInline;
-      break;
+      return WorkQueue::Kind::kInline;
     case DeviceId::Kind::kVirtualCpu:
-      kind_ = Kind::kWorker;
+      return WorkQueue::Kind::kWorker;
+    case DeviceId::Kind::kCuda:
+      break;
+  }
+  return WorkQueue::Kind::kAccelerator;
+}
+}  // namespace
+
+WorkQueue::WorkQueue(const DeviceId& device) : WorkQueue(device, kind_of(device)) {}
+
+WorkQueue::WorkQueue(const DeviceId& device, Kind kind) : device_(device), kind_(kind) {
+  TORCH_CHECK(kind == kind_of(device) || kind == Kind::kWorker, "a work queue of another kind for ",
+              device.str());
+  switch (kind_) {
+    case Kind::kInline:
+      break;
+    case Kind::kWorker:
       worker_ = std::make_shared<WorkerState>();
       thread_ = std::thread(worker_loop, worker_);
       worker_->thread = thread_.get_id();
       break;
-    case DeviceId::Kind::kCuda: {
-      kind_ = Kind::kAccelerator;
+    case Kind::kAccelerator: {
       const c10::Device d = device.c10();
       stream_ = c10::impl::getDeviceGuardImpl(d.type())->getStreamFromGlobalPool(d);
       break;

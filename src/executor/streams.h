@@ -59,7 +59,11 @@ class Marker {
 class WorkQueue {
  public:
   enum class Kind { kInline, kWorker, kAccelerator };
+  // The queue kind of `device` (the table above).
   explicit WorkQueue(const DeviceId& device);
+  // A queue of `kind` for `device`: only kWorker may differ from the device's own kind (a host
+  // thread working for an accelerator lane: the check of its capture copies as they land).
+  WorkQueue(const DeviceId& device, Kind kind);
   ~WorkQueue();  // waits for what was submitted, then stops the worker
   WorkQueue(const WorkQueue&) = delete;
   WorkQueue& operator=(const WorkQueue&) = delete;
@@ -119,6 +123,9 @@ struct LaneContext {
   WorkQueue* capture = nullptr;  // where capture copies to the host go
   CopyWindow* window = nullptr;
   const AsyncFaults* faults = nullptr;
+  // Accelerator lanes: a host worker that checks each capture copy as soon as it landed (its
+  // device hash recomputed over the host bytes, its fingerprint taken), while the device runs on.
+  WorkQueue* check = nullptr;
 };
 const LaneContext* current_lane();
 class LaneScope {

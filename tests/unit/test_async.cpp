@@ -121,6 +121,31 @@ TEST(WorkQueue, PlainCpuRunsWorkInline) {
   EXPECT_TRUE(q.record().query());
 }
 
+// An accelerator lane's check worker: a host thread working for a device of another kind (made
+// here for cuda:0 without touching CUDA); only a worker may differ from the device's own kind.
+TEST(WorkQueue, AHostWorkerForAnotherDeviceRunsOnItsOwnThreadAfterWhatItWaitsFor) {
+  WorkQueue check(DeviceId::cuda(0), WorkQueue::Kind::kWorker), producer(DeviceId::virtual_cpu(1));
+  EXPECT_EQ(check.kind(), WorkQueue::Kind::kWorker);
+  std::atomic<int> landed{0};
+  int seen = -1;
+  std::thread::id ran_on;
+  producer.submit([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    landed = 1;
+  });
+  const Marker m = producer.record();
+  check.submit([&, m] {
+    m.synchronize();
+    seen = landed.load();
+    ran_on = std::this_thread::get_id();
+  });
+  check.record().synchronize();
+  EXPECT_EQ(seen, 1);
+  EXPECT_NE(ran_on, std::this_thread::get_id());
+  EXPECT_THROW(WorkQueue(DeviceId::cpu(), WorkQueue::Kind::kAccelerator), c10::Error);
+  EXPECT_THROW(WorkQueue(DeviceId::virtual_cpu(0), WorkQueue::Kind::kInline), c10::Error);
+}
+
 // ---- the executor on virtual devices ------------------------------------------------------------
 
 std::unique_ptr<Model> model(int64_t layers = 6) { return test::tiny_gpt2(layers); }
@@ -412,6 +437,34 @@ TEST(DeviceHash, HashesBytesWhateverTheViewAndCountsTheLength) {
   s[0] = 1;
   s[1] = 0;
   EXPECT_NE(device_hash_value(w), device_hash_value(s));
+}
+
+// The host's one-pass hash (the check of every capture and transfer that left an accelerator) and
+// the tensor operations the device runs are two implementations of one definition: they agree on
+// every length (whole words and a padded tail), alignment, dtype and size, including tensors large
+// enough to be split over threads.
+TEST(DeviceHash, TheHostsOnePassHashEqualsTheTensorOperations) {
+  auto ops = [](const at::Tensor& t) {
+    return static_cast<uint64_t>(device_hash(t).item<int64_t>());
+  };
+  const at::Tensor bytes = at::randint(0, 256, {64 + 9}, at::kByte);
+  for (int64_t offset = 0; offset < 9; ++offset)
+    for (int64_t n = 0; n <= 64; ++n) {
+      const at::Tensor t = bytes.narrow(0, offset, n);
+      EXPECT_EQ(host_hash(t), ops(t)) << "offset " << offset << " length " << n;
+    }
+  for (const auto dtype : {at::kFloat, at::kBFloat16, at::kHalf, at::kLong, at::kDouble}) {
+    const at::Tensor t = (at::rand({3, 1001}, at::kDouble) * 500).to(dtype);
+    EXPECT_EQ(host_hash(t), ops(t)) << dtype;
+    EXPECT_EQ(host_hash(t.t()), ops(t.t().contiguous())) << dtype;  // not contiguous
+  }
+  // More than one chunk of work (1 MiB of words per task), and not a whole number of chunks.
+  const at::Tensor big = at::randn({(int64_t{3} << 20) + 5}, at::kFloat);
+  EXPECT_EQ(host_hash(big), ops(big));
+  EXPECT_EQ(device_hash_value(big), ops(big));
+  at::Tensor damaged = big.clone();
+  damaged.view(at::kByte).narrow(0, 9 << 20, 1).bitwise_xor_(0x40);  // in the second chunk
+  EXPECT_NE(host_hash(damaged), host_hash(big));
 }
 
 // Every selection carries the cache that copies its index to an accelerator once per stream

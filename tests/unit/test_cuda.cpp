@@ -16,11 +16,14 @@
 #include "actcap/capture.h"
 #include "actcap/compare.h"
 #include "actcap/error.h"
+#include "actcap/hash.h"
 #include "actcap/init_model.h"
 #include "actcap/model.h"
 #include "actcap/repro.h"
+#include "capture/pending_copy.h"
 #include "executor/device_hash.h"
 #include "executor/fault_delay.h"
+#include "executor/streams.h"
 #include "tiny_models.h"
 
 using namespace actcap;
@@ -125,6 +128,32 @@ TEST(Cuda, DeviceHashOnTheGpuEqualsTheHostsHash) {
       EXPECT_NE(device_hash_value(damaged.to(gpu.device())), device_hash_value(host))
           << dtype << " " << n;
     }
+}
+
+// An accelerator lane's capture copy is checked on the host as soon as it landed, by the lane's
+// check worker (the device hash recomputed over the host bytes, the fingerprint taken), not later
+// by the reader: the fence finds the check done and agrees with hashing the bytes itself.
+TEST(Cuda, ACaptureCopyIsCheckedOnTheHostAsSoonAsItLanded) {
+  NEED_CUDA();
+  const DeviceId gpu = DeviceId::cuda(0);
+  WorkQueue compute(gpu), capture(gpu), check(gpu, WorkQueue::Kind::kWorker);
+  CopyWindow window;
+  window.limit = uint64_t{256} << 20;
+  const LaneContext lane{gpu, &compute, &capture, &window, nullptr, &check};
+  const at::Tensor t = at::randn({4, 33, 77}, at::kFloat).to(gpu.c10());
+  SnapshotCopy copy;
+  compute.wait_for_caller();  // t was made on the current stream
+  compute.submit(
+      [&] { copy = snapshot_copy_on_lane(lane, t, nullptr, at::kBFloat16, /*fingerprint=*/true); });
+  ASSERT_NE(copy.pending, nullptr);
+  copy.pending->checked.synchronize();
+  EXPECT_TRUE(copy.pending->host_checked);
+  const uint64_t fingerprint = finish_copy(*copy.pending, copy.rows, true, "t", 0);
+  EXPECT_EQ(fingerprint, tensor_chunked_xxh3(copy.rows));
+  EXPECT_EQ(copy.pending->recomputed, device_hash_value(t.to(at::kBFloat16)));
+  EXPECT_TRUE(at::equal(copy.rows, t.to(at::kBFloat16).cpu()));
+  compute.synchronize();
+  capture.synchronize();
 }
 
 // H5 on the GPU: the logits with every block captured equal those without, bit for bit; the
