@@ -13,12 +13,13 @@
 #          MPI; where no nvcc is found (a pip torch ships none, and its TorchConfig.cmake stops
 #          without a CUDA toolkit), or torch's own package fails, through
 #          scripts/torch_cmake_shim.py instead (actcap includes no CUDA header)
-# build    the CLI and the unit suite, every core (the Python extension is built by `python`, so
+# build    the CLI, the unit suite and actcap_hash_bench, every core (the Python extension is built by `python`, so
 #          that a failure there stops no C++ check); then each program's first NEEDED library must
 #          be libstdc++ (cmake/LibstdcxxFirst.cmake: pip's LibTorch exports copies of libstdc++
 #          symbols, and binding to them crashed the first GPU run), the extension's too in `python`
 # unit     the unit suite; its Cuda.* tests (tests/unit/test_cuda.cpp) fail, not skip, without a GPU;
-#          on a crash the log names the test and has the backtrace (run again under cuda-gdb or gdb)
+#          on a crash the log names the test and has the backtrace (run again under cuda-gdb or gdb);
+#          then actcap_hash_bench --device cuda:0 (bench/hash_bench.cpp) into REPORT_DIR/hash-bench.txt
 # doctor   `actcap doctor` over cuda:0 and cpu
 # compare  `actcap compare` of every architecture's tiny model against the CPU: cuda:0 alone, and
 #          cuda:0 + cpu:1, within 1e-4 (f32); three architectures in bf16 within 1e-1
@@ -365,11 +366,11 @@ libstdcxx_first() {
 stage_build() {
   prefix_env
   rm -f "$BUILD/own-warnings.txt"
-  with_libs cmake --build "$BUILD" -j "$JOBS" --target actcap actcap_tests
+  with_libs cmake --build "$BUILD" -j "$JOBS" --target actcap actcap_tests actcap_hash_bench
   local rc=$?
   own_warnings "$LOGS/build.log" > "$BUILD/own-warnings.txt"
   [ $rc -eq 0 ] || return $rc
-  libstdcxx_first "$BUILD/actcap" "$BUILD/actcap_tests"
+  libstdcxx_first "$BUILD/actcap" "$BUILD/actcap_tests" "$BUILD/actcap_hash_bench"
 }
 
 stage_python() {
@@ -417,6 +418,14 @@ stage_unit() {
     echo "killed by signal $((rc - 128)) during $(grep '^\[ RUN ' "$out" | tail -n 1 | awk '{print $NF}')"
     ACTCAP_REQUIRE_CUDA=1 backtrace_of_crash "$BUILD/actcap_tests" --gtest_brief=1
   fi
+  # The hashes that check data leaving the GPU, timed (bench/hash_bench.cpp; it also fails when the
+  # GPU's device hash differs from the host's): a few seconds.
+  echo "== actcap_hash_bench --device cuda:0 (also in hash-bench.txt)"
+  if ! with_libs "$BUILD/actcap_hash_bench" --device cuda:0 --sizes 16,128 --rounds 5 \
+    > "$REPORT/hash-bench.txt" 2>&1; then
+    [ $rc -eq 0 ] && rc=1
+  fi
+  cat "$REPORT/hash-bench.txt"
   return $rc
 }
 

@@ -4,6 +4,8 @@
 #include <c10/core/DeviceGuard.h>
 
 #include <cstring>
+#include <map>
+#include <mutex>
 
 namespace actcap {
 
@@ -11,6 +13,32 @@ namespace {
 constexpr uint64_t kStep = 0x9E3779B97F4A7C15ull, kOffset = 0x632BE59BD9B4E019ull,
                    kLength = 0xC2B2AE3D27D4EB4Full;
 int64_t as_signed(uint64_t v) { return static_cast<int64_t>(v); }  // two's complement bits
+
+// The words are summed as rows of kCols: with kCols even and kStep, kOffset odd, the low bit of
+// (r * kCols + c) * kStep + kOffset is that of c + 1, so
+//   m_(r * kCols + c) = r * kCols * kStep + m_c   (mod 2^64)
+// and sum_i w_i m_i = sum_c m_c * colsum_c + kCols * kStep * sum_r r * rowsum_r: two reductions
+// over the data and a table of kCols multipliers, instead of a multiplier per word.
+constexpr int64_t kCols = int64_t{1} << 16;
+
+// m_0 .. m_(kCols - 1) on `device`, made once per device and never freed (kernels on any stream
+// may read it, so it must never be handed back to an allocator). Made with a blocking copy, so it
+// is complete before any stream reads it.
+const at::Tensor& multipliers(c10::Device device) {
+  static std::mutex mu;
+  static auto* tables = new std::map<std::pair<int, int>, at::Tensor>();  // leaked: see above
+  std::lock_guard<std::mutex> lock(mu);
+  const std::pair<int, int> key{static_cast<int>(device.type()), device.index()};
+  auto it = tables->find(key);
+  if (it == tables->end()) {
+    at::Tensor host = at::empty({kCols}, at::kLong);
+    auto* m = host.data_ptr<int64_t>();
+    for (int64_t c = 0; c < kCols; ++c)
+      m[c] = as_signed((static_cast<uint64_t>(c) * kStep + kOffset) | 1);
+    it = tables->emplace(key, device.is_cpu() ? host : host.to(device)).first;
+  }
+  return it->second;
+}
 }  // namespace
 
 at::Tensor device_hash(const at::Tensor& t) {
@@ -26,12 +54,22 @@ at::Tensor device_hash(const at::Tensor& t) {
     padded.narrow(0, 0, n).copy_(bytes);
     words = padded.view(at::kLong);
   }
-  // Integer arithmetic wraps mod 2^64 on every backend, and the sum's order does not matter.
-  const at::Tensor m = at::arange(words.numel(), words.options())
-                           .mul_(as_signed(kStep))
-                           .add_(as_signed(kOffset))
-                           .bitwise_or_(1);
-  return words.mul(m).sum().add_(as_signed(static_cast<uint64_t>(n) * kLength));
+  // Integer arithmetic wraps mod 2^64 on every backend, and the sums' order does not matter.
+  const at::Tensor& m = multipliers(t.device());
+  const int64_t rows = words.numel() / kCols, tail = words.numel() - rows * kCols;
+  at::Tensor h = at::full({}, as_signed(static_cast<uint64_t>(n) * kLength), words.options());
+  if (rows > 0) {
+    const at::Tensor w = words.narrow(0, 0, rows * kCols).view({rows, kCols});
+    h.add_(w.sum(0).mul_(m).sum());
+    if (rows > 1)
+      h.add_(w.sum(1).mul_(at::arange(rows, words.options())).sum().mul_(as_signed(kCols * kStep)));
+  }
+  if (tail > 0) {  // the last, partial row: r = rows
+    const at::Tensor w = words.narrow(0, rows * kCols, tail);
+    h.add_(w.mul(m.narrow(0, 0, tail)).sum());
+    if (rows > 0) h.add_(w.sum().mul_(as_signed(static_cast<uint64_t>(rows) * kCols * kStep)));
+  }
+  return h;
 }
 
 namespace {

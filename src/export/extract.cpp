@@ -657,7 +657,9 @@ StartPoint resume_run(const ExtractOptions& o, const Model& model, const RunIden
 // (manifest.json), its own files from an earlier run, and anything else of actcap's that is not
 // a sibling rank's (another world size's rank files, a single process's shards and journal,
 // statistics, shards of ranks past the world size). With `overwrite` they are removed instead:
-// rank 0 removes the dataset's and the strangers', each rank its own.
+// rank 0 removes the strangers', each rank its own, and every rank first the dataset's
+// manifest.json, which may list the files it is about to remove (left, it would look complete
+// while its shards are gone).
 void prepare_rank_output(const std::string& dir, const OutputLayout& layout, bool overwrite) {
   std::error_code ec;
   if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
@@ -670,7 +672,7 @@ void prepare_rank_output(const std::string& dir, const OutputLayout& layout, boo
     if (const auto r = shard_rank(n)) return *r < layout.world_size;
     return false;
   };
-  if (overwrite && layout.rank == 0) fs::remove(fs::path(dir) / kManifestName, ec);
+  if (overwrite) fs::remove(fs::path(dir) / kManifestName, ec);
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string n = e.path().filename().string();
     if (!e.is_regular_file() || !is_output_file(n)) continue;

@@ -1,5 +1,7 @@
 #include "export/manifest.h"
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -82,8 +84,22 @@ json::parser_callback_t shard_taker(std::string& key, const std::function<void(j
 
 }  // namespace
 
-ManifestFile::ManifestFile(std::string path)
-    : path_(std::move(path)), in_(path_, std::ios::binary) {}
+namespace {
+std::optional<std::pair<uint64_t, uint64_t>> file_id(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  return std::make_pair(static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino));
+}
+}  // namespace
+
+ManifestFile::ManifestFile(std::string path) : path_(std::move(path)) {
+  // The file's identity as named before and after opening it: equal, it is the file held open.
+  const auto before = file_id(path_);
+  in_.open(path_, std::ios::binary);
+  if (before && in_ && before == file_id(path_)) id_ = before;
+}
+
+bool ManifestFile::replaced() const { return id_ && file_id(path_) != id_; }
 
 std::optional<json> ManifestFile::outline(std::string& problem, const EntryVisitor& on_entry) {
   if (!in_) {
@@ -146,18 +162,25 @@ bool stream_manifest_entries(const std::string& path, const json& outline,
   return ManifestFile(path).entries(outline, on_entry);
 }
 
-EntrySource manifest_entries(std::string path, json outline) {
-  return [path = std::move(path), outline = std::move(outline)](const EntryVisitor& each) {
+EntrySource manifest_entries(std::shared_ptr<ManifestFile> file, json outline) {
+  return [file = std::move(file), outline = std::move(outline)](const EntryVisitor& each) {
     bool sealed = false;
     try {
-      sealed = stream_manifest_entries(path, outline, each);
+      sealed = file->entries(outline, each);
     } catch (const json::exception& e) {
-      throw RunError(concat(path, " is not valid JSON (", e.what(), ")"));
+      throw RunError(concat(file->path(), " is not valid JSON (", e.what(), ")"));
     }
     if (!sealed)
-      throw RunError(concat(path,
+      throw RunError(concat(file->path(),
                             " does not match its manifest_checksum (altered while the run "
                             "read it); run actcap verify"));
+  };
+}
+
+EntrySource manifest_entries(std::string path, json outline) {
+  // The path opened anew at every walk.
+  return [path = std::move(path), outline = std::move(outline)](const EntryVisitor& each) {
+    manifest_entries(std::make_shared<ManifestFile>(path), outline)(each);
   };
 }
 

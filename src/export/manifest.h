@@ -76,15 +76,25 @@ class ManifestFile {
   // manifest_outline's pass.
   std::optional<nlohmann::json> outline(std::string& problem,
                                         const EntryVisitor& on_entry = nullptr);
-  // stream_manifest_entries' pass, over the file the outline was read from.
+  // stream_manifest_entries' pass, over the file the outline was read from (any number of times).
   bool entries(const nlohmann::json& outline, const EntryVisitor& on_entry);
+  // Whether the path no longer names the file held open (removed or replaced since: its rank
+  // started again); false when that cannot be told (the file changed while it was being opened).
+  bool replaced() const;
+  const std::string& path() const { return path_; }
 
  private:
   std::string path_;
   std::ifstream in_;
+  std::optional<std::pair<uint64_t, uint64_t>> id_;  // device and inode of the file held open
 };
 
-// The entries of the manifest at `path` (its outline `outline`) as a source.
+// The entries of the held manifest `file` (its outline `outline`) as a source: every walk reads
+// the version held open, whatever the path names by then.
+EntrySource manifest_entries(std::shared_ptr<ManifestFile> file, nlohmann::json outline);
+
+// The entries of the manifest at `path` (its outline `outline`) as a source, the path opened anew
+// at every walk.
 EntrySource manifest_entries(std::string path, nlohmann::json outline);
 // The entries of every source in turn.
 EntrySource in_turn(std::vector<EntrySource> sources);

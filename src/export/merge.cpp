@@ -91,6 +91,7 @@ MergeReport merge_ranks(const std::string& dir, const std::vector<std::string>& 
   json out;
   json ranks = json::array();
   std::vector<EntrySource> sources;
+  std::vector<std::pair<int, std::shared_ptr<ManifestFile>>> held_files;  // the complete ranks'
   EntryTally listed;  // every complete rank's entries, in rank order
   int64_t rows = 0, documents = 0, skipped = 0;
   for (int r = 0; r < report.world_size; ++r) {
@@ -102,8 +103,9 @@ MergeReport merge_ranks(const std::string& dir, const std::vector<std::string>& 
       continue;
     }
     std::string problem;
-    ManifestFile held(path);  // the rank may be running: both passes read one version
-    std::optional<json> outline = held.outline(problem);
+    // The rank may be running: every pass reads the one version held open.
+    auto held = std::make_shared<ManifestFile>(path);
+    std::optional<json> outline = held->outline(problem);
     if (!outline) throw RunError(concat(file, " ", problem, "; resume that rank"));
     const json& m = *outline;
     if (!m.is_object() || !m.contains("shards") || !m["shards"].is_array() || !m.contains("rank") ||
@@ -113,7 +115,7 @@ MergeReport merge_ranks(const std::string& dir, const std::vector<std::string>& 
     EntryTally mine;
     bool sealed = false;
     try {
-      sealed = held.entries(m, [&](const json& e) {
+      sealed = held->entries(m, [&](const json& e) {
         mine.add(e);
         if (complete) listed.add(e);
       });
@@ -161,7 +163,8 @@ MergeReport merge_ranks(const std::string& dir, const std::vector<std::string>& 
                      {"rows", m.value("rows", int64_t{0})},
                      {"documents", m.value("documents", int64_t{0})},
                      {"device_map", m.value("device_map", json::object())}});
-    sources.push_back(manifest_entries(path, m));
+    sources.push_back(manifest_entries(held, m));
+    held_files.push_back({r, held});
   }
   if (!report.waiting.empty()) return report;
 
@@ -175,12 +178,36 @@ MergeReport merge_ranks(const std::string& dir, const std::vector<std::string>& 
   const std::optional<ShardSchema> schema = shard_schema(out, problem);
   if (!schema) throw RunError(concat("the ranks' manifests in ", dir, " ", problem));
   const EntrySource shards = in_turn(std::move(sources));
-  if (schema->stats) out["stats"] = write_merged_stats(dir, shards, *schema);
-  write_manifest_streamed(dir, out, shards, &listed);
+  // A complete rank's manifest replaced or removed since it was read means that rank is running
+  // again (a run started over the folder of an earlier one of the same world size, each rank
+  // overwriting its own files): its shards may be gone, and it assembles when it completes.
+  auto running_again = [&] {
+    for (const auto& [r, held] : held_files)
+      if (held->replaced())
+        report.waiting.push_back(concat("rank ", r, " of ", report.world_size,
+                                        " is running again (its manifest was replaced while it "
+                                        "was read)"));
+    return !report.waiting.empty();
+  };
+  const std::string manifest = (fs::path(dir) / kManifestName).string();
+  try {
+    if (schema->stats) out["stats"] = write_merged_stats(dir, shards, *schema);
+    write_manifest_streamed(dir, out, shards, &listed);
+  } catch (const std::exception&) {
+    if (running_again()) return report;
+    throw;
+  }
+  // Read whole before that rank removed its files, but it started again since (it removed
+  // manifest.json first, perhaps before this one was written): this one lists files being
+  // replaced, so it goes, unless the path names another manifest.json by now.
+  if (ManifestFile written(manifest); running_again()) {
+    if (!written.replaced()) fs::remove(manifest, ec);
+    return report;
+  }
   report.assembled = true;
   report.shards = listed.count();
   report.rows = rows;
-  report.manifest = (fs::path(dir) / kManifestName).string();
+  report.manifest = manifest;
   return report;
 }
 

@@ -198,7 +198,10 @@ def test_another_world_size_is_refused_and_overwrite_replaces_it(corpus, tmp_pat
     # rank 0 rather than refusing the folder (a busy machine once started them in this order).
     late = run(*args(inp, out, "--overwrite"), env=clean_env(RANK="1", WORLD_SIZE="2"), check=0)
     assert late.returncode == 0, late.stderr
-    assert json.load(open(out / "manifest.json"))["world_size"] == 3  # not assembled without rank 0
+    # Not assembled without rank 0; and the 3-rank dataset's manifest.json, which listed the shards
+    # rank 1 replaced, is gone rather than left looking complete.
+    assert not (out / "manifest.json").exists()
+    assert "assembled when every rank" in late.stdout, late.stdout
     results = launch_env(inp, out, 2, "--overwrite")
     assert [r[0] for r in results] == [0, 0], results
     assert not [n for n in os.listdir(out) if "-of-00003" in n or n.startswith("shard-r00002")]

@@ -458,6 +458,15 @@ TEST(DeviceHash, TheHostsOnePassHashEqualsTheTensorOperations) {
     EXPECT_EQ(host_hash(t), ops(t)) << dtype;
     EXPECT_EQ(host_hash(t.t()), ops(t.t().contiguous())) << dtype;  // not contiguous
   }
+  // device_hash sums the words as rows of 2^16 (512 KiB): one row, whole rows, rows and a part.
+  for (const int64_t words : {int64_t{1} << 16, int64_t{2} << 16, (int64_t{1} << 16) + 1,
+                              (int64_t{3} << 16) - 1, (int64_t{5} << 16) + 77}) {
+    const at::Tensor t = at::randint(-(int64_t{1} << 62), int64_t{1} << 62, {words}, at::kLong);
+    EXPECT_EQ(host_hash(t), ops(t)) << words << " words";
+    EXPECT_EQ(host_hash(t.view(at::kByte).narrow(0, 3, t.nbytes() - 3)),
+              ops(t.view(at::kByte).narrow(0, 3, t.nbytes() - 3)))
+        << words << " words, 3 bytes in";
+  }
   // More than one chunk of work (1 MiB of words per task), and not a whole number of chunks.
   const at::Tensor big = at::randn({(int64_t{3} << 20) + 5}, at::kFloat);
   EXPECT_EQ(host_hash(big), ops(big));

@@ -146,6 +146,24 @@ TEST(Manifest, AManifestReplacedBetweenThePassesIsReadAsTheVersionHeldOpen) {
   EXPECT_TRUE(held.entries(*o, [&](const json& e) { seen.push_back(e); }));
   EXPECT_EQ(seen, before);
   EXPECT_THROW(stream_manifest_entries(dir + "/m.json", *o, [](const json&) {}), json::exception);
+  // The held version is a source that can be walked again (merge walks it twice), and the file
+  // knows that its path names another file now (merge: that rank is running again).
+  auto shared = std::make_shared<ManifestFile>(dir + "/m.json");
+  const std::optional<json> first = shared->outline(problem);
+  ASSERT_TRUE(first) << problem;
+  const EntrySource source = manifest_entries(shared, *first);
+  EXPECT_TRUE(held.replaced());
+  EXPECT_FALSE(shared->replaced());
+  write_manifest_streamed(dir, running, from(before), nullptr, nullptr, "m.json");  // renamed over
+  EXPECT_TRUE(shared->replaced());
+  for (int walk = 0; walk < 2; ++walk) {
+    json again = json::array();
+    source([&](const json& e) { again.push_back(e); });
+    EXPECT_EQ(again, after) << "walk " << walk;
+  }
+  fs::remove(dir + "/m.json");
+  EXPECT_TRUE(shared->replaced());                         // removed
+  EXPECT_FALSE(ManifestFile(dir + "/m.json").replaced());  // nothing held: cannot tell
   fs::remove_all(dir);
 }
 
