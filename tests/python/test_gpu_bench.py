@@ -470,3 +470,127 @@ def test_the_kit_reports_an_incomplete_bench_as_incomplete_not_as_passed(actcap_
     assert "| bench | incomplete (exit 3: a model not run or a target not measured) |" in report, report
     assert "Incomplete: bench" in report and "All stages passed" not in report and "Failed:" not in report
     assert "## GPU benchmark" in report and "not run: 0 s of the 0 s budget left" in report
+
+
+# ---- the branches only a GPU takes, run here against stand-ins for torch.cuda and transformers ----
+
+def test_a_second_engine_is_loaded_only_when_both_copies_of_the_weights_fit_in_free_gpu_memory():
+    gb = load_bench()
+    GiB = 2**30
+
+    def bench(free=None, error=None):
+        def mem_get_info():
+            if error:
+                raise RuntimeError(error)
+            return free, 141 * GiB
+        cuda = types.SimpleNamespace(mem_get_info=mem_get_info)
+        return types.SimpleNamespace(device="cuda:0", torch=types.SimpleNamespace(cuda=cuda))
+
+    def res():
+        return {"key": "llama-3-8b", "checkpoint_gib": 15.0, "notes": []}
+
+    need = 2 * 15 * GiB + gb.GPU_MARGIN_BYTES
+    r = res()
+    assert gb.blocking_fits(bench(free=need), r) and r["notes"] == []
+    r = res()
+    assert not gb.blocking_fits(bench(free=need - 1), r)
+    assert "blocking copies not run" in r["notes"][0] and f"{need / GiB:.1f} GiB" in r["notes"][0]
+    assert f"{(need - 1) / GiB:.1f} GiB of GPU memory is free" in r["notes"][0], r["notes"]
+    r = res()  # not knowing the free memory is no reason to risk running out of it
+    assert not gb.blocking_fits(bench(error="CUDA error: busy"), r)
+    assert "the free GPU memory is unknown (" in r["notes"][0] and "busy" in r["notes"][0], r["notes"]
+    assert gb.blocking_fits(types.SimpleNamespace(device="cpu", torch=None), res())
+
+
+def test_tf32_is_turned_off_through_the_switch_the_torch_has():
+    gb = load_bench()
+
+    def fake(matmul):
+        return types.SimpleNamespace(backends=types.SimpleNamespace(cuda=types.SimpleNamespace(matmul=matmul)))
+    new = types.SimpleNamespace(fp32_precision="tf32", allow_tf32=True)  # torch >= 2.9
+    gb.set_tf32_off(fake(new))
+    assert new.fp32_precision == "ieee" and new.allow_tf32 is True  # the old switch left alone
+    old = types.SimpleNamespace(allow_tf32=True)
+    gb.set_tf32_off(fake(old))
+    assert old.allow_tf32 is False and not hasattr(old, "fp32_precision")
+
+
+def test_hf_on_a_gpu_is_placed_by_accelerate_and_only_its_floating_parameters_converted(monkeypatch):
+    """load_hf as on the GPU (device cuda:0): with accelerate, device_map puts the model on the
+    device at load; without, the model is moved after; a parameter stored in another dtype is
+    converted, buffers (RoPE's inv_freq) keep float32; loading problems other than a tied head
+    are errors."""
+    gb = load_bench()
+    calls, models = [], []
+
+    class Param:  # a real parameter that says it is where the model was put
+        def __init__(self, p, device):
+            self._p, self.device = p, device
+            self.dtype = p.dtype
+
+        def is_floating_point(self):
+            return self._p.is_floating_point()
+
+        @property
+        def data(self):
+            return self._p.data
+
+        @data.setter
+        def data(self, value):
+            self._p.data = value
+
+    class Model(torch.nn.Module):
+        def __init__(self, on):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(2, dtype=torch.float32))
+            self.h = torch.nn.Parameter(torch.ones(2, dtype=torch.bfloat16))
+            self.register_buffer("inv_freq", torch.ones(2, dtype=torch.float32))
+            self.base_model = types.SimpleNamespace(layers=["l0", "l1"])
+            self.config = types.SimpleNamespace(_attn_implementation="sdpa")
+            self.on, self.moved = on, None
+
+        def parameters(self, recurse=True):
+            return (Param(p, self.on) for p in super().parameters(recurse))
+
+        def to(self, device):
+            self.moved, self.on = device, device
+            return self
+
+    info = {"missing_keys": ["lm_head.weight"], "unexpected_keys": [], "mismatched_keys": [],
+            "error_msgs": []}
+
+    def from_pretrained(path, **kw):
+        calls.append(kw)
+        models.append(Model(kw.get("device_map", {}).get("", "cpu")))
+        return models[-1], dict(info)
+
+    auto = types.SimpleNamespace(from_pretrained=from_pretrained)
+    tf = types.SimpleNamespace(__version__="4.57.1", AutoModelForCausalLM=auto)
+    real_find_spec = importlib.util.find_spec
+
+    def accelerate(found):
+        monkeypatch.setattr(gb.importlib.util, "find_spec", lambda name, *a: (
+            (object() if found else None) if name == "accelerate" else real_find_spec(name, *a)))
+
+    accelerate(True)
+    hf = gb.load_hf(tf, torch, "/nowhere", "llama", "sdpa", "cuda:0", torch.bfloat16)
+    m = models[-1]
+    assert calls[-1]["device_map"] == {"": "cuda:0"} and calls[-1]["dtype"] == torch.bfloat16
+    assert calls[-1]["attn_implementation"] == "sdpa" and calls[-1]["output_loading_info"]
+    assert m.moved is None  # placed at load
+    assert m.w.dtype == torch.bfloat16 and m.h.dtype == torch.bfloat16
+    assert m.inv_freq.dtype == torch.float32
+    assert (hf.kind, hf.impl, hf.prefix, hf.layers) == ("transformers", "sdpa", "layers", ["l0", "l1"])
+    # transformers before 4.56 names the argument torch_dtype
+    gb.load_hf(types.SimpleNamespace(__version__="4.55.2", AutoModelForCausalLM=auto),
+               torch, "/nowhere", "llama", "eager", "cuda:0", torch.bfloat16)
+    assert calls[-1]["torch_dtype"] == torch.bfloat16 and "dtype" not in calls[-1]
+    # without accelerate: no device_map, the model moved (not cast) after loading
+    accelerate(False)
+    gb.load_hf(tf, torch, "/nowhere", "llama", "sdpa", "cuda:0", torch.bfloat16)
+    assert "device_map" not in calls[-1] and models[-1].moved == "cuda:0"
+    assert models[-1].inv_freq.dtype == torch.float32
+    # loading problems other than a tied head are errors
+    info["unexpected_keys"] = ["model.layers.0.mlp.extra"]
+    with pytest.raises(RuntimeError, match="1 unexpected_keys"):
+        gb.load_hf(tf, torch, "/nowhere", "llama", "sdpa", "cuda:0", torch.bfloat16)
