@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 PY := /usr/bin/python3
 APT_PACKAGES := build-essential cmake pkg-config libtorch-dev libopenblas0-pthread \
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev \
-  libpcre2-dev libicu-dev python3-torch python3-numpy python3-pytest \
+  libpcre2-dev libicu-dev python3-torch python3-numpy python3-pytest python3-pytest-xdist \
   python3-dev pybind11-dev python3-pybind11 python3-setuptools python3-wheel python3-pip python3-venv \
   libopenmpi-dev openmpi-bin
 
@@ -39,7 +39,7 @@ test: build
 	cmake -S examples -B $(BUILD)/example-installed -DCMAKE_PREFIX_PATH=$(abspath $(BUILD))/install > /dev/null
 	cmake --build $(BUILD)/example-installed -j $(JOBS)
 	$(BUILD)/example-installed/embed $(BUILD)/example-installed/out
-	ACTCAP=$(abspath $(BUILD))/actcap $(PY) -m pytest -q tests/python tests/integration
+	ACTCAP=$(abspath $(BUILD))/actcap $(PY) -m pytest -q -n $(JOBS) tests/python tests/integration
 
 demo: build
 	$(BUILD)/actcap extract demo --input data/demo_corpus.txt --devices 3 \
