@@ -594,3 +594,46 @@ def test_hf_on_a_gpu_is_placed_by_accelerate_and_only_its_floating_parameters_co
     info["unexpected_keys"] = ["model.layers.0.mlp.extra"]
     with pytest.raises(RuntimeError, match="1 unexpected_keys"):
         gb.load_hf(tf, torch, "/nowhere", "llama", "sdpa", "cuda:0", torch.bfloat16)
+
+
+def test_copy_bandwidth_on_a_gpu_times_bursts_between_cuda_events():
+    """copy_bandwidth as on the GPU (device cuda:0), with stand-ins for the device and its events:
+    the destination of the copy_ is pinned, each sample is the events' elapsed milliseconds over a
+    burst (read after the end event synchronized), the figure the median sample in GB/s."""
+    gb = load_bench()
+    made, log = [], []
+    samples = iter([4.0, 1.0, 2.0, 9.0, 3.0] * 2)  # ms per burst: the median of each five is 3.0
+
+    def empty(*shape, dtype=None, device=None, pin_memory=False):
+        made.append({"device": device, "pin_memory": pin_memory})
+        return torch.empty(*shape, dtype=dtype)
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            assert enable_timing
+            self.recorded = self.synced = False
+
+        def record(self):
+            log.append("record")
+            self.recorded = True
+
+        def synchronize(self):
+            assert self.recorded
+            self.synced = True
+
+        def elapsed_time(self, end):  # like CUDA: both recorded, the end one complete
+            assert self.recorded and end.recorded and end.synced
+            return next(samples)
+
+    cuda = types.SimpleNamespace(Event=Event)
+    fake = types.SimpleNamespace(empty=empty, bfloat16=torch.bfloat16, cuda=cuda)
+    syncs = []
+    b = types.SimpleNamespace(device="cuda:0", torch=fake, sync=lambda: syncs.append(1),
+                              timed=lambda fn: pytest.fail("a GPU copy is timed by events, not the host"))
+    nbytes = 2**20
+    got = gb.copy_bandwidth(b, nbytes, reps=5, burst=20)
+    assert made == [{"device": "cuda:0", "pin_memory": False}, {"device": None, "pin_memory": True}]
+    assert set(got) == {"pinned copy_", "pageable .cpu()"} and len(syncs) == 2  # a warm-up each
+    assert log == ["record"] * 20  # start and end of 5 samples, for each of the two kinds
+    want = nbytes / (3.0 / 1e3 / 20) / 1e9  # 20 copies of 1 MiB in 3 ms
+    assert got["pinned copy_"] == pytest.approx(want) and got["pageable .cpu()"] == pytest.approx(want)
