@@ -15,8 +15,9 @@
 #          scripts/torch_cmake_shim.py instead (actcap includes no CUDA header)
 # build    the CLI, the unit suite and actcap_hash_bench, every core (the Python extension is built
 #          by `python`, so that a failure there stops no C++ check); then each program's first
-#          NEEDED library must be libstdc++ (cmake/LibstdcxxFirst.cmake: pip's LibTorch exports copies of libstdc++
-#          symbols, and binding to them crashed the first GPU run), the extension's too in `python`
+#          NEEDED library must be libstdc++ (cmake/LibstdcxxFirst.cmake: pip's LibTorch exports
+#          copies of libstdc++ symbols, and binding to them crashed the first GPU run), the
+#          extension's too in `python`
 # unit     the unit suite; its Cuda.* tests (tests/unit/test_cuda.cpp) fail, not skip, without a GPU;
 #          on a crash the log names the test and has the backtrace (run again under cuda-gdb or gdb);
 #          then actcap_hash_bench --device cuda:0 (bench/hash_bench.cpp) into REPORT_DIR/hash-bench.txt
