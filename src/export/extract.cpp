@@ -656,11 +656,10 @@ StartPoint resume_run(const ExtractOptions& o, const Model& model, const RunIden
 // The files in `dir` that stop rank `layout` of a new run from starting there: a dataset
 // (manifest.json), its own files from an earlier run, and anything else of actcap's that is not
 // a sibling rank's (another world size's rank files, a single process's shards and journal,
-// statistics, shards of ranks past the world size). With `overwrite` they are removed instead:
-// rank 0 removes the strangers', each rank its own, and every rank first the dataset's
-// manifest.json, which may list the files it is about to remove (left, it would look complete
-// while its shards are gone).
-void prepare_rank_output(const std::string& dir, const OutputLayout& layout, bool overwrite) {
+// statistics, shards of ranks past the world size). InputError naming one of them without
+// `overwrite`; with it, the ones this rank removes: rank 0 the strangers', each rank its own.
+std::vector<fs::path> prepare_rank_output(const std::string& dir, const OutputLayout& layout,
+                                          bool overwrite) {
   std::error_code ec;
   if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
     throw InputError(concat("output folder ", dir, " exists and is not a folder"), {"out"});
@@ -672,30 +671,36 @@ void prepare_rank_output(const std::string& dir, const OutputLayout& layout, boo
     if (const auto r = shard_rank(n)) return *r < layout.world_size;
     return false;
   };
-  if (overwrite) fs::remove(fs::path(dir) / kManifestName, ec);
+  std::vector<fs::path> stale;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string n = e.path().filename().string();
-    if (!e.is_regular_file() || !is_output_file(n)) continue;
+    if (!e.is_regular_file() || !is_output_file(n) || n == kManifestName) continue;
     const bool mine = layout.owns(n), stranger = !mine && !sibling(n);
     if (!mine && !stranger) continue;
     if (!overwrite)
       throw InputError(
           concat("output folder ", dir, " already holds ", n,
-                 stranger && n != kManifestName && parse_rank_file(n)
+                 stranger && parse_rank_file(n)
                      ? concat(", from a run of ", parse_rank_file(n)->world_size,
                               " ranks (this one has ", layout.world_size,
                               "): resume that run with its world size, or overwrite it")
                      : std::string("; resume that run, or allow overwriting to replace it")),
           {"out", "overwrite", "resume"});
-    if (mine || layout.rank == 0) fs::remove(e.path(), ec);
+    if ((mine || layout.rank == 0) && n != layout.manifest()) stale.push_back(e.path());
   }
+  if (!overwrite && fs::exists(fs::path(dir) / kManifestName, ec))
+    throw InputError(concat("output folder ", dir, " already holds ", kManifestName,
+                            "; resume that run, or allow overwriting to replace it"),
+                     {"out", "overwrite", "resume"});
+  return stale;
 }
 
 // A new run: prepares o.out and writes the manifest's head.
 StartPoint start_run(const ExtractOptions& o, const RunIdentity& id, const OutputLayout& layout,
                      FaultPoints& faults) {
+  std::vector<fs::path> stale;
   if (layout.ranked())
-    prepare_rank_output(o.out, layout, o.overwrite);
+    stale = prepare_rank_output(o.out, layout, o.overwrite);
   else
     prepare_output_dir(o.out, o.overwrite);
   StartPoint start;
@@ -703,6 +708,16 @@ StartPoint start_run(const ExtractOptions& o, const RunIdentity& id, const Outpu
   start.manifest["settings"] = id.settings;
   start.manifest["input"] = id.input;
   write_manifest(o.out, start.manifest, &faults, layout.manifest());
+  if (layout.ranked() && o.overwrite) {
+    // In this order: the head above replaced this rank's manifest, then the dataset's
+    // manifest.json goes, which may list the files removed next (left, it would look complete
+    // while its shards are gone). A rank assembling the earlier run from this rank's old manifest
+    // sees it replaced when it looks again and removes the manifest.json it wrote; one that
+    // looked before the head was written has it removed here (merge_ranks).
+    std::error_code ec;
+    fs::remove(fs::path(o.out) / kManifestName, ec);
+    for (const fs::path& p : stale) fs::remove(p, ec);
+  }
   return start;
 }
 

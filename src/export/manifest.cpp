@@ -1,7 +1,5 @@
 #include "export/manifest.h"
 
-#include <sys/stat.h>
-
 #include <filesystem>
 #include <fstream>
 
@@ -82,14 +80,6 @@ json::parser_callback_t shard_taker(std::string& key, const std::function<void(j
   };
 }
 
-}  // namespace
-
-namespace {
-std::optional<std::pair<uint64_t, uint64_t>> file_id(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
-  return std::make_pair(static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino));
-}
 }  // namespace
 
 ManifestFile::ManifestFile(std::string path) : path_(std::move(path)) {
@@ -250,7 +240,7 @@ void append_listed(std::string& out, const json& entry) {
 
 std::string write_manifest_streamed(const std::string& dir, const json& outline,
                                     const EntrySource& entries, const EntryTally* expected,
-                                    FaultPoints* faults, const std::string& file) {
+                                    FaultPoints* faults, const std::string& file, FileId* written) {
   const std::string path = (fs::path(dir) / file).string();
   json head = outline;
   head.erase("manifest_checksum");
@@ -279,7 +269,7 @@ std::string write_manifest_streamed(const std::string& dir, const json& outline,
   // Pass two: the text, dump(2) of the whole manifest.
   head["manifest_checksum"] = checksum;
   const ListSplit pretty = split_at_list(head, 2);
-  write_file_atomic(path, [&](int fd) {
+  const FileId id = write_file_atomic(path, [&](int fd) {
     TextOut out(fd, path);
     out.buf() = pretty.before;
     const int64_t half = first.count() / 2;
@@ -310,6 +300,7 @@ std::string write_manifest_streamed(const std::string& dir, const json& outline,
     out.buf() += "\n";
     out.flush();
   });
+  if (written) *written = id;
   return checksum;
 }
 

@@ -17,6 +17,7 @@
 
 #include "actcap/export.h"
 #include "export/faults.h"
+#include "io/atomic_file.h"
 
 namespace actcap {
 
@@ -86,7 +87,7 @@ class ManifestFile {
  private:
   std::string path_;
   std::ifstream in_;
-  std::optional<std::pair<uint64_t, uint64_t>> id_;  // device and inode of the file held open
+  std::optional<FileId> id_;  // the file held open
 };
 
 // The entries of the held manifest `file` (its outline `outline`) as a source: every walk reads
@@ -112,11 +113,12 @@ void write_manifest(const std::string& dir, const nlohmann::json& manifest,
 // as its shard list, walked twice: once for the seal, once for the text. `expected`, when given,
 // is the tally of the list the caller checked or claimed: a walk that differs from it (or the
 // second from the first) fails with RunError and leaves the old file in place. Returns the
-// manifest_checksum written.
+// manifest_checksum written; `written`, when given, receives the identity of the file written.
 std::string write_manifest_streamed(const std::string& dir, const nlohmann::json& outline,
                                     const EntrySource& entries,
                                     const EntryTally* expected = nullptr,
                                     FaultPoints* faults = nullptr,
-                                    const std::string& file = kManifestName);
+                                    const std::string& file = kManifestName,
+                                    FileId* written = nullptr);
 
 }  // namespace actcap

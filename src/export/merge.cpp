@@ -1,6 +1,7 @@
 #include "export/merge.h"
 
 #include <filesystem>
+#include <functional>
 #include <map>
 
 #include "actcap/error.h"
@@ -9,6 +10,7 @@
 #include "actcap/safetensors.h"
 #include "export/layout.h"
 #include "export/stats.h"
+#include "io/atomic_file.h"
 #include "io/text_file.h"
 #include "util/strings.h"
 
@@ -61,6 +63,11 @@ constexpr const char* kSharedKeys[] = {"format", "model", "points", "settings", 
 
 MergeReport merge_ranks(const std::string& dir, const std::vector<std::string>& sealed_as,
                         int world_size) {
+  return merge_ranks_observed(dir, sealed_as, world_size, nullptr);
+}
+
+MergeReport merge_ranks_observed(const std::string& dir, const std::vector<std::string>& sealed_as,
+                                 int world_size, const std::function<void()>& after_write) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw InputError(concat(dir, " is not a folder"));
   MergeReport report;
@@ -190,18 +197,21 @@ MergeReport merge_ranks(const std::string& dir, const std::vector<std::string>& 
     return !report.waiting.empty();
   };
   const std::string manifest = (fs::path(dir) / kManifestName).string();
+  FileId mine;
   try {
     if (schema->stats) out["stats"] = write_merged_stats(dir, shards, *schema);
-    write_manifest_streamed(dir, out, shards, &listed);
+    write_manifest_streamed(dir, out, shards, &listed, nullptr, kManifestName, &mine);
   } catch (const std::exception&) {
     if (running_again()) return report;
     throw;
   }
-  // Read whole before that rank removed its files, but it started again since (it removed
-  // manifest.json first, perhaps before this one was written): this one lists files being
-  // replaced, so it goes, unless the path names another manifest.json by now.
-  if (ManifestFile written(manifest); running_again()) {
-    if (!written.replaced()) fs::remove(manifest, ec);
+  if (after_write) after_write();
+  // A rank starting again replaces its manifest and then removes manifest.json. Its manifest
+  // replaced by now, its removal may have come before this one was written, and this one lists
+  // files being replaced: it goes, and only it (that run's last rank may have assembled a new
+  // one over it since). Not replaced by now, the rank removes this one when it starts.
+  if (running_again()) {
+    remove_if_same(manifest, mine);
     return report;
   }
   report.assembled = true;

@@ -2,9 +2,12 @@
 // and the manifests of a ranked extract's ranks into one manifest.json (actcap/extract.h).
 #pragma once
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
+#include "actcap/extract.h"
 #include "export/faults.h"
 #include "export/manifest.h"
 #include "export/shard.h"
@@ -16,5 +19,10 @@ namespace actcap {
 // "stats" entry. RunError naming the shard and tensor when one does not match.
 nlohmann::json write_merged_stats(const std::string& dir, const EntrySource& shards,
                                   const ShardSchema& schema, FaultPoints* faults = nullptr);
+
+// merge_ranks (actcap/extract.h) with a seam for tests: `after_write` runs once manifest.json is
+// written, before merge looks again at whether a rank started again meanwhile.
+MergeReport merge_ranks_observed(const std::string& dir, const std::vector<std::string>& sealed_as,
+                                 int world_size, const std::function<void()>& after_write);
 
 }  // namespace actcap

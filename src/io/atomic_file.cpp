@@ -1,6 +1,7 @@
 #include "io/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,7 +16,17 @@ namespace actcap {
 
 namespace {
 std::string errno_str(int e) { return std::strerror(e); }
+
+FileId id_of(const struct stat& st) {
+  return {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+}
 }  // namespace
+
+std::optional<FileId> file_id(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  return id_of(st);
+}
 
 std::string temp_name_for(const std::string& path) { return concat(path, ".tmp.", ::getpid()); }
 
@@ -60,7 +71,7 @@ void fsync_parent_dir(const std::string& path) {
   }
 }
 
-void write_file_atomic(const std::string& path, const std::function<void(int fd)>& write_body) {
+FileId write_file_atomic(const std::string& path, const std::function<void(int fd)>& write_body) {
   // Same folder as the target so that rename() is atomic; the pid keeps concurrent writers from
   // clobbering each other's temp files.
   const std::string tmp = temp_name_for(path);
@@ -68,7 +79,13 @@ void write_file_atomic(const std::string& path, const std::function<void(int fd)
   if (fd < 0)
     throw RunError(
         concat("cannot write ", path, ": creating ", tmp, " failed: ", errno_str(errno)));
+  FileId written;
   try {
+    struct stat st;
+    if (::fstat(fd, &st) != 0)
+      throw RunError(
+          concat("cannot write ", path, ": fstat of ", tmp, " failed: ", errno_str(errno)));
+    written = id_of(st);
     write_body(fd);
     StageTimer fsync_timer("io.fsync");
     if (::fsync(fd) != 0) throw RunError(concat("syncing ", path, " failed: ", errno_str(errno)));
@@ -85,10 +102,45 @@ void write_file_atomic(const std::string& path, const std::function<void(int fd)
     throw;
   }
   fsync_parent_dir(path);
+  return written;
 }
 
-void write_file_atomic(const std::string& path, const std::string& text) {
-  write_file_atomic(path, [&](int fd) { write_all(fd, text.data(), text.size(), path); });
+FileId write_file_atomic(const std::string& path, const std::string& text) {
+  return write_file_atomic(path, [&](int fd) { write_all(fd, text.data(), text.size(), path); });
+}
+
+bool remove_if_same(const std::string& path, const FileId& id) {
+  // Checking the name and then unlinking it would remove a file renamed over it in between.
+  // rename() takes whatever the name holds at one instant; what it took is then checked at leisure.
+  const std::string aside = temp_name_for(path);
+  if (::rename(path.c_str(), aside.c_str()) != 0) {
+    if (errno == ENOENT) return false;
+    throw RunError(
+        concat("cannot remove ", path, ": moving it to ", aside, " failed: ", errno_str(errno)));
+  }
+  const std::optional<FileId> took = file_id(aside);
+  if (took && *took == id) {
+    ::unlink(aside.c_str());
+    fsync_parent_dir(path);
+    return true;
+  }
+  // Another writer's file: back under its name, unless a newer one has been written there since
+  // (link() never replaces a name; rename() would).
+  if (::link(aside.c_str(), path.c_str()) != 0 && errno != EEXIST) {
+    const int e = errno;
+    if (e != EPERM && e != ENOTSUP && e != EOPNOTSUPP)
+      throw RunError(concat("moved ", path, " aside to ", aside,
+                            " and cannot put it back: ", errno_str(e), "; rename it back by hand"));
+    // A filesystem without hard links: rename it back (a newer file there is then replaced by
+    // this one, which an actcap merge repairs).
+    if (::rename(aside.c_str(), path.c_str()) != 0)
+      throw RunError(concat("moved ", path, " aside to ", aside, " and cannot put it back: ",
+                            errno_str(errno), "; rename it back by hand"));
+    return false;
+  }
+  ::unlink(aside.c_str());
+  fsync_parent_dir(path);
+  return false;
 }
 
 }  // namespace actcap

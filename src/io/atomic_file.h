@@ -5,10 +5,22 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 namespace actcap {
+
+// A file's identity (device and inode): what a name pointed at, told apart from whatever a rename
+// puts under that name later.
+struct FileId {
+  uint64_t device = 0, inode = 0;
+  bool operator==(const FileId& o) const { return device == o.device && inode == o.inode; }
+  bool operator!=(const FileId& o) const { return !(*this == o); }
+};
+// The identity of the file `path` names now; nullopt when it names none.
+std::optional<FileId> file_id(const std::string& path);
 
 // `<path>.tmp.<pid>`: the name a write to `path` goes to first.
 std::string temp_name_for(const std::string& path);
@@ -28,8 +40,16 @@ void fsync_parent_dir(const std::string& path);
 // The whole sequence: `write_body(fd)` writes the contents (with write_all), then fsync, close (its
 // deferred errors checked too), rename, fsync of the folder. RunError naming `path`; on any
 // failure, including one thrown by `write_body`, the temp file is removed and `path` untouched.
-void write_file_atomic(const std::string& path, const std::function<void(int fd)>& write_body);
+// Returns the identity of the file written (another process may rename over it at once).
+FileId write_file_atomic(const std::string& path, const std::function<void(int fd)>& write_body);
 // The same for a small text file (manifests, config.json).
-void write_file_atomic(const std::string& path, const std::string& text);
+FileId write_file_atomic(const std::string& path, const std::string& text);
+
+// Removes `path` if it names the file `id`, and only then, even while other processes rename
+// files over it: the file is first moved aside (to its temp name), and one that is not `id` is put
+// back unless a newer one took its name meanwhile (then it is stale and goes). For a moment the
+// name names nothing. Returns whether `id` was removed; false when `path` named another file or
+// none. RunError when the name cannot be moved or restored.
+bool remove_if_same(const std::string& path, const FileId& id);
 
 }  // namespace actcap

@@ -213,6 +213,28 @@ def test_another_world_size_is_refused_and_overwrite_replaces_it(corpus, tmp_pat
     assert_same_rows(out, single)
 
 
+def test_a_rank_starting_again_replaces_its_manifest_before_it_removes_anything(corpus, tmp_path):
+    """A rank of a new run (--overwrite) over a dataset of the same world size first replaces its
+    own manifest, then removes manifest.json, then its old files: an assembler reading its old
+    manifest meanwhile sees the replacement and removes what it wrote (tests/unit/test_merge.cpp).
+    Killed while writing that manifest, it has removed nothing: the dataset is whole."""
+    inp, _, single = corpus
+    out = tmp_path / "out"
+    assert [r[0] for r in launch_env(inp, out, 2)] == [0, 0]
+    before = {n: (out / n).read_bytes() for n in os.listdir(out)}
+    p = run(*args(inp, out, "--rank", "1", "--world-size", "2", "--overwrite"),
+            env=clean_env(ACTCAP_KILL_AT="manifest-write:1"))
+    assert p.returncode == -9, p.stderr
+    for n, b in before.items():
+        assert (out / n).read_bytes() == b, n
+    assert run("verify", out).returncode == 0
+    # Run again to the end, it assembles the dataset anew with rank 0's files, still complete.
+    p = run(*args(inp, out, "--rank", "1", "--world-size", "2", "--overwrite"), env=clean_env())
+    assert p.returncode == 0 and "; assembled" in p.stdout, p.stderr
+    assert (out / "manifest.json").read_bytes() == before["manifest.json"]
+    assert_same_rows(out, single)
+
+
 def test_merge_repairs_a_missing_or_damaged_manifest(corpus, tmp_path):
     inp, _, single = corpus
     out = tmp_path / "out"
