@@ -632,6 +632,13 @@ StartPoint resume_run(const ExtractOptions& o, const Model& model, const RunIden
   if (!malformed.empty())
     throw InputError(concat("cannot resume: ", malformed, "; overwrite it to start again"),
                      {"resume", "overwrite"});
+  // An unfinished rank's run is not the one a manifest.json in the folder was assembled from (a
+  // new run's rank killed after writing its head, before removing it: start_run): it goes before
+  // this rank changes any file it may list.
+  if (layout.ranked() && on_disk.value("complete", false) != true) {
+    std::error_code ec;
+    fs::remove(fs::path(o.out) / kManifestName, ec);
+  }
   // The manifest takes in the journal's entries first; only then is the journal dropped,
   // with anything else of ours that is not claimed.
   manifest["complete"] = false;
@@ -707,14 +714,18 @@ StartPoint start_run(const ExtractOptions& o, const RunIdentity& id, const Outpu
   start.manifest = id.head;
   start.manifest["settings"] = id.settings;
   start.manifest["input"] = id.input;
+  std::error_code ec;
+  // The earlier run's journal first: it claims shards for that run, and a --resume after a kill
+  // below would otherwise take them into this one (no manifest.json lists a journal's shards).
+  if (layout.ranked() && o.overwrite) fs::remove(fs::path(o.out) / layout.journal(), ec);
   write_manifest(o.out, start.manifest, &faults, layout.manifest());
   if (layout.ranked() && o.overwrite) {
+    faults.reached(ExportFaults::Moment::kStart);
     // In this order: the head above replaced this rank's manifest, then the dataset's
     // manifest.json goes, which may list the files removed next (left, it would look complete
     // while its shards are gone). A rank assembling the earlier run from this rank's old manifest
     // sees it replaced when it looks again and removes the manifest.json it wrote; one that
     // looked before the head was written has it removed here (merge_ranks).
-    std::error_code ec;
     fs::remove(fs::path(o.out) / kManifestName, ec);
     for (const fs::path& p : stale) fs::remove(p, ec);
   }

@@ -24,7 +24,7 @@ class FaultPoints {
 
  private:
   ExportFaults faults_;
-  std::atomic<int64_t> seen_[4] = {};
+  std::atomic<int64_t> seen_[5] = {};
 };
 
 // Whether `want` names shard `index`.

@@ -71,6 +71,8 @@ MergeReport merge_ranks_observed(const std::string& dir, const std::vector<std::
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw InputError(concat(dir, " is not a folder"));
   MergeReport report;
+  // A rank of this run assembling through the folder, not a gather's rank 0 or `actcap merge`.
+  const bool by_a_rank = sealed_as.empty() && world_size > 0;
   if (!sealed_as.empty()) {
     report.world_size = static_cast<int>(sealed_as.size());
   } else if (world_size > 0) {
@@ -101,6 +103,7 @@ MergeReport merge_ranks_observed(const std::string& dir, const std::vector<std::
   std::vector<std::pair<int, std::shared_ptr<ManifestFile>>> held_files;  // the complete ranks'
   EntryTally listed;  // every complete rank's entries, in rank order
   int64_t rows = 0, documents = 0, skipped = 0;
+  int first_rank = -1;  // the first complete rank's: what the others must agree with
   for (int r = 0; r < report.world_size; ++r) {
     const std::string file = OutputLayout{r, report.world_size}.manifest();
     const std::string path = (fs::path(dir) / file).string();
@@ -151,15 +154,26 @@ MergeReport merge_ranks_observed(const std::string& dir, const std::vector<std::
       continue;
     }
     if (out.is_null()) {
+      first_rank = r;
       out = m;
       out.erase("rank");
       out.erase("manifest_checksum");
     } else {
+      const char* differs = nullptr;
       for (const char* key : kSharedKeys)
-        if (m.value(key, json()) != out.value(key, json()))
-          throw RunError(concat(file, " differs from the other ranks in '", key,
-                                "': the ranks ran different jobs into one folder; overwrite "
-                                "the run"));
+        if (!differs && m.value(key, json()) != out.value(key, json())) differs = key;
+      if (differs && by_a_rank) {
+        // A rank of a new run over an earlier one's folder can finish before a sibling has
+        // replaced its earlier manifest: that sibling assembles when it completes this run.
+        report.waiting.push_back(concat("ranks ", first_rank, " and ", r, " of ", report.world_size,
+                                        " differ in '", differs,
+                                        "': one holds an earlier run's manifest until it runs"));
+        continue;
+      }
+      if (differs)
+        throw RunError(concat(file, " differs from the other ranks in '", differs,
+                              "': the ranks ran different jobs into one folder; overwrite "
+                              "the run"));
     }
     rows += m.value("rows", int64_t{0});
     documents += m.value("documents", int64_t{0});

@@ -235,6 +235,67 @@ def test_a_rank_starting_again_replaces_its_manifest_before_it_removes_anything(
     assert_same_rows(out, single)
 
 
+def other_corpus(tmp_path):
+    rng = np.random.default_rng(12)
+    write_jsonl(tmp_path / "other.jsonl", [rng.integers(0, 256, rng.integers(3, 70)).tolist() for _ in range(30)])
+    return tmp_path / "other.jsonl"
+
+
+def test_a_rank_killed_after_its_new_head_then_resumed_is_the_new_run_alone(corpus, tmp_path):
+    """An earlier run's rank 1 was killed mid-way (its journal claims shards); a new run over the
+    folder with another input has its rank 1 killed right after writing its head, then resumed:
+    the earlier journal's shards are not taken in (it went before the head)."""
+    inp, _, _ = corpus
+    other, out, ref = other_corpus(tmp_path), tmp_path / "out", tmp_path / "ref"
+    assert [r[0] for r in launch_env(other, ref, 2)] == [0, 0]
+    results = launch_env(inp, out, 2, env_for={1: {"ACTCAP_KILL_AT": "journal:2"}})
+    assert results[1][0] == -9 and results[0][0] == 0, results
+    r1 = ("--rank", "1", "--world-size", "2")
+    p = run(*args(other, out, *r1, "--overwrite"), env=clean_env(ACTCAP_KILL_AT="start"))
+    assert p.returncode == -9, p.stderr
+    p = run(*args(other, out, *r1, "--resume"), env=clean_env())
+    assert p.returncode == 0, p.stderr + p.stdout
+    p = run(*args(other, out, "--rank", "0", "--world-size", "2", "--overwrite"), env=clean_env())
+    assert p.returncode == 0 and "; assembled" in p.stdout, p.stderr + p.stdout
+    assert_same_rows(out, ref)
+
+
+def test_a_resumed_rank_removes_the_earlier_manifest_json_before_any_file_it_lists(corpus, tmp_path):
+    """A complete run; its rank 1 started again (--overwrite) and killed right after its new head,
+    before it removed manifest.json; then resumed: manifest.json goes before the rank's old shards,
+    so at no moment does it list missing files."""
+    inp, _, single = corpus
+    out = tmp_path / "out"
+    assert [r[0] for r in launch_env(inp, out, 2)] == [0, 0]
+    r1 = ("--rank", "1", "--world-size", "2")
+    p = run(*args(inp, out, *r1, "--overwrite"), env=clean_env(ACTCAP_KILL_AT="start"))
+    assert p.returncode == -9 and (out / "manifest.json").exists(), p.stderr
+    p = run(*args(inp, out, *r1, "--resume"), env=clean_env(ACTCAP_KILL_AT="shard-write:1"))
+    assert p.returncode == -9, p.stderr
+    assert not (out / "manifest.json").exists()
+    p = run(*args(inp, out, *r1, "--resume"), env=clean_env())
+    assert p.returncode == 0 and "; assembled" in p.stdout, p.stderr + p.stdout
+    assert_same_rows(out, single)
+
+
+def test_a_rank_finishing_before_a_sibling_replaced_an_earlier_runs_manifest_waits(corpus, tmp_path):
+    """A new run (another input) over a complete run of the same world size: rank 1 finishes while
+    rank 0 still holds the earlier run's manifest. It leaves the assembly to rank 0 (exit 0) rather
+    than failing; rank 0 assembles the new run."""
+    inp, _, _ = corpus
+    other, out, ref = other_corpus(tmp_path), tmp_path / "out", tmp_path / "ref"
+    assert [r[0] for r in launch_env(other, ref, 2)] == [0, 0]
+    assert [r[0] for r in launch_env(inp, out, 2)] == [0, 0]
+    p = run(*args(other, out, "--rank", "1", "--world-size", "2", "--overwrite"), env=clean_env())
+    assert p.returncode == 0 and "; assembled" not in p.stdout, p.stderr + p.stdout
+    assert not (out / "manifest.json").exists()
+    mg = run("merge", out)  # asked explicitly, it names the difference
+    assert mg.returncode == 1 and "differs from the other ranks in 'input'" in one_error_line(mg)
+    p = run(*args(other, out, "--rank", "0", "--world-size", "2", "--overwrite"), env=clean_env())
+    assert p.returncode == 0 and "; assembled" in p.stdout, p.stderr + p.stdout
+    assert_same_rows(out, ref)
+
+
 def test_merge_repairs_a_missing_or_damaged_manifest(corpus, tmp_path):
     inp, _, single = corpus
     out = tmp_path / "out"
