@@ -693,7 +693,9 @@ std::vector<fs::path> prepare_rank_output(const std::string& dir, const OutputLa
                               "): resume that run with its world size, or overwrite it")
                      : std::string("; resume that run, or allow overwriting to replace it")),
           {"out", "overwrite", "resume"});
-    if ((mine || layout.rank == 0) && n != layout.manifest()) stale.push_back(e.path());
+    // Its manifest is replaced by the new head, its journal removed before it (start_run).
+    if ((mine || layout.rank == 0) && n != layout.manifest() && n != layout.journal())
+      stale.push_back(e.path());
   }
   if (!overwrite && fs::exists(fs::path(dir) / kManifestName, ec))
     throw InputError(concat("output folder ", dir, " already holds ", kManifestName,
@@ -715,11 +717,12 @@ StartPoint start_run(const ExtractOptions& o, const RunIdentity& id, const Outpu
   start.manifest["settings"] = id.settings;
   start.manifest["input"] = id.input;
   std::error_code ec;
+  const bool replacing = layout.ranked() && o.overwrite;  // an earlier run's files, this rank's
   // The earlier run's journal first: it claims shards for that run, and a --resume after a kill
   // below would otherwise take them into this one (no manifest.json lists a journal's shards).
-  if (layout.ranked() && o.overwrite) fs::remove(fs::path(o.out) / layout.journal(), ec);
+  if (replacing) fs::remove(fs::path(o.out) / layout.journal(), ec);
   write_manifest(o.out, start.manifest, &faults, layout.manifest());
-  if (layout.ranked() && o.overwrite) {
+  if (replacing) {
     faults.reached(ExportFaults::Moment::kStart);
     // In this order: the head above replaced this rank's manifest, then the dataset's
     // manifest.json goes, which may list the files removed next (left, it would look complete

@@ -24,7 +24,8 @@ class FaultPoints {
 
  private:
   ExportFaults faults_;
-  std::atomic<int64_t> seen_[5] = {};
+  // One count per moment (kStart is the last).
+  std::atomic<int64_t> seen_[static_cast<int>(ExportFaults::Moment::kStart) + 1] = {};
 };
 
 // Whether `want` names shard `index`.
