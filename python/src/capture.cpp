@@ -151,7 +151,7 @@ void bind_capture(py::module_& m) {
   // The bare-reference check of the engine's hooks (src/models/module.cpp), for a Python object:
   // its Python reference count, and for a tensor the use counts of its TensorImpl and its storage.
   // A hook that keeps the object, a view or a detach() of it raises one of them.
-  m.def("reference_counts", [](py::handle obj) {
+  m.def("reference_counts", [](py::handle obj) -> py::tuple {
     const Py_ssize_t py_refs = Py_REFCNT(obj.ptr()) - 1;  // less this call's own borrowed handle
     if (!THPVariable_Check(obj.ptr())) return py::make_tuple(py_refs, 0, 0);
     const at::Tensor& t = THPVariable_Unpack(obj.ptr());
