@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -62,10 +62,54 @@ def _watched(value: Any, label: str, out: List[Tuple[str, Any]]) -> None:
 
 
 def _storage_ptr(t: torch.Tensor) -> int:
+    """Where t's storage starts, without making a Python object of the storage: on a LibTorch that
+    keeps such a wrapper alive while the storage is shared, the wrapper would hold a use of it."""
     try:
-        return t.untyped_storage().data_ptr()  # torch >= 2.0
-    except AttributeError:
-        return t.storage().data_ptr()
+        return t.data_ptr() - t.storage_offset() * t.element_size()
+    except RuntimeError:  # no data pointer (e.g. a tensor subclass without storage)
+        try:
+            return t.untyped_storage().data_ptr()  # torch >= 2.0
+        except AttributeError:
+            return t.storage().data_ptr()
+
+
+_PRESERVATION: Optional[Tuple[int, int]] = None
+
+
+def _preservation() -> Tuple[int, int]:
+    """What LibTorch itself adds to the counts, measured once in this process: (the Python
+    references a tensor's object gains while other C++ references to its TensorImpl exist; the
+    uses of a storage that a Python wrapper held only by LibTorch keeps). Both 0 on LibTorch 1.13;
+    1 on a 2.x whose intrusive_ptr keeps a wrapper alive while C++ shares the object
+    (c10/util/intrusive_ptr.h, "PyObject preservation"): there a hook that returns a view raises
+    its output's Python count, and one that only looked at ``.untyped_storage()`` leaves a use of
+    the storage behind, neither of which keeps anything."""
+    global _PRESERVATION
+    if _PRESERVATION is None:
+        t = torch.empty(4)
+        py_alone = _core.reference_counts(t)[0]
+        view = t.view(4)  # a C++ reference to t's TensorImpl (the view's base) and its storage
+        py_shared, _, storage_before, _ = _core.reference_counts(t)
+        if hasattr(t, "untyped_storage"):
+            t.untyped_storage()  # a wrapper, dropped at once
+        else:
+            t.storage()
+        _, _, storage_after, only_libtorch = _core.reference_counts(t)
+        del view
+        _PRESERVATION = (max(0, py_shared - py_alone),
+                         max(0, storage_after - storage_before) if only_libtorch else 0)
+    return _PRESERVATION
+
+
+def _counts(obj: Any) -> Tuple[int, int, int]:
+    """(Python references, TensorImpl uses, storage uses) of obj, less LibTorch's own."""
+    py, impl, storage, wrapper_only_libtorch = _core.reference_counts(obj)
+    tensor_kept, storage_kept = _preservation()
+    if impl >= 2:  # other C++ references than its Python object's: that object is preserved
+        py -= tensor_kept
+    if wrapper_only_libtorch:
+        storage -= storage_kept
+    return py, impl, storage
 
 
 def _held_by(result: Any, obj: Any) -> Tuple[int, int, int]:
@@ -128,10 +172,10 @@ class Audit:
             if kind == "forward":
                 _watched(args[-1], "output", watched)
             _watched(args[1], "input", watched)
-            before = [_core.reference_counts(o) for _, o in watched]
+            before = [_counts(o) for _, o in watched]
             result = fn(*args)
             for (label, obj), b in zip(watched, before):
-                py, impl, storage = _core.reference_counts(obj)
+                py, impl, storage = _counts(obj)
                 held_py, held_impl, held_storage = _held_by(result, obj)
                 if py - held_py > b[0] or impl - held_impl > b[1] or storage - held_storage > b[2]:
                     self._report(Finding(module_name, hook_name, kind, label))

@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <functional>
+#include <type_traits>
+#include <utility>
 
 #include "actcap/error.h"
 #include "actcap/export.h"
@@ -22,6 +24,25 @@ namespace actcap::python {
 namespace {
 
 at::Tensor int_tensor(const std::vector<int64_t>& v) { return at::tensor(v, at::kLong); }
+
+// Whether a storage's Python wrapper exists and nothing but LibTorch holds it. LibTorch 2.x's
+// PyObject preservation through the refcount (c10/util/intrusive_ptr.h: a wrapper is kept alive
+// while other C++ references exist, and holds a use of its storage) has PyObjectSlot::
+// has_unique_reference(); a LibTorch without it answers false. Detected, not read from a version.
+template <typename S, typename = void>
+struct reports_unique_wrapper : std::false_type {};
+template <typename S>
+struct reports_unique_wrapper<
+    S, std::void_t<decltype(std::declval<const S&>().pyobj_slot()->has_unique_reference())>>
+    : std::true_type {};
+
+template <typename S>
+bool storage_wrapper_held_only_by_libtorch(const S& storage) {
+  if constexpr (reports_unique_wrapper<S>::value)
+    return storage.pyobj_slot()->has_unique_reference();
+  else
+    return false;
+}
 
 // Writes through `write` into a sibling staging folder and moves the result into `dir` only once
 // it is complete (shards first, manifest last): a save that fails (nothing captured, a point that
@@ -149,14 +170,19 @@ void bind_capture(py::module_& m) {
           py::arg("fingerprint"), py::arg("device_map"), py::arg("points"));
 
   // The bare-reference check of the engine's hooks (src/models/module.cpp), for a Python object:
-  // its Python reference count, and for a tensor the use counts of its TensorImpl and its storage.
-  // A hook that keeps the object, a view or a detach() of it raises one of them.
+  // its Python reference count (as seen inside this call: compared before and after a hook, never
+  // read alone), and for a tensor the use counts of its TensorImpl and its storage, and whether the
+  // storage has a Python wrapper that only LibTorch itself holds (audit.py decides, by measuring
+  // once, whether such a wrapper holds one of the storage's uses). A hook that keeps the object, a
+  // view or a detach() of it raises one of the counts.
   m.def("reference_counts", [](py::handle obj) -> py::tuple {
-    const Py_ssize_t py_refs = Py_REFCNT(obj.ptr()) - 1;  // less this call's own borrowed handle
-    if (!THPVariable_Check(obj.ptr())) return py::make_tuple(py_refs, 0, 0);
+    const Py_ssize_t py_refs = Py_REFCNT(obj.ptr());
+    if (!THPVariable_Check(obj.ptr())) return py::make_tuple(py_refs, 0, 0, false);
     const at::Tensor& t = THPVariable_Unpack(obj.ptr());
     const size_t storage = t.has_storage() ? t.storage().use_count() : 0;
-    return py::make_tuple(py_refs, t.use_count(), storage);
+    const bool wrapper_kept_by_libtorch =
+        t.has_storage() && storage_wrapper_held_only_by_libtorch(*t.storage().unsafeGetStorageImpl());
+    return py::make_tuple(py_refs, t.use_count(), storage, wrapper_kept_by_libtorch);
   });
 }
 
