@@ -9,7 +9,7 @@ APT_PACKAGES := build-essential cmake pkg-config libtorch-dev libopenblas0-pthre
   python3-dev pybind11-dev python3-pybind11 python3-setuptools python3-wheel python3-pip python3-venv \
   libopenmpi-dev openmpi-bin
 
-.PHONY: deps build test demo bench clean format sanitize sanitize-address sanitize-thread ci-extra gpu-bundle
+.PHONY: deps build test demo bench clean format sanitize sanitize-address sanitize-thread ci-extra gpu-bundle torch2-check
 
 # Idempotent: apt-get runs only when a package is missing. Node.js and npm (the tokenizer parity
 # test's reference, tests/python/test_tokenizer_parity.py) are looked for as commands, not packages:
@@ -86,6 +86,12 @@ gpu-bundle:
 	rm -rf $(GPU_BUNDLE) && mkdir -p $(GPU_BUNDLE)
 	cd $(GPU_BUNDLE) && apt-get download $(GPU_BUNDLE_PACKAGES)
 	@du -sh $(GPU_BUNDLE); ls $(GPU_BUNDLE)
+
+# The build and the tests against LibTorch 2.x on this CPU machine (scripts/torch2-check.sh): Debian
+# sid's libtorch-dev and python3-torch in a root made with debootstrap under build-torch2/ (needs
+# root and deb.debian.org; not part of CI). Report: build-torch2/report/report.md.
+torch2-check:
+	scripts/torch2-check.sh build-torch2/report
 
 # What CI runs after `make test`: sanitizers, fuzz regressions and a short fuzz of every target.
 ci-extra: sanitize fuzz-regress fuzz-smoke
