@@ -66,7 +66,7 @@ def _storage_ptr(t: torch.Tensor) -> int:
     keeps such a wrapper alive while the storage is shared, the wrapper would hold a use of it."""
     try:
         return t.data_ptr() - t.storage_offset() * t.element_size()
-    except RuntimeError:  # no data pointer (e.g. a tensor subclass without storage)
+    except (RuntimeError, NotImplementedError):  # no data pointer (a tensor subclass, say)
         try:
             return t.untyped_storage().data_ptr()  # torch >= 2.0
         except AttributeError:
