@@ -20,7 +20,7 @@
 #         TORCH2_PYTEST_ARGS adds arguments, e.g. "-k package")
 #
 # Writes REPORT_DIR/report.md (versions, a line per stage: status, seconds, the failing log's tail)
-# and REPORT_DIR/logs.txt. Needs root (debootstrap, chroot, mounts); the mounts (/proc, /dev) live
+# and REPORT_DIR/logs.txt. Needs root (debootstrap, chroot, mounts); the mounts (/proc, /dev, /sys) live
 # in a private mount namespace (unshare) and end with the stage. Exit status 0 when every stage
 # run passed, 1 otherwise, 2 for bad usage.
 # Environment: TORCH2_SUITE (default sid; trixie has LibTorch 2.6), TORCH2_ROOT (default
@@ -51,21 +51,24 @@ if [ "$(id -u)" != 0 ]; then
   echo "scripts/torch2-check.sh needs root (debootstrap, chroot, mounts)" >&2
   exit 2
 fi
-# What the build and the tests need, as `make deps` installs them on bookworm (no MPI: the ranked
-# tests coordinate through the output folder; Node.js for the tokenizer parity test's reference).
+# What the build and the tests need, as `make deps` installs them on bookworm (Open MPI for the
+# ranked extract's mpirun tests; Node.js for the tokenizer parity test's reference).
 PACKAGES="g++ cmake make ninja-build pkg-config libtorch-dev libopenblas0-pthread python3-torch
   python3-numpy nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   libxxhash-dev libpcre2-dev libicu-dev python3-pytest python3-pytest-xdist python3-dev pybind11-dev
-  python3-pybind11 python3-setuptools python3-wheel python3-pip python3-venv git nodejs npm"
+  python3-pybind11 python3-setuptools python3-wheel python3-pip python3-venv git nodejs npm
+  libopenmpi-dev openmpi-bin"
 : > "$REPORT/logs.txt"
 
-# Runs a command inside the root, with /proc and /dev mounted in a mount namespace of its own.
+# Runs a command inside the root, with /proc, /dev and /sys (Open MPI's UCX reads /sys/class/net)
+# mounted in a mount namespace of its own.
 in_root() {
   unshare --mount --propagation private bash -c '
     set -e
     r=$1; shift
     mount -t proc proc "$r/proc"
     mount --rbind /dev "$r/dev"
+    mount --rbind /sys "$r/sys"
     exec chroot "$r" /usr/bin/env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
       LANG=C.UTF-8 NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt "$@"' in_root "$ROOTFS" "$@"
 }
@@ -167,7 +170,7 @@ done
     esac
   done
   for s in unit python; do
-    [ -f "$REPORT/$s.log" ] || continue
+    [ -n "${RESULT[$s]:-}" ] || continue  # run this time (an earlier run's log may be there)
     line=$(grep -E '(tests passed|passed|failed)' "$REPORT/$s.log" | tail -1)
     [ -n "$line" ] && echo "- $s: $line"
   done
