@@ -181,7 +181,8 @@ void bind_capture(py::module_& m) {
     const at::Tensor& t = THPVariable_Unpack(obj.ptr());
     const size_t storage = t.has_storage() ? t.storage().use_count() : 0;
     const bool wrapper_kept_by_libtorch =
-        t.has_storage() && storage_wrapper_held_only_by_libtorch(*t.storage().unsafeGetStorageImpl());
+        t.has_storage() &&
+        storage_wrapper_held_only_by_libtorch(*t.storage().unsafeGetStorageImpl());
     return py::make_tuple(py_refs, t.use_count(), storage, wrapper_kept_by_libtorch);
   });
 }
