@@ -128,12 +128,13 @@ versions() {
 
 declare -A RESULT SECONDS_TAKEN
 failed=0
+started=$(date -u '+%Y-%m-%d %H:%M UTC')
+export -f in_root stage_root stage_build stage_unit stage_python
+export ROOTFS SUITE MIRROR JOBS PACKAGES
 for s in $STAGES; do
   log="$REPORT/$s.log"
   start=$SECONDS
   echo "== $s" | tee -a "$REPORT/logs.txt"
-  export -f in_root stage_root stage_build stage_unit stage_python
-  export ROOTFS SUITE MIRROR JOBS PACKAGES
   timeout "$STAGE_TIMEOUT" bash -c "stage_$s" > "$log" 2>&1
   rc=$?
   cat "$log" >> "$REPORT/logs.txt"
@@ -148,7 +149,7 @@ done
 {
   echo "# actcap against LibTorch 2.x (scripts/torch2-check.sh)"
   echo
-  echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC'); commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' + uncommitted changes')"
+  echo "- started: $started; commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' + uncommitted changes')"
   echo "- machine: $(nproc) cores, $JOBS jobs"
   versions
   echo

@@ -46,9 +46,10 @@ def unmet_torch_requirements():
     seen, unmet = set(), []
 
     def walk(name):
-        if name.lower().replace("_", "-") in seen:
+        key = name.lower().replace("_", "-")
+        if key in seen:
             return
-        seen.add(name.lower().replace("_", "-"))
+        seen.add(key)
         dist = md.distribution(name)
         for text in dist.requires or []:
             req = Requirement(text)
