@@ -10,7 +10,8 @@
 #
 # Stages, in order (default: all):
 # root    debootstrap the suite into TORCH2_ROOT (once; kept and reused) and install the build's
-#         packages there (apt-get, network to deb.debian.org; again only when one is missing)
+#         packages there, and transformers and accelerate where the suite has them (apt-get,
+#         network to deb.debian.org; again only when one is missing)
 # build   the working tree (tracked files and untracked ones git does not ignore) copied into the
 #         root's /src (its build/ kept, so a rerun rebuilds what changed), configured (Release,
 #         warnings are errors as in `make build`) and built with JOBS jobs: CLI, unit suite,
@@ -58,6 +59,10 @@ PACKAGES="g++ cmake make ninja-build pkg-config libtorch-dev libopenblas0-pthrea
   libxxhash-dev libpcre2-dev libicu-dev python3-pytest python3-pytest-xdist python3-dev pybind11-dev
   python3-pybind11 python3-setuptools python3-wheel python3-pip python3-venv git nodejs npm
   libopenmpi-dev openmpi-bin"
+# Installed where the suite has them (sid: transformers 5.12, accelerate 1.14; bookworm, trixie:
+# none): tests/python/test_transformers_parity.py runs actcap against transformers' own modeling
+# code, and the GPU benchmark's smoke run its HF arms, only where transformers imports.
+OPTIONAL_PACKAGES="python3-transformers python3-accelerate"
 : > "$REPORT/logs.txt"
 
 # Runs a command inside the root, with /proc, /dev and /sys (Open MPI's UCX reads /sys/class/net)
@@ -92,11 +97,23 @@ stage_root() {
   # A mirror frozen at an earlier date than this machine's clock serves an "expired" Release file.
   echo 'Acquire::Check-Valid-Until "false";' > "$ROOTFS/etc/apt/apt.conf.d/99actcap-no-valid-until"
   # shellcheck disable=SC2086
-  in_root bash -c 'missing=$(for p in '"$(echo $PACKAGES)"'; do
-        dpkg-query -W -f="\${Status}\n" $p 2>/dev/null | grep -q "^install ok installed" || echo $p; done)
-      [ -z "$missing" ] && { echo "every package present"; exit 0; }
-      echo "installing:" $missing
-      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing'
+  in_root bash -c 'installed() { dpkg-query -W -f="\${Status}\n" "$1" 2>/dev/null | grep -q "^install ok installed"; }
+      missing=$(for p in '"$(echo $PACKAGES)"'; do installed $p || echo $p; done)
+      optional=$(for p in '"$(echo $OPTIONAL_PACKAGES)"'; do installed $p || echo $p; done)
+      [ -z "$missing$optional" ] && { echo "every package present"; exit 0; }
+      apt-get update -qq || exit
+      if [ -n "$missing" ]; then
+        echo "installing:" $missing
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing || exit
+      fi
+      for p in $optional; do
+        if apt-cache policy "$p" 2>/dev/null | grep -q "Candidate: [^(]"; then
+          echo "installing (optional): $p"
+          DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$p" || exit
+        else
+          echo "not in this suite (optional): $p"
+        fi
+      done'
 }
 
 stage_build() {
@@ -123,14 +140,15 @@ versions() {
   [ -x "$ROOTFS/usr/bin/apt-get" ] || { echo "- root: not made yet"; return; }
   echo "- suite: $SUITE ($ROOTFS)"
   in_root bash -c 'v() { dpkg-query -W -f="\${Version}" "$1" 2>/dev/null || echo none; }
-    echo "- libtorch-dev $(v libtorch-dev), python3-torch $(v python3-torch), g++ $(g++ -dumpfullversion 2>/dev/null || echo none), cmake $(v cmake), pybind11 $(v pybind11-dev), python3 $(v python3)"' 2>&1
+    echo "- libtorch-dev $(v libtorch-dev), python3-torch $(v python3-torch), g++ $(g++ -dumpfullversion 2>/dev/null || echo none), cmake $(v cmake), pybind11 $(v pybind11-dev), python3 $(v python3)"
+    echo "- transformers $(v python3-transformers), accelerate $(v python3-accelerate)"' 2>&1
 }
 
 declare -A RESULT SECONDS_TAKEN
 failed=0
 started=$(date -u '+%Y-%m-%d %H:%M UTC')
 export -f in_root stage_root stage_build stage_unit stage_python
-export ROOTFS SUITE MIRROR JOBS PACKAGES
+export ROOTFS SUITE MIRROR JOBS PACKAGES OPTIONAL_PACKAGES
 for s in $STAGES; do
   log="$REPORT/$s.log"
   start=$SECONDS

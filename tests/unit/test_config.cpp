@@ -483,6 +483,18 @@ TEST(Config, Gemma3DefaultsAndRopeOfEachLayerType) {
   auto g = fields(v5);
   for (const char* k : {"rope_theta", "rope_scaling", "rope_local_base_freq"})
     EXPECT_EQ(g[k], f[k]) << k;
+  // transformers 5.12's save of a model whose layers are all of one type: a default rope_type and
+  // a rope_theta beside the entries, which its Gemma 3 does not read.
+  auto mixed = parse_config(
+      R"({"model_type":"gemma3_text","vocab_size":100,"hidden_size":64,"intermediate_size":128,
+      "num_hidden_layers":4,"num_attention_heads":4,"head_dim":16,"sliding_window":8,
+      "rope_parameters":{"rope_type":"default","rope_theta":null,
+        "full_attention":{"rope_type":"linear","factor":8.0,"rope_theta":5000.0},
+        "sliding_attention":{"rope_type":"default","rope_theta":50.0}}})",
+      "cfg");
+  EXPECT_EQ(mixed.params<LlamaParams>().rope.rope_type, "linear");
+  EXPECT_DOUBLE_EQ(mixed.params<LlamaParams>().rope.rope_theta, 5000.0);
+  EXPECT_DOUBLE_EQ(fields(mixed)["rope_local_base_freq"].get<double>(), 50.0);
 }
 
 TEST(Config, Gemma3RoundTripsInBothLayouts) {
@@ -535,6 +547,11 @@ TEST(Config, Gemma3ErrorsNameTheField) {
   EXPECT_NE(error_of(head + R"("sliding_window":null})").find("sliding_window is null"),
             std::string::npos);
   EXPECT_NE(error_of(head + R"("rope_parameters":{"rope_type":"linear","factor":2.0}})")
+                .find("keyed by layer type"),
+            std::string::npos);
+  // Beside the layer types' entries only a default rope_type is what transformers writes.
+  EXPECT_NE(error_of(head + R"("rope_parameters":{"rope_type":"linear","factor":2.0,
+      "full_attention":{"rope_type":"default"}}})")
                 .find("keyed by layer type"),
             std::string::npos);
   EXPECT_NE(error_of(head + R"("rope_scaling":{"type":"linear","factor":2.0}})").find("'type'"),

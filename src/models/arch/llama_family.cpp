@@ -209,7 +209,13 @@ void write_gemma_fields(const ModelConfig& c, nlohmann::json& j) {
   write_llama_family(c, j);
   j["hidden_activation"] = p.hidden_activation;
   j["attention_bias"] = p.attention_bias;
-  j["query_pre_attn_scalar"] = p.query_pre_attn_scalar;
+  // An integer where it is one, as the released configs write it: transformers 5 validates the
+  // field as an int and refuses 16.0.
+  const double scalar = p.query_pre_attn_scalar;
+  if (scalar == std::floor(scalar) && scalar < 9.0e15)
+    j["query_pre_attn_scalar"] = static_cast<int64_t>(scalar);
+  else
+    j["query_pre_attn_scalar"] = scalar;
   j["attn_logit_softcapping"] = optional_json(p.attn_logit_softcapping);
   j["final_logit_softcapping"] = optional_json(p.final_logit_softcapping);
   j["sliding_window"] = p.sliding_window ? json(*p.sliding_window) : json(nullptr);

@@ -1,0 +1,351 @@
+"""actcap against Hugging Face transformers itself: its modeling code run on the CPU in float32,
+not a reference written from it (reference.py). Skipped where `transformers` is not importable
+(Debian bookworm, CI); `make torch2-check` installs it in its root (sid: transformers 5.12,
+accelerate 1.14) and runs these, and the GPU machine has it.
+
+* actcap's own checkpoints (`init-model`, every architecture) load in transformers with no missing,
+  unexpected or mis-shaped tensor, and every hook point actcap captures (`**`, `**:input`) equals
+  the output (and first input) of the transformers module of the same name, row for row, for a
+  batch of three sequences of different lengths (transformers runs the same right-padded batch
+  with its attention mask; only the real tokens' rows are compared);
+* models transformers builds and writes itself (`save_pretrained`: its own config.json fields and
+  tensor layout, tied heads dropped from the file), one per architecture and per feature actcap
+  reads from a config (RoPE types linear, dynamic, yarn, llama3, longrope and partial rotary;
+  sliding windows shorter than the batch; per-layer layer_types; GPT-2's attention scalings;
+  Gemma's soft-caps and query_pre_attn_scalar; biases; head_dim apart from hidden/heads; Gemma 3
+  multimodal with its vision tower), compared the same way;
+* attention probabilities (`**:probs`) equal transformers' eager attention weights
+  (output_attentions) on the real keys, 0 on the padded ones;
+* `actcap generate` (greedy, KV cache) produces transformers' `generate` tokens.
+
+One layout differs by design: Gemma 3's q_norm / k_norm run on transformers' [batch, heads, T,
+head_dim] view; actcap's rows are tokens ([heads, head_dim] per token), so that view is transposed
+before comparing. Tolerance: max |diff| <= 1e-4 * max(1, max |transformers|) per point (float32,
+the same operations in another order)."""
+import copy
+import json
+
+import numpy as np
+import pytest
+
+import actcap_helpers as H
+
+transformers = pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+if int(transformers.__version__.split(".")[0]) < 5:
+    pytest.skip(f"written for transformers 5's config fields (rope_parameters, layer_types) and "
+                f"from_pretrained(dtype=); this is {transformers.__version__}", allow_module_level=True)
+
+pytestmark = pytest.mark.usefixtures("actcap_bin")
+
+ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3_text", "gemma3",
+         "gpt_neox", "phi3"]
+LENGTHS = [9, 5, 12]  # 12 > the windows (4 or 8) of the windowed variants
+REL = 1e-4
+TRANSPOSED = (".self_attn.q_norm", ".self_attn.k_norm")  # Gemma 3's [B, heads, T, hd] views
+
+
+@pytest.fixture(autouse=True)
+def _no_reexec(monkeypatch):
+    monkeypatch.setenv("OMP_WAIT_POLICY", "passive")  # actcap's re-exec for it, skipped
+
+
+# ---------------------------------------------------------------------------------------------
+# transformers' side
+# ---------------------------------------------------------------------------------------------
+
+def hf_load(model_dir):
+    """The checkpoint as transformers loads it (float32, eager attention), and its loading info."""
+    model, info = transformers.AutoModelForCausalLM.from_pretrained(
+        str(model_dir), dtype=torch.float32, attn_implementation="eager", output_loading_info=True)
+    return model.eval(), info
+
+
+def padded(seqs, pad=0):
+    T = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), T), pad, dtype=torch.int64)
+    mask = torch.zeros((len(seqs), T), dtype=torch.int64)
+    for i, s in enumerate(seqs):
+        ids[i, :len(s)] = torch.tensor(s)
+        mask[i, :len(s)] = 1
+    return ids, mask
+
+
+def hf_points(model, names, seqs, attentions=False):
+    """Every module of `names` hooked over one right-padded batch: name -> [B, T, ...] output and
+    name + ':input' -> its first input; with attentions, also the eager attention weights."""
+    mods = dict(model.named_modules())
+    absent = sorted(n for n in names if n not in mods)
+    assert not absent, f"actcap points that are not transformers modules: {absent[:10]}"
+    rec = {}
+
+    def hook_for(name):
+        def hook(module, args, kwargs, output):
+            out = output[0] if isinstance(output, (tuple, list)) else output
+            rec[name] = out.detach().clone()
+            inp = args[0] if args else next(
+                (kwargs[k] for k in ("hidden_states", "input", "input_ids", "x") if k in kwargs), None)
+            if isinstance(inp, torch.Tensor):
+                rec[name + ":input"] = inp.detach().clone()
+        return hook
+
+    handles = [mods[n].register_forward_hook(hook_for(n), with_kwargs=True) for n in names]
+    ids, mask = padded(seqs)
+    try:
+        with torch.no_grad():
+            out = model(input_ids=ids, attention_mask=mask, output_attentions=attentions,
+                        use_cache=False)
+    finally:
+        for h in handles:
+            h.remove()
+    heads_first = model.config.model_type in ("gemma3", "gemma3_text")
+    for name in list(rec):
+        if heads_first and name.split(":")[0].endswith(TRANSPOSED):
+            rec[name] = rec[name].transpose(1, 2)  # [B, heads, T, hd] -> [B, T, heads, hd]
+    return rec, (out.attentions if attentions else None)
+
+
+# ---------------------------------------------------------------------------------------------
+# the comparison
+# ---------------------------------------------------------------------------------------------
+
+def compare(got, hf, seqs, label=""):
+    """actcap's rows (name -> [rows, ...]) against transformers' [B, T, ...] per sequence."""
+    failures, worst = [], 0.0
+    row_seq = got[H.ROWS_SEQ]
+    for i, s in enumerate(seqs):
+        sel = row_seq == i
+        for name, t in hf.items():
+            g = got[name][sel]
+            row = t[i] if t.shape[0] > i else t[0]  # [1, T] position ids broadcast over the batch
+            r = row[:len(s)].numpy()
+            if r.dtype == np.int64:
+                if not np.array_equal(g, r):
+                    failures.append(f"{label}seq {i} {name}: ids {g.tolist()} != {r.tolist()}")
+                continue
+            if g.shape != r.shape:
+                failures.append(f"{label}seq {i} {name}: shape {g.shape} != transformers' {r.shape}")
+                continue
+            d = float(np.max(np.abs(g.astype(np.float64) - r))) if r.size else 0.0
+            scale = max(1.0, float(np.max(np.abs(r)))) if r.size else 1.0
+            worst = max(worst, d / scale)
+            if d > REL * scale:
+                failures.append(f"{label}seq {i} {name}: max |diff| {d:.3e} > {REL:g} * {scale:.3g}")
+    return failures, worst
+
+
+def check_against_hf(model_dir, out_dir, seqs, label="", patterns=False):
+    """actcap run over the batch vs transformers over the same padded batch; returns the worst
+    relative difference."""
+    capture = ["**", "**:input"] + (["**:probs"] if patterns else [])
+    _, got, _ = H.run_capture(model_dir, out_dir, seqs, capture=capture)
+    names = sorted({k.split(":")[0] for k in got if k not in H.ROWS})
+    model, info = hf_load(model_dir)
+    for key in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs"):
+        assert not info.get(key), f"{label}transformers loading {model_dir}: {key} {info[key]}"
+    hf, attentions = hf_points(model, names, seqs, attentions=patterns)
+    plain = {k for k in got if k not in H.ROWS and not k.endswith(":probs")}
+    assert plain == set(hf), (f"{label}point sets differ: only actcap {sorted(plain - set(hf))[:8]}, "
+                              f"only transformers {sorted(set(hf) - plain)[:8]}")
+    failures, worst = compare(got, hf, seqs, label)
+    if patterns:
+        failures += compare_patterns(got, attentions, seqs, label)
+    assert not failures, f"{len(failures)} mismatches:\n" + "\n".join(failures[:30])
+    return worst
+
+
+def compare_patterns(got, attentions, seqs, label):
+    names = sorted((k for k in got if k.endswith(":probs")), key=layer_index)
+    assert len(names) == len(attentions), f"{label}{len(names)} :probs points, {len(attentions)} layers"
+    failures = []
+    for name, a in zip(names, attentions):
+        for i, s in enumerate(seqs):
+            L = len(s)
+            rows = got[name][got[H.ROWS_SEQ] == i]  # [L, heads, K]
+            want = a[i, :, :L, :L].permute(1, 0, 2).numpy()  # [L, heads, L]
+            d = float(np.max(np.abs(rows[:, :, :L] - want)))
+            if d > REL:
+                failures.append(f"{label}seq {i} {name}: probs differ by {d:.3e}")
+            if rows.shape[2] > L and np.any(rows[:, :, L:] != 0):
+                failures.append(f"{label}seq {i} {name}: padded keys' probs are not 0")
+    return failures
+
+
+def layer_index(name):
+    return [int(p) if p.isdigit() else p for p in name.replace(":", ".").split(".")]
+
+
+def tokens(vocab, lengths=LENGTHS, seed=0):
+    return H.random_tokens(vocab, lengths, seed=seed)
+
+
+def vocab_of(model_dir):
+    cfg = H.load_config(model_dir)
+    return cfg.get("vocab_size") or cfg["text_config"]["vocab_size"]
+
+
+# ---------------------------------------------------------------------------------------------
+# actcap's checkpoints in transformers
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_init_model_checkpoint_matches_transformers(models, tmp_path, arch):
+    m = models(arch)
+    check_against_hf(m, tmp_path / "out", tokens(vocab_of(m)), label=f"{arch}: ")
+
+
+# ---------------------------------------------------------------------------------------------
+# transformers' checkpoints in actcap
+# ---------------------------------------------------------------------------------------------
+
+LLAMA = dict(vocab_size=512, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+             rms_norm_eps=1e-5, tie_word_embeddings=False)
+GEMMA = dict(LLAMA, head_dim=16, query_pre_attn_scalar=24, sliding_window=4,
+             hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True)
+
+# name -> (model_type, config fields); each is built by transformers with random weights (norm
+# weights and biases perturbed too) and written with save_pretrained.
+VARIANTS = {
+    "gpt2": ("gpt2", dict(vocab_size=512, n_positions=64, n_embd=64, n_layer=3, n_head=4)),
+    "gpt2-scalings": ("gpt2", dict(vocab_size=512, n_positions=64, n_embd=64, n_layer=3, n_head=4,
+                                   scale_attn_by_inverse_layer_idx=True,
+                                   reorder_and_upcast_attn=True, activation_function="gelu")),
+    "llama": ("llama", dict(LLAMA)),
+    "llama-bias-headdim": ("llama", dict(LLAMA, attention_bias=True, mlp_bias=True, head_dim=24)),
+    "llama-tied": ("llama", dict(LLAMA, tie_word_embeddings=True)),
+    "llama-rope-linear": ("llama", dict(LLAMA, rope_parameters=dict(
+        rope_type="linear", factor=2.5, rope_theta=5000.0))),
+    "llama-rope-dynamic": ("llama", dict(LLAMA, max_position_embeddings=8, rope_parameters=dict(
+        rope_type="dynamic", factor=2.0, rope_theta=10000.0))),
+    "llama-rope-yarn": ("llama", dict(LLAMA, rope_parameters=dict(
+        rope_type="yarn", factor=4.0, original_max_position_embeddings=16, rope_theta=10000.0))),
+    "llama-rope-llama3": ("llama", dict(LLAMA, rope_parameters=dict(
+        rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+        original_max_position_embeddings=16, rope_theta=500000.0))),
+    "mistral-window": ("mistral", dict(LLAMA, sliding_window=4)),
+    "qwen2-window-layers": ("qwen2", dict(LLAMA, use_sliding_window=True, sliding_window=4,
+                                          max_window_layers=1)),
+    "qwen3": ("qwen3", dict(LLAMA, head_dim=24)),
+    "olmo2": ("olmo2", dict(LLAMA)),
+    "gemma2-softcaps": ("gemma2", dict(GEMMA, attn_logit_softcapping=0.5,
+                                       final_logit_softcapping=2.0)),
+    "gemma3_text": ("gemma3_text", dict(GEMMA, num_hidden_layers=4, layer_types=[
+        "sliding_attention", "full_attention", "sliding_attention", "full_attention"])),
+    "gemma3_text-rope": ("gemma3_text", dict(GEMMA, num_hidden_layers=4, rope_parameters=dict(
+        full_attention=dict(rope_type="linear", factor=4.0, rope_theta=100000.0),
+        sliding_attention=dict(rope_type="default", rope_theta=5000.0)))),
+    "gpt_neox-partial-rotary": ("gpt_neox", dict(vocab_size=512, hidden_size=64,
+                                                 intermediate_size=128, num_hidden_layers=3,
+                                                 num_attention_heads=4, max_position_embeddings=64,
+                                                 rotary_pct=0.25, tie_word_embeddings=False)),
+    "gpt_neox-sequential": ("gpt_neox", dict(vocab_size=512, hidden_size=64, intermediate_size=128,
+                                             num_hidden_layers=3, num_attention_heads=4,
+                                             max_position_embeddings=64, use_parallel_residual=False,
+                                             attention_bias=False, tie_word_embeddings=False)),
+    "phi3-window": ("phi3", dict(LLAMA, sliding_window=4, pad_token_id=0)),
+    "phi3-longrope-partial": ("phi3", dict(LLAMA, max_position_embeddings=64,
+                                           original_max_position_embeddings=8,
+                                           partial_rotary_factor=0.5, pad_token_id=0,
+                                           rope_parameters=dict(
+                                               rope_type="longrope", rope_theta=10000.0,
+                                               short_factor=[1.0, 1.1, 1.3, 1.6],
+                                               long_factor=[1.5, 2.0, 3.0, 4.5]))),
+}
+
+
+def build_hf_model(model_type, fields, out_dir, seed=0):
+    """transformers' own model of that config, random, written with save_pretrained."""
+    torch.manual_seed(seed)
+    # transformers standardizes the RoPE dicts it is given in place: a copy keeps VARIANTS as written
+    cfg = transformers.AutoConfig.for_model(model_type, **copy.deepcopy(fields))
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1:  # norms and biases: not their identity initialisation
+                p.add_(torch.randn_like(p) * 0.1)
+    model.save_pretrained(str(out_dir))
+    return out_dir
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_transformers_checkpoint_matches(tmp_path, variant):
+    model_type, fields = VARIANTS[variant]
+    m = build_hf_model(model_type, fields, tmp_path / "model")
+    check_against_hf(m, tmp_path / "out", tokens(vocab_of(m), seed=1), label=f"{variant}: ")
+
+
+def test_transformers_gemma3_multimodal_checkpoint_matches(tmp_path):
+    """Gemma3ForConditionalGeneration as transformers writes it (5.12 saves the original layout:
+    language_model.model.*, vision_tower.*, multi_modal_projector.*): actcap runs its text model
+    under the names transformers' modules have (model.language_model.*, lm_head)."""
+    torch.manual_seed(0)
+    text = transformers.Gemma3TextConfig(**dict(GEMMA, num_hidden_layers=2))
+    vision = transformers.SiglipVisionConfig(hidden_size=32, intermediate_size=64,
+                                             num_hidden_layers=1, num_attention_heads=2,
+                                             image_size=16, patch_size=4)
+    cfg = transformers.Gemma3Config(text_config=text.to_dict(), vision_config=vision.to_dict(),
+                                    mm_tokens_per_image=4)
+    model = transformers.Gemma3ForConditionalGeneration(cfg)
+    with torch.no_grad():
+        for _, p in model.named_parameters():
+            if p.dim() == 1:
+                p.add_(torch.randn_like(p) * 0.1)
+    m = tmp_path / "model"
+    model.save_pretrained(str(m))
+    raw = (m / "model.safetensors").read_bytes()
+    keys = json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])
+    assert any("vision_tower." in k for k in keys), sorted(keys)[:5]  # the tower is in the file
+    check_against_hf(m, tmp_path / "out", tokens(512, seed=2), label="gemma3 multimodal: ")
+
+
+# ---------------------------------------------------------------------------------------------
+# attention patterns and generation
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("variant", ["gpt2", "mistral-window", "gemma2-softcaps", "gemma3_text",
+                                     "gpt_neox-partial-rotary", "phi3-longrope-partial"])
+def test_attention_probs_match_transformers(tmp_path, variant):
+    model_type, fields = VARIANTS[variant]
+    m = build_hf_model(model_type, fields, tmp_path / "model")
+    check_against_hf(m, tmp_path / "out", tokens(vocab_of(m), seed=3), label=f"{variant}: ",
+                     patterns=True)
+
+
+def hf_greedy(model, prompt, max_new):
+    gen = transformers.GenerationConfig(max_new_tokens=max_new, min_new_tokens=max_new,
+                                        do_sample=False, eos_token_id=None, pad_token_id=0)
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt]), generation_config=gen,
+                             attention_mask=torch.ones((1, len(prompt)), dtype=torch.int64),
+                             output_scores=True, return_dict_in_generate=True)
+    return out.sequences[0].tolist(), out.scores
+
+
+@pytest.mark.parametrize("variant", ["gpt2", "llama-rope-llama3", "mistral-window", "qwen3",
+                                     "gemma2-softcaps", "gemma3_text", "gpt_neox-partial-rotary",
+                                     "phi3-window"])
+def test_generate_matches_transformers(tmp_path, variant):
+    """Greedy decoding with the KV cache past the sliding windows: the same tokens as
+    transformers' generate. A step where transformers' best two logits are within 1e-4 of each
+    other is a tie that float32 rounding may break either way: the sequences are compared up
+    to it."""
+    model_type, fields = VARIANTS[variant]
+    m = build_hf_model(model_type, fields, tmp_path / "model")
+    prompts = tokens(vocab_of(m), lengths=[6, 3], seed=4)
+    max_new = 8
+    proc = H.actcap("generate", m, "--tokens", H.tokens_arg(prompts), "--max-new-tokens", max_new,
+                    "--ignore-eos", "--json", check=True, timeout=300)
+    got = [s["tokens"] for s in json.loads(proc.stdout)["sequences"]]
+    model, _ = hf_load(m)
+    for i, p in enumerate(prompts):
+        want, scores = hf_greedy(model, p, max_new)
+        upto = len(want)
+        for step, s in enumerate(scores):
+            top = torch.topk(s[0].float(), 2).values
+            if float(top[0] - top[1]) < 1e-4:
+                upto = len(p) + step
+                break
+        assert upto > len(p), f"{variant}: the first step is a tie; choose another seed"
+        assert got[i][:upto] == want[:upto], (
+            f"{variant}: prompt {i}: actcap {got[i]} != transformers {want}")
