@@ -29,7 +29,8 @@
 # python   builds the Python extension, then the Python package's tests (test_package_*.py)
 #          against build-gpu/python, with ACTCAP_REQUIRE_CUDA=1: the CUDA ones fail, not skip,
 #          without a device, transformers or accelerate; and actcap against the machine's
-#          transformers on the CPU (test_transformers_parity.py); pytest from the bundle where python3 has none;
+#          transformers on the CPU (test_transformers_parity.py, test_package_transformers.py);
+#          pytest from the bundle where python3 has none;
 #          a crash of pytest itself gets a backtrace as in `unit`
 # bench    bench/gpu_bench.py (actcap vs transformers on gpt2-small, Llama-3.2-1B and 8B shapes, bf16;
 #          capture cost; device->host GB/s) into REPORT_DIR/bench.md and bench.json, its own time
@@ -397,7 +398,8 @@ stage_python() {
     pypath="${pypath:+$pypath:}$PREFIX/usr/lib/python3/dist-packages"
   fi
   local tests=(tests/python/test_package_cuda.py tests/python/test_package_capture.py
-    tests/python/test_package_engine.py tests/python/test_transformers_parity.py) rc
+    tests/python/test_package_engine.py tests/python/test_transformers_parity.py
+    tests/python/test_package_transformers.py) rc
   export ACTCAP="$BUILD/actcap" CI=true ACTCAP_REQUIRE_CUDA=1 PYTHONUNBUFFERED=1 PYTHONPATH="$pypath" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
   with_libs $PYTHON -m pytest -q -p no:cacheprovider --continue-on-collection-errors "${tests[@]}" -rs
   rc=$?

@@ -7,6 +7,11 @@ reference counts of what it was given (the Python object, and for a tensor the u
 TensorImpl and of its storage: the engine's bare-reference check) with those before the call. A
 hook that still holds its input or output, a view or a ``detach()`` of it (``.cpu()`` and
 ``.to()`` of a tensor already there return it unchanged) raises them.
+
+transformers' own output recording is left alone by default: from 5.x, ``output_hidden_states``
+and ``output_attentions`` work through forward hooks (``output_capturing_hook``) that transformers
+registers on first use and leaves on the modules, and that keep each output to return it in the
+model's output, as the caller asked.
 """
 from __future__ import annotations
 
@@ -130,23 +135,35 @@ def _held_by(result: Any, obj: Any) -> Tuple[int, int, int]:
     return py, impl, storage
 
 
+def _transformers_recorder(fn: Callable) -> bool:
+    """Whether fn is transformers' own output recorder (transformers.utils.output_capturing's
+    ``output_capturing_hook``, installed for output_hidden_states / output_attentions)."""
+    return (str(getattr(fn, "__module__", None) or "").startswith("transformers.")
+            and "output_capturing" in str(getattr(fn, "__name__", None) or ""))
+
+
 class Audit:
     """The wrapped hooks of one model; restore() (or leaving the ``with`` block) puts the
-    originals back. ``findings`` lists every hook caught."""
+    originals back. ``findings`` lists every hook caught; ``skipped`` the hooks left unwrapped
+    (transformers' output recorder, "module: hook")."""
 
-    def __init__(self, model: torch.nn.Module, mode: str):
+    def __init__(self, model: torch.nn.Module, mode: str, trust_transformers: bool = True):
         if mode not in ("error", "warn"):
             raise InputError(f"audit mode {mode!r} is not 'error' or 'warn'")
         if not isinstance(model, torch.nn.Module):
             raise InputError(f"model must be a torch.nn.Module, not {type(model).__name__}")
         self.mode = mode
         self.findings: List[Finding] = []
+        self.skipped: List[str] = []
         self.hooks = 0
         self._restore: List[Callable[[], None]] = []
         self._reported = set()
         for name, module in model.named_modules():
             for kind, table in (("forward", module._forward_hooks), ("pre", module._forward_pre_hooks)):
                 for key, fn in list(table.items()):
+                    if trust_transformers and _transformers_recorder(fn):
+                        self.skipped.append(f"{name or '<model>'}: {fn.__module__}.{fn.__qualname__}")
+                        continue
                     table[key] = self._wrap(name, kind, fn)
                     self._restore.append(lambda t=table, k=key, f=fn: t.__setitem__(k, f) if k in t else None)
                     self.hooks += 1
@@ -196,7 +213,7 @@ class Audit:
             warnings.warn(str(finding), BareReferenceWarning, stacklevel=3)
 
 
-def audit(model: torch.nn.Module, mode: str = "error") -> Audit:
+def audit(model: torch.nn.Module, mode: str = "error", *, trust_transformers: bool = True) -> Audit:
     """Wraps the hooks already registered on ``model``'s modules (forward hooks and pre-hooks) so
     that each hook that still holds a reference to its input or output tensor, or a view or
     detach() of it, after it returns is reported: ``mode="error"`` raises RunError naming the
@@ -204,5 +221,11 @@ def audit(model: torch.nn.Module, mode: str = "error") -> Audit:
     (BareReferenceWarning) and records it in ``findings``. Use as a context manager, or call
     ``restore()``. Run the audited forward under ``torch.no_grad()`` or ``inference_mode()``: with
     autograd recording, what a hook computes from the output (``o.norm()``) saves the output for
-    backward, and that reference counts as kept."""
-    return Audit(model, mode)
+    backward, and that reference counts as kept.
+
+    ``trust_transformers`` (default True) leaves transformers' own output recorder unwrapped (the
+    forward hooks transformers 5 registers for ``output_hidden_states`` / ``output_attentions``,
+    which keep each output to return it to the caller) and lists it in ``skipped``; False audits
+    it like any other hook (it is then reported whenever hidden states or attentions are asked
+    for)."""
+    return Audit(model, mode, trust_transformers)

@@ -558,3 +558,34 @@ def test_audit_allows_a_returned_view_and_looks_inside_dataclass_outputs(ac):
         model(ids_batch())
     h.remove()
     assert [f.kept for f in a.findings] == ["output.last_hidden_state"]
+
+
+def recorder_hook(module_name, store):
+    """A hook as transformers 5 installs for output_hidden_states (transformers.utils.
+    output_capturing's output_capturing_hook: it keeps each output to return it to the caller),
+    defined in a module of that name."""
+    ns = {"__name__": module_name, "store": store}
+    exec("def output_capturing_hook(module, args, output):\n    store.append(output)\n", ns)
+    return ns["output_capturing_hook"]
+
+
+def test_audit_leaves_transformers_output_recorder_alone_unless_asked(ac):
+    model = GPT2LMHeadModel.random()
+    store = []
+    h = model.transformer.h[1].register_forward_hook(
+        recorder_hook("transformers.utils.output_capturing", store))
+    with torch.no_grad(), ac.audit(model, mode="error") as a:
+        model(ids_batch())
+    assert a.findings == [] and len(store) == 1
+    assert a.skipped == ["transformer.h.1: transformers.utils.output_capturing.output_capturing_hook"]
+    with torch.no_grad(), ac.audit(model, mode="error", trust_transformers=False) as a:
+        with pytest.raises(ac.RunError, match="output_capturing_hook on module 'transformer.h.1'"):
+            model(ids_batch())
+    assert a.skipped == []
+    h.remove()
+    # the same name outside transformers is audited as any hook
+    h = model.transformer.h[1].register_forward_hook(recorder_hook("mytools.capture", store))
+    with torch.no_grad(), ac.audit(model, mode="error"):
+        with pytest.raises(ac.RunError, match="output_capturing_hook"):
+            model(ids_batch())
+    h.remove()
