@@ -59,10 +59,10 @@ PACKAGES="g++ cmake make ninja-build pkg-config libtorch-dev libopenblas0-pthrea
   libxxhash-dev libpcre2-dev libicu-dev python3-pytest python3-pytest-xdist python3-dev pybind11-dev
   python3-pybind11 python3-setuptools python3-wheel python3-pip python3-venv git nodejs npm
   libopenmpi-dev openmpi-bin"
-# Installed where the suite has them (sid: transformers 5.12, accelerate 1.14; bookworm, trixie:
+# Installed where the suite has them (sid: transformers 5.12, accelerate 1.14, tokenizers 0.23; bookworm, trixie:
 # none): tests/python/test_transformers_parity.py runs actcap against transformers' own modeling
 # code, and the GPU benchmark's smoke run its HF arms, only where transformers imports.
-OPTIONAL_PACKAGES="python3-transformers python3-accelerate"
+OPTIONAL_PACKAGES="python3-transformers python3-accelerate python3-tokenizers"
 : > "$REPORT/logs.txt"
 
 # Runs a command inside the root, with /proc, /dev and /sys (Open MPI's UCX reads /sys/class/net)

@@ -1,5 +1,6 @@
 #include "tokenizer/pretokenize.h"
 
+#include "tokenizer/unicode.h"
 #include "tokenizer/utf8.h"
 
 namespace actcap::tok {
@@ -110,18 +111,23 @@ void SplitPreTokenizer::run(std::string_view text, Sink emit, bool) const {
 }
 
 void DigitsPreTokenizer::run(std::string_view text, Sink emit, bool) const {
-  // ASCII digits are single bytes that never occur inside a multi-byte UTF-8 sequence, so the
-  // split can work on bytes.
-  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  // A digit is what Rust's char::is_numeric says (Nd, Nl, No: ١, ５, ², ½ too), as the Rust
+  // `tokenizers` crate splits; an invalid byte is not one.
+  auto numeric_at = [&](size_t i, size_t* len) {
+    const auto b = static_cast<unsigned char>(text[i]);
+    if (b < 0x80) {
+      *len = 1;
+      return b >= '0' && b <= '9';
+    }
+    return is_numeric(utf8_decode(text, i, len));
+  };
   size_t i = 0;
   while (i < text.size()) {
-    size_t j = i + 1;
-    if (digit(text[i])) {
-      if (!individual_)
-        while (j < text.size() && digit(text[j])) ++j;
-    } else {
-      while (j < text.size() && !digit(text[j])) ++j;
-    }
+    size_t len;
+    const bool digit = numeric_at(i, &len);
+    size_t j = i + len;
+    if (!digit || !individual_)
+      while (j < text.size() && numeric_at(j, &len) == digit) j += len;
     emit(text.substr(i, j - i));
     i = j;
   }

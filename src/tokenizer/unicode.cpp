@@ -20,6 +20,10 @@ bool is_word_char(int32_t cp) {
   return u_hasBinaryProperty(cp, UCHAR_JOIN_CONTROL);
 }
 
+bool is_numeric(int32_t cp) {
+  return cp >= 0 && (U_GET_GC_MASK(cp) & (U_GC_ND_MASK | U_GC_NL_MASK | U_GC_NO_MASK)) != 0;
+}
+
 namespace {
 
 const UNormalizer2* instance(NormalForm form) {
@@ -110,7 +114,10 @@ std::string lowercase(std::string_view text) {
   const auto len16 = static_cast<int32_t>(src.size());
   std::vector<UChar> dst(static_cast<size_t>(len16) + 16);
   UErrorCode err = U_ZERO_ERROR;
-  // The root locale: full case mapping with the final-sigma rule, as Rust's str::to_lowercase.
+  // The root locale's full case mapping, character by character: its one condition on context,
+  // Final_Sigma, would turn a word-final Σ into ς; a character lowered by itself gives σ.
+  for (UChar& c : src)
+    if (c == 0x03A3) c = 0x03C3;
   int32_t out16 =
       u_strToLower(dst.data(), static_cast<int32_t>(dst.size()), src.data(), len16, "", &err);
   if (err == U_BUFFER_OVERFLOW_ERROR) {

@@ -349,3 +349,33 @@ def test_generate_matches_transformers(tmp_path, variant):
         assert upto > len(p), f"{variant}: the first step is a tie; choose another seed"
         assert got[i][:upto] == want[:upto], (
             f"{variant}: prompt {i}: actcap {got[i]} != transformers {want}")
+
+
+# ---------------------------------------------------------------------------------------------
+# every preset's config in transformers
+# ---------------------------------------------------------------------------------------------
+
+def presets_of(arch):
+    """init-model's presets for arch, as its error for an unknown one lists them."""
+    proc = H.actcap("init-model", "--arch", arch, "--preset", "?", "--seed", "0", "--out", "/nonexistent")
+    assert proc.returncode == 2 and "supported: " in proc.stderr, proc.stderr
+    return [p.strip() for p in proc.stderr.strip().split("supported: ", 1)[1].split(",")]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_every_preset_is_the_model_transformers_builds(tmp_path, arch):
+    """`init-model --config-only` for every preset (the real shapes the GPU benchmark runs
+    included): transformers builds the class the config names (on the meta device: no memory)
+    with exactly the parameter count init-model reports."""
+    for preset in presets_of(arch):
+        out = tmp_path / preset
+        proc = H.actcap("init-model", "--arch", arch, "--preset", preset, "--seed", "0",
+                        "--config-only", "--out", out, check=True)
+        reported = int(proc.stdout.split(" parameters")[0].rsplit(" ", 1)[1])
+        cfg = transformers.AutoConfig.from_pretrained(str(out))
+        with torch.device("meta"):
+            model = transformers.AutoModelForCausalLM.from_config(cfg)
+        assert type(model).__name__ == H.load_config(out)["architectures"][0], (arch, preset)
+        count = sum(p.numel() for p in model.parameters())
+        assert count == reported, f"{arch} {preset}: transformers builds {count} parameters, " \
+                                  f"init-model reports {reported}"

@@ -265,10 +265,14 @@ TEST(TokenizerPreTokenize, SplitInvert) {
 }
 
 TEST(TokenizerPreTokenize, Digits) {
+  // Rust's char::is_numeric, as the tokenizers crate: Arabic-Indic, fullwidth, ², ½ are digits
   EXPECT_THAT(run(tok::DigitsPreTokenizer(true), "Call 123 please٣"),
-              ElementsAre("Call ", "1", "2", "3", " please٣"));  // ASCII digits only
+              ElementsAre("Call ", "1", "2", "3", " please", "٣"));
   EXPECT_THAT(run(tok::DigitsPreTokenizer(false), "Call 123 please 45"),
               ElementsAre("Call ", "123", " please ", "45"));
+  EXPECT_THAT(run(tok::DigitsPreTokenizer(false), "x²½ １２a\xff"),
+              ElementsAre("x", "²½", " ", "１２", "a\xff"));  // an invalid byte is not a digit
+  EXPECT_THAT(run(tok::DigitsPreTokenizer(true), "٢٣"), ElementsAre("٢", "٣"));
 }
 
 TEST(TokenizerPreTokenize, ByteLevelGpt2Regex) {
@@ -570,9 +574,10 @@ TEST(TokenizerNormalizer, PrependReplaceStripLowercase) {
   tok::Normalizer lower;
   lower.kind = tok::Normalizer::Kind::Lowercase;
   EXPECT_EQ(lower.apply("HeLLo"), "hello");
-  // final sigma, and U+0130 to "i" + combining dot, as Rust's to_lowercase
+  // each character by itself, as the tokenizers crate (char::to_lowercase): a final Σ is σ, not
+  // the ς of str::to_lowercase; U+0130 is "i" + combining dot
   EXPECT_EQ(lower.apply("\xce\xa3\xce\x9f\xce\xa6\xce\x9f\xce\xa3"),
-            "\xcf\x83\xce\xbf\xcf\x86\xce\xbf\xcf\x82");
+            "\xcf\x83\xce\xbf\xcf\x86\xce\xbf\xcf\x83");
   EXPECT_EQ(lower.apply("\xc4\xb0"), "i\xcc\x87");
 }
 
