@@ -380,6 +380,21 @@ def test_tokenize_errors_are_one_line_exit_2(actcap_bin, tmp_path):
 # What tokenizers.js's ByteLevel regex treats apart from Oniguruma (left out of RANDOM_PIECES): the
 # Rust library takes them.
 RUST_ONLY_TEXTS = ["a\u0085b", "\u0085", "x \u0085 y", "\ufeffHello", "one\ufeff two", " \ufeff\u0085 "]
+# Code point ranges of the seeded random texts only the Rust comparison takes (ASCII weighted):
+# controls and whitespace, Latin-1, Greek, Cyrillic, Arabic, combining marks, CJK, kana, Hangul,
+# emoji, general punctuation (spaces, joiners), fullwidth forms, number forms, Thai, Devanagari,
+# private use, Linear B, mathematical letters, variation selectors, enclosed numbers.
+RUST_RANDOM_RANGES = [(0x20, 0x7E)] * 6 + [
+    (0x09, 0x0D), (0x80, 0xFF), (0x370, 0x3FF), (0x400, 0x4FF), (0x600, 0x6FF), (0x300, 0x36F),
+    (0x4E00, 0x4E80), (0x3040, 0x30FF), (0xAC00, 0xAC40), (0x1F300, 0x1F64F), (0x2000, 0x206F),
+    (0xFF00, 0xFFEF), (0x2150, 0x218F), (0x0E00, 0x0E7F), (0x0900, 0x097F), (0xE000, 0xE010),
+    (0x10000, 0x10040), (0x1D400, 0x1D4FF), (0xFE00, 0xFE0F), (0x2460, 0x24FF)]
+
+
+def rust_random_texts(n=1500, seed=0):
+    rng = random.Random(seed)
+    return ["".join(chr(rng.randint(*rng.choice(RUST_RANDOM_RANGES)))
+                    for _ in range(rng.randrange(0, 30))) for _ in range(n)]
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -387,12 +402,13 @@ def test_tokenize_matches_huggingface_rust(variant, js_env, actcap_bin, tmp_path
     """The same files against the Rust `tokenizers` library itself (what transformers'
     tokenizers run; its Python binding), where it imports (`make torch2-check`'s sid root:
     tokenizers 0.23): the ids of every corpus line with the special tokens, of the lines, texts
-    and RUST_ONLY_TEXTS without them, and the decoded text of those ids, all equal."""
+    RUST_ONLY_TEXTS and rust_random_texts() without them, and the decoded text of those ids,
+    all equal."""
     tokenizers = pytest.importorskip("tokenizers")
     tokenizer, _ = js_env["variants"][variant]
     rust = tokenizers.Tokenizer.from_file(str(tokenizer))
     lines = js_env["lines"]
-    texts = lines + js_env["texts"] + RUST_ONLY_TEXTS
+    texts = lines + js_env["texts"] + RUST_ONLY_TEXTS + rust_random_texts()
     got = run_actcap(actcap_bin, tokenizer, CORPUS, True, False)
     compare(f"{variant} lines, Rust", lines,
             [rust.encode(t, add_special_tokens=True).ids for t in lines], got)

@@ -16,7 +16,9 @@ accelerate 1.14) and runs these, and the GPU machine has it.
   multimodal with its vision tower), compared the same way;
 * attention probabilities (`**:probs`) equal transformers' eager attention weights
   (output_attentions) on the real keys, 0 on the padded ones;
-* `actcap generate` (greedy, KV cache) produces transformers' `generate` tokens.
+* `actcap generate` (greedy, KV cache) produces transformers' `generate` tokens;
+* every `init-model` preset's config (the real shapes the GPU benchmark runs included) builds the
+  class it names in transformers with exactly the parameter count init-model reports.
 
 One layout differs by design: Gemma 3's q_norm / k_norm run on transformers' [batch, heads, T,
 head_dim] view; actcap's rows are tokens ([heads, head_dim] per token), so that view is transposed
