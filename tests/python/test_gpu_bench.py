@@ -218,6 +218,26 @@ def load_bench():
     return mod
 
 
+def test_smoke_run_with_the_real_transformers(actcap_bin, ac, tmp_path):
+    """The smoke run against transformers itself where it imports (`make torch2-check`'s sid root:
+    5.12): every HF arm measured on every model, and each model the same as HF's in f32."""
+    transformers = pytest.importorskip("transformers")
+    run = smoke(actcap_bin, tmp_path)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    report = (tmp_path / "bench.md").read_text()
+    assert f"transformers {transformers.__version__}" in report
+    for label in ("HF eager, no hooks", "HF sdpa, no hooks", "HF eager + clone hooks (seed)",
+                  "HF sdpa + clone hooks (seed)", "HF sdpa + actcap.SafeCapturer",
+                  "actcap every-layer capture (bf16, verified)"):
+        cells = table_row(report, label)
+        assert len(cells) == 3 and all(re.fullmatch(NUMBER, c) for c in cells), (label, cells)
+    agree = table_row(report, "last layer in f32, one sequence, actcap vs HF: max abs diff / max abs HF")
+    assert all(float(c.split()[0]) < 1e-5 for c in agree), agree
+    assert all(report.split(f"{k}: {SAME_MODEL}")[1].split("\n")[0].endswith("→ PASS")
+               for k in ("gpt2-small", "llama-3.2-1b", "llama-3-8b")), report
+    assert "error" not in report.lower() and "not measured" not in report, report
+
+
 def test_smoke_run_on_cpu_reports_real_figures(actcap_bin, ac, tmp_path):
     # the HF arms on transformers' shapes (the stand-in's GPT-2 and Llama): every path a GPU run takes
     # but the device's own

@@ -381,3 +381,44 @@ def test_every_preset_is_the_model_transformers_builds(tmp_path, arch):
         count = sum(p.numel() for p in model.parameters())
         assert count == reported, f"{arch} {preset}: transformers builds {count} parameters, " \
                                   f"init-model reports {reported}"
+
+
+# ---------------------------------------------------------------------------------------------
+# 16-bit compute, as accurate as transformers'
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("variant", ["gpt2", "llama-rope-llama3", "gemma2-softcaps", "gemma3_text",
+                                     "olmo2", "phi3-longrope-partial"])
+def test_bf16_compute_is_as_accurate_as_transformers_in_bf16(tmp_path, variant):
+    """`--compute-dtype bf16` against transformers' model cast to bfloat16, both measured against
+    transformers' float32 forward: at every hook point actcap's largest error (relative to the
+    point's largest float32 magnitude) is within 3x transformers' there plus 5e-3, and its worst
+    over the model within 2x transformers' worst plus 2e-3 (measured on these variants: actcap's
+    worst 0.8-1.2x transformers')."""
+    model_type, fields = VARIANTS[variant]
+    m = build_hf_model(model_type, fields, tmp_path / "model")
+    seqs = tokens(vocab_of(m), seed=1)
+    _, got, _ = H.run_capture(m, tmp_path / "out", seqs, capture=["**"],
+                              extra=["--compute-dtype", "bf16", "--dtype", "f32"])
+    names = sorted(k for k in got if k not in H.ROWS)
+    model, _ = hf_load(m)
+    f32, _ = hf_points(model, names, seqs)
+    bf16, _ = hf_points(model.to(torch.bfloat16), names, seqs)
+    real = padded(seqs)[1].bool()
+    errors, failures = [], []
+    for name in names:
+        ref = f32[name]
+        if ref.dtype == torch.int64 or ref.shape[:2] != real.shape:
+            continue
+        ref = ref[real].double()
+        scale = float(ref.abs().max()) or 1.0
+        ours = float((torch.from_numpy(got[name]).double() - ref).abs().max()) / scale
+        theirs = float((bf16[name][real].double() - ref).abs().max()) / scale
+        errors.append((ours, theirs))
+        if ours > 3 * theirs + 5e-3:
+            failures.append(f"{name}: actcap's bf16 error {ours:.2e}, transformers' {theirs:.2e}")
+    assert len(errors) > 10, f"{variant}: only {len(errors)} points compared"
+    worst_ours, worst_theirs = max(e[0] for e in errors), max(e[1] for e in errors)
+    assert worst_ours <= 2 * worst_theirs + 2e-3, (
+        f"{variant}: actcap's worst bf16 error {worst_ours:.2e}, transformers' {worst_theirs:.2e}")
+    assert not failures, f"{variant}:\n" + "\n".join(failures[:20])
