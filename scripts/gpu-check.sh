@@ -5,7 +5,8 @@
 #
 #   scripts/gpu-check.sh REPORT_DIR [STAGE ...]
 #
-# Stages, in order (default: all): unpack configure build unit doctor compare mixed repro python bench.
+# Stages, in order (default: all): unpack configure build unit doctor compare mixed repro python bench
+# transformers.
 # unpack   the bundle's .debs into a private prefix (build-gpu/prefix), .pc files re-pointed there;
 #          never over /
 # configure  CMake against python3's torch (torch.utils.cmake_prefix_path) and the prefix, into
@@ -28,9 +29,7 @@
 # repro    `actcap repro --on cuda:0 cuda:0,cpu:1,cpu:2`: clone and SafeCapturer exact
 # python   builds the Python extension, then the Python package's tests (test_package_*.py)
 #          against build-gpu/python, with ACTCAP_REQUIRE_CUDA=1: the CUDA ones fail, not skip,
-#          without a device, transformers or accelerate; and actcap against the machine's
-#          transformers on the CPU (test_transformers_parity.py, test_package_transformers.py);
-#          pytest from the bundle where python3 has none;
+#          without a device, transformers or accelerate; pytest from the bundle where python3 has none;
 #          a crash of pytest itself gets a backtrace as in `unit`
 # bench    bench/gpu_bench.py (actcap vs transformers on gpt2-small, Llama-3.2-1B and 8B shapes, bf16;
 #          capture cost; device->host GB/s) into REPORT_DIR/bench.md and bench.json, its own time
@@ -38,6 +37,10 @@
 #          (default 240 s); its tables are appended to report.md. Its exit status 3 (a model not
 #          run or a target not measured, e.g. for lack of time) is reported as "incomplete", not
 #          as passed: the summary says "Incomplete: bench" instead of "All stages passed."
+# transformers  actcap against the machine's transformers on the CPU, after the benchmark so that it
+#          never takes the benchmark's time (skipped when the deadline is reached):
+#          tests/python/test_transformers_parity.py and test_package_transformers.py, with
+#          pytest-xdist over JOBS workers where it imports
 #
 # Writes REPORT_DIR/report.md (a line per stage: status, seconds, the log's tail on failure; its
 # summary is written even when the script is stopped by SIGTERM/SIGINT) and REPORT_DIR/logs.txt
@@ -73,7 +76,7 @@ case $BUILD in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
 case $BUNDLE in /*) ;; *) BUNDLE="$ROOT/$BUNDLE" ;; esac
 PREFIX="$BUILD/prefix"
 LOGS="$BUILD/logs"
-ALL_STAGES="unpack configure build unit doctor compare mixed repro python bench"
+ALL_STAGES="unpack configure build unit doctor compare mixed repro python bench transformers"
 STAGES=${*:-$ALL_STAGES}
 for s in $STAGES; do
   case " $ALL_STAGES " in *" $s "*) ;; *) echo "unknown stage '$s' (stages: $ALL_STAGES)" >&2; exit 2 ;; esac
@@ -398,8 +401,7 @@ stage_python() {
     pypath="${pypath:+$pypath:}$PREFIX/usr/lib/python3/dist-packages"
   fi
   local tests=(tests/python/test_package_cuda.py tests/python/test_package_capture.py
-    tests/python/test_package_engine.py tests/python/test_transformers_parity.py
-    tests/python/test_package_transformers.py) rc
+    tests/python/test_package_engine.py) rc
   export ACTCAP="$BUILD/actcap" CI=true ACTCAP_REQUIRE_CUDA=1 PYTHONUNBUFFERED=1 PYTHONPATH="$pypath" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
   with_libs $PYTHON -m pytest -q -p no:cacheprovider --continue-on-collection-errors "${tests[@]}" -rs
   rc=$?
@@ -531,11 +533,23 @@ stage_bench() {
     --out "$REPORT/bench.md" --json-out "$REPORT/bench.json" ${GPU_BENCH_ARGS:-}
 }
 
+# actcap's hook points and Python package against the machine's transformers (a version other than
+# the sid root's of `make torch2-check`), on the CPU: the Python extension `python` built.
+stage_transformers() {
+  prefix_env
+  local pypath=${PYTHONPATH:-} parallel=()
+  $PYTHON -c 'import pytest' 2> /dev/null || pypath="${pypath:+$pypath:}$PREFIX/usr/lib/python3/dist-packages"
+  PYTHONPATH="$pypath" $PYTHON -c 'import xdist' 2> /dev/null && parallel=(-n "$JOBS")
+  ACTCAP="$BUILD/actcap" CI=true PYTHONUNBUFFERED=1 PYTHONPATH="$pypath" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
+    with_libs $PYTHON -m pytest -q -p no:cacheprovider "${parallel[@]}" -rs \
+    tests/python/test_transformers_parity.py tests/python/test_package_transformers.py
+}
+
 export ROOT PYTHON JOBS BUNDLE BUILD PREFIX LOGS REPORT BENCH_BUDGET
 export -f prefix_env with_libs find_nvcc keep_configure_log own_warnings libstdcxx_first \
   backtrace_of_crash models stage_unpack \
   stage_configure stage_build stage_unit stage_doctor stage_compare stage_mixed stage_repro \
-  stage_python stage_bench
+  stage_python stage_bench stage_transformers
 
 status=0
 for s in $STAGES; do
