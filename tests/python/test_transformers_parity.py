@@ -18,7 +18,10 @@ accelerate 1.14) and runs these, and the GPU machine has it.
   (output_attentions) on the real keys, 0 on the padded ones;
 * `actcap generate` (greedy, KV cache) produces transformers' `generate` tokens;
 * every `init-model` preset's config (the real shapes the GPU benchmark runs included) builds the
-  class it names in transformers with exactly the parameter count init-model reports.
+  class it names in transformers with exactly the parameter count init-model reports;
+* `--compute-dtype bf16` is as accurate as transformers in bfloat16, against its float32 forward;
+* text in, activations out: `actcap extract` of a text corpus with a tokenizer.json the Rust
+  `tokenizers` library trained and wrote gives its token ids and transformers' layer outputs.
 
 One layout differs by design: Gemma 3's q_norm / k_norm run on transformers' [batch, heads, T,
 head_dim] view; actcap's rows are tokens ([heads, head_dim] per token), so that view is transposed
@@ -26,11 +29,13 @@ before comparing. Tolerance: max |diff| <= 1e-4 * max(1, max |transformers|) per
 the same operations in another order)."""
 import copy
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import actcap_helpers as H
+import st
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
@@ -422,3 +427,70 @@ def test_bf16_compute_is_as_accurate_as_transformers_in_bf16(tmp_path, variant):
     assert worst_ours <= 2 * worst_theirs + 2e-3, (
         f"{variant}: actcap's worst bf16 error {worst_ours:.2e}, transformers' {worst_theirs:.2e}")
     assert not failures, f"{variant}:\n" + "\n".join(failures[:20])
+
+
+# ---------------------------------------------------------------------------------------------
+# text in, activations out: extract with a tokenizer the Rust library trained and wrote
+# ---------------------------------------------------------------------------------------------
+
+def train_tokenizer(texts, out_file, vocab_size=400):
+    """A byte-level BPE tokenizer.json trained and written by the Rust `tokenizers` library, with a
+    BOS added by its template post-processor."""
+    tk = pytest.importorskip("tokenizers")
+    tok = tk.Tokenizer(tk.models.BPE())
+    tok.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = tk.decoders.ByteLevel()
+    trainer = tk.trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<bos>", "<eos>"],
+                                     initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer)
+    bos = tok.token_to_id("<bos>")
+    tok.post_processor = tk.processors.TemplateProcessing(
+        single="<bos> $A", pair="<bos> $A <bos> $B", special_tokens=[("<bos>", bos)])
+    tok.save(str(out_file))
+    return tok
+
+
+@pytest.mark.parametrize("variant", ["llama", "gemma3_text"])
+def test_extract_of_text_matches_tokenizers_and_transformers(tmp_path, variant):
+    """`actcap extract` of a text corpus (split over two virtual devices, two documents per batch)
+    against the Rust library's ids for each document and transformers' forward on those ids:
+    every token row (`__rows__.token`, `__rows__.pos`) and every layer output of every document."""
+    lines = [t for t in (Path(__file__).parent / "data" / "tokenizer_corpus.txt").read_text(
+        encoding="utf-8").split("\n") if t.strip()]
+    model_type, fields = VARIANTS[variant]
+    m = tmp_path / "model"
+    m.mkdir()
+    tok = train_tokenizer(lines, m / "tokenizer.json")
+    build_hf_model(model_type, dict(fields, vocab_size=tok.get_vocab_size(),
+                                    bos_token_id=tok.token_to_id("<bos>"),
+                                    eos_token_id=tok.token_to_id("<eos>")), m)
+    docs = [t for t in lines if len(tok.encode(t).ids) <= 64][:24]  # the model's context: 64
+    assert len(docs) == 24
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in docs),
+                      encoding="utf-8")
+    out = tmp_path / "out"
+    H.actcap("extract", m, "--input", corpus, "--capture", "model.layers.*", "--out", out,
+             "--devices", "2", "--batch-size", "2", "--max-length", "64", "--quiet", check=True,
+             timeout=300)
+    manifest = json.loads((out / "manifest.json").read_text())
+    rows = {}
+    for shard in manifest["shards"]:
+        tensors, _ = st.load(str(out / shard["file"]))
+        for k, v in tensors.items():
+            rows.setdefault(k, []).append(v)
+    rows = {k: np.concatenate(v) for k, v in rows.items()}
+    model, _ = hf_load(m)
+    layers = sorted((k for k in rows if k not in H.ROWS), key=layer_index)
+    assert len(layers) == model.config.num_hidden_layers
+    for d, text in enumerate(docs):
+        ids = tok.encode(text).ids
+        sel = rows[H.ROWS_SEQ] == d
+        assert rows[H.ROWS_TOKEN][sel].tolist() == ids, f"document {d} {text!r}: token ids"
+        assert rows[H.ROWS_POS][sel].tolist() == list(range(len(ids)))
+        hf, _ = hf_points(model, [k for k in layers], [ids])
+        failures, _ = compare({**{k: rows[k][sel] for k in layers},
+                               H.ROWS_SEQ: np.zeros(len(ids), dtype=np.int64)},
+                              {k: v for k, v in hf.items() if not k.endswith(":input")}, [ids],
+                              label=f"document {d}: ")
+        assert not failures, "\n".join(failures[:10])
