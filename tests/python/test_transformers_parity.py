@@ -20,6 +20,7 @@ accelerate 1.14) and runs these, and the GPU machine has it.
 * every `init-model` preset's config (the real shapes the GPU benchmark runs included) builds the
   class it names in transformers with exactly the parameter count init-model reports;
 * `--compute-dtype bf16` is as accurate as transformers in bfloat16, against its float32 forward;
+  checkpoints transformers saved in bfloat16 / float16 run as transformers runs them in float32;
 * text in, activations out: `actcap extract` of a text corpus with a tokenizer.json the Rust
   `tokenizers` library trained and wrote gives its token ids and transformers' layer outputs.
 
@@ -494,3 +495,18 @@ def test_extract_of_text_matches_tokenizers_and_transformers(tmp_path, variant):
                               {k: v for k, v in hf.items() if not k.endswith(":input")}, [ids],
                               label=f"document {d}: ")
         assert not failures, "\n".join(failures[:10])
+
+
+@pytest.mark.parametrize("variant,dtype", [("llama-bias-headdim", "bfloat16"),
+                                           ("gemma2-softcaps", "bfloat16"), ("gpt2", "float16"),
+                                           ("phi3-window", "float16")])
+def test_16_bit_checkpoint_written_by_transformers(tmp_path, variant, dtype):
+    """A model transformers saved in 16 bits: actcap keeps the weights 16-bit (widened per layer,
+    exactly) and computes in float32, as transformers does after loading it with dtype=float32."""
+    model_type, fields = VARIANTS[variant]
+    m = tmp_path / "model"
+    build_hf_model(model_type, fields, m)
+    model, _ = hf_load(m)
+    model.to(getattr(torch, dtype)).save_pretrained(str(m))
+    assert H.load_config(m).get("dtype", H.load_config(m).get("torch_dtype")) == dtype
+    check_against_hf(m, tmp_path / "out", tokens(vocab_of(m), seed=6), label=f"{variant} {dtype}: ")
