@@ -26,8 +26,9 @@ accelerate 1.14) and runs these, and the GPU machine has it.
 
 One layout differs by design: Gemma 3's q_norm / k_norm run on transformers' [batch, heads, T,
 head_dim] view; actcap's rows are tokens ([heads, head_dim] per token), so that view is transposed
-before comparing. Tolerance: max |diff| <= 1e-4 * max(1, max |transformers|) per point (float32,
-the same operations in another order)."""
+before comparing. Tolerance: max |diff| <= 1e-5 * max(1, max |transformers|) per point (float32;
+over the same padded batch on the same LibTorch most points come out bit-identical, the largest
+difference measured 1.1e-7)."""
 import copy
 import json
 from pathlib import Path
@@ -49,7 +50,7 @@ pytestmark = pytest.mark.usefixtures("actcap_bin")
 ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3_text", "gemma3",
          "gpt_neox", "phi3"]
 LENGTHS = [9, 5, 12]  # 12 > the windows (4 or 8) of the windowed variants
-REL = 1e-4
+REL = 1e-5  # measured with transformers 5.12 on torch 2.14: most points bit-identical, the largest 1.1e-7
 TRANSPOSED = (".self_attn.q_norm", ".self_attn.k_norm")  # Gemma 3's [B, heads, T, hd] views
 
 
