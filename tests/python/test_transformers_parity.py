@@ -321,9 +321,10 @@ def test_attention_probs_match_transformers(tmp_path, variant):
                      patterns=True)
 
 
-def hf_greedy(model, prompt, max_new):
-    gen = transformers.GenerationConfig(max_new_tokens=max_new, min_new_tokens=max_new,
-                                        do_sample=False, eos_token_id=None, pad_token_id=0)
+def hf_greedy(model, prompt, max_new, eos=None):
+    gen = transformers.GenerationConfig(max_new_tokens=max_new,
+                                        min_new_tokens=max_new if eos is None else 0,
+                                        do_sample=False, eos_token_id=eos, pad_token_id=0)
     with torch.no_grad():
         out = model.generate(torch.tensor([prompt]), generation_config=gen,
                              attention_mask=torch.ones((1, len(prompt)), dtype=torch.int64),
@@ -338,7 +339,9 @@ def test_generate_matches_transformers(tmp_path, variant):
     """Greedy decoding with the KV cache past the sliding windows: the same tokens as
     transformers' generate. A step where transformers' best two logits are within 1e-4 of each
     other is a tie that float32 rounding may break either way: the sequences are compared up
-    to it."""
+    to it. Then with the config's eos_token_id set to the first prompt's third generated token,
+    that prompt alone, actcap stopping at the config's EOS: both stop at its first occurrence
+    with the same tokens."""
     model_type, fields = VARIANTS[variant]
     m = build_hf_model(model_type, fields, tmp_path / "model")
     prompts = tokens(vocab_of(m), lengths=[6, 3], seed=4)
@@ -358,6 +361,20 @@ def test_generate_matches_transformers(tmp_path, variant):
         assert upto > len(p), f"{variant}: the first step is a tie; choose another seed"
         assert got[i][:upto] == want[:upto], (
             f"{variant}: prompt {i}: actcap {got[i]} != transformers {want}")
+        if i == 0:
+            stop_upto = upto
+    if stop_upto < len(prompts[0]) + 3:
+        return  # a tie before the third token: the stop is not determined
+    eos = got[0][len(prompts[0]) + 2]
+    cfg = H.load_config(m)
+    cfg["eos_token_id"] = eos
+    H.save_config(m, cfg)
+    proc = H.actcap("generate", m, "--tokens", H.tokens_arg(prompts[:1]), "--max-new-tokens",
+                    max_new, "--json", check=True, timeout=300)
+    stopped = json.loads(proc.stdout)["sequences"][0]["tokens"]
+    want, _ = hf_greedy(model, prompts[0], max_new, eos=eos)
+    assert stopped == want, f"{variant}: stopping at eos {eos}: actcap {stopped}, transformers {want}"
+    assert len(stopped) <= len(prompts[0]) + 3 and stopped[-1] == eos, stopped
 
 
 # ---------------------------------------------------------------------------------------------
