@@ -46,8 +46,13 @@ struct RowSelection {
   // positions `positions` selects among each sequence's real tokens. InputError for a mask that
   // is not 2-D.
   // With `ids` (integer, the mask's shape), each row's token id too (InputError for another shape).
+  // `window` > 0: the tensor holds only the mask's last `window` columns, as in a decoding step
+  // with a KV cache (the mask covers the cached tokens and the new ones, the tensor the new ones):
+  // `positions` still selects among each whole sequence's real tokens and row_pos counts from its
+  // start, but only the selected tokens inside the window become rows (index b * window + column
+  // in the window); `ids`, when given, are [batch, window].
   static RowSelection from_mask(const at::Tensor& attention_mask, const PositionSpec& positions,
-                                const at::Tensor& ids = {});
+                                const at::Tensor& ids = {}, int64_t window = 0);
   // Every sequence `seq` tokens long, no padding; `ids` [batch, seq] as for from_mask.
   static RowSelection dense(int64_t batch, int64_t seq, const PositionSpec& positions,
                             const at::Tensor& ids = {});

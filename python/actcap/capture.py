@@ -241,9 +241,16 @@ class SafeCapturer:
             self._rows_key = (id(mask), tuple(t.shape[:2])) if t.dim() >= 2 else None
             ids = self._forward_ids
             if mask is not None:
-                if ids is not None and tuple(ids.shape) != tuple(mask.shape):
+                # A decoding step with a KV cache (transformers' generate): the forward's input
+                # ids are the new tokens only, the mask covers the cached ones too; the new ones
+                # are its last columns.
+                window = 0
+                if (ids is not None and mask.dim() == 2 and ids.shape[0] == mask.shape[0]
+                        and ids.shape[1] < mask.shape[1]):
+                    window = ids.shape[1]
+                elif ids is not None and tuple(ids.shape) != tuple(mask.shape):
                     ids = None
-                self._rows = _core.RowSelection.from_mask(mask, self._positions, ids)
+                self._rows = _core.RowSelection.from_mask(mask, self._positions, ids, window)
             elif self._positions_given or self._row_mode:
                 if t.dim() < 2:
                     raise InputError(f"positions need [batch, seq, ...] tensors; got {list(t.shape)}")

@@ -89,11 +89,13 @@ void bind_capture(py::module_& m) {
   py::class_<RowSelection, std::shared_ptr<RowSelection>>(m, "RowSelection")
       .def_static(
           "from_mask",
-          [](const at::Tensor& mask, const std::string& positions, std::optional<at::Tensor> ids) {
+          [](const at::Tensor& mask, const std::string& positions, std::optional<at::Tensor> ids,
+             int64_t window) {
             return std::make_shared<RowSelection>(RowSelection::from_mask(
-                mask, PositionSpec::parse(positions), ids ? *ids : at::Tensor()));
+                mask, PositionSpec::parse(positions), ids ? *ids : at::Tensor(), window));
           },
-          py::arg("attention_mask"), py::arg("positions") = "all", py::arg("ids") = py::none())
+          py::arg("attention_mask"), py::arg("positions") = "all", py::arg("ids") = py::none(),
+          py::arg("window") = 0)
       .def_static(
           "dense",
           [](int64_t batch, int64_t seq, const std::string& positions,

@@ -34,9 +34,11 @@ std::string shape_text(at::IntArrayRef sizes) {
   return s + "]";
 }
 
-// `ids`, when defined, must be an integer [batch, seq] tensor: each row's token.
+// `ids`, when defined, must be an integer [batch, seq] tensor: each row's token. `real` holds
+// each sequence's real columns counted from `offset` columns before the tensor's first: a column
+// before the tensor keeps its place in the count of positions but is no row.
 RowSelection select(int64_t batch, int64_t seq, const std::vector<std::vector<int64_t>>& real,
-                    const PositionSpec& positions, const at::Tensor& ids) {
+                    const PositionSpec& positions, const at::Tensor& ids, int64_t offset = 0) {
   at::Tensor tok;
   if (ids.defined()) {
     if (ids.dim() != 2 || ids.size(0) != batch || ids.size(1) != seq ||
@@ -54,10 +56,12 @@ RowSelection select(int64_t batch, int64_t seq, const std::vector<std::vector<in
   for (int64_t b = 0; b < batch; ++b) {
     const std::vector<int64_t>& cols = real[b];
     for (int64_t p : positions.select(static_cast<int64_t>(cols.size()))) {
-      idx.push_back(b * seq + cols[p]);
+      const int64_t col = cols[p] - offset;
+      if (col < 0) continue;  // before the window: computed by an earlier forward
+      idx.push_back(b * seq + col);
       r.row_seq.push_back(b);
       r.row_pos.push_back(p);
-      if (tok.defined()) r.row_token.push_back(tok.data_ptr<int64_t>()[b * seq + cols[p]]);
+      if (tok.defined()) r.row_token.push_back(tok.data_ptr<int64_t>()[b * seq + col]);
     }
   }
   r.all = static_cast<int64_t>(idx.size()) == batch * seq;
@@ -69,19 +73,25 @@ RowSelection select(int64_t batch, int64_t seq, const std::vector<std::vector<in
 }  // namespace
 
 RowSelection RowSelection::from_mask(const at::Tensor& attention_mask,
-                                     const PositionSpec& positions, const at::Tensor& ids) {
+                                     const PositionSpec& positions, const at::Tensor& ids,
+                                     int64_t window) {
   if (attention_mask.dim() != 2)
     throw InputError(
         concat("attention_mask must be [batch, seq]; it is ", shape_text(attention_mask.sizes())),
         {"attention_mask"});
   const at::Tensor m = attention_mask.ne(0).to(at::kCPU).contiguous();
   const int64_t B = m.size(0), T = m.size(1);
+  if (window < 0 || window > T)
+    throw InputError(concat("a window of ", window, " columns does not fit an attention mask of ",
+                            shape_text(attention_mask.sizes())),
+                     {"attention_mask"});
   const bool* p = m.data_ptr<bool>();
   std::vector<std::vector<int64_t>> real(B);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t)
       if (p[b * T + t]) real[b].push_back(t);
-  return select(B, T, real, positions, ids);
+  if (window == 0 || window == T) return select(B, T, real, positions, ids);
+  return select(B, window, real, positions, ids, T - window);
 }
 
 RowSelection RowSelection::dense(int64_t batch, int64_t seq, const PositionSpec& positions,

@@ -589,3 +589,46 @@ def test_audit_leaves_transformers_output_recorder_alone_unless_asked(ac):
         with pytest.raises(ac.RunError, match="output_capturing_hook"):
             model(ids_batch())
     h.remove()
+
+
+class CachedLM(torch.nn.Module):
+    """A causal model that decodes with a cache as transformers' generate drives one: the prompt's
+    forward gets every token, each later forward only the new one, with the mask of the whole
+    sequence so far (padding included)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = torch.nn.Embedding(50, 8)
+        self.block = torch.nn.Linear(8, 8)
+
+    def forward(self, input_ids, attention_mask=None):
+        return self.block(self.embed(input_ids))
+
+
+def test_decoding_steps_with_a_cache_give_the_new_tokens_rows(ac):
+    model = CachedLM()
+    prompt = torch.tensor([[0, 0, 5, 6], [1, 2, 3, 4]])
+    mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])
+    steps = [torch.tensor([[7], [8]]), torch.tensor([[9], [10]])]
+    with torch.no_grad(), ac.SafeCapturer(model, ["block"]) as cap:
+        cap(prompt, attention_mask=mask)
+        for new in steps:
+            mask = torch.cat([mask, torch.ones(2, 1, dtype=mask.dtype)], dim=1)
+            cap.attention_mask = mask  # torch < 2.0 shows hooks no keyword arguments
+            model(new, attention_mask=mask)
+    assert cap.calls("block") == 3
+    seq, pos = cap.rows("block", 0)
+    assert seq.tolist() == [0, 0, 1, 1, 1, 1] and pos.tolist() == [0, 1, 0, 1, 2, 3]
+    for k, new in enumerate(steps, start=1):
+        seq, pos = cap.rows("block", k)
+        assert seq.tolist() == [0, 1] and pos.tolist() == [1 + k, 3 + k], (k, pos)
+        with torch.no_grad():
+            want = model.block(model.embed(new))[:, 0]
+        assert torch.equal(cap.get("block", call=k), want)
+    # 'first' selects each sequence's first token: only the prompt's forward has it
+    with torch.no_grad(), ac.SafeCapturer(model, ["block"], positions="first") as cap:
+        cap(prompt, attention_mask=torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]]))
+        cap.attention_mask = torch.ones(2, 5, dtype=torch.long)
+        model(steps[0], attention_mask=cap.attention_mask)
+    assert [cap.get("block", call=c).shape[0] for c in range(cap.calls("block"))] == [2, 0]

@@ -157,3 +157,45 @@ def test_engine_on_a_transformers_checkpoint_equals_its_hidden_states(ac, tmp_pa
         got, want = acts[f"{layers}.{i}"], hidden[i + 1][real]
         scale = max(1.0, float(want.abs().max()))
         assert float((got - want).abs().max()) <= TP.REL * scale, f"{variant}: layer {i}"
+
+
+@pytest.mark.parametrize("variant", ["llama", "gemma3_text", "gpt2"])
+def test_safe_capture_around_transformers_generate(ac, tmp_path, variant):
+    """SafeCapturer around transformers' generate (left padding, KV cache): the prompt's forward
+    gives every real token's rows, each decoding step one row per sequence at its position in the
+    sequence, all equal to clones in the same forwards; positions='last' keeps the last prompt
+    token and every generated one."""
+    model, _, (layers, _, _) = model_of(variant, tmp_path)
+    prompts = TP.tokens(512, [6, 3], seed=4)
+    ids = torch.zeros((2, 6), dtype=torch.int64)
+    mask = torch.zeros((2, 6), dtype=torch.int64)
+    for i, p in enumerate(prompts):  # left padding, as for generation
+        ids[i, 6 - len(p):] = torch.tensor(p)
+        mask[i, 6 - len(p):] = 1
+    point = f"{layers}.1"
+    clones = []
+    block = dict(model.named_modules())[point]
+    h = block.register_forward_hook(lambda m, a, o: clones.append(
+        (o[0] if isinstance(o, tuple) else o).detach().clone()))
+    gen = transformers.GenerationConfig(max_new_tokens=4, min_new_tokens=4, do_sample=False,
+                                        eos_token_id=None, pad_token_id=0)
+    try:
+        with torch.no_grad(), ac.SafeCapturer(model, [point]) as cap:
+            out = model.generate(ids, attention_mask=mask, generation_config=gen)
+        with torch.no_grad(), ac.SafeCapturer(model, [point], positions="last") as last:
+            model.generate(ids, attention_mask=mask, generation_config=gen)
+    finally:
+        h.remove()
+    steps = cap.calls(point)
+    assert steps == 4 and len(clones) == 8, (steps, len(clones))
+    seq, pos = cap.rows(point, 0)
+    assert seq.tolist() == [0] * 6 + [1] * 3 and pos.tolist() == list(range(6)) + list(range(3))
+    assert torch.equal(cap.get(point, call=0), clones[0][mask.bool()])
+    for k in range(1, steps):
+        seq, pos = cap.rows(point, k)
+        assert seq.tolist() == [0, 1] and pos.tolist() == [5 + k, 2 + k], (k, pos)
+        assert torch.equal(cap.get(point, call=k), clones[k][:, -1]), k
+    assert [last.get(point, call=k).shape[0] for k in range(steps)] == [2] * steps
+    for k in range(steps):
+        assert torch.equal(last.get(point, call=k), clones[steps + k][:, -1]), k
+    assert out.shape == (2, 10)

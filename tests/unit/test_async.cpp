@@ -488,6 +488,31 @@ TEST(RowSelectionIndex, EverySelectionCachesItsDeviceCopies) {
   EXPECT_TRUE(at::equal(masked.index_on(c10::kCPU), masked.index));  // on the CPU: the index itself
 }
 
+// A decoding step with a KV cache: the mask covers the cached tokens and the new ones, the tensor
+// only the new ones (its last columns). Positions count from each sequence's start; only tokens
+// inside the window are rows.
+TEST(RowSelectionWindow, ADecodingStepsNewTokensWithTheirPositions) {
+  // sequence 0 left-padded by two, sequence 1 whole; one new column each
+  const at::Tensor mask = at::tensor({0, 0, 1, 1, 1, 1, 1, 1, 1, 1}, at::kLong).view({2, 5});
+  const at::Tensor ids = at::tensor({7, 9}, at::kLong).view({2, 1});
+  const RowSelection step = RowSelection::from_mask(mask, PositionSpec{}, ids, 1);
+  EXPECT_EQ(std::make_pair(step.batch, step.seq), std::make_pair(int64_t{2}, int64_t{1}));
+  EXPECT_EQ(step.row_seq, (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(step.row_pos, (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(step.row_token, (std::vector<int64_t>{7, 9}));
+  EXPECT_TRUE(at::equal(step.index, at::tensor({0, 1}, at::kLong)));
+  // 'last' is the new token; 'first' lies before the window: no rows
+  EXPECT_EQ(RowSelection::from_mask(mask, PositionSpec::parse("last"), {}, 1).row_pos,
+            (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(RowSelection::from_mask(mask, PositionSpec::parse("first"), {}, 1).rows(), 0);
+  // the whole mask as its window is the plain selection
+  EXPECT_TRUE(at::equal(RowSelection::from_mask(mask, PositionSpec{}, {}, 5).index,
+                        RowSelection::from_mask(mask, PositionSpec{}).index));
+  EXPECT_THROW(RowSelection::from_mask(mask, PositionSpec{}, {}, 6), InputError);
+  EXPECT_THROW(RowSelection::from_mask(mask, PositionSpec{}, at::zeros({2, 5}, at::kLong), 1),
+               InputError);  // ids are the window's
+}
+
 // The delay faults: a host queue sleeps; an accelerator's stream is held back by a spin kernel,
 // which a LibTorch without CUDA does not have (the host then sleeps: the delay moves nothing on a
 // device, which test_cuda.cpp refuses to run without).
