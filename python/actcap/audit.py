@@ -91,19 +91,26 @@ def _preservation() -> Tuple[int, int]:
     the storage behind, neither of which keeps anything."""
     global _PRESERVATION
     if _PRESERVATION is None:
-        t = torch.empty(4)
-        py_alone = _core.reference_counts(t)[0]
-        view = t.view(4)  # a C++ reference to t's TensorImpl (the view's base) and its storage
-        py_shared, _, storage_before, _ = _core.reference_counts(t)
-        if hasattr(t, "untyped_storage"):
-            t.untyped_storage()  # a wrapper, dropped at once
-        else:
-            t.storage()
-        _, _, storage_after, only_libtorch = _core.reference_counts(t)
-        del view
-        _PRESERVATION = (max(0, py_shared - py_alone),
-                         max(0, storage_after - storage_before) if only_libtorch else 0)
+        # Measured outside inference mode, whatever the caller's: an inference tensor's view keeps
+        # no reference to its base, which would measure 0 and mismeasure every later audit.
+        with torch.inference_mode(False):
+            _PRESERVATION = _measure_preservation()
     return _PRESERVATION
+
+
+def _measure_preservation() -> Tuple[int, int]:
+    t = torch.empty(4)
+    py_alone = _core.reference_counts(t)[0]
+    view = t.view(4)  # a C++ reference to t's TensorImpl (the view's base) and its storage
+    py_shared, _, storage_before, _ = _core.reference_counts(t)
+    if hasattr(t, "untyped_storage"):
+        t.untyped_storage()  # a wrapper, dropped at once
+    else:
+        t.storage()
+    _, _, storage_after, only_libtorch = _core.reference_counts(t)
+    del view
+    return (max(0, py_shared - py_alone),
+            max(0, storage_after - storage_before) if only_libtorch else 0)
 
 
 def _counts(obj: Any) -> Tuple[int, int, int]:

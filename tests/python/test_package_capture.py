@@ -1,6 +1,9 @@
 """actcap.SafeCapturer and actcap.audit on HF-shaped torch modules (hf_modules.py): each hazard
 that bites on CPU shows naive hook capture wrong and SafeCapturer exact; the seed's four cases;
 padding, selection, errors, save + verify."""
+import os
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -632,3 +635,18 @@ def test_decoding_steps_with_a_cache_give_the_new_tokens_rows(ac):
         cap.attention_mask = torch.ones(2, 5, dtype=torch.long)
         model(steps[0], attention_mask=cap.attention_mask)
     assert [cap.get("block", call=c).shape[0] for c in range(cap.calls("block"))] == [2, 0]
+
+
+def test_audit_measures_libtorchs_own_references_outside_inference_mode(ac):
+    """The first audit of a process may run under inference_mode, where a view keeps no reference
+    to its base: measured there, LibTorch 2.x's own references came out 0 and every later audit
+    reported hooks returning views (in a fresh process: the measurement is made once)."""
+    code = ("import sys, torch, actcap\n"
+            "A = sys.modules['actcap.audit']  # the module (actcap.audit is the function)\n"
+            "with torch.inference_mode():\n"
+            "    first = A._preservation()\n"
+            "print(first == A._measure_preservation(), first)\n")
+    env = dict(os.environ, PYTHONPATH=str(H.python_package_dir()))
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0 and run.stdout.startswith("True"), run.stdout + run.stderr
