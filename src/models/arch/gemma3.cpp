@@ -89,12 +89,13 @@ void parse_gemma3_ropes(const ConfigReader& f, int64_t max_positions, Gemma3Para
   if (params && !params->is_object())
     throw InputError(concat(f.origin(), ": field 'rope_parameters' must be an object"));
   if (params) {
-    const bool by_layer_type = params->contains("full_attention") || params->contains("sliding_attention");
+    const bool by_layer_type =
+        params->contains("full_attention") || params->contains("sliding_attention");
     for (const auto& [key, value] : params->items()) {
       if (key == "full_attention" || key == "sliding_attention") continue;
-      // transformers 5 writes a default "rope_type" and a "rope_theta" beside the layer types' entries
-      // when the model has layers of one type only (standardize_rope_params takes it for one global
-      // dict); its Gemma 3 reads only the entries.
+      // transformers 5 writes a default "rope_type" and a "rope_theta" beside the layer types'
+      // entries when the model has layers of one type only (standardize_rope_params takes it for
+      // one global dict); its Gemma 3 reads only the entries.
       if (by_layer_type && ((key == "rope_type" && (value.is_null() || value == "default")) ||
                             (key == "rope_theta" && (value.is_null() || value.is_number()))))
         continue;

@@ -177,7 +177,8 @@ class Phi3 : public Architecture {
     j["bos_token_id"] = c.bos_token_id;
     j["eos_token_id"] = c.eos_token_id;
     // Phi3Config's pad_token_id defaults to 32000 (the released config names it), which
-    // transformers' embedding refuses as its padding_idx in a smaller vocabulary; actcap reads none.
+    // transformers' embedding refuses as its padding_idx in a smaller vocabulary; actcap reads
+    // none.
     j["pad_token_id"] = c.vocab_size > 32000 ? 32000 : c.eos_token_id;
   }
 
