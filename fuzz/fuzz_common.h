@@ -5,10 +5,14 @@
 // std::terminate runs at the throw site (its stack is in the report) and libFuzzer records a crash.
 #pragma once
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "actcap/error.h"
@@ -48,6 +52,26 @@ inline std::vector<std::string> split(const std::string& s, char sep) {
     }
   }
   return out;
+}
+
+// A private folder for the files a target writes, one per process, removed when the process
+// exits normally (libFuzzer's -runs / -max_total_time end with exit()); a crash leaves it for
+// the report.
+inline const std::string& scratch_dir() {
+  namespace fs = std::filesystem;
+  static const std::string dir =
+      (fs::temp_directory_path() / ("actcap-fuzz-" + std::to_string(::getpid()))).string();
+  // Registered after `dir` is built, so it runs before `dir` is destroyed.
+  static const bool made = [] {
+    fs::create_directories(dir);
+    std::atexit([] {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    });
+    return true;
+  }();
+  (void)made;
+  return dir;
 }
 
 // Printable rendering of bytes for FUZZ_CHECK messages.

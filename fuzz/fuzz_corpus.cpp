@@ -6,10 +6,7 @@
 // Invariants: only InputError is thrown, and never with --skip-bad-lines; every document returned
 // is non-empty, its ids lie in [0, vocab), its line numbers increase; documents + skipped lines
 // never exceed count_documents (the progress total).
-#include <unistd.h>
-
 #include <cstdint>
-#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -19,12 +16,8 @@
 
 namespace {
 
-namespace fs = std::filesystem;
-
 std::string corpus_path(bool txt) {
-  static const std::string base =
-      (fs::temp_directory_path() / ("actcap-fuzz-corpus-" + std::to_string(::getpid()))).string();
-  return base + (txt ? ".txt" : ".jsonl");
+  return fuzz::scratch_dir() + (txt ? "/corpus.txt" : "/corpus.jsonl");
 }
 
 }  // namespace

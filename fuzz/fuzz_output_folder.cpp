@@ -10,8 +10,6 @@
 // file and says what is wrong, the count of shards never exceeds the entries claimed;
 // merge_journal_text only ever appends objects that have a string "file", never the same file
 // twice, and leaves the list unchanged past the first problem.
-#include <unistd.h>
-
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -28,15 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-const std::string& folder() {
-  static const std::string dir = [] {
-    std::string d =
-        (fs::temp_directory_path() / ("actcap-fuzz-out-" + std::to_string(::getpid()))).string();
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
-}
+const std::string& folder() { return fuzz::scratch_dir(); }
 
 void write(const std::string& name, const std::string& bytes) {
   std::ofstream(folder() + "/" + name, std::ios::binary | std::ios::trunc) << bytes;
