@@ -18,7 +18,6 @@ per-pair ratios, never one run.
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys

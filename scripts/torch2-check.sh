@@ -59,9 +59,11 @@ PACKAGES="g++ cmake make ninja-build pkg-config libtorch-dev libopenblas0-pthrea
   libxxhash-dev libpcre2-dev libicu-dev python3-pytest python3-pytest-xdist python3-dev pybind11-dev
   python3-pybind11 python3-setuptools python3-wheel python3-pip python3-venv git nodejs npm
   libopenmpi-dev openmpi-bin"
-# Installed where the suite has them (sid: transformers 5.12, accelerate 1.14, tokenizers 0.23; bookworm, trixie:
-# none): tests/python/test_transformers_parity.py runs actcap against transformers' own modeling
-# code, and the GPU benchmark's smoke run its HF arms, only where transformers imports.
+# Installed where the suite has them (sid: transformers 5.12, accelerate 1.14, tokenizers 0.23;
+# bookworm, trixie: none). Only where they import: test_transformers_parity.py runs actcap against
+# transformers' own modeling code, test_package_transformers.py the Python package on its models
+# (accelerate's offload included), the GPU benchmark's smoke run its HF arms, and
+# test_tokenizer_parity.py compares actcap's tokenizer with the Rust `tokenizers` library.
 OPTIONAL_PACKAGES="python3-transformers python3-accelerate python3-tokenizers"
 : > "$REPORT/logs.txt"
 
@@ -141,7 +143,7 @@ versions() {
   echo "- suite: $SUITE ($ROOTFS)"
   in_root bash -c 'v() { dpkg-query -W -f="\${Version}" "$1" 2>/dev/null || echo none; }
     echo "- libtorch-dev $(v libtorch-dev), python3-torch $(v python3-torch), g++ $(g++ -dumpfullversion 2>/dev/null || echo none), cmake $(v cmake), pybind11 $(v pybind11-dev), python3 $(v python3)"
-    echo "- transformers $(v python3-transformers), accelerate $(v python3-accelerate)"' 2>&1
+    echo "- transformers $(v python3-transformers), accelerate $(v python3-accelerate), tokenizers $(v python3-tokenizers)"' 2>&1
 }
 
 declare -A RESULT SECONDS_TAKEN

@@ -90,8 +90,8 @@ RowSelection RowSelection::from_mask(const at::Tensor& attention_mask,
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t)
       if (p[b * T + t]) real[b].push_back(t);
-  if (window == 0 || window == T) return select(B, T, real, positions, ids);
-  return select(B, window, real, positions, ids, T - window);
+  const int64_t w = window == 0 ? T : window;  // 0: the whole mask
+  return select(B, w, real, positions, ids, T - w);
 }
 
 RowSelection RowSelection::dense(int64_t batch, int64_t seq, const PositionSpec& positions,

@@ -11,7 +11,6 @@ import json
 import os
 import resource
 import signal
-import subprocess
 import sys
 import time
 
@@ -20,7 +19,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
 import st  # noqa: E402  minimal safetensors reader written from the spec
 sys.path.insert(0, os.path.dirname(__file__))
-from cli import ACTCAP, assert_same_files, corpus, manifest, one_error_line, run, write_jsonl  # noqa: E402
+from cli import assert_same_files, corpus, manifest, one_error_line, run, write_jsonl  # noqa: E402
 
 
 

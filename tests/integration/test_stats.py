@@ -95,7 +95,7 @@ def test_same_stats_whatever_the_shards_and_without_the_rows(inp, tmp_path):
     extract(a, path, "--stats", "--shard-size", "48KiB", "--batch-size", "1")
     extract(b, path, "--stats", "--shard-size", "1MiB", "--batch-size", "1")  # one shard: other merges
     extract(c, path, "--stats-only", "--shard-size", "48KiB", "--batch-size", "1")
-    sa, sb, sc = stats_of(a), stats_of(b), stats_of(c)
+    sa, sb = stats_of(a), stats_of(b)  # c: its stats file is compared byte for byte below
     for k in sa:
         if k.endswith((".min", ".max", ".count", "top_seq", "top_pos", "top_token")):
             assert np.array_equal(sa[k], sb[k]), k

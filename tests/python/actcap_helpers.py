@@ -89,6 +89,29 @@ def read_capture(out):
     return manifest, tensors, meta
 
 
+def read_all_shards(out):
+    """Every shard of an output folder, in manifest order: (manifest dict, name -> np.ndarray with
+    the shards' rows concatenated)."""
+    out = Path(out)
+    with open(out / "manifest.json") as f:
+        manifest = json.load(f)
+    parts = [st.load(str(out / s["file"]))[0] for s in manifest["shards"]]
+    return manifest, {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def padded(seqs, side="right", pad=0):
+    """A padded batch of token sequences, as torch tensors: (ids [B, T], attention_mask [B, T])."""
+    import torch  # only the tests that build torch batches need it
+    T = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), T), pad, dtype=torch.int64)
+    mask = torch.zeros((len(seqs), T), dtype=torch.int64)
+    for i, s in enumerate(seqs):
+        cols = slice(T - len(s), T) if side == "left" else slice(0, len(s))
+        ids[i, cols] = torch.tensor(s, dtype=torch.int64)
+        mask[i, cols] = 1
+    return ids, mask
+
+
 def load_config(model_dir):
     with open(Path(model_dir) / "config.json") as f:
         return json.load(f)
@@ -109,11 +132,13 @@ def random_tokens(vocab_size, lengths, seed=0):
     return [[int(t) for t in rng.integers(0, vocab_size, size=n)] for n in lengths]
 
 
-def compare_points(ref, got, tol=TOL, label="", rel_tol=None, worst=None):
+def compare_points(ref, got, tol=TOL, label="", rel_tol=None, worst=None, scaled=False):
     """ref/got: name -> array. Returns a list of failure strings (empty when everything matches).
 
     rel_tol: also require max|got - ref| / max|ref| <= rel_tol at every float point.
-    worst: a dict that receives the largest "abs" and "rel" differences seen (for reports)."""
+    scaled: the bound is tol * max(1, max|ref|) instead of tol.
+    worst: a dict that receives the largest "abs" and "rel" differences seen (for reports).
+    Every comparison is written so that a NaN on either side fails it."""
     failures = []
     for name, r in ref.items():
         if name not in got:
@@ -141,10 +166,11 @@ def compare_points(ref, got, tol=TOL, label="", rel_tol=None, worst=None):
         if worst is not None:
             worst["abs"] = max(worst.get("abs", 0.0), d)
             worst["rel"] = max(worst.get("rel", 0.0), rel)
-        if d > tol:
-            failures.append(f"{label}{name}: max abs diff {d:.3e} > {tol:g} "
+        limit = tol * max(1.0, scale) if scaled else tol
+        if not d <= limit:
+            failures.append(f"{label}{name}: max abs diff {d:.3e} > {limit:.3g} "
                             f"(|ref| max {scale:.3g})")
-        elif rel_tol is not None and rel > rel_tol:
+        elif rel_tol is not None and not rel <= rel_tol:
             failures.append(f"{label}{name}: max diff / max |ref| {rel:.3e} > {rel_tol:g} "
                             f"(|ref| max {scale:.3g})")
     return failures

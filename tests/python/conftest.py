@@ -25,6 +25,14 @@ def actcap_bin():
     return path
 
 
+@pytest.fixture
+def no_reexec(monkeypatch):
+    """actcap re-executes itself once to set OMP_WAIT_POLICY=passive unless it is set: set it
+    (the same setting, half the start-up time; values do not depend on it). For test files that
+    start actcap many times: pytestmark = pytest.mark.usefixtures("no_reexec")."""
+    monkeypatch.setenv("OMP_WAIT_POLICY", "passive")
+
+
 @pytest.fixture(scope="session")
 def models(actcap_bin, tmp_path_factory):
     """models(arch, dtype=None, tie=None, seed=0) -> Path of a cached `actcap init-model` tiny

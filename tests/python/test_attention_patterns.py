@@ -30,7 +30,6 @@ import pytest
 
 import actcap_helpers as H
 import reference
-import st
 import test_parity as P
 
 ARCHS = P.ARCHS
@@ -39,14 +38,7 @@ RUN_LENGTHS = [12, 5, 9]
 ROWS_STEP = "__rows__.step"
 WINDOWED = ["mistral", "phi3", "gemma2", "gemma3_text"]  # tiny presets whose windows are < 12
 
-pytestmark = pytest.mark.usefixtures("actcap_bin")
-
-
-@pytest.fixture(autouse=True)
-def _no_reexec(monkeypatch):
-    """actcap re-executes itself once to set OMP_WAIT_POLICY=passive unless it is set: set it
-    here (the same setting, half the start-up time; values do not depend on it)."""
-    monkeypatch.setenv("OMP_WAIT_POLICY", "passive")
+pytestmark = pytest.mark.usefixtures("actcap_bin", "no_reexec")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -342,13 +334,6 @@ def test_gpt2_scale_by_layer_and_reorder(models, tmp_path):
 # extract and generate
 # ---------------------------------------------------------------------------------------------
 
-def read_all_shards(out):
-    with open(out / "manifest.json") as f:
-        manifest = json.load(f)
-    parts = [st.load(str(out / s["file"]))[0] for s in manifest["shards"]]
-    return manifest, {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-
-
 @pytest.mark.parametrize("arch", ARCHS)
 def test_extract_patterns(models, tmp_path, arch):
     m = models(arch)
@@ -362,7 +347,7 @@ def test_extract_patterns(models, tmp_path, arch):
     out = tmp_path / "out"
     H.actcap("extract", m, "--input", corpus, "--capture", f"{n0}:probs", f"{n0}:scores",
              "--max-length", "16", "--batch-size", "3", "--out", out, "--quiet", check=True)
-    manifest, t = read_all_shards(out)
+    manifest, t = H.read_all_shards(out)
     heads = reference.Config(H.load_config(m)).heads
     for kind in ("probs", "scores"):
         assert manifest["points"][f"{n0}:{kind}"]["shape"] == [heads, 16], manifest["points"]

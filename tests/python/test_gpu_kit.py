@@ -7,12 +7,10 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 
-import pytest
 
 import actcap_helpers as H
 
@@ -180,3 +178,21 @@ def test_a_crash_in_the_unit_suite_names_the_test_and_brings_its_backtrace(tmp_p
         assert "received signal SIGSEGV" in report and "write_through_null" in report, report
     else:
         assert "(no cuda-gdb or gdb for a backtrace)" in report, report
+
+
+def test_the_transformers_stage_without_transformers_5_says_not_run(tmp_path):
+    """Its tests are written for transformers 5 and skip under 4.x: pytest would pass having run
+    nothing. The stage reports "not run" with the version instead, neither passed nor failed."""
+    fake = tmp_path / "site" / "transformers"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('__version__ = "4.57.1"\n')
+    env = dict(os.environ, PYTHON="/usr/bin/python3", GPU_BUILD=str(tmp_path / "build-gpu"),
+               PYTHONPATH=str(tmp_path / "site"))
+    run = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "r"), "transformers"], cwd=REPO,
+                         env=env, capture_output=True, text=True, timeout=120)
+    report = (tmp_path / "r" / "report.md").read_text()
+    assert run.returncode == 0, report
+    assert ("| transformers | not run: no transformers >= 5 for /usr/bin/python3 (4.57.1): the "
+            "tests are written for 5.x |") in report, report
+    assert "Not run: transformers" in report and "All stages that ran passed." in report, report
+    assert "Failed:" not in report, report

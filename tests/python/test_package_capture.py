@@ -217,13 +217,7 @@ def test_seed_verify_catches_a_snapshot_changed_behind_its_back(ac):
 def test_padding_is_never_captured_and_rows_match_unpadded_runs(ac, side):
     model = GPT2LMHeadModel.random()
     seqs = [[3, 4, 5, 6, 7, 8, 9], [10, 11, 12], [20, 21, 22, 23, 24]]
-    T = max(map(len, seqs))
-    ids = torch.zeros(len(seqs), T, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for b, s in enumerate(seqs):
-        cols = slice(T - len(s), T) if side == "left" else slice(0, len(s))
-        ids[b, cols] = torch.tensor(s)
-        mask[b, cols] = 1
+    ids, mask = H.padded(seqs, side=side)
     with ac.SafeCapturer(model, ["transformer.h.3", "transformer.h.0.mlp"]) as cap:
         cap(ids, attention_mask=mask)
     seq_idx, pos = cap.rows()
@@ -509,7 +503,7 @@ def test_calling_a_submodule_directly_starts_a_new_forward_per_mask(ac):
         cap.attention_mask = full
         model.transformer(ids, attention_mask=full)
         cap.attention_mask = right
-        out = model.transformer(ids, attention_mask=right)
+        model.transformer(ids, attention_mask=right)
     seq, pos = cap.rows("transformer.h.3")
     assert pos.tolist() == [4, 4, 2, 4]  # the second forward's last real tokens, not position 4
     assert cap.calls("transformer.h.3") == 2
@@ -567,9 +561,11 @@ def recorder_hook(module_name, store):
     """A hook as transformers 5 installs for output_hidden_states (transformers.utils.
     output_capturing's output_capturing_hook: it keeps each output to return it to the caller),
     defined in a module of that name."""
-    ns = {"__name__": module_name, "store": store}
-    exec("def output_capturing_hook(module, args, output):\n    store.append(output)\n", ns)
-    return ns["output_capturing_hook"]
+    def output_capturing_hook(module, args, output):
+        store.append(output)
+    output_capturing_hook.__module__ = module_name
+    output_capturing_hook.__qualname__ = "output_capturing_hook"
+    return output_capturing_hook
 
 
 def test_audit_leaves_transformers_output_recorder_alone_unless_asked(ac):

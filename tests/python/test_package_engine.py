@@ -1,6 +1,5 @@
 """actcap's engine from Python: load, points, plan, run, compare, extract, open — each checked
 against the CLI writing the same thing, and bad input raising typed errors."""
-import io
 import os
 import json
 import subprocess
@@ -12,7 +11,6 @@ import pytest
 import torch
 
 import actcap_helpers as H
-import st
 
 SEQS = [[5, 17, 300, 42, 7, 99, 1], [8, 9, 10]]
 

@@ -22,9 +22,6 @@ import test_transformers_parity as TP  # skips this module where transformers >=
 torch = TP.torch
 transformers = TP.transformers
 
-LENGTHS = [9, 5, 12]
-
-
 def layout(model_type):
     """(decoder layers, attention module, MLP module) of a transformers model."""
     return {"gpt2": ("transformer.h", "attn", "mlp"),
@@ -39,8 +36,8 @@ def model_of(variant, tmp_path):
     return model, m, layout(model_type)
 
 
-def batch(vocab=512, seed=0):
-    return TP.padded(TP.tokens(vocab, LENGTHS, seed=seed))
+def batch():
+    return H.padded(TP.tokens(512))
 
 
 @pytest.mark.parametrize("variant", ["gpt2", "llama-bias-headdim", "qwen3", "olmo2",
@@ -74,8 +71,8 @@ def test_safe_capture_of_transformers_models_equals_clones_in_the_same_forward(a
             h.remove()
     assert torch.equal(out.logits, plain), "capturing changed the logits"
     real = mask.bool()
-    want_seq = torch.cat([torch.full((L,), i) for i, L in enumerate(LENGTHS)])
-    want_pos = torch.cat([torch.arange(L) for L in LENGTHS])
+    want_seq = torch.cat([torch.full((L,), i) for i, L in enumerate(TP.LENGTHS)])
+    want_pos = torch.cat([torch.arange(L) for L in TP.LENGTHS])
     assert sorted(clones) == sorted(points + [p + ":input" for p in inputs])
     for name, clone in clones.items():
         got = cap.get(name)
@@ -91,22 +88,23 @@ def recorder_hooks(model):
 
 
 def test_audit_over_transformers_output_recording_and_the_seeds_hook(ac, tmp_path):
-    model, _, (layers, _, _) = model_of("llama", tmp_path)
+    model, _, _ = model_of("llama", tmp_path)
     ids, mask = batch()
     ask = dict(input_ids=ids, attention_mask=mask, output_hidden_states=True, output_attentions=True)
     with torch.no_grad():
         first = model(**ask)  # transformers 5 installs its recorder here (and keeps it)
     recorders = recorder_hooks(model)
+    assert recorders, "transformers 5 installed no output recorder: what does this test test?"
     with torch.no_grad(), ac.audit(model, mode="error") as a:
         again = model(**ask)
     assert a.findings == []
     assert len(a.skipped) == len(recorders)
     for x, y in zip(first.hidden_states + first.attentions, again.hidden_states + again.attentions):
         assert torch.equal(x, y)
-    if recorders:  # transformers' recorder keeps what it returns: reported when audited
-        with torch.no_grad(), ac.audit(model, mode="error", trust_transformers=False):
-            with pytest.raises(ac.RunError, match="output_capturing_hook on module"):
-                model(**ask)
+    # transformers' recorder keeps what it returns: reported when audited
+    with torch.no_grad(), ac.audit(model, mode="error", trust_transformers=False):
+        with pytest.raises(ac.RunError, match="output_capturing_hook on module"):
+            model(**ask)
     # the seed's hook on a transformers model: caught, named
     outputs = {}
     h = model.model.layers[1].register_forward_hook(lambda m, i, o: outputs.__setitem__("l1", o))
@@ -144,10 +142,10 @@ def test_accelerate_disk_offload_capture_and_save(ac, actcap_bin, tmp_path):
 @pytest.mark.parametrize("variant", ["llama-rope-llama3", "gemma3_text", "gpt_neox-partial-rotary"])
 def test_engine_on_a_transformers_checkpoint_equals_its_hidden_states(ac, tmp_path, variant):
     model, m, (layers, _, _) = model_of(variant, tmp_path)
-    seqs = TP.tokens(512, LENGTHS, seed=5)
+    seqs = TP.tokens(512, seed=5)
     engine = ac.load(str(m), devices=2)
     acts = engine.run(seqs, capture=f"{layers}.*")
-    ids, mask = TP.padded(seqs)
+    ids, mask = H.padded(seqs)
     with torch.no_grad():
         hidden = model(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
     n = len(hidden) - 1
@@ -167,11 +165,7 @@ def test_safe_capture_around_transformers_generate(ac, tmp_path, variant):
     token and every generated one."""
     model, _, (layers, _, _) = model_of(variant, tmp_path)
     prompts = TP.tokens(512, [6, 3], seed=4)
-    ids = torch.zeros((2, 6), dtype=torch.int64)
-    mask = torch.zeros((2, 6), dtype=torch.int64)
-    for i, p in enumerate(prompts):  # left padding, as for generation
-        ids[i, 6 - len(p):] = torch.tensor(p)
-        mask[i, 6 - len(p):] = 1
+    ids, mask = H.padded(prompts, side="left")  # as for generation
     point = f"{layers}.1"
     clones = []
     block = dict(model.named_modules())[point]
