@@ -15,20 +15,25 @@ namespace {
 // The flags of `actcap points`.
 struct PointsCommand {
   std::string model = "demo";
+  std::string compute_dtype = "f32";
   bool json = false;
 };
 
 // Lists every hook point of MODEL with its per-token shape and dtype.
 int run_points_command(const PointsCommand& o) {
-  auto model = Model::load(o.model);
+  LoadOptions load;
+  load.compute_dtype = parse_compute_dtype(o.compute_dtype);
+  auto model = Model::load(o.model, load);
   const auto points = model->points();
   if (o.json) {
     nlohmann::json arr = nlohmann::json::array();
     for (const PointInfo& p : points)
       arr.push_back(
           {{"name", p.name}, {"shape", p.shape}, {"dtype", safetensors_dtype_name(p.dtype)}});
-    nlohmann::json out = {
-        {"model", o.model}, {"model_type", model->config().model_type}, {"points", arr}};
+    nlohmann::json out = {{"model", o.model},
+                          {"model_type", model->config().model_type},
+                          {"compute_dtype", compute_dtype_name(model->compute_dtype())},
+                          {"points", arr}};
     std::cout << out.dump(2) << "\n";
     return 0;
   }
@@ -55,6 +60,9 @@ Command add_points(CLI::App& app) {
       app.add_subcommand("points", "List every hook point of MODEL (per-token shape, dtype)");
   auto o = std::make_shared<PointsCommand>();
   sub->add_option("MODEL", o->model, "Checkpoint directory or 'demo'");
+  sub->add_option("--compute-dtype", o->compute_dtype,
+                  "The dtype the points have under run/extract --compute-dtype: f32 (default) | "
+                  "bf16 | f16");
   sub->add_flag("--json", o->json, "Machine-readable output");
   return {sub, [o] { return run_points_command(*o); }};
 }

@@ -2,8 +2,9 @@
 // devices for a run (split.h, planner.h, devices.h, executor.h), capture hook points safely
 // (capture.h, hooks.h, observer.h; snapshot.h for tensors from elsewhere), prove a split run
 // equals a single-device one (compare.h), export and verify activation folders (export.h,
-// extract.h), and the building blocks under them (safetensors.h, checkpoint.h, config.h,
-// tokenizer.h, hash.h). examples/embed.cpp is a short program over it.
+// extract.h; ranks.h for one dataset from many processes), generate with a KV cache capturing
+// every token (generate.h), and the building blocks under them (safetensors.h, checkpoint.h,
+// config.h, tokenizer.h, hash.h). examples/embed.cpp is a short program over it.
 #pragma once
 
 #include "actcap/capture.h"
@@ -16,6 +17,7 @@
 #include "actcap/executor.h"
 #include "actcap/export.h"
 #include "actcap/extract.h"
+#include "actcap/generate.h"
 #include "actcap/hash.h"
 #include "actcap/hooks.h"
 #include "actcap/init_model.h"
@@ -23,6 +25,7 @@
 #include "actcap/numbers.h"
 #include "actcap/observer.h"
 #include "actcap/planner.h"
+#include "actcap/ranks.h"
 #include "actcap/repro.h"
 #include "actcap/safetensors.h"
 #include "actcap/snapshot.h"

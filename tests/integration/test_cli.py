@@ -346,12 +346,23 @@ def test_points_demo_json():
     proc = H.actcap("points", "demo", "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
-    assert doc["model"] == "demo" and doc["model_type"] == "gpt2"
+    assert doc["model"] == "demo" and doc["model_type"] == "gpt2" and doc["compute_dtype"] == "f32"
     pts = doc["points"]
     assert all({"name", "shape", "dtype"} <= set(p) for p in pts)
     got = {p["name"]: (p["shape"], p["dtype"]) for p in pts}
     assert len(got) == len(pts), "a point is listed twice"
     assert got == DEMO_CATALOGUE
+
+
+def test_points_under_a_compute_dtype():
+    """The dtypes `run --compute-dtype` gives: every float point in that dtype, the ids still
+    int64; a bad name is a one-line input error naming the choices."""
+    proc = H.actcap("points", "demo", "--compute-dtype", "bf16", "--json")
+    assert proc.returncode == 0, proc.stderr
+    got = {p["name"]: (p["shape"], p["dtype"]) for p in json.loads(proc.stdout)["points"]}
+    assert got == {k: (shape, "BF16" if dtype == "F32" else dtype)
+                   for k, (shape, dtype) in DEMO_CATALOGUE.items()}
+    assert_input_error(H.actcap("points", "demo", "--compute-dtype", "f8"), "f8")
 
 
 def test_run_demo_text(tmp_path):
