@@ -81,7 +81,7 @@ void Bpe::initial_symbols(std::string_view piece, std::vector<int32_t>& symbols)
       bool all = true;
       for (char c : spelled) all = all && fallback_ids_[static_cast<unsigned char>(c)] >= 0;
       if (all) {
-        flush_unk();
+        // Rust adds the bytes ahead of an unk still pending (it comes at the next known symbol).
         for (char c : spelled) symbols.push_back(fallback_ids_[static_cast<unsigned char>(c)]);
         return;
       }

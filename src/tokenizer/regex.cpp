@@ -2,6 +2,7 @@
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <unicode/uchar.h>
 
 #include "actcap/error.h"
 #include "tokenizer/utf8.h"
@@ -12,12 +13,36 @@ namespace {
 
 // Oniguruma (UTF-8, Ruby syntax as the `tokenizers` crate uses it) versus PCRE2 with UCP:
 //   \s  Onig: White_Space (has U+0085)       PCRE2: Z + \t\n\v\f\r (lacks U+0085)
-//   \w  Onig: Alphabetic, M, Nd, Pc          PCRE2 10.42: L, N, underscore
+//   \w  Onig: Alphabetic, M, Nd, Pc (no Join_Control); outside a class also the numbers
+//       \u00b2\u00b3\u00b9\u00bc\u00bd\u00be (its Latin-1 table), inside one not
+//                                           PCRE2 10.42: L, N, underscore
+//   [\W] (\W inside a class) has no PCRE2 spelling (a complement in a union): PCRE2's own is kept
+//   \b \B  word boundaries of those \w       PCRE2: of its own \w
 //   \h  Onig: hex digit                      PCRE2: horizontal space
+//   \p{Han}  Onig: the Script property       PCRE2 >= 10.40: Script_Extensions (\u3002 is Han)
+//   \uHHHH  Onig: a code point               PCRE2: refused (\x{HHHH})
+//   ^ $  Onig: at every line (\n)            PCRE2: at the subject's ends (PCRE2_MULTILINE below)
+// Measured against tokenizers 0.23 (tests/python/test_tokenizer_pipelines_rust.py).
 constexpr const char* kSpace = "\\p{White_Space}";
 constexpr const char* kNotSpace = "\\P{White_Space}";
-constexpr const char* kWordChars = "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}";
+constexpr const char* kClassWordChars = "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}";
+constexpr const char* kWordChars =
+    "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{B2}\\x{B3}\\x{B9}\\x{BC}-\\x{BE}";
 constexpr const char* kHexChars = "0-9A-Fa-f";
+
+bool is_hex(char c) {
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+// Whether `name` (of \p{name}) is a script and neither a general category nor a binary property
+// (Han, Latin, Common; not L, Lu, White_Space), in Unicode's loose matching as both libraries
+// take it.
+bool is_script_name(const std::string& name) {
+  const char* n = name.c_str();
+  if (u_getPropertyValueEnum(UCHAR_GENERAL_CATEGORY_MASK, n) != UCHAR_INVALID_CODE) return false;
+  if (u_getPropertyEnum(n) != UCHAR_INVALID_CODE) return false;
+  return u_getPropertyValueEnum(UCHAR_SCRIPT, n) != UCHAR_INVALID_CODE;
+}
 
 // Per-thread match state: one ovector pair (the patterns' groups are not needed) and a JIT stack
 // larger than the 32 KiB default, for long inputs.
@@ -61,7 +86,7 @@ std::string onig_to_pcre2(const std::string& p) {
           out += kNotSpace;
           continue;
         case 'w':
-          out += in_class ? std::string(kWordChars) : concat("[", kWordChars, "]");
+          out += in_class ? std::string(kClassWordChars) : concat("[", kWordChars, "]");
           continue;
         case 'W':
           if (!in_class) {
@@ -76,6 +101,44 @@ std::string onig_to_pcre2(const std::string& p) {
           if (!in_class) {
             out += concat("[^", kHexChars, "]");
             continue;
+          }
+          break;
+        case 'b':  // inside a class: a backspace, as in both
+          if (!in_class) {
+            out += concat("(?:(?<=[", kWordChars, "])(?![", kWordChars, "])|(?<![", kWordChars,
+                          "])(?=[", kWordChars, "]))");
+            continue;
+          }
+          break;
+        case 'B':
+          if (!in_class) {
+            out += concat("(?:(?<=[", kWordChars, "])(?=[", kWordChars, "])|(?<![", kWordChars,
+                          "])(?![", kWordChars, "]))");
+            continue;
+          }
+          break;
+        case 'u':
+          if (i + 4 < p.size() && is_hex(p[i + 1]) && is_hex(p[i + 2]) && is_hex(p[i + 3]) &&
+              is_hex(p[i + 4])) {
+            out += concat("\\x{", p.substr(i + 1, 4), "}");
+            i += 4;
+            continue;
+          }
+          break;
+        case 'p':
+        case 'P':
+          if (i + 1 < p.size() && p[i + 1] == '{') {
+            const size_t close = p.find('}', i + 2);
+            if (close != std::string::npos) {
+              std::string name = p.substr(i + 2, close - i - 2);
+              const bool negated = !name.empty() && name[0] == '^';
+              if (negated) name.erase(0, 1);
+              if (is_script_name(name)) {
+                out += concat("\\", e, "{", negated ? "^" : "", "sc:", name, "}");
+                i = close;
+                continue;
+              }
+            }
           }
           break;
         default:
@@ -112,9 +175,15 @@ Regex::Regex(const std::string& pattern, const std::string& what) {
   const std::string translated = onig_to_pcre2(pattern);
   int errcode = 0;
   PCRE2_SIZE erroffset = 0;
-  pcre2_code* code =
-      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
-                    PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &errcode, &erroffset, nullptr);
+  // Lines end at \n only (Oniguruma's Ruby syntax): for ^, $ and '.', whatever PCRE2's build
+  // default.
+  pcre2_compile_context* cc = pcre2_compile_context_create(nullptr);
+  if (cc == nullptr) throw RunError("regex compile failed: out of memory");
+  pcre2_set_newline(cc, PCRE2_NEWLINE_LF);
+  pcre2_code* code = pcre2_compile(
+      reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
+      PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | PCRE2_MULTILINE, &errcode, &erroffset, cc);
+  pcre2_compile_context_free(cc);
   if (code == nullptr) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(errcode, msg, sizeof(msg));

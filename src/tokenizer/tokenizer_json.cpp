@@ -360,8 +360,13 @@ class Parser {
           std::move(regex), std::move(literal),
           behavior(member(j, "behavior"), field + ".behavior"), flag(j, "invert", field, false));
     }
-    if (t == "Digits")
+    if (t == "Digits") {
+      if (byte_level_seen)
+        fail(field,
+             "is a Digits after ByteLevel, which is not supported (it would see the "
+             "byte-level characters)");
       return std::make_unique<DigitsPreTokenizer>(flag(j, "individual_digits", field, false));
+    }
     if (t == "Metaspace") {
       if (byte_level_seen) fail(field, "is a Metaspace after ByteLevel, which is not supported");
       std::string replacement = "\xE2\x96\x81";  // U+2581

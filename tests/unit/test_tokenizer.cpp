@@ -190,7 +190,35 @@ TEST(TokenizerRegex, OnigurumaEscapesAreTranslated) {
   EXPECT_EQ(tok::onig_to_pcre2(R"([]\s])"), R"([]\p{White_Space}])");
   EXPECT_EQ(tok::onig_to_pcre2(R"(\h[\h])"), R"([0-9A-Fa-f][0-9A-Fa-f])");
   EXPECT_EQ(tok::onig_to_pcre2(R"([[:alpha:]\w])"),
-            R"([[:alpha:]\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}])");
+            R"([[:alpha:]\p{Alphabetic}\p{M}\p{Nd}\p{Pc}])");
+  // scripts (not categories or binary properties) as the Script property; \uHHHH as \x{HHHH}
+  EXPECT_EQ(tok::onig_to_pcre2(R"(\p{Han}\P{Latin}\p{^Greek}\p{L}\p{Lu}\p{White_Space})"),
+            R"(\p{sc:Han}\P{sc:Latin}\p{^sc:Greek}\p{L}\p{Lu}\p{White_Space})");
+  EXPECT_EQ(tok::onig_to_pcre2(R"(\u00e9[\u4e00-\u9fff]\u12)"),
+            R"(\x{00e9}[\x{4e00}-\x{9fff}]\u12)");
+}
+
+// What Oniguruma matches (tokenizers 0.23, measured): the test gives one match's bounds.
+TEST(TokenizerRegex, OnigurumaMeaningsOfWordsScriptsAndLines) {
+  auto first = [](const std::string& pattern, const std::string& text) {
+    tok::Regex re(pattern, "test");
+    size_t b = 0, e = 0;
+    if (!re.find(text, 0, &b, &e)) return std::string("none");
+    return concat(b, "-", e);
+  };
+  EXPECT_EQ(first(R"(\w+)", "\xC2\xBD"), "0-2");     // U+00BD is a word character
+  EXPECT_EQ(first(R"([\w]+)", "\xC2\xBD"), "none");  // but not in a class
+  EXPECT_EQ(first(R"([^\w])", "\xC2\xBD"), "0-2");
+  EXPECT_EQ(first(R"(\w+)", "\xE2\x80\x8D"), "none");  // U+200D (ZWJ) is not
+  EXPECT_EQ(first(R"(\W)", "a\xE2\x80\x8D"), "1-4");
+  EXPECT_EQ(first(R"(\b)", "\xC2\xBD a"), "0-0");  // a boundary before U+00BD
+  EXPECT_EQ(first(R"(\B.)", "ab"), "1-2");
+  EXPECT_EQ(first(R"(\p{Han}+)", "\xE4\xB8\xAD\xE3\x80\x82"), "0-3");  // 中 yes, 。 (Common) no
+  EXPECT_EQ(first(R"(\p{^Han})", "\xE4\xB8\xAD\xE3\x80\x82"), "3-6");
+  EXPECT_EQ(first("$", "a\nb"), "1-1");  // $ before every \n
+  EXPECT_EQ(first("^b", "a\nb"), "2-3");
+  EXPECT_EQ(first("$", "a\rb"), "3-3");  // \r ends no line
+  EXPECT_EQ(first(R"(\u00e9)", "a\xC3\xA9"), "1-3");
 }
 
 TEST(TokenizerRegex, WhiteSpaceIsUnicodes) {
@@ -391,6 +419,10 @@ TEST(TokenizerBpe, UnknownCharactersUnkFuseAndByteFallback) {
   EXPECT_THAT(make("<unk>", true, false)->encode("axxb"), ElementsAre(0, 2, 1));
   EXPECT_THAT(make(nullptr, false, false)->encode("axxb"), ElementsAre(0, 1));  // dropped
   EXPECT_THAT(make("<unk>", false, true)->encode("aéx"), ElementsAre(0, 3, 4, 2));
+  // an unk still pending when bytes fall back comes after them (Rust's merge_word adds it at the
+  // next known character or the end)
+  EXPECT_THAT(make("<unk>", false, true)->encode("xéa"), ElementsAre(3, 4, 2, 0));
+  EXPECT_THAT(make("<unk>", true, true)->encode("xéx"), ElementsAre(3, 4, 2));
   EXPECT_THAT(make("<unk>", false, false)->decode({0, 2, 1}), "a <unk> b");
   EXPECT_THAT(error_of([&] { make("<missing>", false, false)->encode("x"); }),
               HasSubstr("model.unk_token \"<missing>\""));
@@ -749,6 +781,13 @@ TEST(TokenizerErrors, UnsupportedPartsAreNamed) {
         {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "Isolated"}}}}};
   EXPECT_THAT(load_error(doc),
               HasSubstr("pre_tokenizer.pretokenizers[1] is a Split after ByteLevel"));
+  doc = f.doc();
+  doc["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "ByteLevel"}}, {{"type", "Digits"}, {"individual_digits", false}}}}};
+  EXPECT_THAT(load_error(doc),
+              HasSubstr("pre_tokenizer.pretokenizers[1] is a Digits after ByteLevel"));
   doc = f.doc();
   doc["post_processor"] = {{"type", "Roberta"}};
   EXPECT_THAT(load_error(doc), HasSubstr("post_processor.type \"Roberta\" is not supported"));
