@@ -63,7 +63,8 @@ PACKAGES="g++ cmake make ninja-build pkg-config libtorch-dev libopenblas0-pthrea
 # bookworm, trixie: none). Only where they import: test_transformers_parity.py runs actcap against
 # transformers' own modeling code, test_package_transformers.py the Python package on its models
 # (accelerate's offload included), the GPU benchmark's smoke run its HF arms, and
-# test_tokenizer_parity.py compares actcap's tokenizer with the Rust `tokenizers` library.
+# test_tokenizer_parity.py and test_tokenizer_pipelines_rust.py compare actcap's tokenizer with the
+# Rust `tokenizers` library.
 OPTIONAL_PACKAGES="python3-transformers python3-accelerate python3-tokenizers"
 : > "$REPORT/logs.txt"
 

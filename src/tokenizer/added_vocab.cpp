@@ -129,12 +129,12 @@ void AddedVocabulary::split(std::string_view text, bool normalized_set,
     }
     if (t.lstrip) start = std::max(space_leftmost_at_end(text.substr(0, start)), start_offset);
     if (t.rstrip) stop += space_rightmost_at_start(text.substr(stop));
-    // a token found inside the whitespace an rstrip token took: Rust emits overlapping ranges;
-    // the ids are the same when the overlap is dropped
-    start = std::max(start, start_offset);
-    stop = std::max(stop, start);
+    // As Rust's find_matches: a token found inside the whitespace an rstrip token took keeps its
+    // own range (overlapping that one) and the text goes on from its end; a range left empty (an
+    // lstrip token whose whitespace was all taken) is dropped with its id, as Rust drops every
+    // empty split.
     if (start_offset < start) out.push_back({start_offset, start, -1});
-    out.push_back({start, stop, t.id});
+    if (start < stop) out.push_back({start, stop, t.id});
     start_offset = stop;
   }
   if (start_offset < text.size()) out.push_back({start_offset, text.size(), -1});

@@ -37,7 +37,9 @@ class AddedVocabulary {
                   const std::function<std::string(std::string_view)>& normalize);
 
   // Splits text with the raw-text tokens (normalized=false) or the normalized-text tokens. The
-  // segments cover the text in order; empty plain-text segments are left out.
+  // segments cover the text in order, as the Rust crate's find_matches gives them: a token found
+  // inside the whitespace an rstrip token took overlaps it, and the text goes on from its end.
+  // Empty segments are left out.
   void split(std::string_view text, bool normalized_set, std::vector<Segment>& out) const;
 
   const std::vector<AddedToken>& tokens() const { return tokens_; }

@@ -171,9 +171,9 @@ def rand_pre_bytelevel(rng):
 
 
 def rand_pre_metaspace(rng, first_ok):
-    """first_ok: Metaspace's prepend_scheme "first" may be used: not after a normalizer that
-    can move the text's start, nor after another Metaspace step (KNOWN_DIFFERENCES
-    "metaspace-first-strip", "-prepend", "-after-metaspace")."""
+    """first_ok: Metaspace's prepend_scheme "first" may be used: not after a normalizer, nor
+    after another Metaspace step (KNOWN_DIFFERENCES "metaspace-first-strip", "-prepend",
+    "-nfkc", "-after-metaspace")."""
     if rng.random() < 0.08:
         return None
     steps = []
@@ -257,9 +257,10 @@ def pipeline_spec(index):
         spec["decoder"] = rand_decoder_bytelevel(rng)
         spec["fallback"] = None
     else:
-        moves_start = any(n[0] in ("Replace", "Prepend") or n[0] == "Strip" and n[1]
-                          for n in spec["normalizer"] or [])
-        spec["pre"] = rand_pre_metaspace(rng, not moves_start)
+        # any normalizer can move what maps to the text's start (Strip, Replace, Prepend) or
+        # make the first character several (NFKC: \ufb01 -> fi; NFC: \ufb2a -> two), so that a
+        # later piece starts at original offset 0 too
+        spec["pre"] = rand_pre_metaspace(rng, not spec["normalizer"])
         spec["decoder"] = rand_decoder_metaspace(rng)
         spec["fallback"] = rng.choice(["all", "all", "part", "unk", "unk-fused"])
     return spec
@@ -401,7 +402,6 @@ def build(tk, spec, vocabularies):
     # What an added token is matched as: its content, or its normalized form; per kind, as Rust
     # keeps one matcher for each.
     patterns = {False: set(SPECIALS), True: set()}
-    any_rstrip = any(a["rstrip"] for a in spec["added"])
     for a in spec["added"]:
         pattern = a["content"]
         if a["normalized"] and tok.normalizer:
@@ -410,12 +410,8 @@ def build(tk, spec, vocabularies):
             # normalized to "": Rust's encode can then loop forever (0.23.1); a pattern twice:
             # which token Rust matches depends on a hash map's order (not reproducible)
             continue
-        blank = pattern.strip() == ""
-        if blank and any_rstrip:
-            continue  # KNOWN_DIFFERENCES["added-token-inside-rstrip"]
         patterns[a["normalized"]].add(pattern)
-        lstrip = a["lstrip"] and not blank  # KNOWN_DIFFERENCES["added-token-swallowed"]
-        t = AddedToken(a["content"], single_word=a["single_word"], lstrip=lstrip,
+        t = AddedToken(a["content"], single_word=a["single_word"], lstrip=a["lstrip"],
                        rstrip=a["rstrip"], normalized=a["normalized"], special=a["special"])
         if a["special"]:
             tok.add_special_tokens([t])
@@ -641,6 +637,16 @@ def _metaspace_first_strip(tk):
     return tok
 
 
+def _metaspace_first_nfkc(tk):
+    from tokenizers import normalizers
+    from tokenizers import pre_tokenizers as P
+
+    tok = _bpe(tk, ["<unk>", "\u2581", "f", "i"], unk_token="<unk>")
+    tok.normalizer = normalizers.NFKC()
+    tok.pre_tokenizer = P.Sequence([P.Split("i", "isolated"), P.Metaspace(prepend_scheme="first")])
+    return tok
+
+
 def _metaspace_first_prepend(tk):
     from tokenizers import normalizers
     from tokenizers import pre_tokenizers as P
@@ -657,22 +663,6 @@ def _decode_normalized_added_token(tk):
     tok = _bpe(tk, ["<unk>", "h", "e", "l", "o"], unk_token="<unk>")
     tok.normalizer = normalizers.Lowercase()
     tok.add_tokens([AddedToken("Hello", normalized=True)])
-    return tok
-
-
-def _added_token_swallowed(tk):
-    from tokenizers import AddedToken
-
-    tok = _bpe(tk, ["<unk>", "a", " "], unk_token="<unk>")
-    tok.add_special_tokens([AddedToken("  ", lstrip=True, rstrip=True)])
-    return tok
-
-
-def _added_token_inside_rstrip(tk):
-    from tokenizers import AddedToken
-
-    tok = _bpe(tk, ["<unk>", "a", " ", "x"], unk_token="<unk>")
-    tok.add_special_tokens([AddedToken("x", rstrip=True), AddedToken("  ")])
     return tok
 
 
@@ -708,6 +698,12 @@ KNOWN_DIFFERENCES = {
         "normalizer that removes the text's start (Strip, Replace): Rust's piece then has an "
         "original offset > 0 and gets no prefix; actcap looks at the normalized offset",
         _metaspace_first_strip, [" ab"], False),
+    "metaspace-first-nfkc": (
+        "hf_tokenizer.cpp / pretokenize.cpp (at_start)", "prepend_scheme \"first\" after a "
+        "normalizer that makes the first character several (NFKC: \ufb01 -> fi) and a split "
+        "inside them: every piece of that character starts at original offset 0, so Rust "
+        "prepends to each; actcap to the first only",
+        _metaspace_first_nfkc, ["\ufb01"], False),
     "metaspace-first-prepend": (
         "hf_tokenizer.cpp / pretokenize.cpp (at_start)", "prepend_scheme \"first\" after a "
         "Prepend normalizer and a Split: the prepended text aligns to original offset 0, so "
@@ -732,17 +728,6 @@ KNOWN_DIFFERENCES = {
         "regex.cpp onig_to_pcre2", "Oniguruma's class intersection [a-z&&[^aeiou]] is not "
         "PCRE2 syntax (there, a class with '&' and '[' followed by a literal ']')",
         _split_regex(["h", "e", "l", "o"], "[a-z&&[^aeiou]]+"), ["hello"], False),
-    "added-token-swallowed": (
-        "added_vocab.cpp AddedVocabulary::split", "an lstrip added token found inside the "
-        "whitespace that the previous token's rstrip took: Rust's range for it is empty (lstrip "
-        "moves its start to the previous end) and the empty split is dropped; actcap emits its id",
-        _added_token_swallowed, ["    ", "a      a"], False),
-    "added-token-inside-rstrip": (
-        "added_vocab.cpp AddedVocabulary::split", "a whitespace added token found inside the "
-        "whitespace that the previous token's rstrip took: Rust keeps its overlapping range and "
-        "goes on from its end, so the rest of that whitespace is encoded once more; actcap goes "
-        "on from the end of the rstrip",
-        _added_token_inside_rstrip, ["x   ", "x   a"], False),
 }
 
 

@@ -555,6 +555,30 @@ TEST(TokenizerAdded, SingleWordLstripRstrip) {
                                std::make_pair("<mask>\xe2\x80\x80", 0)));
 }
 
+// Whitespace an rstrip token took, holding other added tokens: Rust's find_matches ranges,
+// measured with tokenizers 0.23.
+TEST(TokenizerAdded, TokensInsideTheWhitespaceAnRstripTokenTook) {
+  auto segments = [](const std::vector<tok::AddedToken>& tokens, const std::string& text) {
+    tok::AddedVocabulary v(tokens, nullptr);
+    std::vector<tok::Segment> s;
+    v.split(text, false, s);
+    std::vector<std::pair<std::string, int64_t>> got;
+    for (const auto& seg : s) got.emplace_back(text.substr(seg.begin, seg.end - seg.begin), seg.id);
+    return got;
+  };
+  // "  " with lstrip and rstrip: the second match's whitespace was all taken: its range is empty
+  // and it is dropped
+  const tok::AddedToken two_spaces{"  ", 1, false, true, true, false, false};
+  EXPECT_THAT(segments({two_spaces}, "    "), ElementsAre(std::make_pair("    ", 1)));
+  // "x" with rstrip, then "  ": the second keeps its own range inside the first's, and the text
+  // goes on from its end (the last space is text again)
+  const tok::AddedToken x{"x", 0, false, false, true, false, false};
+  const tok::AddedToken spaces{"  ", 1, false, false, false, false, false};
+  EXPECT_THAT(
+      segments({x, spaces}, "x   "),
+      ElementsAre(std::make_pair("x   ", 0), std::make_pair("  ", 1), std::make_pair(" ", -1)));
+}
+
 TEST(TokenizerAdded, NormalizedTokensMatchTheNormalizedText) {
   Fixture f;
   f.normalizer = {{"type", "NFC"}};
