@@ -25,10 +25,24 @@ namespace {
 // Measured against tokenizers 0.23 (tests/python/test_tokenizer_pipelines_rust.py).
 constexpr const char* kSpace = "\\p{White_Space}";
 constexpr const char* kNotSpace = "\\P{White_Space}";
-constexpr const char* kClassWordChars = "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}";
-constexpr const char* kWordChars =
-    "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{B2}\\x{B3}\\x{B9}\\x{BC}-\\x{BE}";
 constexpr const char* kHexChars = "0-9A-Fa-f";
+// \w in a class; outside one, Oniguruma's Latin-1 table adds these numbers.
+constexpr const char* kWordChars = "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}";
+constexpr const char* kLatin1WordNumbers = "\\x{B2}\\x{B3}\\x{B9}\\x{BC}-\\x{BE}";
+
+// Oniguruma's \w outside a class, as a PCRE2 class ("[...]"), or its complement ("[^...]").
+std::string word_class(bool negated) {
+  return concat(negated ? "[^" : "[", kWordChars, kLatin1WordNumbers, "]");
+}
+
+// \b (at == true) or \B as Oniguruma has them: where a word character (outside a class) begins
+// or ends, or where none does.
+std::string word_boundary(bool at) {
+  const std::string w = word_class(false);
+  const std::string same = concat("(?<=", w, ")(?=", w, ")|(?<!", w, ")(?!", w, ")");
+  const std::string changes = concat("(?<=", w, ")(?!", w, ")|(?<!", w, ")(?=", w, ")");
+  return concat("(?:", at ? changes : same, ")");
+}
 
 bool is_hex(char c) {
   return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
@@ -86,11 +100,11 @@ std::string onig_to_pcre2(const std::string& p) {
           out += kNotSpace;
           continue;
         case 'w':
-          out += in_class ? std::string(kClassWordChars) : concat("[", kWordChars, "]");
+          out += in_class ? std::string(kWordChars) : word_class(false);
           continue;
         case 'W':
           if (!in_class) {
-            out += concat("[^", kWordChars, "]");
+            out += word_class(true);
             continue;
           }
           break;  // inside a class PCRE2's own \W is the closest available
@@ -103,17 +117,10 @@ std::string onig_to_pcre2(const std::string& p) {
             continue;
           }
           break;
-        case 'b':  // inside a class: a backspace, as in both
-          if (!in_class) {
-            out += concat("(?:(?<=[", kWordChars, "])(?![", kWordChars, "])|(?<![", kWordChars,
-                          "])(?=[", kWordChars, "]))");
-            continue;
-          }
-          break;
+        case 'b':  // inside a class \b is a backspace, as in both; \B an error in both
         case 'B':
           if (!in_class) {
-            out += concat("(?:(?<=[", kWordChars, "])(?=[", kWordChars, "])|(?<![", kWordChars,
-                          "])(?![", kWordChars, "]))");
+            out += word_boundary(e == 'b');
             continue;
           }
           break;
