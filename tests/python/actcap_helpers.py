@@ -3,6 +3,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +56,14 @@ def actcap(*args, timeout=120, check=False):
             f"actcap {' '.join(map(str, args))} exited {proc.returncode}\n"
             f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}")
     return proc
+
+
+def run_python(*args, timeout=120, env=None):
+    """`python3 ARGS...` (this interpreter) in a fresh process that imports the built actcap
+    package (python_package_dir on PYTHONPATH); env: more variables. Returns CompletedProcess."""
+    full = dict(os.environ, PYTHONPATH=str(python_package_dir()), **(env or {}))
+    return subprocess.run([sys.executable, *[str(a) for a in args]], env=full,
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def init_model(out, arch, preset="tiny", seed=0, dtype=None, tie=None):

@@ -1,9 +1,6 @@
 """actcap.SafeCapturer and actcap.audit on HF-shaped torch modules (hf_modules.py): each hazard
 that bites on CPU shows naive hook capture wrong and SafeCapturer exact; the seed's four cases;
 padding, selection, errors, save + verify."""
-import os
-import subprocess
-import sys
 import warnings
 
 import pytest
@@ -642,7 +639,5 @@ def test_audit_measures_libtorchs_own_references_outside_inference_mode(ac):
             "with torch.inference_mode():\n"
             "    first = A._preservation()\n"
             "print(first == A._measure_preservation(), first)\n")
-    env = dict(os.environ, PYTHONPATH=str(H.python_package_dir()))
-    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=120)
+    run = H.run_python("-c", code)
     assert run.returncode == 0 and run.stdout.startswith("True"), run.stdout + run.stderr

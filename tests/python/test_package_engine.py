@@ -213,9 +213,7 @@ def test_bad_input_raises_typed_errors(ac, engine, tmp_path):
 def test_readme_quickstart_prints_what_the_readme_shows(ac):
     """examples/quickstart.py is the README's Python worked example: its output is the README's."""
     repo = Path(__file__).resolve().parents[2]
-    env = dict(os.environ, PYTHONPATH=str(H.python_package_dir()))
-    run = subprocess.run([sys.executable, str(repo / "examples" / "quickstart.py")], env=env,
-                         capture_output=True, text=True, timeout=300)
+    run = H.run_python(repo / "examples" / "quickstart.py", timeout=300)
     assert run.returncode == 0, run.stderr
     readme = (repo / "README.md").read_text()
     shown = readme.split("$ PYTHONPATH=build/python python3 examples/quickstart.py\n", 1)[1]
@@ -225,10 +223,7 @@ def test_readme_quickstart_prints_what_the_readme_shows(ac):
 
 def test_keep_freed_memory_sets_glibc_options(ac):
     """actcap.keep_freed_memory() calls mallopt (in a child process: it is process-wide)."""
-    env = dict(os.environ, PYTHONPATH=str(H.python_package_dir()))
-    code = "import actcap; print(actcap.keep_freed_memory())"
-    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=120)
+    run = H.run_python("-c", "import actcap; print(actcap.keep_freed_memory())")
     assert run.returncode == 0 and run.stdout.strip() == "True", run.stdout + run.stderr
 
 
