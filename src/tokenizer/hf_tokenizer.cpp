@@ -23,20 +23,20 @@ HfTokenizer::HfTokenizer(HfParts parts) : parts_(std::move(parts)) {
     id_to_token_[t.id] = t.content;
 }
 
-std::string HfTokenizer::normalize(std::string_view text) const {
+std::string HfTokenizer::normalize(std::string_view text, size_t* head) const {
   std::string s(text);
-  for (const Normalizer& n : parts_.normalizers) s = n.apply(s);
+  for (const Normalizer& n : parts_.normalizers) s = n.apply(s, head);
   return s;
 }
 
 void HfTokenizer::encode_text(std::string_view text, std::vector<int64_t>& ids) const {
   const Bpe& model = *parts_.model;
-  auto to_model = [&](std::string_view piece) { model.encode(piece, ids); };
-  auto pre_tokenize = [&](std::string_view part, bool at_start) {
+  auto to_model = [&](std::string_view piece, size_t) { model.encode(piece, ids); };
+  auto pre_tokenize = [&](std::string_view part, size_t head) {
     if (parts_.pre_tokenizer)
-      parts_.pre_tokenizer->run(part, to_model, at_start);
+      parts_.pre_tokenizer->run(part, head, to_model);
     else
-      to_model(part);
+      to_model(part, head);
   };
   std::vector<Segment> raw;
   added_.split(text, false, raw);
@@ -47,18 +47,21 @@ void HfTokenizer::encode_text(std::string_view text, std::vector<int64_t>& ids) 
       continue;
     }
     std::string_view part = text.substr(seg.begin, seg.end - seg.begin);
+    // what of this part aligns to the input's start (Metaspace's prepend_scheme "first")
+    size_t head = seg.begin == 0 ? input_head(part) : 0;
     std::string normalized;
     if (!parts_.normalizers.empty()) {
-      normalized = normalize(part);
+      normalized = normalize(part, &head);
       part = normalized;
     }
     inner.clear();
     added_.split(part, true, inner);
     for (const Segment& sub : inner) {
+      const size_t len = sub.end - sub.begin;
       if (sub.id >= 0)
         ids.push_back(sub.id);
       else
-        pre_tokenize(part.substr(sub.begin, sub.end - sub.begin), seg.begin == 0 && sub.begin == 0);
+        pre_tokenize(part.substr(sub.begin, len), sub_head(head, sub.begin, len));
     }
   }
 }

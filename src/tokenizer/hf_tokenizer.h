@@ -43,7 +43,8 @@ class HfTokenizer : public Tokenizer {
   int64_t vocab_size() const override { return vocab_size_; }
   std::vector<int64_t> special_ids() const override;
 
-  std::string normalize(std::string_view text) const;
+  // With `head`: the text's head in, the result's out (tokenizer/alignment.h).
+  std::string normalize(std::string_view text, size_t* head = nullptr) const;
   const Bpe& model() const { return *parts_.model; }
 
  private:

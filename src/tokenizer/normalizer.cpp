@@ -1,17 +1,25 @@
 #include "tokenizer/normalizer.h"
 
+#include <algorithm>
+
+#include "tokenizer/alignment.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/utf8.h"
 
 namespace actcap::tok {
 
-std::string Pattern::replace_all(std::string_view text, std::string_view content) const {
+std::string Pattern::replace_all(std::string_view text, std::string_view content,
+                                 size_t* head) const {
   std::string out;
   size_t prev = 0;
+  const size_t in_head = head ? *head : 0;
+  size_t out_head = 0;
   auto on_match = [&](size_t b, size_t e) {
     if (e == b) return;  // an empty match replaces nothing
     out.append(text.substr(prev, b - prev));
+    out_head += sub_head(in_head, prev, b - prev);
     out.append(content);
+    if (e <= in_head) out_head += content.size();
     prev = e;
   };
   if (regex) {
@@ -23,19 +31,28 @@ std::string Pattern::replace_all(std::string_view text, std::string_view content
   }
   if (prev == 0) return std::string(text);
   out.append(text.substr(prev));
+  if (head) *head = out_head + sub_head(in_head, prev, text.size() - prev);
   return out;
 }
 
-std::string Normalizer::apply(std::string_view text) const {
+std::string Normalizer::apply(std::string_view text, size_t* head) const {
+  // The head moves as Rust's alignments do: a character made from others aligns with the first
+  // of them, an inserted one with the one before it.
   switch (kind) {
-    case Kind::Unicode:
-      return normalize(form, text);
+    case Kind::Unicode: {
+      std::string out = normalize(form, text);
+      if (head) *head = std::min(normalized_head(form, text, *head), out.size());
+      return out;
+    }
     case Kind::Prepend:
-      // as in Rust: an empty text stays empty
+      // as in Rust: an empty text stays empty; the prefix aligns with the first character
+      if (head && *head > 0) *head += content.size();
       return text.empty() ? std::string() : content + std::string(text);
     case Kind::Replace:
-      return pattern.replace_all(text, content);
+      return pattern.replace_all(text, content, head);
     case Kind::Lowercase:
+      // character by character, so the head's characters lowered are the result's head
+      if (head) *head = lowercase(text.substr(0, *head)).size();
       return lowercase(text);
     case Kind::Strip: {
       size_t b = 0, e = text.size(), len = 0;
@@ -43,6 +60,7 @@ std::string Normalizer::apply(std::string_view text) const {
         while (b < e && is_white_space(utf8_decode(text, b, &len))) b += len;
       if (strip_right)
         while (e > b && is_white_space(utf8_decode_before(text, e, &len))) e -= len;
+      if (head) *head = sub_head(*head, b, e - b);
       return std::string(text.substr(b, e - b));
     }
   }

@@ -18,8 +18,11 @@ namespace actcap::tok {
 struct Pattern {
   std::optional<std::string> literal;
   std::shared_ptr<const Regex> regex;
-  // Every non-overlapping match, left to right, replaced by `content` (taken literally).
-  std::string replace_all(std::string_view text, std::string_view content) const;
+  // Every non-overlapping match, left to right, replaced by `content` (taken literally). With
+  // `head` (tokenizer/alignment.h), text's head in, the result's out: as in Rust, the content
+  // aligns with the match's last character.
+  std::string replace_all(std::string_view text, std::string_view content,
+                          size_t* head = nullptr) const;
 };
 
 struct Normalizer {
@@ -31,7 +34,9 @@ struct Normalizer {
   bool strip_left = false;            // Strip
   bool strip_right = false;
 
-  std::string apply(std::string_view text) const;
+  // With `head`: the text's head in, the result's out (tokenizer/alignment.h), as the Rust
+  // crate's alignments move through this normalizer.
+  std::string apply(std::string_view text, size_t* head = nullptr) const;
 };
 
 struct DecoderStep {

@@ -92,25 +92,32 @@ std::vector<Piece> SplitPreTokenizer::find_pieces(std::string_view text) const {
   return pieces;
 }
 
-void SplitPreTokenizer::run(std::string_view text, Sink emit, bool) const {
+namespace {
+// Hands on text[b, e) with its head.
+void emit_slice(Sink emit, std::string_view text, size_t head, size_t b, size_t e) {
+  emit(text.substr(b, e - b), sub_head(head, b, e - b));
+}
+}  // namespace
+
+void SplitPreTokenizer::run(std::string_view text, size_t head, Sink emit) const {
   if (regex_ && !invert_ &&
       (behavior_ == SplitBehavior::Isolated || behavior_ == SplitBehavior::Removed)) {
     // the common case (Llama 3, GPT-4 style patterns), streamed without building the piece list
     const bool keep_matches = behavior_ == SplitBehavior::Isolated;
     size_t prev = 0;
     regex_->for_each_match(text, [&](size_t b, size_t e) {
-      if (prev < b) emit(text.substr(prev, b - prev));
-      if (keep_matches && e > b) emit(text.substr(b, e - b));
+      if (prev < b) emit_slice(emit, text, head, prev, b);
+      if (keep_matches && e > b) emit_slice(emit, text, head, b, e);
       prev = e;
     });
-    if (prev < text.size()) emit(text.substr(prev));
+    if (prev < text.size()) emit_slice(emit, text, head, prev, text.size());
     return;
   }
   for (const Piece& p : apply_behavior(find_pieces(text), behavior_))
-    if (p.end > p.begin) emit(text.substr(p.begin, p.end - p.begin));
+    if (p.end > p.begin) emit_slice(emit, text, head, p.begin, p.end);
 }
 
-void DigitsPreTokenizer::run(std::string_view text, Sink emit, bool) const {
+void DigitsPreTokenizer::run(std::string_view text, size_t head, Sink emit) const {
   // A digit is what Rust's char::is_numeric says (Nd, Nl, No: ١, ５, ², ½ too), as the Rust
   // `tokenizers` crate splits; an invalid byte is not one.
   auto numeric_at = [&](size_t i, size_t* len) {
@@ -128,7 +135,7 @@ void DigitsPreTokenizer::run(std::string_view text, Sink emit, bool) const {
     size_t j = i + len;
     if (!digit || !individual_)
       while (j < text.size() && numeric_at(j, &len) == digit) j += len;
-    emit(text.substr(i, j - i));
+    emit_slice(emit, text, head, i, j);
     i = j;
   }
 }
@@ -149,7 +156,7 @@ ByteLevelPreTokenizer::ByteLevelPreTokenizer(bool add_prefix_space, bool use_reg
   if (use_regex_) gpt2_regex();  // compile now, not on the first encode
 }
 
-void ByteLevelPreTokenizer::run(std::string_view text, Sink emit, bool) const {
+void ByteLevelPreTokenizer::run(std::string_view text, size_t head, Sink emit) const {
   if (text.empty()) return;
   std::string prefixed;
   if (add_prefix_space_ && text[0] != ' ') {
@@ -157,18 +164,19 @@ void ByteLevelPreTokenizer::run(std::string_view text, Sink emit, bool) const {
     prefixed += ' ';
     prefixed += text;
     text = prefixed;
+    if (head > 0) ++head;  // the prefix aligns with the first character
   }
   if (!use_regex_) {
-    emit(text);
+    emit(text, head);
     return;
   }
   size_t prev = 0;
   gpt2_regex().for_each_match(text, [&](size_t b, size_t e) {
-    if (prev < b) emit(text.substr(prev, b - prev));
-    if (e > b) emit(text.substr(b, e - b));
+    if (prev < b) emit_slice(emit, text, head, prev, b);
+    if (e > b) emit_slice(emit, text, head, b, e);
     prev = e;
   });
-  if (prev < text.size()) emit(text.substr(prev));
+  if (prev < text.size()) emit_slice(emit, text, head, prev, text.size());
 }
 
 bool SequencePreTokenizer::byte_level() const {
@@ -177,47 +185,51 @@ bool SequencePreTokenizer::byte_level() const {
   return false;
 }
 
-void SequencePreTokenizer::run_from(size_t step, std::string_view text, Sink emit,
-                                    bool at_start) const {
+void SequencePreTokenizer::run_from(size_t step, std::string_view text, size_t head,
+                                    Sink emit) const {
   if (step == steps_.size()) {
-    emit(text);
+    emit(text, head);
     return;
   }
-  // A piece is at the start when it begins where a text at the start begins (pieces a step
-  // rewrites, such as Metaspace's, are new strings: not at the start).
-  auto next = [&](std::string_view piece) {
-    run_from(step + 1, piece, emit, at_start && piece.data() == text.data());
+  auto next = [&](std::string_view piece, size_t piece_head) {
+    run_from(step + 1, piece, piece_head, emit);
   };
-  steps_[step]->run(text, next, at_start);
+  steps_[step]->run(text, head, next);
 }
 
-void MetaspacePreTokenizer::run(std::string_view text, Sink emit, bool at_start) const {
+void MetaspacePreTokenizer::run(std::string_view text, size_t head, Sink emit) const {
   if (text.empty()) return;
   std::string s;
   s.reserve(text.size() + replacement_.size() * 2);
+  // As in Rust: "first" prepends where the text aligns to offset 0 of the input.
   const bool prepend =
-      scheme_ == PrependScheme::Always || (scheme_ == PrependScheme::First && at_start);
+      scheme_ == PrependScheme::Always || (scheme_ == PrependScheme::First && head > 0);
+  size_t new_head = 0;
   if (prepend && text.substr(0, replacement_.size()) != replacement_ &&
-      !(text[0] == ' ' && replacement_.size() > 0))
+      !(text[0] == ' ' && replacement_.size() > 0)) {
     s += replacement_;
-  for (char c : text) {
+    if (head > 0) new_head = replacement_.size();  // aligned with the first character
+  }
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
     if (c == ' ')
       s += replacement_;
     else
       s += c;
+    if (i + 1 == head) new_head = s.size();
   }
   if (!split_ || replacement_.empty()) {
-    emit(s);
+    emit(s, new_head);
     return;
   }
   const std::string_view v = s;
   size_t begin = 0;
   for (size_t at = v.find(replacement_); at != std::string_view::npos;
        at = v.find(replacement_, at + replacement_.size())) {
-    if (at > begin) emit(v.substr(begin, at - begin));
+    if (at > begin) emit_slice(emit, v, new_head, begin, at);
     begin = at;
   }
-  if (begin < v.size()) emit(v.substr(begin));
+  if (begin < v.size()) emit_slice(emit, v, new_head, begin, v.size());
 }
 
 }  // namespace actcap::tok

@@ -9,19 +9,22 @@
 #include <string_view>
 #include <vector>
 
+#include "tokenizer/alignment.h"
 #include "tokenizer/function_ref.h"
 #include "tokenizer/regex.h"
 
 namespace actcap::tok {
 
-using Sink = FunctionRef<void(std::string_view)>;
+// Each piece is handed on with its head (tokenizer/alignment.h).
+using Sink = FunctionRef<void(std::string_view piece, size_t head)>;
 
 class PreTokenizer {
  public:
   virtual ~PreTokenizer() = default;
-  // at_start: the text begins at offset 0 of the input (Metaspace's prepend_scheme "first").
-  virtual void run(std::string_view text, Sink emit, bool at_start) const = 0;
-  void run(std::string_view text, Sink emit) const { run(text, emit, true); }
+  // Pre-tokenizes text whose head is `head` (tokenizer/alignment.h).
+  virtual void run(std::string_view text, size_t head, Sink emit) const = 0;
+  // The text is the whole input.
+  void run(std::string_view text, Sink emit) const { run(text, input_head(text), emit); }
   // True for the ByteLevel pre-tokenizer (or a Sequence holding one): the model then works on
   // bytes through GPT-2's byte alphabet.
   virtual bool byte_level() const { return false; }
@@ -50,7 +53,7 @@ class SplitPreTokenizer : public PreTokenizer {
   SplitPreTokenizer(std::unique_ptr<Regex> regex, std::optional<std::string> literal,
                     SplitBehavior behavior, bool invert);
   using PreTokenizer::run;
-  void run(std::string_view text, Sink emit, bool at_start) const override;
+  void run(std::string_view text, size_t head, Sink emit) const override;
   // The pieces (matches and gaps) before the behavior is applied; exposed for tests.
   std::vector<Piece> find_pieces(std::string_view text) const;
 
@@ -66,7 +69,7 @@ class DigitsPreTokenizer : public PreTokenizer {
  public:
   explicit DigitsPreTokenizer(bool individual_digits) : individual_(individual_digits) {}
   using PreTokenizer::run;
-  void run(std::string_view text, Sink emit, bool at_start) const override;
+  void run(std::string_view text, size_t head, Sink emit) const override;
 
  private:
   bool individual_;
@@ -78,7 +81,7 @@ class ByteLevelPreTokenizer : public PreTokenizer {
  public:
   ByteLevelPreTokenizer(bool add_prefix_space, bool use_regex);
   using PreTokenizer::run;
-  void run(std::string_view text, Sink emit, bool at_start) const override;
+  void run(std::string_view text, size_t head, Sink emit) const override;
   bool byte_level() const override { return true; }
   static const char* gpt2_pattern();
 
@@ -97,7 +100,7 @@ class MetaspacePreTokenizer : public PreTokenizer {
   MetaspacePreTokenizer(std::string replacement, PrependScheme scheme, bool split)
       : replacement_(std::move(replacement)), scheme_(scheme), split_(split) {}
   using PreTokenizer::run;
-  void run(std::string_view text, Sink emit, bool at_start) const override;
+  void run(std::string_view text, size_t head, Sink emit) const override;
 
  private:
   std::string replacement_;
@@ -110,13 +113,13 @@ class SequencePreTokenizer : public PreTokenizer {
   explicit SequencePreTokenizer(std::vector<std::unique_ptr<PreTokenizer>> steps)
       : steps_(std::move(steps)) {}
   using PreTokenizer::run;
-  void run(std::string_view text, Sink emit, bool at_start) const override {
-    run_from(0, text, emit, at_start);
+  void run(std::string_view text, size_t head, Sink emit) const override {
+    run_from(0, text, head, emit);
   }
   bool byte_level() const override;
 
  private:
-  void run_from(size_t step, std::string_view text, Sink emit, bool at_start) const;
+  void run_from(size_t step, std::string_view text, size_t head, Sink emit) const;
   std::vector<std::unique_ptr<PreTokenizer>> steps_;
 };
 

@@ -163,27 +163,22 @@ def rand_pre_bytelevel(rng):
         elif r < 0.85:
             steps.append(("Digits", rng.random() < 0.5))
         else:
-            steps.append(("Metaspace", "\u2581", rng.choice(["always", "never"]),
+            steps.append(("Metaspace", "\u2581", rng.choice(["always", "first", "never"]),
                           rng.random() < 0.5))
     # nothing after ByteLevel: a Split, Digits or Metaspace there is refused by actcap
     steps.append(("ByteLevel", rng.random() < 0.5, rng.random() < 0.75))
     return steps
 
 
-def rand_pre_metaspace(rng, first_ok):
-    """first_ok: Metaspace's prepend_scheme "first" may be used: not after a normalizer, nor
-    after another Metaspace step (KNOWN_DIFFERENCES "metaspace-first-strip", "-prepend",
-    "-nfkc", "-after-metaspace")."""
+def rand_pre_metaspace(rng):
     if rng.random() < 0.08:
         return None
     steps = []
     for _ in range(rng.choice((1, 1, 2, 3))):
         r = rng.random()
         if r < 0.45:
-            schemes = ["always", "first", "never"] if first_ok else ["always", "never"]
             steps.append(("Metaspace", rng.choice(["\u2581", "\u2581", "\u2581", "_"]),
-                          rng.choice(schemes), rng.random() < 0.5))
-            first_ok = False
+                          rng.choice(["always", "first", "never"]), rng.random() < 0.5))
         elif r < 0.8:
             steps.append(rand_split(rng))
         else:
@@ -260,7 +255,7 @@ def pipeline_spec(index):
         # any normalizer can move what maps to the text's start (Strip, Replace, Prepend) or
         # make the first character several (NFKC: \ufb01 -> fi; NFC: \ufb2a -> two), so that a
         # later piece starts at original offset 0 too
-        spec["pre"] = rand_pre_metaspace(rng, not spec["normalizer"])
+        spec["pre"] = rand_pre_metaspace(rng)
         spec["decoder"] = rand_decoder_metaspace(rng)
         spec["fallback"] = rng.choice(["all", "all", "part", "unk", "unk-fused"])
     return spec
@@ -564,6 +559,8 @@ def test_pipelines_cover_the_components():
                 seen.add(("split pattern", p[1][0]))
             if p[0] == "Metaspace":
                 seen.add(("prepend_scheme", p[2]))
+                if p[2] == "first" and s["normalizer"]:
+                    seen.add(("prepend_scheme", "first after a normalizer"))
         seen.add(("post", (s["post"] or ("None",))[0]))
         for d in s["decoder"] or []:
             seen.add(("decoder", d[0]))
@@ -578,7 +575,8 @@ def test_pipelines_cover_the_components():
     want |= {("pre", p) for p in ("Split", "Digits", "ByteLevel", "Metaspace")}
     want |= {("behavior", b) for b in BEHAVIORS} | {("invert", True), ("invert", False)}
     want |= {("split pattern", "Regex"), ("split pattern", "String")}
-    want |= {("prepend_scheme", p) for p in ("always", "first", "never")}
+    want |= {("prepend_scheme", p) for p in ("always", "first", "never",
+                                              "first after a normalizer")}
     want |= {("post", p) for p in ("None", "ByteLevel", "Template", "Bert", "Roberta", "Sequence")}
     want |= {("decoder", d) for d in ("ByteLevel", "ByteFallback", "Fuse", "Metaspace", "Replace",
                                       "Strip")}
@@ -615,48 +613,6 @@ def _split_empty_string(tk):
     return tok
 
 
-def _metaspace_tok(tk):
-    return _bpe(tk, ["<unk>", "\u2581", "a", "b", "x"], unk_token="<unk>")
-
-
-def _metaspace_first_after_metaspace(tk):
-    from tokenizers import pre_tokenizers as P
-
-    tok = _metaspace_tok(tk)
-    tok.pre_tokenizer = P.Sequence([P.Metaspace(prepend_scheme="never", split=False),
-                                    P.Metaspace(prepend_scheme="first")])
-    return tok
-
-
-def _metaspace_first_strip(tk):
-    from tokenizers import normalizers, pre_tokenizers
-
-    tok = _metaspace_tok(tk)
-    tok.normalizer = normalizers.Strip(left=True, right=False)
-    tok.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="first")
-    return tok
-
-
-def _metaspace_first_nfkc(tk):
-    from tokenizers import normalizers
-    from tokenizers import pre_tokenizers as P
-
-    tok = _bpe(tk, ["<unk>", "\u2581", "f", "i"], unk_token="<unk>")
-    tok.normalizer = normalizers.NFKC()
-    tok.pre_tokenizer = P.Sequence([P.Split("i", "isolated"), P.Metaspace(prepend_scheme="first")])
-    return tok
-
-
-def _metaspace_first_prepend(tk):
-    from tokenizers import normalizers
-    from tokenizers import pre_tokenizers as P
-
-    tok = _metaspace_tok(tk)
-    tok.normalizer = normalizers.Prepend("x ")
-    tok.pre_tokenizer = P.Sequence([P.Split(" ", "removed"), P.Metaspace(prepend_scheme="first")])
-    return tok
-
-
 def _decode_normalized_added_token(tk):
     from tokenizers import AddedToken, normalizers
 
@@ -688,27 +644,6 @@ KNOWN_DIFFERENCES = {
         "compiles regex::escape(\"\") = the empty regex, which matches between all characters; "
         "actcap takes an empty literal as no match",
         _split_empty_string, ["ab"], False),
-    "metaspace-first-after-metaspace": (
-        "pretokenize.cpp SequencePreTokenizer::run_from", "prepend_scheme \"first\" prepends "
-        "where the piece's offset in the original text is 0 (Rust); actcap takes a piece that "
-        "an earlier Metaspace step rewrote as not at the start",
-        _metaspace_first_after_metaspace, ["ab"], False),
-    "metaspace-first-strip": (
-        "hf_tokenizer.cpp HfTokenizer::encode_text (at_start)", "prepend_scheme \"first\" after a "
-        "normalizer that removes the text's start (Strip, Replace): Rust's piece then has an "
-        "original offset > 0 and gets no prefix; actcap looks at the normalized offset",
-        _metaspace_first_strip, [" ab"], False),
-    "metaspace-first-nfkc": (
-        "hf_tokenizer.cpp / pretokenize.cpp (at_start)", "prepend_scheme \"first\" after a "
-        "normalizer that makes the first character several (NFKC: \ufb01 -> fi) and a split "
-        "inside them: every piece of that character starts at original offset 0, so Rust "
-        "prepends to each; actcap to the first only",
-        _metaspace_first_nfkc, ["\ufb01"], False),
-    "metaspace-first-prepend": (
-        "hf_tokenizer.cpp / pretokenize.cpp (at_start)", "prepend_scheme \"first\" after a "
-        "Prepend normalizer and a Split: the prepended text aligns to original offset 0, so "
-        "Rust's first piece after it also counts as the start",
-        _metaspace_first_prepend, ["ab"], False),
     "decode-normalized-added-token": (
         "hf_tokenizer.cpp HfTokenizer (id_to_token_)", "tokenizers 0.23 (PR #1995) decodes a "
         "normalized added token as its normalized form (\"Hello\" under Lowercase -> \"hello\"); "

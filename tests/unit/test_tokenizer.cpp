@@ -14,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
@@ -132,7 +133,7 @@ const char* kLlama3Pattern =
 
 std::vector<std::string> run(const tok::PreTokenizer& p, std::string_view text) {
   std::vector<std::string> out;
-  p.run(text, [&](std::string_view piece) { out.emplace_back(piece); });
+  p.run(text, [&](std::string_view piece, size_t) { out.emplace_back(piece); });
   return out;
 }
 
@@ -643,8 +644,8 @@ TEST(TokenizerPreTokenizer, MetaspaceSchemesAndSplit) {
   auto pieces = [&](PrependScheme scheme, bool split, std::string_view text, bool at_start) {
     tok::MetaspacePreTokenizer p(m, scheme, split);
     std::vector<std::string> out;
-    p.run(
-        text, [&](std::string_view piece) { out.emplace_back(piece); }, at_start);
+    p.run(text, at_start ? tok::input_head(text) : 0,
+          [&](std::string_view piece, size_t) { out.emplace_back(piece); });
     return out;
   };
   EXPECT_THAT(pieces(PrependScheme::Always, false, "a b", false), ElementsAre(m + "a" + m + "b"));
@@ -673,6 +674,118 @@ TEST(TokenizerMetaspace, FirstSchemeOnlyAtTheStartOfTheText) {
   EXPECT_EQ(t->encode("a b"), (Ids{ma, mb}));
   EXPECT_EQ(t->encode("a<s>a"), (Ids{ma, s, f.id("a")}));
   EXPECT_EQ(t->decode(t->encode("a b")), "a b");
+}
+
+// Metaspace's prepend_scheme "first" prepends to every piece that aligns to offset 0 of the input,
+// which the normalizers and earlier pre-tokenizers move about (tokenizer/alignment.h). A
+// character-level vocabulary shows where the "▁" went. Expected: tokenizers 0.23.1 (Rust), each
+// case built with its Python API and encoded without special tokens.
+TEST(TokenizerMetaspace, FirstSchemeFollowsTheAlignmentToTheInputsStart) {
+  const std::string m = "\xe2\x96\x81";
+  const json first = {
+      {"type", "Metaspace"}, {"replacement", m}, {"prepend_scheme", "first"}, {"split", true}};
+  auto seq = [](json steps) { return json{{"type", "Sequence"}, {"pretokenizers", steps}}; };
+  auto split = [](json pattern, const char* behavior) {
+    return json{{"type", "Split"}, {"pattern", pattern}, {"behavior", behavior}, {"invert", false}};
+  };
+  const json each = split({{"Regex", "."}}, "Isolated");
+  auto norm = [](const char* type) { return json{{"type", type}}; };
+  auto replace = [](const char* from, const char* to) {
+    return json{{"type", "Replace"}, {"pattern", {{"String", from}}}, {"content", to}};
+  };
+  const json prepend_x = {{"type", "Prepend"}, {"prepend", "x"}};
+  struct Case {
+    const char* name;
+    json normalizer;
+    json pre_tokenizer;
+    std::string text;
+    std::vector<std::string> tokens;
+  };
+  const std::vector<Case> cases = {
+      // the normalizer removed the input's start: nothing aligns to offset 0
+      {"strip",
+       {{"type", "Strip"}, {"strip_left", true}, {"strip_right", false}},
+       first,
+       " ab",
+       {"a", "b"}},
+      {"strip",
+       {{"type", "Strip"}, {"strip_left", true}, {"strip_right", false}},
+       first,
+       "  a b",
+       {"a", m, "b"}},
+      // both letters of NFKC's "fi" align with U+FB01, so both pieces get the prefix
+      {"nfkc",
+       norm("NFKC"),
+       seq({split({{"String", "i"}}, "Isolated"), first}),
+       "\xef\xac\x81x",
+       {m, "f", m, "i", "x"}},
+      // the prefix aligns with the first character
+      {"prepend",
+       {{"type", "Prepend"}, {"prepend", "x "}},
+       seq({split({{"String", " "}}, "Removed"), first}),
+       "ab",
+       {m, "x", m, "a", "b"}},
+      // an earlier Metaspace step rewrote the text, which still begins the input
+      {"after metaspace",
+       nullptr,
+       seq({{{"type", "Metaspace"},
+             {"replacement", m},
+             {"prepend_scheme", "never"},
+             {"split", false}},
+            first}),
+       "a b",
+       {m, "a", m, "b"}},
+      // NFD of U+1F88 U+0323: the dot below is sorted before U+1F88's marks and takes the
+      // second input character's alignment; only the Alpha aligns with U+1F88
+      {"nfd reorder",
+       norm("NFD"),
+       seq({each, first}),
+       "\xe1\xbe\x88\xcc\xa3x",
+       {m, "\xce\x91", "\xcc\xa3", "\xcc\x93", "\xcd\x85", "x"}},
+      // a composed character aligns with its first part
+      {"nfc", norm("NFC"), seq({each, first}), "e\xcc\x81x", {m, "\xc3\xa9", "x"}},
+      {"nfc hangul",
+       norm("NFC"),
+       seq({each, first}),
+       "\xe1\x84\x80\xe1\x85\xa1\xe1\x86\xa8x",
+       {m, "\xea\xb0\x81", "x"}},
+      {"nfkd",
+       norm("NFKD"),
+       seq({each, first}),
+       "\xe1\xba\x9b\xcc\xa3x",
+       {m, "s", "\xcc\xa3", "\xcc\x87", "x"}},
+      // U+0130 lowers to i + U+0307, both aligned with it
+      {"lowercase",
+       norm("Lowercase"),
+       seq({each, first}),
+       "\xc4\xb0x",
+       {m, "i", m, "\xcc\x87", "x"}},
+      // a Replace's content aligns with the match's last character
+      {"replace", replace("ab", "XY"), seq({each, first}), "abc", {"X", "Y", "c"}},
+      {"replace first", replace("a", "XY"), seq({each, first}), "ab", {m, "X", m, "Y", "b"}},
+      // Prepend then NFC: the prefix and the mark it could not compose with align to offset 0
+      {"prepend nfc",
+       {{"type", "Sequence"}, {"normalizers", {prepend_x, norm("NFC")}}},
+       seq({each, first}),
+       "\xcc\xa3\xcc\x81"
+       "b",
+       {m, "x", m, "\xcc\xa3", "\xcc\x81", "b"}},
+  };
+  for (const Case& c : cases) {
+    Fixture f(false);
+    f.unk = "<unk>";
+    f.add("<unk>");
+    for (const std::string& t : c.tokens) f.add(t);
+    f.normalizer = c.normalizer;
+    f.pre_tokenizer = c.pre_tokenizer;
+    f.post_processor = nullptr;
+    f.decoder = nullptr;
+    std::map<int64_t, std::string> by_id;
+    for (auto& [token, id] : f.vocab.items()) by_id[id.get<int64_t>()] = token;
+    std::vector<std::string> got;
+    for (int64_t id : f.build()->encode(c.text, false)) got.push_back(by_id.at(id));
+    EXPECT_EQ(got, c.tokens) << c.name;
+  }
 }
 
 TEST(TokenizerDecode, SentencePieceStyleDecoders) {
