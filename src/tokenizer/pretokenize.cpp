@@ -79,7 +79,7 @@ std::vector<Piece> SplitPreTokenizer::find_pieces(std::string_view text) const {
   };
   if (regex_) {
     regex_->for_each_match(text, on_match);
-  } else if (literal_->empty()) {
+  } else if (literal_->empty()) {  // tokenizer.json's "" is the empty regex (tokenizer_json.cpp)
     return {{0, text.size(), false}};
   } else {
     for (size_t at = text.find(*literal_); at != std::string_view::npos;

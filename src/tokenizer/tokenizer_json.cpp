@@ -353,6 +353,12 @@ class Parser {
                                         concat(origin_, ": ", pfield, ".Regex"));
       } else if (const json* s = find(pattern, "String")) {
         literal = text(*s, pfield + ".String");
+        // Rust compiles regex::escape(s); for "" that is the empty regex, which matches between
+        // every two characters
+        if (literal->empty()) {
+          regex = std::make_unique<Regex>("", concat(origin_, ": ", pfield, ".String"));
+          literal.reset();
+        }
       } else {
         fail(pfield, concat("must be {\"Regex\": ...} or {\"String\": ...}, not ", show(pattern)));
       }

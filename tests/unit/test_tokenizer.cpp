@@ -676,6 +676,24 @@ TEST(TokenizerMetaspace, FirstSchemeOnlyAtTheStartOfTheText) {
   EXPECT_EQ(t->decode(t->encode("a b")), "a b");
 }
 
+// {"String": ""} is what Rust compiles it to, the empty regex: a piece per character (removed
+// with invert: every character is a match, nothing is left). Expected: tokenizers 0.23.1.
+TEST(TokenizerPreTokenizer, EmptyStringSplitIsTheEmptyRegex) {
+  Fixture f(false);
+  const int64_t a = f.add("a"), b = f.add("b");
+  f.merge("a", "b");
+  f.post_processor = nullptr;
+  f.decoder = nullptr;
+  f.pre_tokenizer = {{"type", "Split"},
+                     {"pattern", {{"String", ""}}},
+                     {"behavior", "Isolated"},
+                     {"invert", false}};
+  EXPECT_EQ(f.build()->encode("ab", false), (Ids{a, b}));
+  f.pre_tokenizer["behavior"] = "Removed";
+  f.pre_tokenizer["invert"] = true;
+  EXPECT_EQ(f.build()->encode("ab", false), Ids{});
+}
+
 // Metaspace's prepend_scheme "first" prepends to every piece that aligns to offset 0 of the input,
 // which the normalizers and earlier pre-tokenizers move about (tokenizer/alignment.h). A
 // character-level vocabulary shows where the "▁" went. Expected: tokenizers 0.23.1 (Rust), each
