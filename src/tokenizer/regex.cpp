@@ -16,7 +16,8 @@ namespace {
 //   \w  Onig: Alphabetic, M, Nd, Pc (no Join_Control); outside a class also the numbers
 //       \u00b2\u00b3\u00b9\u00bc\u00bd\u00be (its Latin-1 table), inside one not
 //                                           PCRE2 10.42: L, N, underscore
-//   [\W] (\W inside a class) has no PCRE2 spelling (a complement in a union): PCRE2's own is kept
+//   [\W] [\H] (complements in a class), POSIX brackets ([[:punct:]] is P and S, [[:alpha:]]
+//       Alphabetic, ...), nested classes and && intersections: see translate_class
 //   \b \B  word boundaries of those \w       PCRE2: of its own \w
 //   \h  Onig: hex digit                      PCRE2: horizontal space
 //   \p{Han}  Onig: the Script property       PCRE2 >= 10.40: Script_Extensions (\u3002 is Han)
@@ -83,97 +84,193 @@ MatchState& thread_match_state() {
 
 }  // namespace
 
+namespace {
+
+// POSIX brackets as Oniguruma defines them for Unicode (make_unicode_property_data.py): the inside
+// of a class, or of the class whose complement the bracket is (graph, print).
+struct PosixClass {
+  const char* name;
+  const char* chars;
+  bool complement;
+};
+constexpr PosixClass kPosix[] = {
+    {"alnum", "\\p{Alphabetic}\\p{Nd}", false},
+    {"alpha", "\\p{Alphabetic}", false},
+    {"ascii", "\\x{0}-\\x{7F}", false},
+    {"blank", "\\t\\p{Zs}", false},
+    {"cntrl", "\\p{Cc}", false},
+    {"digit", "\\p{Nd}", false},
+    // Any but White_Space, Cc, Cs, Cn
+    {"graph", "\\p{White_Space}\\p{Cc}\\p{Cs}\\p{Cn}", true},
+    {"lower", "\\p{Lowercase}", false},
+    // graph and Zs: the White_Space left out is Cc but U+2028 and U+2029
+    {"print", "\\p{Cc}\\p{Cs}\\p{Cn}\\x{2028}\\x{2029}", true},
+    {"punct", "\\p{P}\\p{S}", false},
+    {"space", "\\p{White_Space}", false},
+    {"upper", "\\p{Uppercase}", false},
+    {"word", kWordChars, false},
+    {"xdigit", kHexChars, false},
+};
+
+// The escape at p[i] == '\\' (i + 1 < p.size()), translated; i is left on its last character.
+// In a class, an escape that is a complement (\W, \H) has no spelling inside a PCRE2 class: it
+// comes back as a class of its own ("[^...]") with *complement set.
+std::string translate_escape(const std::string& p, size_t& i, bool in_class, bool* complement) {
+  const char e = p[++i];
+  switch (e) {
+    case 's':
+      return kSpace;
+    case 'S':
+      return kNotSpace;
+    case 'w':
+      return in_class ? std::string(kWordChars) : word_class(false);
+    case 'W':
+      if (in_class) *complement = true;
+      return in_class ? concat("[^", kWordChars, "]") : word_class(true);
+    case 'h':
+      return in_class ? std::string(kHexChars) : concat("[", kHexChars, "]");
+    case 'H':
+      if (in_class) *complement = true;
+      return concat("[^", kHexChars, "]");
+    case 'b':  // inside a class \b is a backspace, as in both; \B an error in both
+    case 'B':
+      if (!in_class) return word_boundary(e == 'b');
+      break;
+    case 'u':
+      if (i + 4 < p.size() && is_hex(p[i + 1]) && is_hex(p[i + 2]) && is_hex(p[i + 3]) &&
+          is_hex(p[i + 4])) {
+        i += 4;
+        return concat("\\x{", p.substr(i - 3, 4), "}");
+      }
+      break;
+    case 'p':
+    case 'P':
+      if (i + 1 < p.size() && p[i + 1] == '{') {
+        const size_t close = p.find('}', i + 2);
+        if (close != std::string::npos) {
+          std::string name = p.substr(i + 2, close - i - 2);
+          const bool negated = !name.empty() && name[0] == '^';
+          if (negated) name.erase(0, 1);
+          if (is_script_name(name)) {
+            i = close;
+            return concat("\\", e, "{", negated ? "^" : "", "sc:", name, "}");
+          }
+        }
+      }
+      break;
+    default:
+      break;
+  }
+  return concat("\\", e);
+}
+
+// One character of a class or of what a class's items add up to, as PCRE2 can say it.
+struct ClassUnion {
+  std::string chars;               // the inside of a PCRE2 class
+  std::vector<std::string> whole;  // expressions for one character each (nested classes, \W, ...)
+  bool empty() const { return chars.empty() && whole.empty(); }
+  std::string expression() const {
+    if (whole.empty()) return concat("[", chars, "]");
+    std::string out = "(?:";
+    if (!chars.empty()) out += concat("[", chars, "]|");
+    for (size_t k = 0; k < whole.size(); ++k) out += (k ? "|" : "") + whole[k];
+    return out + ")";
+  }
+};
+
+// The Oniguruma class at p[i] == '[', translated; i is left on its closing ']'. A class of plain
+// items keeps its text (escapes translated); one with what PCRE2 10.42's classes cannot hold (\W,
+// \H, POSIX brackets as Oniguruma means them, nested classes, && intersections) becomes an
+// expression for one character: alternatives, lookaheads for &&, and for a complement
+// (?!...)(?s:.).
+std::string translate_class(const std::string& p, size_t& i) {
+  ++i;
+  const bool negated = i < p.size() && p[i] == '^';
+  if (negated) ++i;
+  std::vector<ClassUnion> operands(1);  // the && operands
+  bool after_complement = false;        // a '-' right after a whole item is a literal
+  for (bool first = true; i < p.size(); first = false) {
+    ClassUnion& u = operands.back();
+    const char c = p[i];
+    if (c == ']' && !first) break;  // a ']' first is a literal
+    if (c == '&' && i + 1 < p.size() && p[i + 1] == '&') {
+      operands.emplace_back();
+      i += 2;
+      after_complement = false;
+      continue;
+    }
+    const size_t close =
+        c == '[' && i + 1 < p.size() && p[i + 1] == ':' ? p.find(":]", i + 2) : std::string::npos;
+    if (close != std::string::npos) {  // a POSIX bracket
+      std::string name = p.substr(i + 2, close - i - 2);
+      const bool not_in = !name.empty() && name[0] == '^';
+      if (not_in) name.erase(0, 1);
+      const PosixClass* posix = nullptr;
+      for (const PosixClass& pc : kPosix)
+        if (name == pc.name) posix = &pc;
+      if (posix == nullptr) {  // an error in Oniguruma, and in PCRE2 as it stands
+        u.whole.push_back(concat("[", p.substr(i, close + 2 - i), "]"));
+        i = close + 2;
+        continue;
+      }
+      if (posix->complement == not_in)
+        u.chars += posix->chars;
+      else
+        u.whole.push_back(concat("[^", posix->chars, "]"));
+      after_complement = posix->complement != not_in;
+      i = close + 2;
+      continue;
+    }
+    if (c == '[') {
+      u.whole.push_back(translate_class(p, i));
+      ++i;
+      after_complement = true;
+      continue;
+    }
+    if (c == '\\' && i + 1 < p.size()) {
+      bool complement = false;
+      std::string t = translate_escape(p, i, true, &complement);
+      if (complement)
+        u.whole.push_back(std::move(t));
+      else
+        u.chars += t;
+      after_complement = complement;
+      ++i;
+      continue;
+    }
+    u.chars += c == '-' && after_complement ? "\\-" : std::string(1, c);
+    after_complement = false;
+    ++i;
+  }
+  if (i >= p.size())  // no closing ']': left open, for PCRE2 to refuse
+    return concat(negated ? "[^" : "[", operands[0].chars);
+  if (operands.size() == 1 && operands[0].whole.empty())
+    return concat(negated ? "[^" : "[", operands[0].chars, "]");
+  // the intersection of the operands; an empty one, as in [a&&], is the empty set (Oniguruma)
+  std::string one;
+  for (size_t k = 0; k < operands.size(); ++k) {
+    const std::string set = operands[k].empty() ? "(?!)" : operands[k].expression();
+    one += k + 1 < operands.size() ? concat("(?=", set, ")") : set;
+  }
+  if (operands.size() > 1) one = concat("(?:", one, ")");
+  return negated ? concat("(?:(?!", one, ")(?s:.))") : one;
+}
+
+}  // namespace
+
 std::string onig_to_pcre2(const std::string& p) {
   std::string out;
   out.reserve(p.size() + 16);
-  bool in_class = false;
   for (size_t i = 0; i < p.size(); ++i) {
     const char c = p[i];
     if (c == '\\' && i + 1 < p.size()) {
-      const char e = p[i + 1];
-      ++i;
-      switch (e) {
-        case 's':
-          out += kSpace;
-          continue;
-        case 'S':
-          out += kNotSpace;
-          continue;
-        case 'w':
-          out += in_class ? std::string(kWordChars) : word_class(false);
-          continue;
-        case 'W':
-          if (!in_class) {
-            out += word_class(true);
-            continue;
-          }
-          break;  // inside a class PCRE2's own \W is the closest available
-        case 'h':
-          out += in_class ? std::string(kHexChars) : concat("[", kHexChars, "]");
-          continue;
-        case 'H':
-          if (!in_class) {
-            out += concat("[^", kHexChars, "]");
-            continue;
-          }
-          break;
-        case 'b':  // inside a class \b is a backspace, as in both; \B an error in both
-        case 'B':
-          if (!in_class) {
-            out += word_boundary(e == 'b');
-            continue;
-          }
-          break;
-        case 'u':
-          if (i + 4 < p.size() && is_hex(p[i + 1]) && is_hex(p[i + 2]) && is_hex(p[i + 3]) &&
-              is_hex(p[i + 4])) {
-            out += concat("\\x{", p.substr(i + 1, 4), "}");
-            i += 4;
-            continue;
-          }
-          break;
-        case 'p':
-        case 'P':
-          if (i + 1 < p.size() && p[i + 1] == '{') {
-            const size_t close = p.find('}', i + 2);
-            if (close != std::string::npos) {
-              std::string name = p.substr(i + 2, close - i - 2);
-              const bool negated = !name.empty() && name[0] == '^';
-              if (negated) name.erase(0, 1);
-              if (is_script_name(name)) {
-                out += concat("\\", e, "{", negated ? "^" : "", "sc:", name, "}");
-                i = close;
-                continue;
-              }
-            }
-          }
-          break;
-        default:
-          break;
-      }
-      out += '\\';
-      out += e;
-      continue;
-    }
-    if (!in_class && c == '[') {
-      in_class = true;
+      bool complement = false;
+      out += translate_escape(p, i, false, &complement);
+    } else if (c == '[') {
+      out += translate_class(p, i);
+    } else {
       out += c;
-      // a ']' right after '[' or '[^' is a literal
-      if (i + 1 < p.size() && p[i + 1] == '^') out += p[++i];
-      if (i + 1 < p.size() && p[i + 1] == ']') out += p[++i];
-      continue;
     }
-    if (in_class && c == '[' && i + 1 < p.size() && p[i + 1] == ':') {
-      // POSIX class [:name:]: copy through its closing ":]"
-      const size_t close = p.find(":]", i + 2);
-      if (close != std::string::npos) {
-        out.append(p, i, close + 2 - i);
-        i = close + 1;
-        continue;
-      }
-    }
-    if (in_class && c == ']') in_class = false;
-    out += c;
   }
   return out;
 }

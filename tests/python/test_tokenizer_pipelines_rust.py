@@ -81,15 +81,19 @@ ADDED_CANDIDATES = ["hello", " world", "ab", "123", "\u65e5\u672c", "\ufb01", "\
                     "hell", "lo w", "\u2581"]
 # Split and Replace patterns (EMPTY_MATCHING and the String "": Split only, KNOWN_DIFFERENCES
 # "replace-empty-match"), with the Oniguruma syntax whose meaning PCRE2's differs (\w \W \b \B,
-# scripts such as \p{Han}, ^ and $, \uHHHH: translated by regex.cpp). Left out: POSIX classes,
-# \W inside a class and && in classes (KNOWN_DIFFERENCES "regex-...").
+# scripts such as \p{Han}, ^ and $, \uHHHH, \W and \H in a class, POSIX brackets, nested classes
+# and && intersections: translated by regex.cpp).
 REGEXES = [r"\s+", r"\s", r"\p{L}+|\p{N}+", r"[0-9]{1,3}", r"\d", r"'s|'t|'re|'ll",
            r" ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+", r"\p{P}", r"[aeiou]",
            r"(?i)the", r".", "[\u4e00-\u9fff]+", r"[^\x00-\x7f]+", r"(?<=\s)\S", r" {2,}",
            r"\p{Lu}\p{Ll}*", "[\u3000-\u30ff]", r"\w+", r"\W", r"\w+|[^\w\s]+", r"\p{Han}+",
            r"\p{Latin}+|\p{Common}", r"\P{Han}+", r"\u00e9|[\u4e00-\u9fff]+", r"[^\w]",
            r"(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-           r"|\s*[\r\n]+|\s+(?!\S)|\s+"]
+           r"|\s*[\r\n]+|\s+(?!\S)|\s+",
+           r"[\W]+", r"[a\W]", r"[^\W\d]+", r"[\H]+", r"[[:punct:]]+", r"[[:alpha:]]+",
+           r"[[:^alnum:][:digit:]]", r"[[:upper:]][[:lower:]]*", r"[[:space:][:cntrl:]]+",
+           r"[[:graph:]&&[:^word:]]+", r"[^[:print:]]", r"[[:blank:]]", r"[a-z&&[^aeiou]]+",
+           r"[\p{L}&&\p{^Latin}]+", r"[^\p{Han}[:punct:]]+", r"[x[0-9]_]+"]
 EMPTY_MATCHING = [r"(?=[A-Z])", r"(?<=[0-9])", r"a*", r"\A", r"\z", r"", r"\b", r"\B", r"^", r"$"]
 LITERALS = [" ", "a", "  ", ",", "ab", "\u2581", "\n", "the", "\u3000", "\u00e9"]
 BEHAVIORS = ["removed", "isolated", "merged_with_previous", "merged_with_next", "contiguous"]
@@ -614,16 +618,6 @@ def _decode_normalized_added_token(tk):
     return tok
 
 
-def _split_regex(tokens, pattern, merges=()):
-    def build(tk):
-        from tokenizers import Regex, pre_tokenizers
-
-        tok = _bpe(tk, ["<unk>"] + tokens, merges, unk_token="<unk>")
-        tok.pre_tokenizer = pre_tokenizers.Split(Regex(pattern), "removed")
-        return tok
-    return build
-
-
 KNOWN_DIFFERENCES = {
     # name: (where in src/tokenizer/, what differs, build(tk), texts, compare the decode too)
     "replace-empty-match": (
@@ -636,20 +630,6 @@ KNOWN_DIFFERENCES = {
         "normalized added token as its normalized form (\"Hello\" under Lowercase -> \"hello\"); "
         "actcap as its content, as 0.22 did",
         _decode_normalized_added_token, ["Hello"], True),
-    "regex-non-word-in-class": (
-        "regex.cpp onig_to_pcre2", "\\W inside a class ([\\W], [a\\W]): Oniguruma's complement "
-        "of its in-class \\w (Alphabetic, M, Nd, Pc; so [\\W] has \u00b2) has no spelling in "
-        "PCRE2 10.42's classes; actcap keeps PCRE2's own \\W there (not L, N or _)",
-        _split_regex(["a", "\u00b2"], r"[\W]+"), ["a\u00b2"], False),
-    "regex-posix-class": (
-        "regex.cpp onig_to_pcre2", "POSIX brackets are Unicode properties in Oniguruma "
-        "([[:punct:]] = P and S, [[:alpha:]] = Alphabetic, [[:upper:]] = Uppercase, ...), "
-        "general categories (and Latin-1 symbols) in PCRE2",
-        _split_regex(["a", "\u20ac"], "[[:punct:]]+"), ["a\u20ac"], False),
-    "regex-class-intersection": (
-        "regex.cpp onig_to_pcre2", "Oniguruma's class intersection [a-z&&[^aeiou]] is not "
-        "PCRE2 syntax (there, a class with '&' and '[' followed by a literal ']')",
-        _split_regex(["h", "e", "l", "o"], "[a-z&&[^aeiou]]+"), ["hello"], False),
 }
 
 
