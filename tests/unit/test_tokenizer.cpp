@@ -199,14 +199,16 @@ TEST(TokenizerRegex, OnigurumaEscapesAreTranslated) {
             R"(\x{00e9}[\x{4e00}-\x{9fff}]\u12)");
 }
 
+// The first match of pattern in text, as "begin-end" (bytes), or "none".
+std::string first(const std::string& pattern, const std::string& text) {
+  tok::Regex re(pattern, "test");
+  size_t b = 0, e = 0;
+  if (!re.find(text, 0, &b, &e)) return "none";
+  return concat(b, "-", e);
+}
+
 // What Oniguruma matches (tokenizers 0.23, measured): the test gives one match's bounds.
 TEST(TokenizerRegex, OnigurumaMeaningsOfWordsScriptsAndLines) {
-  auto first = [](const std::string& pattern, const std::string& text) {
-    tok::Regex re(pattern, "test");
-    size_t b = 0, e = 0;
-    if (!re.find(text, 0, &b, &e)) return std::string("none");
-    return concat(b, "-", e);
-  };
   EXPECT_EQ(first(R"(\w+)", "\xC2\xBD"), "0-2");     // U+00BD is a word character
   EXPECT_EQ(first(R"([\w]+)", "\xC2\xBD"), "none");  // but not in a class
   EXPECT_EQ(first(R"([^\w])", "\xC2\xBD"), "0-2");
@@ -226,12 +228,6 @@ TEST(TokenizerRegex, OnigurumaMeaningsOfWordsScriptsAndLines) {
 // bytes): \W and \H inside a class, POSIX brackets as Unicode properties, nested classes and &&
 // intersections, which PCRE2 10.42's classes cannot hold and regex.cpp rewrites.
 TEST(TokenizerRegex, OnigurumaClasses) {
-  auto first = [](const std::string& pattern, const std::string& text) {
-    tok::Regex re(pattern, "test");
-    size_t b = 0, e = 0;
-    if (!re.find(text, 0, &b, &e)) return std::string("none");
-    return concat(b, "-", e);
-  };
   EXPECT_EQ(first(R"([\W]+)", "a\xC2\xB2"), "1-3");  // in a class, U+00B2 is no word character
   EXPECT_EQ(first(R"([\w&&\W])", "a\xC2\xB2 "), "none");
   EXPECT_EQ(first(R"([^\W\d]+)", "1ab2"), "1-3");
