@@ -183,7 +183,12 @@ struct ClassUnion {
 // \H, POSIX brackets as Oniguruma means them, nested classes, && intersections) becomes an
 // expression for one character: alternatives, lookaheads for &&, and for a complement
 // (?!...)(?s:.).
-std::string translate_class(const std::string& p, size_t& i) {
+std::string translate_class(const std::string& p, size_t& i, int depth = 0) {
+  // Oniguruma refuses nesting past its parse depth limit; PCRE2 refuses the parentheses of
+  // anything near this deep
+  constexpr int kMaxDepth = 64;
+  if (depth > kMaxDepth)
+    throw InputError(concat("character classes nested more than ", kMaxDepth, " deep"));
   ++i;
   const bool negated = i < p.size() && p[i] == '^';
   if (negated) ++i;
@@ -222,7 +227,7 @@ std::string translate_class(const std::string& p, size_t& i) {
       continue;
     }
     if (c == '[') {
-      u.whole.push_back(translate_class(p, i));
+      u.whole.push_back(translate_class(p, i, depth + 1));
       ++i;
       after_complement = true;
       continue;
@@ -276,7 +281,12 @@ std::string onig_to_pcre2(const std::string& p) {
 }
 
 Regex::Regex(const std::string& pattern, const std::string& what) {
-  const std::string translated = onig_to_pcre2(pattern);
+  std::string translated;
+  try {
+    translated = onig_to_pcre2(pattern);
+  } catch (const InputError& e) {
+    throw InputError(concat(what, ": regex does not compile (", e.what(), ")"));
+  }
   int errcode = 0;
   PCRE2_SIZE erroffset = 0;
   // Lines end at \n only (Oniguruma's Ruby syntax): for ^, $ and '.', whatever PCRE2's build

@@ -1,6 +1,7 @@
 // PCRE2 (UTF, UCP, JIT when available) for the tokenizer's split patterns. Patterns in
 // tokenizer.json are written for Oniguruma; onig_to_pcre2 rewrites the escapes whose meaning
-// differs (\s \S \w \W \h \H) so PCRE2 matches what Oniguruma matches.
+// differs (\s \S \w \W \h \H \b \B \p{Script} \uHHHH) and the classes PCRE2 cannot hold (POSIX
+// brackets, nested classes, &&) so PCRE2 matches what Oniguruma matches.
 #pragma once
 
 #include <cstddef>
@@ -9,6 +10,7 @@
 
 namespace actcap::tok {
 
+// Throws InputError for classes nested too deep to translate.
 std::string onig_to_pcre2(const std::string& pattern);
 
 class Regex {

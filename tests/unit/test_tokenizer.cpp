@@ -257,6 +257,7 @@ TEST(TokenizerRegex, OnigurumaClasses) {
   // what neither library takes is refused, not read another way
   EXPECT_THROW(tok::Regex("[[:nope:]]", "test"), InputError);
   EXPECT_THROW(tok::Regex("[a[b]", "test"), InputError);
+  EXPECT_THROW(tok::Regex(std::string(100000, '['), "test"), InputError);  // not a deep recursion
 }
 
 TEST(TokenizerRegex, WhiteSpaceIsUnicodes) {
