@@ -426,6 +426,17 @@ def sentencepiece_seeds(d):
                      {"type": "Strip", "content": " ", "start": 0, "stop": 1}, {"type": "ByteLevel"}]},
                  model=sentencepiece_model(byte_fallback=True))
     write(d, "metaspace_always_split_normalizers.json", json.dumps(strip, ensure_ascii=False))
+    # Metaspace "first" after normalizers that move the input's start (NFKD, Prepend) and a Split
+    # on Oniguruma classes regex.cpp rewrites (POSIX brackets, \W in a class, &&, nesting).
+    first = dict(base, normalizer={"type": "Sequence", "normalizers": [
+                     {"type": "NFKD"}, {"type": "Prepend", "prepend": "x "}, {"type": "NFC"}]},
+                 pre_tokenizer={"type": "Sequence", "pretokenizers": [
+                     {"type": "Split", "pattern": {"Regex": r"[[:punct:]\W&&[^\s[a-c]]]+"},
+                      "behavior": "Isolated", "invert": False},
+                     metaspace("Metaspace", "first", True)]},
+                 post_processor=template(True), decoder=metaspace("Metaspace", "first", True),
+                 model=sentencepiece_model(byte_fallback=True))
+    write(d, "metaspace_first_after_normalizers.json", json.dumps(first, ensure_ascii=False))
     # Gemma: a Replace normalizer only, Metaspace never; older files' add_prefix_space spelling.
     gemma = dict(base, normalizer={"type": "Replace", "pattern": {"String": " "}, "content": META},
                  pre_tokenizer=metaspace("Metaspace", "never", False), post_processor=template(False),
