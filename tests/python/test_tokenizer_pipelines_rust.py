@@ -31,8 +31,8 @@ priority queue) go through three actcap processes run side by side: `--jsonl --n
 `--jsonl` (with the post-processor's tokens) and `--decode` of the Rust ids of both plus random
 id lists. Every line must equal Rust's. About 1 s of two cores per pipeline.
 
-Not generated, as actcap refuses them with a one-line error: a Split, Digits or Metaspace after ByteLevel,
-a second ByteLevel, models other than BPE, BPE dropout, continuing_subword_prefix and
+Not generated, as actcap refuses them with a one-line error: a Split, Digits or Metaspace after
+ByteLevel, a second ByteLevel, models other than BPE, BPE dropout, continuing_subword_prefix and
 end_of_word_suffix, the other normalizers and pre-tokenizers (Precompiled, NMT, BertNormalizer,
 Whitespace, Punctuation, ...), $B in a single template. Not generated either: what Rust itself
 cannot run (a Strip decoder with stop > 0 panics on a short token; an added token normalized to
@@ -618,6 +618,72 @@ def _decode_normalized_added_token(tk):
     return tok
 
 
+def _class_tok(pattern):
+    """A tokenizer whose ids spell the text a Split keeps of `pattern`'s matches (byte fallback
+    over the 256 <0xNN> tokens, Split removed + invert: only the matches are kept)."""
+    def build(tk):
+        from tokenizers import Regex, pre_tokenizers
+
+        tok = _bpe(tk, [f"<0x{b:02X}>" for b in range(256)], byte_fallback=True)
+        tok.pre_tokenizer = pre_tokenizers.Split(Regex(pattern), "removed", invert=True)
+        return tok
+    return build
+
+
+# Oniguruma's class syntax at its corners (regex.cpp translate_class): sets beside a '-', a '^'
+# that lands first, POSIX bracket shapes, nesting, &&, and an atomic union under a quantifier.
+CLASS_CORNERS = [
+    (r"[\W^a]", "ab^"), (r"[\W^]", "^"), ("[[b]^]", "c^"), ("[a&&^b]", "a^"),
+    ("[[:alpha:]&&^]", "a^"), ("[[:a ]]|[b:]", "a :b"), ("[a-[b]]", "ab-"), (r"[\W-a]", "a-"),
+    (r"[a-\W]", "a"), ("[[:graph:]-a]", "a"), (r"[\s-a]", "a"), (r"[\W-]", "-"),
+    ("[[:alpha:]-]", "-"), (r"[\w-a]", "-"), (r"[a-\w]", "a"), ("[a-[:alpha:]]", "a"),
+    ("[[:alpha]]", ":"), ("[[:alpha:]", "a"), ("[[:ALPHA:]]", "a"), ("[[:foo:]]", "a"),
+    ("[[b]-a]", "ab-"), ("[[b]-]", "b-"), (r"[\h-z]", "gz-"), (r"[\d-z]", "1z-"),
+    ("[a-z-b]", "ab-y"), ("[a-z-]", "-"), (r"[\x41-\x43]", "ABCD"), (r"[\x{41}-C]", "ABCD"),
+    (r"[a-\x{63}]", "abcd"), ("[--/]", "-./"), ("[a-]", "a-"), ("[-a]", "-a"), ("[a&&-]", "-a"),
+    ("[a-&&b]", "ab&-"), (r"[\p{L}-a]", "a"), ("[^-a]", "-ab"), ("[a-c[x]]", "bx-"),
+    ("[[x]a-c]", "bx"), ("[a-b-[x]]", "abx-"), ("[\u00e9-\u00eb]", "\u00ea"), ("[a\\-z]", "b-"),
+    ("[a-[:alpha:]&&b]", "b"), ("[:alpha:]", "a:l"), ("[.a]", ".a"), ("[=a]", "=a"),
+    (r"[\W\s]+\d", " " * 40 + "a"), ("[^]a]", "]ab"), ("[]a]", "]ab"), (r"[\^a]", "^a"),
+    ("[a^]", "^"), ("[^^]", "^a"), (r"[\u0041-\u0043x]", "BDx"), (r"[\p{Han}&&\P{L}]", "\u4e00a"),
+    (r"[\p{^L}x]", "1xa"), ("[a&&]", "ba"), ("[^a&&]", "ba"), ("[&&a]", "ba"),
+]
+
+
+def test_oniguruma_class_corners(tk, actcap_bin, tmp_path):
+    """Each CLASS_CORNERS pattern: the matches Rust keeps, or refused where Rust refuses it."""
+    runs = []
+    for k, (pattern, text) in enumerate(CLASS_CORNERS):
+        path = tmp_path / f"c{k}.json"
+        try:
+            rust = _class_tok(pattern)(tk)
+            expected = rust.encode(text, add_special_tokens=False).ids
+        except Exception:  # Oniguruma refuses the pattern
+            rust, expected = _class_tok("x")(tk), None
+        rust.save(str(path))
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc["pre_tokenizer"]["pattern"] = {"Regex": pattern}
+        path.write_text(json.dumps(doc), encoding="utf-8")
+        inp = tmp_path / f"c{k}.in"
+        inp.write_text(json.dumps(text) + "\n", encoding="utf-8")
+        runs.append((pattern, text, expected,
+                     *start_actcap(actcap_bin, path, inp, ["--jsonl", "--no-special"],
+                                   tmp_path / f"c{k}.out")))
+    wrong = []
+    for k, (pattern, text, expected, cmd, proc) in enumerate(runs):
+        _, err = proc.communicate(timeout=300)
+        stderr = err.decode("utf-8", "replace")
+        if expected is None:
+            if not (proc.returncode == 2 and "regex does not compile" in stderr):
+                wrong.append(f"{pattern!r}: Oniguruma refuses it, actcap exited {proc.returncode}")
+            continue
+        got = finish_actcap(cmd, proc, tmp_path / f"c{k}.out", stderr)[0]
+        if got != expected:
+            wrong.append(f"{pattern!r} on {text!r}: Rust keeps {bytes(expected).decode()!r}, "
+                         f"actcap {bytes(got).decode(errors='replace')!r}")
+    assert not wrong, "\n".join(wrong)
+
+
 KNOWN_DIFFERENCES = {
     # name: (where in src/tokenizer/, what differs, build(tk), texts, compare the decode too)
     "replace-empty-match": (
@@ -625,6 +691,11 @@ KNOWN_DIFFERENCES = {
         "(x*, \\b, ^, $, lookarounds, String \"\"): Rust inserts the content at every empty match "
         "(and then often panics in a later normalizer, normalizer.rs:373), actcap replaces nothing",
         _replace_empty_match, ["ab"], False),
+    "case-insensitive-class": (
+        "regex.cpp translate_class", "under (?i) Oniguruma case-folds a class after its && is "
+        "worked out ((?i)[a&&A] is empty) and folds the properties in it ((?i)[\\p{Lu}] matches "
+        "'a'); actcap folds each operand, and PCRE2 before 10.45 leaves properties as they are",
+        _class_tok("(?i)[a&&A]"), ["a"], False),
     "decode-normalized-added-token": (
         "hf_tokenizer.cpp HfTokenizer (id_to_token_)", "tokenizers 0.23 (PR #1995) decodes a "
         "normalized added token as its normalized form (\"Hello\" under Lowercase -> \"hello\"); "

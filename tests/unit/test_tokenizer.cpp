@@ -254,6 +254,23 @@ TEST(TokenizerRegex, OnigurumaClasses) {
   EXPECT_EQ(first("[^a&&]", "ba"), "0-1");
   // a plain class keeps its text
   EXPECT_EQ(tok::onig_to_pcre2(R"([^a-z\d\s])"), R"([^a-z\d\p{White_Space}])");
+  // the corners: a '^' that lands first is a literal, a POSIX bracket is "[:" letters ":]" (else a
+  // nested class), a range cut short by a nested class is dropped, a '-' after a nested class or
+  // a finished range is a literal, and a union under a quantifier does not backtrack through its
+  // alternatives (PCRE2 would give up with "match limit exceeded")
+  EXPECT_EQ(first(R"([\W^a])", "b^"), "1-2");
+  EXPECT_EQ(first("[a&&^b]", "a^b"), "none");
+  EXPECT_EQ(first("[[:a ]]|[b:]", ":"), "0-1");
+  EXPECT_EQ(first("[:alpha:]", "xl"), "1-2");
+  EXPECT_EQ(first("[.a]", "."), "0-1");
+  EXPECT_EQ(first("[a-[b]]", "ab-"), "1-2");
+  EXPECT_EQ(first("[[b]-a]", "-"), "0-1");
+  EXPECT_EQ(first("[a-z-b]", "-"), "0-1");
+  EXPECT_EQ(first(R"([\x{41}-C])", "BD"), "0-1");
+  EXPECT_EQ(first(R"([\W\s]+\d)", std::string(40, ' ') + "a"), "none");
+  for (const char* bad :
+       {R"([\W-a])", R"([a-\W])", R"([\h-z])", R"([\w-a])", "[a-[:alpha:]]", "[[:ALPHA:]]"})
+    EXPECT_THROW(tok::Regex(bad, "test"), InputError) << bad;  // Oniguruma refuses them too
   // what neither library takes is refused, not read another way
   EXPECT_THROW(tok::Regex("[[:nope:]]", "test"), InputError);
   EXPECT_THROW(tok::Regex("[a[b]", "test"), InputError);
