@@ -1,5 +1,8 @@
 #include "tokenizer/regex.h"
 
+#include <optional>
+#include <string_view>
+
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 #include <unicode/uchar.h>
@@ -112,6 +115,32 @@ constexpr PosixClass kPosix[] = {
     {"xdigit", kHexChars, false},
 };
 
+struct Property {
+  std::string chars;  // the inside of a class
+  bool complement;    // the property is the complement of that class
+};
+
+// Oniguruma's \p{name} where PCRE2 has no such name or another meaning for it: the POSIX-like
+// properties (as kPosix, but \p{Punct} is P alone), Any, Assigned, and a general category's long
+// name (\p{Letter} is \p{L}). Names are matched loosely, as both libraries do (case, ' ', '-',
+// '_' ignored). nullopt: the name goes to PCRE2 as it is.
+std::optional<Property> onig_property(const std::string& name) {
+  std::string loose;
+  for (char c : name)
+    if (c != ' ' && c != '-' && c != '_')
+      loose += static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  if (loose == "punct") return Property{"\\p{P}", false};
+  if (loose == "any") return Property{"\\x{0}-\\x{10FFFF}", false};
+  if (loose == "assigned") return Property{"\\p{Cn}", true};
+  for (const PosixClass& pc : kPosix)
+    if (loose == pc.name) return Property{pc.chars, pc.complement};
+  const int32_t gc = u_getPropertyValueEnum(UCHAR_GENERAL_CATEGORY_MASK, name.c_str());
+  if (gc == UCHAR_INVALID_CODE) return std::nullopt;
+  const char* s = u_getPropertyValueName(UCHAR_GENERAL_CATEGORY_MASK, gc, U_SHORT_PROPERTY_NAME);
+  if (s == nullptr || name == s) return std::nullopt;  // L, Lu, ...: PCRE2's own
+  return Property{concat("\\p{", std::string(s) == "LC" ? "L&" : s, "}"), false};
+}
+
 // What an escape is, for a class's ranges: a set of characters (\w, \p{L}, ...), one character
 // (\n, \x41, \u00e9, \-), or neither (\b outside a class).
 enum class EscapeKind { Set, Char, Other };
@@ -153,10 +182,20 @@ std::string translate_escape(const std::string& p, size_t& i, bool in_class, boo
           if (negated) name.erase(0, 1);
           if (is_script_name(name))
             return concat("\\", e, "{", negated ? "^" : "", "sc:", name, "}");
+          if (name == "L&") throw InputError("\\p{L&} is no Oniguruma property (\\p{LC} is)");
+          if (const std::optional<Property> prop = onig_property(name)) {
+            const bool out = prop->complement != (negated != (e == 'P'));
+            if (!in_class) return concat(out ? "[^" : "[", prop->chars, "]");
+            if (!out) return prop->chars;
+            *complement = true;
+            return concat("[^", prop->chars, "]");
+          }
           return concat("\\", e, p.substr(open, close + 1 - open));
         }
       }
-      break;
+      // without braces, a plain letter in Oniguruma's Ruby syntax (\pL is "pL")
+      *kind = EscapeKind::Char;
+      return std::string(1, e);
     default:
       break;
   }
@@ -176,6 +215,13 @@ std::string translate_escape(const std::string& p, size_t& i, bool in_class, boo
         return concat("\\x{", p.substr(i - 3, 4), "}");
       }
       break;
+    case 'v':  // the vertical tab alone (PCRE2: any vertical space)
+      return "\\x{0B}";
+    case 'C':
+    case 'M':
+      if (i + 1 < p.size() && p[i + 1] == '-')
+        throw InputError(concat("\\", e, "- (control and meta characters) is not supported"));
+      break;
     case 'x': {  // \xHH or \x{H...}: the same in both, taken whole
       const size_t from = i - 1;
       if (i + 1 < p.size() && p[i + 1] == '{') {
@@ -189,6 +235,13 @@ std::string translate_escape(const std::string& p, size_t& i, bool in_class, boo
     default:
       break;
   }
+  // A letter Oniguruma gives no meaning here stands for itself (\Q and \E too: Ruby's syntax
+  // has no quoting; in a class, \R \X \N \K \y \z \A ...). The letters both read alike stay.
+  const bool alpha = (e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z');
+  if (alpha &&
+      (e == 'V' || e == 'Q' || e == 'E' ||
+       (in_class && std::string_view("abcefgknortuxBC").find(e) == std::string_view::npos)))
+    return std::string(1, e);
   return concat("\\", e);
 }
 
@@ -217,7 +270,8 @@ size_t posix_bracket_end(const std::string& p, size_t i) {
   if (j < p.size() && p[j] == '^') ++j;
   const size_t letters = j;
   while (j < p.size() && ((p[j] >= 'a' && p[j] <= 'z') || (p[j] >= 'A' && p[j] <= 'Z'))) ++j;
-  if (j == letters || p.compare(j, 2, ":]") != 0) return std::string::npos;
+  // "[:^:]" too, which Oniguruma takes for a bracket with no name and refuses
+  if ((j == letters && j == i + 2) || p.compare(j, 2, ":]") != 0) return std::string::npos;
   return j + 2;
 }
 
@@ -308,7 +362,8 @@ std::string translate_class(const std::string& p, size_t& i, int depth = 0) {
       continue;
     }
     if (c == '-') {
-      const bool last = i + 1 >= p.size() || p[i + 1] == ']';
+      // before ']' or && a literal (Oniguruma looks for && first)
+      const bool last = i + 1 >= p.size() || p[i + 1] == ']' || p.compare(i + 1, 2, "&&") == 0;
       if (prev == Prev::Set && !last)
         throw InputError("a '-' after a class value in a class is not a range");
       if (prev == Prev::Char && !last) {  // a range's operator

@@ -630,8 +630,9 @@ def _class_tok(pattern):
     return build
 
 
-# Oniguruma's class syntax at its corners (regex.cpp translate_class): sets beside a '-', a '^'
-# that lands first, POSIX bracket shapes, nesting, &&, and an atomic union under a quantifier.
+# Oniguruma's syntax at its corners (regex.cpp translate_class, translate_escape): sets beside a
+# '-', a '^' that lands first, POSIX bracket shapes, nesting, &&, an atomic union under a
+# quantifier, and escapes and property names Oniguruma's Ruby syntax reads its own way.
 CLASS_CORNERS = [
     (r"[\W^a]", "ab^"), (r"[\W^]", "^"), ("[[b]^]", "c^"), ("[a&&^b]", "a^"),
     ("[[:alpha:]&&^]", "a^"), ("[[:a ]]|[b:]", "a :b"), ("[a-[b]]", "ab-"), (r"[\W-a]", "a-"),
@@ -647,6 +648,17 @@ CLASS_CORNERS = [
     (r"[\W\s]+\d", " " * 40 + "a"), ("[^]a]", "]ab"), ("[]a]", "]ab"), (r"[\^a]", "^a"),
     ("[a^]", "^"), ("[^^]", "^a"), (r"[\u0041-\u0043x]", "BDx"), (r"[\p{Han}&&\P{L}]", "\u4e00a"),
     (r"[\p{^L}x]", "1xa"), ("[a&&]", "ba"), ("[^a&&]", "ba"), ("[&&a]", "ba"),
+    # escapes: \v, \pL without braces, \Q \E, letters with no meaning in a class, property names
+    (r"[ \t\n\r\f\v]+", "a\u2028b\x85c\x0bd e\n"), (r"\v", "a\x0b\u2028"), (r"[\V]", "Va"),
+    (r"[\pL]", "pLa"), (r"\pL", "pLa"), (r"[\p]", "pa"), (r"\Qa", "Qa"), (r"a\E", "aE"),
+    (r"[\R\X\N\K\y\z\A\E\Q]", "RXNKyzAEQ\n"), (r"[\p{Letter}\p{Number}]+", "ab12!"),
+    (r"\p{Punct}", "a.$"), (r"[\p{Punct}]", "a.$"), (r"\p{Symbol}", "a.$"), (r"\p{Alnum}+", "a1."),
+    (r"\p{Word}+", "a_1."), (r"\p{Blank}", "a \t\n"), (r"\p{Cntrl}", "a\x01"), (r"\p{Graph}", " a"),
+    (r"\p{Print}", "\n a"), (r"\p{XDigit}+", "fgA\uff21"), (r"\p{Assigned}", "\U000e0080a"),
+    (r"[\P{Alnum}]", "a."), (r"[^\p{Graph}]", "a "), (r"\p{^Word}", "a."),
+    (r"[\p{^Print}x]", "x\na"),
+    (r"\p{LC}", "a1"), (r"\p{Cased_Letter}", "a1"), (r"\p{L&}", "a"), (r"[\w-&&a]", "a-"),
+    ("[[:^:]]", ":^"), ("[[::]]", ":"),
 ]
 
 

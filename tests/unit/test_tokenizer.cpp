@@ -271,6 +271,19 @@ TEST(TokenizerRegex, OnigurumaClasses) {
   for (const char* bad :
        {R"([\W-a])", R"([a-\W])", R"([\h-z])", R"([\w-a])", "[a-[:alpha:]]", "[[:ALPHA:]]"})
     EXPECT_THROW(tok::Regex(bad, "test"), InputError) << bad;  // Oniguruma refuses them too
+  // escapes Oniguruma's Ruby syntax reads its own way: \v is the vertical tab alone, \pL is "pL",
+  // \Q and \E and, in a class, letters with no meaning there are themselves; its long and
+  // POSIX-like property names (\p{Punct} is P alone, unlike [[:punct:]])
+  EXPECT_EQ(first(R"([\v])", "\xE2\x80\xA8\x0B"), "3-4");
+  EXPECT_EQ(first(R"(\pL)", "apL"), "1-3");
+  EXPECT_EQ(first(R"(\Qa)", "Qa"), "0-2");
+  EXPECT_EQ(first(R"([\R\y])", "\ny"), "1-2");
+  EXPECT_EQ(first(R"(\p{Letter}+)", "1ab"), "1-3");
+  EXPECT_EQ(first(R"(\p{Punct})", "$."), "1-2");
+  EXPECT_EQ(first(R"([\P{Graph}x])", "a x"), "1-2");
+  EXPECT_EQ(first(R"([\w-&&a])", "-a"), "1-2");  // '-' before && is a literal
+  EXPECT_THROW(tok::Regex("[[:^:]]", "test"), InputError);
+  EXPECT_THROW(tok::Regex(R"(\p{L&})", "test"), InputError);
   // what neither library takes is refused, not read another way
   EXPECT_THROW(tok::Regex("[[:nope:]]", "test"), InputError);
   EXPECT_THROW(tok::Regex("[a[b]", "test"), InputError);
