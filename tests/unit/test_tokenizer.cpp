@@ -254,6 +254,10 @@ TEST(TokenizerRegex, OnigurumaClasses) {
   EXPECT_EQ(first("[^a&&]", "ba"), "0-1");
   // a plain class keeps its text
   EXPECT_EQ(tok::onig_to_pcre2(R"([^a-z\d\s])"), R"([^a-z\d\p{White_Space}])");
+  EXPECT_EQ(tok::onig_to_pcre2(kLlama3Pattern),  // Llama 3's, as before the class rewrite
+            R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?)"
+            R"([^\p{White_Space}\p{L}\p{N}]+[\r\n]*|\p{White_Space}*[\r\n]+|)"
+            R"(\p{White_Space}+(?!\P{White_Space})|\p{White_Space}+)");
   // the corners: a '^' that lands first is a literal, a POSIX bracket is "[:" letters ":]" (else a
   // nested class), a range cut short by a nested class is dropped, a '-' after a nested class or
   // a finished range is a literal, and a union under a quantifier does not backtrack through its
