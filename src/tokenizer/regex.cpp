@@ -115,6 +115,23 @@ constexpr PosixClass kPosix[] = {
     {"xdigit", kHexChars, false},
 };
 
+// The POSIX bracket called `name` (lower case), or null.
+const PosixClass* find_posix(const std::string& name) {
+  for (const PosixClass& pc : kPosix)
+    if (name == pc.name) return &pc;
+  return nullptr;
+}
+
+// A set of characters as translate_escape hands it on: outside a class, a class; inside one, its
+// chars, or for a complement (which a PCRE2 class cannot hold beside other items) a class of its
+// own, with *whole set.
+std::string set_text(const std::string& chars, bool complement, bool in_class, bool* whole) {
+  if (!in_class) return concat(complement ? "[^" : "[", chars, "]");
+  if (!complement) return chars;
+  *whole = true;
+  return concat("[^", chars, "]");
+}
+
 struct Property {
   std::string chars;  // the inside of a class
   bool complement;    // the property is the complement of that class
@@ -132,8 +149,7 @@ std::optional<Property> onig_property(const std::string& name) {
   if (loose == "punct") return Property{"\\p{P}", false};
   if (loose == "any") return Property{"\\x{0}-\\x{10FFFF}", false};
   if (loose == "assigned") return Property{"\\p{Cn}", true};
-  for (const PosixClass& pc : kPosix)
-    if (loose == pc.name) return Property{pc.chars, pc.complement};
+  if (const PosixClass* pc = find_posix(loose)) return Property{pc->chars, pc->complement};
   const int32_t gc = u_getPropertyValueEnum(UCHAR_GENERAL_CATEGORY_MASK, name.c_str());
   if (gc == UCHAR_INVALID_CODE) return std::nullopt;
   const char* s = u_getPropertyValueName(UCHAR_GENERAL_CATEGORY_MASK, gc, U_SHORT_PROPERTY_NAME);
@@ -141,9 +157,9 @@ std::optional<Property> onig_property(const std::string& name) {
   return Property{concat("\\p{", std::string(s) == "LC" ? "L&" : s, "}"), false};
 }
 
-// What an escape is, for a class's ranges: a set of characters (\w, \p{L}, ...), one character
-// (\n, \x41, \u00e9, \-), or neither (\b outside a class).
-enum class EscapeKind { Set, Char, Other };
+// What an escape is, for a class's ranges: a set of characters (\w, \p{L}, ...) or one character
+// (\n, \x41, \u00e9, \-; and outside a class whatever else, such as \b).
+enum class EscapeKind { Set, Char };
 
 // The escape at p[i] == '\\' (i + 1 < p.size()), translated; i is left on its last character.
 // In a class, a set that is a complement (\W, \H) has no spelling inside a PCRE2 class: it comes
@@ -163,13 +179,10 @@ std::string translate_escape(const std::string& p, size_t& i, bool in_class, boo
     case 'w':
       return in_class ? std::string(kWordChars) : word_class(false);
     case 'W':
-      if (in_class) *complement = true;
-      return in_class ? concat("[^", kWordChars, "]") : word_class(true);
+      return in_class ? set_text(kWordChars, true, true, complement) : word_class(true);
     case 'h':
-      return in_class ? std::string(kHexChars) : concat("[", kHexChars, "]");
     case 'H':
-      if (in_class) *complement = true;
-      return concat("[^", kHexChars, "]");
+      return set_text(kHexChars, e == 'H', in_class, complement);
     case 'p':
     case 'P':
       if (i + 1 < p.size() && p[i + 1] == '{') {
@@ -183,13 +196,9 @@ std::string translate_escape(const std::string& p, size_t& i, bool in_class, boo
           if (is_script_name(name))
             return concat("\\", e, "{", negated ? "^" : "", "sc:", name, "}");
           if (name == "L&") throw InputError("\\p{L&} is no Oniguruma property (\\p{LC} is)");
-          if (const std::optional<Property> prop = onig_property(name)) {
-            const bool out = prop->complement != (negated != (e == 'P'));
-            if (!in_class) return concat(out ? "[^" : "[", prop->chars, "]");
-            if (!out) return prop->chars;
-            *complement = true;
-            return concat("[^", prop->chars, "]");
-          }
+          if (const std::optional<Property> prop = onig_property(name))
+            return set_text(prop->chars, prop->complement != (negated != (e == 'P')), in_class,
+                            complement);
           return concat("\\", e, p.substr(open, close + 1 - open));
         }
       }
@@ -203,10 +212,7 @@ std::string translate_escape(const std::string& p, size_t& i, bool in_class, boo
   switch (e) {
     case 'b':  // inside a class \b is a backspace, as in both; \B an error in both
     case 'B':
-      if (!in_class) {
-        *kind = EscapeKind::Other;
-        return word_boundary(e == 'b');
-      }
+      if (!in_class) return word_boundary(e == 'b');
       break;
     case 'u':
       if (i + 4 < p.size() && is_hex(p[i + 1]) && is_hex(p[i + 2]) && is_hex(p[i + 3]) &&
@@ -331,15 +337,13 @@ std::string translate_class(const std::string& p, size_t& i, int depth = 0) {
       std::string name = p.substr(i + 2, posix_end - 2 - (i + 2));
       const bool not_in = name[0] == '^';
       if (not_in) name.erase(0, 1);
-      const PosixClass* posix = nullptr;
-      for (const PosixClass& pc : kPosix)
-        if (name == pc.name) posix = &pc;
-      if (posix == nullptr)  // an error in Oniguruma, and in PCRE2 as it stands
-        add_set(u, concat("[", p.substr(i, posix_end - i), "]"), true);
-      else if (posix->complement == not_in)
-        add_set(u, posix->chars, false);
-      else
-        add_set(u, concat("[^", posix->chars, "]"), true);
+      const PosixClass* posix = find_posix(name);
+      bool whole = posix == nullptr;
+      // an unknown name is an error in Oniguruma, and in PCRE2 as it stands
+      std::string t = posix == nullptr
+                          ? concat("[", p.substr(i, posix_end - i), "]")
+                          : set_text(posix->chars, posix->complement != not_in, true, &whole);
+      add_set(u, std::move(t), whole);
       i = posix_end;
       continue;
     }

@@ -736,11 +736,7 @@ def test_known_differences_remain(tk, actcap_bin, tmp_path):
                       *start_actcap(actcap_bin, path, inp, args, tmp_path / f"{name}.out"))
     fixed = []
     for name, (texts, expected, path, cmd, proc) in runs.items():
-        _, err = proc.communicate(timeout=300)
-        stderr = err.decode("utf-8", "replace")
-        if proc.returncode == 2 and "regex does not compile" in stderr:
-            continue  # refused: still different
-        got = finish_actcap(cmd, proc, tmp_path / f"{name}.out", stderr)
+        got = finish_actcap(cmd, proc, tmp_path / f"{name}.out")
         if got == expected:
             doc = json.loads(path.read_text(encoding="utf-8"))
             fixed.append(f"{name}: {texts!r} -> {got!r} as in Rust ({KNOWN_DIFFERENCES[name][0]})"
