@@ -113,8 +113,6 @@ struct Changed {
   int change;  // Rust's: 1 a new character, 0 one replaced, -N one replacing N + 1
 };
 
-size_t utf8_size(int32_t cp) { return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4; }
-
 // The crate's Decompositions: each character's full decomposition, its first part marked 0 and
 // the others 1, then each run of non-starters stably sorted by combining class.
 std::vector<Changed> decompose_changes(const UNormalizer2* decomposer,
@@ -230,7 +228,7 @@ size_t normalized_head(NormalForm form, std::string_view text, size_t head) {
     const bool in_head = c.change > 0 ? idx <= head : idx < head;
     if (c.change <= 0)
       for (int n = 0; n <= -c.change && k < sizes.size(); ++n) idx += sizes[k++];
-    if (in_head) new_head += utf8_size(c.cp);
+    if (in_head) new_head += utf8_size(static_cast<uint32_t>(c.cp));
   }
   return new_head;
 }

@@ -76,6 +76,11 @@ inline int32_t utf8_decode_before(std::string_view s, size_t end, size_t* len) {
   return b < 0x80 ? b : -1;
 }
 
+// How many bytes utf8_append writes for cp.
+inline size_t utf8_size(uint32_t cp) {
+  return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+}
+
 inline void utf8_append(std::string& out, uint32_t cp) {
   if (cp < 0x80) {
     out += static_cast<char>(cp);
