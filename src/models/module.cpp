@@ -207,7 +207,9 @@ Activation::Activation(const std::string& name, const std::string& kind, int64_t
   }
 }
 
-at::Tensor Activation::forward(const at::Tensor& x, ForwardState&) {
+at::Tensor Activation::forward(const at::Tensor& x, ForwardState&) { return apply(x); }
+
+at::Tensor Activation::apply(const at::Tensor& x) const {
   switch (kind_) {
     case Kind::kGeluTanh:
       return at::gelu(x, "tanh");

@@ -209,6 +209,8 @@ class Embedding : public Module {
 class Activation : public Module {
  public:
   Activation(const std::string& name, const std::string& kind, int64_t width);
+  // The function itself, without hooks (what forward() returns).
+  at::Tensor apply(const at::Tensor& x) const;
 
  protected:
   at::Tensor forward(const at::Tensor& x, ForwardState& st) override;

@@ -68,6 +68,10 @@ class WeightSource {
                  Init init = Init::kMatrix, Layout layout = Layout::kAsStored,
                  const std::vector<std::string>& aliases = {});
 
+  // Weights from get() joined along dim 0, for a module that holds them as one matrix (a mixture
+  // of experts' gate and up): at::cat, except that shapes()'s tensors stay untouched.
+  at::Tensor join(const std::vector<at::Tensor>& parts) const;
+
   // Every name beginning with `prefix` may also be stored with `alternative` in its place (GPT-2's
   // hub checkpoint stores `h.0.attn...` without the `transformer.` prefix).
   void alias_prefix(const std::string& prefix, const std::string& alternative);

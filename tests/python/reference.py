@@ -2,9 +2,12 @@
 
 Written from the semantics of Hugging Face transformers' modeling_gpt2.py, modeling_llama.py,
 modeling_mistral.py, modeling_qwen2.py, modeling_qwen3.py, modeling_olmo2.py, modeling_gemma2.py,
-modeling_gemma3.py, modeling_gpt_neox.py, modeling_phi3.py and modeling_rope_utils.py (eager attention, no padding, no
-cache, eval mode), using only torch + numpy + the minimal safetensors reader in st.py. config.json may be in transformers 4.x form (rope_theta / rope_scaling,
-torch_dtype) or 5.x form (rope_parameters, layer_types, dtype); the dtype fields are not read.
+modeling_gemma3.py, modeling_gpt_neox.py, modeling_phi3.py, modeling_mixtral.py, modeling_qwen3_moe.py
+(with configuration_mixtral.py, configuration_qwen3_moe.py and conversion_mapping.py of transformers
+5.12) and modeling_rope_utils.py (eager attention, eager experts, no padding, no cache, eval mode),
+using only torch + numpy + the minimal safetensors reader in st.py. config.json may be in
+transformers 4.x form (rope_theta / rope_scaling, torch_dtype) or 5.x form (rope_parameters,
+layer_types, dtype); the dtype fields are not read.
 
 RoPE types: default, linear, dynamic (NTK, recomputed for a forward longer than
 max_position_embeddings), yarn, longrope (short/long factors), llama3; attention factors scale cos
@@ -57,6 +60,19 @@ Hook points (N = layer index):
   phi3:  model.embed_tokens, model.layers.N, .input_layernorm, .self_attn, .self_attn.qkv_proj,
          .self_attn.o_proj, .post_attention_layernorm, .mlp, .mlp.gate_up_proj, .mlp.activation_fn
          (its input is the gate half of gate_up_proj), .mlp.down_proj, model.norm, lm_head
+  mixtral / qwen3_moe (MixtralForCausalLM, Qwen3MoeForCausalLM; transformers 5's module names:
+         Mixtral's MoE block is .mlp, though its tensors are stored as .block_sparse_moe.*):
+         model.embed_tokens, model.layers.N, .input_layernorm, .self_attn, .self_attn.{q,k,v,o}_proj
+         (qwen3_moe also .self_attn.q_norm / .k_norm exactly as qwen3), .post_attention_layernorm,
+         model.norm, lm_head, and per layer either
+           sparse: .mlp ([T, H] in and out) and .mlp.gate, the router: input [T, H], output the
+                   router logits [T, num_experts] float32 (the first element of HF's (logits,
+                   scores, indices)); no per-expert points (an expert sees a variable number of
+                   tokens); or
+           dense (qwen3_moe layers in mlp_only_layers or off decoder_sparse_step): .mlp,
+                   .mlp.{gate,up,down}_proj, .mlp.act_fn as qwen3.
+         Mixtral's layers are all sparse. Model.routing(ids) gives the chosen experts, their
+         weights and the top-k margin per sparse layer (not hook points).
 """
 import json
 import math
@@ -70,7 +86,8 @@ import torch.nn.functional as F
 import st
 
 ARCHS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3_text", "gemma3",
-         "gpt_neox", "phi3")
+         "gpt_neox", "phi3", "mixtral", "qwen3_moe")
+MOE_ARCHS = ("mixtral", "qwen3_moe")
 
 
 class ReferenceError(ValueError):
@@ -139,6 +156,22 @@ QWEN3_DEFAULTS = dict(vocab_size=151936, hidden_size=4096, intermediate_size=220
                       attention_bias=False, use_sliding_window=False, sliding_window=4096,
                       max_window_layers=28)
 LAYER_TYPES = ("full_attention", "sliding_attention")
+# MixtralConfig's defaults (configuration_mixtral.py, transformers 5.x; rope_theta is its
+# default_theta). head_dim (Optional, default None) and sliding_window (Optional, default None) are
+# read separately.
+MIXTRAL_DEFAULTS = dict(vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                        num_attention_heads=32, num_key_value_heads=8, hidden_act="silu",
+                        max_position_embeddings=4096 * 32, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                        rope_theta=1_000_000.0, num_local_experts=8, num_experts_per_tok=2)
+# Qwen3MoeConfig's defaults (configuration_qwen3_moe.py, transformers 5.x). No head_dim field (a
+# head_dim in config.json is used; absent: hidden_size // num_attention_heads), no layer_types or
+# max_window_layers; mlp_only_layers (Optional) is read separately.
+QWEN3_MOE_DEFAULTS = dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=24,
+                          num_attention_heads=32, num_key_value_heads=4, hidden_act="silu",
+                          max_position_embeddings=32768, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                          rope_theta=10000.0, attention_bias=False, use_sliding_window=False,
+                          sliding_window=4096, decoder_sparse_step=1, moe_intermediate_size=768,
+                          num_experts_per_tok=8, num_local_experts=128, norm_topk_prob=False)
 # Gemma2Config's defaults (configuration_gemma2.py).
 GEMMA2_DEFAULTS = dict(vocab_size=256000, hidden_size=2304, intermediate_size=9216,
                        num_hidden_layers=26, num_attention_heads=8, num_key_value_heads=4,
@@ -210,6 +243,8 @@ class Config:
             self._gpt_neox(cfg)
         elif mt == "phi3":
             self._phi3(cfg)
+        elif mt in MOE_ARCHS:
+            self._moe(cfg)
         else:
             self.vocab_size = _get(cfg, "vocab_size", required=True)
             self.hidden = _get(cfg, "hidden_size", required=True)
@@ -400,6 +435,104 @@ class Config:
                                 "model_type": "gemma3_text"})
         self.local_rope = self._rope({"rope_parameters": local, "max_position_embeddings": mp,
                                       "model_type": "gemma3_text"})
+
+    def _moe(self, cfg):
+        """MixtralConfig / Qwen3MoeConfig (transformers 5.x, @strict dataclasses): an absent field
+        takes MIXTRAL_DEFAULTS / QWEN3_MOE_DEFAULTS; an explicit null in a field that is not Optional
+        fails HF's strict validation, so it is refused here (num_key_value_heads null is NOT
+        num_attention_heads, as 4.x had it).
+        - head_dim: Mixtral getattr(config, "head_dim", None) or hidden // heads (null -> the
+          quotient); Qwen3-MoE getattr(config, "head_dim", hidden // heads) (absent -> the
+          quotient, NOT Qwen3's 128; null cannot build q_proj). The quotient is floored (HF builds
+          q_proj [heads * head_dim, hidden] even when that is not hidden); head_dim must be even
+          (RoPE's cat(freqs, freqs)).
+        - biases: Mixtral none; Qwen3-MoE attention_bias on q, k, v and o; no MLP / expert biases.
+        - windows: Mixtral sliding_window (default None) on every layer; Qwen3-MoE sliding_window
+          (default 4096) only if use_sliding_window, then on every layer.
+        - experts: both map num_experts to num_local_experts (attribute_map); transformers 5 writes
+          num_local_experts, the Hub's Qwen3-MoE files num_experts. With both present Mixtral keeps
+          num_experts and Qwen3-MoE num_local_experts (as their config classes do).
+          Mixtral: every layer sparse, experts of intermediate_size, top-k weights ALWAYS
+          renormalised. Qwen3-MoE: layer i is sparse iff i not in mlp_only_layers and num_experts >
+          0 and (i + 1) % decoder_sparse_step == 0 (evaluated in that order, as
+          Qwen3MoeDecoderLayer), else a dense Qwen3MoeMLP of intermediate_size; experts of
+          moe_intermediate_size; renormalised only if norm_topk_prob."""
+        mixtral = self.arch == "mixtral"
+        d = MIXTRAL_DEFAULTS if mixtral else QWEN3_MOE_DEFAULTS
+
+        def get(k):
+            if k not in cfg:
+                return d[k]
+            if cfg[k] is None:
+                raise ReferenceError(f"{self.arch} {k} is null (transformers' strict config refuses it)")
+            return cfg[k]
+
+        self.vocab_size = int(get("vocab_size"))
+        self.hidden = int(get("hidden_size"))
+        self.layers = int(get("num_hidden_layers"))
+        self.heads = int(get("num_attention_heads"))
+        self.kv_heads = int(get("num_key_value_heads"))
+        self.inner = int(get("intermediate_size"))
+        self.act = get("hidden_act")
+        self.eps = float(get("rms_norm_eps"))
+        self.tie = bool(get("tie_word_embeddings"))
+        if self.heads < 1 or self.kv_heads < 1 or self.heads % self.kv_heads:
+            raise ReferenceError("num_attention_heads not divisible by num_key_value_heads")
+        if mixtral:
+            hd = cfg.get("head_dim") or self.hidden // self.heads
+        elif "head_dim" in cfg:
+            if cfg["head_dim"] is None:
+                raise ReferenceError("qwen3_moe head_dim is null (Qwen3MoeAttention cannot build q_proj)")
+            hd = cfg["head_dim"]
+        else:
+            hd = self.hidden // self.heads
+        self.head_dim = int(hd)
+        if self.head_dim < 2 or self.head_dim % 2:
+            raise ReferenceError(f"head_dim {self.head_dim} must be even and >= 2 (RoPE)")
+        self.attention_bias = False if mixtral else bool(get("attention_bias"))
+        self.mlp_bias = False
+        get("max_position_embeddings")  # refuses a null
+        theta_cfg = dict(cfg, rope_theta=get("rope_theta"), model_type=self.arch)
+        self.rope = self._rope(theta_cfg)
+        if mixtral:
+            sw = cfg.get("sliding_window")
+        else:
+            sw = (cfg["sliding_window"] if "sliding_window" in cfg else d["sliding_window"]) \
+                if get("use_sliding_window") else None
+        if sw is not None and int(sw) < 1:
+            raise ReferenceError(f"sliding_window {sw} must be >= 1")
+        self.windows = [sw] * self.layers
+        # experts
+        ne, nle = cfg.get("num_experts"), cfg.get("num_local_experts")
+        if "num_experts" in cfg and ne is None or "num_local_experts" in cfg and nle is None:
+            raise ReferenceError(f"{self.arch} num_experts / num_local_experts is null")
+        first = (ne, nle) if mixtral else (nle, ne)
+        E = next((v for v in first if v is not None), d["num_local_experts"])
+        self.experts = int(E)
+        self.top_k = int(get("num_experts_per_tok"))
+        if mixtral:
+            self.moe_inner = self.inner
+            self.norm_topk = True
+            self.sparse = [True] * self.layers
+        else:
+            self.moe_inner = int(get("moe_intermediate_size"))
+            self.norm_topk = bool(get("norm_topk_prob"))
+            mlp_only = cfg.get("mlp_only_layers")
+            mlp_only = [] if mlp_only is None else mlp_only
+            if not isinstance(mlp_only, list):
+                raise ReferenceError("mlp_only_layers must be a list of layer indices")
+            step = int(get("decoder_sparse_step"))
+            self.sparse = []
+            for i in range(self.layers):
+                if i in mlp_only or not self.experts > 0:
+                    self.sparse.append(False)
+                elif step == 0:
+                    raise ReferenceError("decoder_sparse_step 0 (HF's (i + 1) % 0 raises)")
+                else:
+                    self.sparse.append((i + 1) % step == 0)
+        if any(self.sparse) and not 1 <= self.top_k <= self.experts:
+            raise ReferenceError(
+                f"num_experts_per_tok {self.top_k} must be in 1..num_experts ({self.experts})")
 
     # -- RoPE ----------------------------------------------------------------------------------
     def _gpt_neox(self, cfg):
@@ -712,7 +845,7 @@ ROPE_FUNCTIONS = {"default": _rope_default, "linear": _rope_linear, "dynamic": _
                   "yarn": _rope_yarn, "longrope": _rope_longrope, "llama3": _rope_llama3}
 ROPE_TYPES = tuple(ROPE_FUNCTIONS)
 MAX_POSITIONS_DEFAULT = {"gemma2": 8192, "gemma3_text": 131072, "llama": 2048, "mistral": 4096 * 32, "qwen2": 32768, "qwen3": 32768,
-                         "gpt_neox": 2048, "phi3": 4096}
+                         "gpt_neox": 2048, "phi3": 4096, "mixtral": 4096 * 32, "qwen3_moe": 32768}
 
 
 def rope_parameters(rope, head_dim, seq_len=None):
@@ -940,13 +1073,25 @@ def expected_shapes(cfg):
                 s[p + f"self_attn.{nm}.weight"] = [rows, H]
                 if c.attention_bias:
                     s[p + f"self_attn.{nm}.bias"] = [rows]
-            if c.arch == "qwen3":
+            if c.arch in ("qwen3", "qwen3_moe"):
                 s[p + "self_attn.q_norm.weight"] = [c.head_dim]
                 s[p + "self_attn.k_norm.weight"] = [c.head_dim]
             s[p + "self_attn.o_proj.weight"] = [H, q]
             if c.attention_bias and c.arch != "qwen2":
                 s[p + "self_attn.o_proj.bias"] = [H]
             s[p + "post_attention_layernorm.weight"] = [H]
+            if c.arch in MOE_ARCHS and c.sparse[i]:
+                # the Hub layout, which transformers 5 also saves (its conversion_mapping fuses
+                # w1 / w3 or gate_proj / up_proj into experts.gate_up_proj [E, 2I, H] on load)
+                E, Ie = c.experts, c.moe_inner
+                m = p + ("block_sparse_moe." if c.arch == "mixtral" else "mlp.")
+                s[m + "gate.weight"] = [E, H]
+                names = ("w1", "w2", "w3") if c.arch == "mixtral" else ("gate_proj", "down_proj", "up_proj")
+                for e in range(E):
+                    s[f"{m}experts.{e}.{names[0]}.weight"] = [Ie, H]
+                    s[f"{m}experts.{e}.{names[1]}.weight"] = [H, Ie]
+                    s[f"{m}experts.{e}.{names[2]}.weight"] = [Ie, H]
+                continue
             s[p + "mlp.gate_proj.weight"] = [I, H]
             s[p + "mlp.up_proj.weight"] = [I, H]
             s[p + "mlp.down_proj.weight"] = [H, I]
@@ -1151,6 +1296,7 @@ class Model:
             masks.append(allowed)
         act = _act(c.act)
         neg = torch.tensor(torch.finfo(torch.float32).min)
+        qk_norm = c.arch in ("qwen3", "qwen3_moe")
 
         e = F.embedding(ids, w["model.embed_tokens.weight"])
         rec("model.embed_tokens", ids, e)
@@ -1165,14 +1311,14 @@ class Model:
             q = lin(x, p + ".self_attn.q_proj")
             rec(p + ".self_attn.q_proj", x, q)
             q = q.view(T, nh, hd)
-            if c.arch == "qwen3":
+            if qk_norm:
                 qn = rms(q, p + ".self_attn.q_norm")  # over head_dim, per head
                 rec(p + ".self_attn.q_norm", q, qn)
                 q = qn
             k = lin(x, p + ".self_attn.k_proj")
             rec(p + ".self_attn.k_proj", x, k)
             k = k.view(T, nkv, hd)
-            if c.arch == "qwen3":
+            if qk_norm:
                 kn = rms(k, p + ".self_attn.k_norm")
                 rec(p + ".self_attn.k_norm", k, kn)
                 k = kn
@@ -1198,6 +1344,10 @@ class Model:
             h = layer_in + a
             x2 = rms(h, p + ".post_attention_layernorm")
             rec(p + ".post_attention_layernorm", h, x2)
+            if c.arch in MOE_ARCHS and c.sparse[i]:
+                h = h + self._sparse_moe(x2, i, rec)
+                rec(p, layer_in, h)
+                continue
             g = lin(x2, p + ".mlp.gate_proj")
             rec(p + ".mlp.gate_proj", x2, g)
             u = lin(x2, p + ".mlp.up_proj")
@@ -1215,6 +1365,72 @@ class Model:
         logits = F.linear(hn, w["lm_head.weight"])
         rec("lm_head", hn, logits)
         return pts
+
+    def _sparse_moe(self, x, i, rec):
+        """MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock of layer i on x [T, H] (eager experts,
+        eval: no router jitter). Records .mlp.gate (its input x, its output the router logits
+        [T, E]: the first element of HF's (logits, scores, indices)) and .mlp; returns the block's
+        output.
+        Router (MixtralTopKRouter / Qwen3MoeTopKRouter): logits = x @ gate.T; probs = softmax in
+        float32; topk(probs, k) (torch.topk: the k largest, descending); Mixtral divides the k
+        values by their sum always, Qwen3-MoE only with norm_topk_prob (then casts them to the
+        logits' dtype, float32 here).
+        Experts (MixtralExperts / Qwen3MoeExperts.forward, experts_implementation "eager"):
+        final = zeros; for each expert e that some token picked, in ascending e: the (slot,
+        token) pairs with idx[token, slot] == e in row-major order of idx.T (HF's
+        torch.where(one_hot(idx).permute(2, 1, 0)[e])), y = down(act(gate(x_t)) * up(x_t)) times
+        the token's routing weight in that slot, final.index_add_(0, tokens, y). HF computes gate
+        and up in one F.linear with the fused gate_up_proj [w1; w3] (its load-time conversion of
+        the Hub tensors), chunked in two: done the same way here. So each token's output is
+        0 + w_a y_a + w_b y_b ... summed in ascending expert order, which makes the float32 result
+        bit-identical to HF's."""
+        c, w = self.cfg, self.w
+        P = f"model.layers.{i}.mlp"
+        mixtral = c.arch == "mixtral"
+        W = f"model.layers.{i}." + ("block_sparse_moe" if mixtral else "mlp")
+        g_name, d_name, u_name = ("w1", "w2", "w3") if mixtral else ("gate_proj", "down_proj", "up_proj")
+        logits = F.linear(x, w[W + ".gate.weight"])
+        rec(P + ".gate", x, logits)
+        probs = F.softmax(logits.float(), dim=-1)
+        top, idx = torch.topk(probs, c.top_k, dim=-1)  # [T, k]
+        if c.norm_topk:
+            top = top / top.sum(dim=-1, keepdim=True)
+        top = top.to(logits.dtype)
+        if getattr(self, "_routes", None) is not None:
+            srt = logits.sort(dim=-1, descending=True).values
+            gap = srt[:, c.top_k - 1] - srt[:, c.top_k] if c.top_k < c.experts else \
+                torch.full((x.shape[0],), float("inf"))
+            self._routes[i] = dict(experts=idx, weights=top, logits=logits, margin=gap)
+        act = _act(c.act)
+        out = torch.zeros_like(x)
+        slot_of = idx.transpose(0, 1)  # [k, T]
+        for e in range(c.experts):
+            slot, tok = torch.where(slot_of == e)
+            if tok.numel() == 0:
+                continue
+            E = f"{W}.experts.{e}."
+            gate_up = torch.cat((w[E + g_name + ".weight"], w[E + u_name + ".weight"]), dim=0)
+            gate, up = F.linear(x[tok], gate_up).chunk(2, dim=-1)
+            y = F.linear(act(gate) * up, w[E + d_name + ".weight"])
+            out.index_add_(0, tok, y * top[tok, slot, None])
+        rec(P, x, out)
+        return out
+
+    def routing(self, ids):
+        """Routing of every sparse layer for one sequence: OrderedDict layer -> dict of numpy
+        arrays: experts [T, k] int64 (torch.topk's order), weights [T, k] float32 (after the
+        renormalisation, if any), logits [T, E], margin [T] float32 (the k-th largest router
+        logit minus the (k+1)-th: how far the token is from a top-k tie, to set against the float32
+        rounding of another implementation's logits; inf when k = E)."""
+        if self.cfg.arch not in MOE_ARCHS:
+            raise ReferenceError(f"{self.cfg.arch} has no router")
+        self._routes = OrderedDict()
+        try:
+            self.forward(ids)
+            return OrderedDict((i, {k: v.detach().numpy() for k, v in r.items()})
+                               for i, r in self._routes.items())
+        finally:
+            self._routes = None
 
     def _lin(self, x, p):
         return F.linear(x, self.w[p + ".weight"], self.w.get(p + ".bias"))

@@ -69,10 +69,37 @@ TINY = {
                  hidden_act="silu", max_position_embeddings=128, original_max_position_embeddings=128,
                  rms_norm_eps=1e-5, rope_theta=10000.0, rope_scaling=None, partial_rotary_factor=0.5,
                  sliding_window=6, tie_word_embeddings=False),
+    # 4 experts of intermediate_size 48 (!= hidden), top-2, every layer sparse; no head_dim (8)
+    "mixtral": dict(model_type="mixtral", architectures=["MixtralForCausalLM"], vocab_size=384, hidden_size=32,
+                    intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                    hidden_act="silu", max_position_embeddings=128, rms_norm_eps=1e-5, rope_theta=1000000.0,
+                    sliding_window=None, num_local_experts=4, num_experts_per_tok=2, router_aux_loss_coef=0.02,
+                    router_jitter_noise=0.0, output_router_logits=False, tie_word_embeddings=False),
+    # As the Hub's Qwen3-30B-A3B: num_experts (not num_local_experts), norm_topk_prob true,
+    # head_dim 16 != 32 / 4. 8 experts of moe_intermediate_size 24, top-2; layer 1 in
+    # mlp_only_layers is a dense MLP of intermediate_size 80, layers 0 and 2 sparse
+    "qwen3_moe": dict(model_type="qwen3_moe", architectures=["Qwen3MoeForCausalLM"], vocab_size=384,
+                      hidden_size=32, intermediate_size=80, moe_intermediate_size=24, num_hidden_layers=3,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, hidden_act="silu",
+                      max_position_embeddings=128, rms_norm_eps=1e-6, rope_theta=1000000.0, rope_scaling=None,
+                      attention_bias=False, use_sliding_window=False, sliding_window=None, num_experts=8,
+                      num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[1],
+                      router_aux_loss_coef=0.001, output_router_logits=False, tie_word_embeddings=False),
+    # A Qwen3-MoE variant (model_type qwen3_moe): decoder_sparse_step 2, so layers 1 and 3 are
+    # sparse and 0 and 2 dense; num_local_experts (the key transformers 5 writes) 6, top-3, weights
+    # NOT renormalised (norm_topk_prob false); no head_dim, so 32 / 4 = 8 (not Qwen3's 128); tied
+    "qwen3_moe_step2": dict(model_type="qwen3_moe", architectures=["Qwen3MoeForCausalLM"], vocab_size=384,
+                            hidden_size=32, intermediate_size=80, moe_intermediate_size=24, num_hidden_layers=4,
+                            num_attention_heads=4, num_key_value_heads=2, hidden_act="silu",
+                            max_position_embeddings=128, rms_norm_eps=1e-6, rope_theta=10000.0,
+                            use_sliding_window=False, num_local_experts=6, num_experts_per_tok=3,
+                            norm_topk_prob=False, decoder_sparse_step=2, mlp_only_layers=[],
+                            tie_word_embeddings=True),
 }
 
 
 GEMMA = ("gemma2", "gemma3_text", "gemma3")  # norm weights are offsets from one: (1 + w)
+ROUTER_STD = 0.25  # MoE router weights (see random_weights)
 
 
 def tiny_config(arch, **overrides):
@@ -86,7 +113,12 @@ def random_weights(cfg, seed=0):
 
     Matrices ~ N(0, 0.02); embeddings ~ N(0, 0.5) so hidden states are O(1); biases ~ N(0, 0.1);
     norm weights ~ 1 + N(0, 0.1) (Gemma's offsets ~ N(0, 0.1)) so that bugs in any of them are
-    visible."""
+    visible. MoE routers (.gate.weight) ~ N(0, ROUTER_STD): router logits of std ~1.4 on the O(1)
+    normalised hidden states, so the top-k choice is far from ties: over seeds 0-7 and
+    test_reference's sequences the k-th and (k+1)-th largest logits are >= 8e-5 apart (most
+    tokens far more), against float32 rounding differences of ~1e-6 between implementations;
+    while the k-th expert's weight stays visible (>= 0.004). Model.routing(ids)["margin"] gives
+    the gap per token for other seeds and sequences."""
     rng = np.random.default_rng(seed)
     out = {}
     for name, shape in reference.expected_shapes(cfg).items():
@@ -98,6 +130,8 @@ def random_weights(cfg, seed=0):
             a = 0.1 * rng.standard_normal(shape)
         elif "wte" in name or "wpe" in name or "embed_tokens" in name or "embed_in" in name:
             a = 0.5 * rng.standard_normal(shape)
+        elif leaf[-2] == "gate":  # a MoE router (mlp.gate / block_sparse_moe.gate)
+            a = ROUTER_STD * rng.standard_normal(shape)
         else:
             a = 0.02 * rng.standard_normal(shape) * (4.0 if leaf[-2] in ("q_proj", "k_proj", "c_attn", "query_key_value", "qkv_proj") else 1.0)
         out[name] = a.astype(np.float32)
@@ -341,7 +375,9 @@ def to_v5(cfg):
     `torch_dtype`; RoPE in `rope_parameters` (rope_theta folded in, `type` renamed rope_type, no
     top-level rope_theta / rope_scaling); Qwen2 / Qwen3 with an explicit `layer_types` list,
     computed from use_sliding_window / sliding_window / max_window_layers as Qwen2Config and
-    Qwen3Config do (HF's defaults for absent fields)."""
+    Qwen3Config do (HF's defaults for absent fields); Qwen3-MoE with num_local_experts for
+    num_experts, sliding_window null unless use_sliding_window and mlp_only_layers a list; Mixtral
+    with head_dim (null when absent)."""
     cfg = dict(cfg)
     if "torch_dtype" in cfg:
         cfg["dtype"] = cfg.pop("torch_dtype")
@@ -359,6 +395,17 @@ def to_v5(cfg):
     if cfg.get("model_type") == "gemma2" and cfg.get("layer_types") is None:
         cfg["layer_types"] = ["sliding_attention" if (i + 1) % 2 else "full_attention"
                               for i in range(cfg["num_hidden_layers"])]
+    if cfg.get("model_type") == "qwen3_moe":
+        # Qwen3MoeConfig writes num_experts as num_local_experts (its attribute_map), the window
+        # null unless use_sliding_window, and mlp_only_layers as a list
+        if "num_experts" in cfg:
+            cfg["num_local_experts"] = cfg.pop("num_experts")
+        if not cfg.get("use_sliding_window", False):
+            cfg["sliding_window"] = None
+        if cfg.get("mlp_only_layers") is None:
+            cfg["mlp_only_layers"] = []
+    if cfg.get("model_type") == "mixtral":
+        cfg.setdefault("head_dim", None)  # MixtralConfig writes its Optional head_dim
     if cfg.get("model_type") in ("qwen2", "qwen3") and cfg.get("layer_types") is None:
         sw = cfg.get("sliding_window", 4096) if cfg.get("use_sliding_window") else None
         mwl = cfg.get("max_window_layers", 28)

@@ -3,8 +3,10 @@
 These need no actcap binary. They check the reference against independent formulations
 (torch.nn.MultiheadAttention for GPT-2, F.multi_head_attention_forward + complex-number RoPE + repeat_kv
 for the Llama family, complex-number RoPE, Meta's llama3 frequency scaling loop, float64
-norms), structural identities of the hook points (residual stream wiring, GQA head order, sliding
-window locality, causality) and checkpoint-format equivalences (prefix, tying, sharding, dtypes).
+norms, a dense float64 mixture of every expert for the MoE blocks), structural identities of the
+hook points (residual stream wiring, GQA head order, sliding window locality, causality, a
+one-expert MoE model equal to its dense family) and checkpoint-format equivalences (prefix, tying,
+sharding, dtypes).
 """
 import json
 import math
@@ -19,6 +21,7 @@ import st
 import synth
 
 ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3"]
+MOE = ["mixtral", "qwen3_moe", "qwen3_moe_step2"]  # synth.TINY keys (the last is a qwen3_moe)
 
 
 def _ckpt(tmp_path, arch, name="m", seed=0, **overrides):
@@ -629,7 +632,7 @@ def test_rope_config_forms_agree():
 # masking: causality, sliding window, GQA
 # ---------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("arch", ARCHS + ["olmo2", "gemma2", "gemma3_text"])
+@pytest.mark.parametrize("arch", ARCHS + ["olmo2", "gemma2", "gemma3_text"] + MOE)
 def test_causality(tmp_path, arch):
     d = _ckpt(tmp_path, arch)
     a, b = reference.run(str(d), [[7, 8, 9, 10, 11, 12, 13, 14, 15, 16], [7, 8, 9, 10, 11, 12, 200, 14, 15, 16]])
@@ -1131,3 +1134,423 @@ def test_gemma3_multimodal_names(tmp_path, layout):
     for k in a:
         assert np.array_equal(a[k], b[k.replace("model.", "model.language_model.", 1)]), k
     assert np.array_equal(m.final_logits([4, 5, 6]), b["lm_head"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Mixtral and Qwen3-MoE
+# ---------------------------------------------------------------------------------------------
+
+def _silu64(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def _moe_names(c):
+    """(stored block prefix format, gate / down / up tensor names) of a sparse layer."""
+    if c.arch == "mixtral":
+        return "model.layers.{}.block_sparse_moe", ("w1", "w2", "w3")
+    return "model.layers.{}.mlp", ("gate_proj", "down_proj", "up_proj")
+
+
+def _moe_independent(x, w, blk, names, c, wrong=None):
+    """The sparse MoE block in float64, written as a DENSE mixture: every expert runs on every
+    token, and the [T, E] mixing matrix holds the routing weight of the k experts with the largest
+    softmax probabilities (0 elsewhere), renormalised to sum 1 where the architecture does
+    (Mixtral always, Qwen3-MoE with norm_topk_prob). Returns (router logits, mixing matrix,
+    output).
+
+    wrong: one deliberate error, to show the comparison can tell it apart: "flip_norm" (the other
+    renormalisation rule), "swap_gate_up" (act on up, times gate), "shift_experts" (expert e runs
+    expert (e + 1) % E's weights), "top_k_minus_1" (one expert fewer)."""
+    g_name, d_name, u_name = names
+    x = x.astype(np.float64)
+    logits = x @ w[blk + ".gate.weight"].astype(np.float64).T
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    k = c.top_k - (wrong == "top_k_minus_1")
+    norm = c.norm_topk != (wrong == "flip_norm")
+    mix = np.zeros_like(p)
+    for t in range(x.shape[0]):
+        chosen = np.argsort(-p[t], kind="stable")[:k]
+        mix[t, chosen] = p[t, chosen] / (p[t, chosen].sum() if norm else 1.0)
+    out = np.zeros_like(x)
+    for e in range(c.experts):
+        src = (e + 1) % c.experts if wrong == "shift_experts" else e
+        W = {n: w[f"{blk}.experts.{src}.{n}.weight"].astype(np.float64) for n in names}
+        g, u = x @ W[g_name].T, x @ W[u_name].T
+        if wrong == "swap_gate_up":
+            g, u = u, g
+        out += mix[:, e:e + 1] * ((_silu64(g) * u) @ W[d_name].T)
+    return logits, mix, out
+
+
+def _moe_points(c):
+    """The exact point catalogue of a Mixtral / Qwen3-MoE config: name -> (per-token shape, dtype)."""
+    H, V = c.hidden, c.vocab_size
+    q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
+    want = {"model.embed_tokens": ([H], "F32"), "model.embed_tokens:input": ([], "I64"),
+            "model.norm": ([H], "F32"), "model.norm:input": ([H], "F32"),
+            "lm_head": ([V], "F32"), "lm_head:input": ([H], "F32")}
+    for i in range(c.layers):
+        p = f"model.layers.{i}"
+        out = {"": [H], ".input_layernorm": [H], ".self_attn": [H], ".self_attn.q_proj": [q],
+               ".self_attn.k_proj": [kv], ".self_attn.v_proj": [kv], ".self_attn.o_proj": [H],
+               ".post_attention_layernorm": [H], ".mlp": [H]}
+        inp = {"": [H], ".input_layernorm": [H], ".self_attn": [H], ".self_attn.q_proj": [H],
+               ".self_attn.k_proj": [H], ".self_attn.v_proj": [H], ".self_attn.o_proj": [q],
+               ".post_attention_layernorm": [H], ".mlp": [H]}
+        if c.arch == "qwen3_moe":
+            for nm, n in (("q_norm", c.heads), ("k_norm", c.kv_heads)):
+                out[f".self_attn.{nm}"] = inp[f".self_attn.{nm}"] = [n, c.head_dim]
+        if c.sparse[i]:
+            out[".mlp.gate"], inp[".mlp.gate"] = [c.experts], [H]
+        else:
+            I = c.inner
+            out.update({".mlp.gate_proj": [I], ".mlp.up_proj": [I], ".mlp.act_fn": [I], ".mlp.down_proj": [H]})
+            inp.update({".mlp.gate_proj": [H], ".mlp.up_proj": [H], ".mlp.act_fn": [I], ".mlp.down_proj": [I]})
+        for suf, shape in out.items():
+            want[p + suf] = (shape, "F32")
+        for suf, shape in inp.items():
+            want[p + suf + ":input"] = (shape, "F32")
+    return want
+
+
+@pytest.mark.parametrize("arch", MOE)
+def test_moe_point_names_and_shapes(tmp_path, arch):
+    """Sparse layers: .mlp and .mlp.gate (router logits [E]) only, no expert points; Qwen3-MoE's
+    dense layers: the Qwen3 MLP points with intermediate_size; q_norm / k_norm per head."""
+    d = _ckpt(tmp_path, arch)
+    c = reference.Config(reference.load_config(str(d)))
+    assert dict(reference.points(str(d))) == _moe_points(c)
+    assert c.sparse == {"mixtral": [True, True], "qwen3_moe": [True, False, True],
+                        "qwen3_moe_step2": [False, True, False, True]}[arch]
+
+
+@pytest.mark.parametrize("arch", MOE)
+def test_moe_residual_wiring(tmp_path, arch):
+    """The router and the block see post_attention_layernorm's output; the layer adds the block's
+    output to the residual; attention as Mistral / Qwen3; dense layers as Qwen3's MLP."""
+    d = _ckpt(tmp_path, arch)
+    c = reference.Config(reference.load_config(str(d)))
+    T = 9
+    r = reference.run(str(d), [list(range(40, 40 + T))])[0]
+    eq = np.array_equal
+    for i in range(c.layers):
+        p = f"model.layers.{i}"
+        prev = r[f"model.layers.{i - 1}"] if i else r["model.embed_tokens"]
+        assert eq(r[p + ":input"], prev) and eq(r[p + ".input_layernorm:input"], prev)
+        assert eq(r[p + ".self_attn:input"], r[p + ".input_layernorm"])
+        assert eq(r[p + ".self_attn"], r[p + ".self_attn.o_proj"])
+        if c.arch == "qwen3_moe":
+            assert eq(r[p + ".self_attn.q_norm:input"], r[p + ".self_attn.q_proj"].reshape(T, c.heads, -1))
+            assert eq(r[p + ".self_attn.k_norm:input"], r[p + ".self_attn.k_proj"].reshape(T, c.kv_heads, -1))
+        else:
+            assert p + ".self_attn.q_norm" not in r
+        assert eq(r[p + ".post_attention_layernorm:input"], prev + r[p + ".self_attn"])
+        assert eq(r[p + ".mlp:input"], r[p + ".post_attention_layernorm"])
+        if c.sparse[i]:
+            assert eq(r[p + ".mlp.gate:input"], r[p + ".post_attention_layernorm"])
+            assert r[p + ".mlp.gate"].dtype == np.float32 and r[p + ".mlp.gate"].shape == (T, c.experts)
+            assert p + ".mlp.gate_proj" not in r
+        else:
+            assert eq(r[p + ".mlp.act_fn:input"], r[p + ".mlp.gate_proj"])
+            assert eq(r[p + ".mlp.down_proj:input"], r[p + ".mlp.act_fn"] * r[p + ".mlp.up_proj"])
+            assert eq(r[p + ".mlp"], r[p + ".mlp.down_proj"])
+            assert p + ".mlp.gate" not in r
+        assert eq(r[p], r[p + ".post_attention_layernorm:input"] + r[p + ".mlp"])
+    assert eq(r["model.norm:input"], r[f"model.layers.{c.layers - 1}"])
+    assert eq(r["lm_head:input"], r["model.norm"])
+
+
+MOE_CASES = {
+    "mixtral": ("mixtral", {}),
+    # 8 experts, top-3: three terms per token, so the combination order matters in float32
+    "mixtral-8x3-window": ("mixtral", dict(num_local_experts=8, num_experts_per_tok=3, sliding_window=5)),
+    "qwen3_moe-norm": ("qwen3_moe", {}),
+    "qwen3_moe-no-norm": ("qwen3_moe", dict(norm_topk_prob=False)),
+    "qwen3_moe_step2-top3-no-norm": ("qwen3_moe_step2", {}),
+}
+
+
+# Checked by mutating tests/python/reference.py temporarily: Mixtral without the renormalisation
+# (the mixtral cases fail), Qwen3-MoE renormalising regardless of norm_topk_prob (the no-norm cases
+# fail), w1 / w3 (gate_proj / up_proj) swapped (all fail), expert e reading expert e + 1's tensors
+# (all fail), the router's softmax over tokens instead of experts (all fail). Not caught here (a
+# float64 tolerance cannot see it): the float32 summation order of the experts, which decides
+# bit-identity with HF; that was checked against transformers 5.12.1 itself.
+@pytest.mark.parametrize("case", list(MOE_CASES))
+def test_moe_block_matches_dense_mixture(tmp_path, case):
+    arch, overrides = MOE_CASES[case]
+    d = _ckpt(tmp_path, arch, seed=7, **overrides)
+    c = reference.Config(reference.load_config(str(d)))
+    w = st.load_checkpoint(str(d))
+    blk_fmt, names = _moe_names(c)
+    seq = [int(t) for t in np.random.default_rng(3).integers(0, c.vocab_size, 32)]
+    r = reference.run(str(d), [seq])[0]
+    tol = 1e-7  # the blocks' outputs are O(1e-3) (weights N(0, 0.02)); observed <= 2e-9
+    sparse = [i for i in range(c.layers) if c.sparse[i]]
+    assert sparse
+    for i in sparse:
+        p = f"model.layers.{i}.mlp"
+        logits, mix, out = _moe_independent(r[p + ":input"], w, blk_fmt.format(i), names, c)
+        assert _maxdiff(r[p + ".gate"], logits) < 1e-5
+        assert _maxdiff(r[p], out) < tol, (p, _maxdiff(r[p], out))
+        assert np.abs(out).max() > 1e-4  # the blocks do contribute
+        assert ((mix > 0).sum(-1) == c.top_k).all()
+        assert np.allclose(mix.sum(-1), 1.0) == c.norm_topk or c.top_k == c.experts
+    # power: each error moves the first sparse layer's output far outside tol
+    i = sparse[0]
+    p = f"model.layers.{i}.mlp"
+    for wrong in ("flip_norm", "swap_gate_up", "shift_experts", "top_k_minus_1"):
+        _, _, out = _moe_independent(r[p + ":input"], w, blk_fmt.format(i), names, c, wrong=wrong)
+        assert _maxdiff(r[p], out) > 100 * tol, wrong
+
+
+@pytest.mark.parametrize("arch", MOE)
+def test_moe_router_topk_rule(tmp_path, arch):
+    """Model.routing: the experts are the k largest router logits, largest first (torch.topk);
+    their weights are the softmax probabilities of those experts, divided by their sum for Mixtral
+    (always) and Qwen3-MoE with norm_topk_prob, left as they are otherwise (sum < 1)."""
+    d = _ckpt(tmp_path, arch, seed=2)
+    m = reference.Model(str(d))
+    c = m.cfg
+    seq = list(range(100, 130))
+    routes = m.routing(seq)
+    r = m.forward(seq)
+    assert list(routes) == [i for i in range(c.layers) if c.sparse[i]]
+    for i, ro in routes.items():
+        logits = r[f"model.layers.{i}.mlp.gate"].astype(np.float64)
+        assert np.array_equal(ro["logits"], r[f"model.layers.{i}.mlp.gate"])
+        want = np.argsort(-logits, axis=-1, kind="stable")[:, :c.top_k]
+        assert np.array_equal(ro["experts"], want)
+        p = np.exp(logits - logits.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        sel = np.take_along_axis(p, want, axis=-1)
+        if c.norm_topk:
+            sel = sel / sel.sum(-1, keepdims=True)
+            assert np.allclose(ro["weights"].sum(-1), 1.0, atol=1e-6)
+        else:
+            assert (ro["weights"].sum(-1) < 1 - 1e-3).all()
+        assert ro["weights"].dtype == np.float32 and _maxdiff(ro["weights"], sel) < 1e-6
+
+
+@pytest.mark.parametrize("arch", MOE)
+def test_synth_routers_have_no_near_ties(tmp_path, arch):
+    """synth's router weights (N(0, ROUTER_STD)) keep the k-th and (k+1)-th largest router logits
+    apart (>= 5e-5, against float32 rounding of ~1e-6 between implementations) for these seeds and
+    sequences, and Model.routing's margin is that gap."""
+    for seed in range(4):
+        d = _ckpt(tmp_path, arch, name=f"s{seed}", seed=seed)
+        m = reference.Model(str(d))
+        for seq in ([5, 17, 2, 99, 3, 3, 250], list(range(3, 30)),
+                    [int(t) for t in np.random.default_rng(1).integers(0, 384, 24)]):
+            for i, ro in m.routing(seq).items():
+                srt = np.sort(ro["logits"], axis=-1)[:, ::-1]
+                assert np.array_equal(ro["margin"], srt[:, m.cfg.top_k - 1] - srt[:, m.cfg.top_k])
+                assert ro["margin"].min() >= 5e-5, (seed, i, seq, ro["margin"].min())
+                assert len({tuple(sorted(e)) for e in ro["experts"].tolist()}) > 1  # routing varies
+
+
+@pytest.mark.parametrize("layers,step,mlp_only,experts,want", [
+    (4, 1, None, 8, [True] * 4),              # Qwen3-30B-A3B's form: every layer sparse
+    (4, 2, [], 8, [False, True, False, True]),  # (i + 1) % 2 == 0
+    (4, 2, [3], 8, [False, True, False, False]),
+    (6, 3, [0, 9], 8, [False, False, True, False, False, True]),  # out-of-range entries ignored
+    (4, 1, [1], 0, [False] * 4),             # num_experts 0: all dense
+    (3, 0, [0, 1, 2], 8, [False] * 3),       # step 0 never evaluated (HF short-circuits too)
+    (4, -2, [], 8, [False, True, False, True]),  # Python's % as HF's: (i + 1) % -2 == 0 for odd i
+])
+def test_qwen3_moe_sparse_layer_selection(tmp_path, layers, step, mlp_only, experts, want):
+    """Qwen3MoeDecoderLayer: sparse iff i not in mlp_only_layers and num_experts > 0 and
+    (i + 1) % decoder_sparse_step == 0; a dense layer is Qwen3MoeMLP(intermediate_size). The
+    checkpoint layout and the points follow the choice."""
+    cfg = synth.tiny_config("qwen3_moe", num_hidden_layers=layers, decoder_sparse_step=step,
+                            mlp_only_layers=mlp_only, num_experts=experts)
+    if experts == 0:
+        cfg["num_experts_per_tok"] = 0  # unused without experts
+    c = reference.Config(cfg)
+    assert c.sparse == want
+    shapes = reference.expected_shapes(cfg)
+    for i in range(layers):
+        p = f"model.layers.{i}.mlp."
+        assert (p + "gate.weight" in shapes) == want[i]
+        assert (p + "experts.0.gate_proj.weight" in shapes) == want[i]
+        assert (p + "gate_proj.weight" in shapes) != want[i]
+        if want[i]:
+            assert shapes[p + "gate.weight"] == [experts, 32]
+            assert shapes[p + f"experts.{experts - 1}.down_proj.weight"] == [32, 24]
+            assert p + f"experts.{experts}.down_proj.weight" not in shapes
+        else:
+            assert shapes[p + "gate_proj.weight"] == [80, 32] and shapes[p + "down_proj.weight"] == [32, 80]
+    d = tmp_path / "m"
+    synth.write_checkpoint(str(d), cfg, seed=1)
+    pts = reference.points(str(d))
+    assert [f"model.layers.{i}.mlp.gate" in pts for i in range(layers)] == want
+    r = reference.run(str(d), [[1, 2, 3, 4, 5]])[0]
+    w = st.load_checkpoint(str(d))
+    for i in range(layers):
+        if not want[i]:  # dense: down(silu(gate x) * up x), float64
+            p = f"model.layers.{i}.mlp"
+            x = r[p + ":input"].astype(np.float64)
+            W = {n: w[f"{p}.{n}.weight"].astype(np.float64) for n in ("gate_proj", "up_proj", "down_proj")}
+            dense = (_silu64(x @ W["gate_proj"].T) * (x @ W["up_proj"].T)) @ W["down_proj"].T
+            assert _maxdiff(r[p], dense) < 1e-7
+
+
+def test_qwen3_moe_step0_refused():
+    with pytest.raises(reference.ReferenceError, match="decoder_sparse_step"):
+        reference.Config(synth.tiny_config("qwen3_moe", decoder_sparse_step=0))
+
+
+@pytest.mark.parametrize("arch,dense", [("mixtral", "mistral"), ("qwen3_moe", "qwen3")])
+def test_single_expert_equals_dense_model(tmp_path, arch, dense):
+    """One expert, top-1: the routing weight is 1 (renormalised, or the softmax of a single
+    logit), so the MoE model is Mistral / Qwen3 with that expert as its MLP: every shared point
+    agrees (the attention paths are the same code as the dense families'; the gate / up product
+    differs by float32 rounding only, HF's fused gate_up_proj)."""
+    moe = synth.tiny_config(arch, num_experts_per_tok=1, sliding_window=5,
+                            **({"num_local_experts": 1} if arch == "mixtral" else
+                               dict(num_experts=1, mlp_only_layers=[], norm_topk_prob=False,
+                                    use_sliding_window=True, attention_bias=True)))
+    d = tmp_path / "moe"
+    w = synth.write_checkpoint(str(d), moe, seed=5)
+    c = reference.Config(moe)
+    assert all(c.sparse) and c.windows == [5] * c.layers
+    dcfg = {k: v for k, v in moe.items() if k not in ("num_local_experts", "num_experts", "num_experts_per_tok",
+                                                       "mlp_only_layers", "norm_topk_prob", "decoder_sparse_step",
+                                                       "moe_intermediate_size")}
+    dcfg.update(model_type=dense, architectures=[dense.capitalize() + "ForCausalLM"])
+    if dense == "qwen3":
+        dcfg.update(intermediate_size=moe["moe_intermediate_size"], max_window_layers=0)
+    blk_fmt, (g, dn, u) = _moe_names(c)
+    wd = {}
+    for k, v in w.items():
+        for i in range(c.layers):
+            blk = blk_fmt.format(i)
+            if k.startswith(blk + ".experts.0."):
+                leaf = k.split(".")[-2]
+                k = f"model.layers.{i}.mlp." + {g: "gate_proj", dn: "down_proj", u: "up_proj"}[leaf] + ".weight"
+        if not k.endswith(".gate.weight"):
+            wd[k] = v
+    dd = tmp_path / "dense"
+    os.makedirs(dd)
+    with open(dd / "config.json", "w") as f:
+        json.dump(dcfg, f)
+    st.save(str(dd / "model.safetensors"), wd)
+    assert reference.Config(dcfg).windows == c.windows
+    seq = list(range(7, 27))
+    a, b = reference.run(str(d), [seq])[0], reference.run(str(dd), [seq])[0]
+    shared = [k for k in a if k in b]
+    assert len(shared) == len(a) - 2 * c.layers  # all but .mlp.gate / .mlp.gate:input
+    for k in shared:
+        assert _maxdiff(a[k], b[k]) < 1e-6, k
+    assert _maxdiff(a["lm_head"], b["lm_head"]) < 1e-5
+
+
+def test_mixtral_config_defaults_and_rules():
+    """MixtralConfig (transformers 5.x): its defaults (rope_theta 1e6, rms_norm_eps 1e-5,
+    num_key_value_heads 8, 8 experts top-2, 131072 positions, no window); head_dim absent or null
+    -> hidden // heads; sliding_window on every layer; never any bias; top-k always renormalised."""
+    c = reference.Config({"model_type": "mixtral"})
+    assert (c.vocab_size, c.hidden, c.inner, c.layers, c.heads, c.kv_heads, c.head_dim) == (
+        32000, 4096, 14336, 32, 32, 8, 128)
+    assert (c.eps, c.tie, c.attention_bias, c.experts, c.top_k, c.moe_inner, c.norm_topk) == (
+        1e-5, False, False, 8, 2, 14336, True)
+    assert c.rope == {"rope_type": "default", "rope_theta": 1e6, "max_position_embeddings": 131072,
+                      "partial_rotary_factor": 1.0}
+    assert c.windows == [None] * 32 and c.sparse == [True] * 32
+    base = synth.tiny_config("mixtral")
+    M = lambda **kw: reference.Config(dict(base, **kw))  # noqa: E731
+    assert M(head_dim=None).head_dim == 8 and M(head_dim=16).head_dim == 16
+    assert M(hidden_size=40, num_attention_heads=6, num_key_value_heads=3).head_dim == 6  # floored, as HF
+    assert M(sliding_window=7).windows == [7, 7]
+    assert M(attention_bias=True, norm_topk_prob=False).attention_bias is False  # not Mixtral fields
+    assert M(norm_topk_prob=False).norm_topk is True
+    v5 = reference.Config({"model_type": "mixtral",
+                           "rope_parameters": {"rope_type": "default", "rope_theta": 5.0}})
+    assert v5.rope["rope_theta"] == 5.0
+    # num_experts is an alias (attribute_map); with both keys MixtralConfig keeps num_experts
+    assert M().experts == 4 and M(num_experts=6).experts == 6  # beside num_local_experts 4
+    del base["num_local_experts"]
+    assert M(num_experts=6).experts == 6 and M().experts == 8
+
+
+def test_qwen3_moe_config_defaults_and_rules():
+    """Qwen3MoeConfig (transformers 5.x): its defaults; head_dim from config.json, else
+    hidden // heads (64 here, not Qwen3's 128); the window (default 4096) only with
+    use_sliding_window, on every layer (no max_window_layers / layer_types); num_local_experts
+    wins over num_experts."""
+    c = reference.Config({"model_type": "qwen3_moe"})
+    assert (c.vocab_size, c.hidden, c.inner, c.layers, c.heads, c.kv_heads, c.head_dim) == (
+        151936, 2048, 6144, 24, 32, 4, 64)
+    assert (c.eps, c.tie, c.attention_bias, c.experts, c.top_k, c.moe_inner, c.norm_topk) == (
+        1e-6, False, False, 128, 8, 768, False)
+    assert c.rope == {"rope_type": "default", "rope_theta": 10000.0, "max_position_embeddings": 32768,
+                      "partial_rotary_factor": 1.0}
+    assert c.windows == [None] * 24 and c.sparse == [True] * 24
+    w = reference.Config({"model_type": "qwen3_moe", "use_sliding_window": True, "max_window_layers": 20})
+    assert w.windows == [4096] * 24
+    base = synth.tiny_config("qwen3_moe")
+    Q = lambda **kw: reference.Config(dict(base, **kw))  # noqa: E731
+    assert Q(use_sliding_window=True, sliding_window=6).windows == [6] * 3
+    assert Q(use_sliding_window=False, sliding_window=6).windows == [None] * 3
+    assert Q(use_sliding_window=True, sliding_window=None).windows == [None] * 3
+    assert Q(layer_types=["sliding_attention"] * 3).windows == [None] * 3  # not read by Qwen3-MoE
+    no_hd = dict(base)
+    del no_hd["head_dim"]
+    assert reference.Config(no_hd).head_dim == 8
+    assert Q(num_local_experts=5).experts == 5  # over num_experts 8
+    assert Q(mlp_only_layers=None).sparse == [True] * 3
+    assert Q(attention_bias=True).attention_bias
+
+
+@pytest.mark.parametrize("arch", ["mixtral", "qwen3_moe"])
+def test_moe_configs_refused(arch):
+    """What transformers 5.12 cannot build or run: nulls in non-Optional fields (strict config
+    validation), kv heads not dividing the heads, an odd head_dim (RoPE), top-k outside
+    1..num_experts (torch.topk), a null num_experts; Qwen3-MoE's null head_dim."""
+    base = synth.tiny_config(arch)
+    bad = [dict(num_key_value_heads=None), dict(num_experts_per_tok=None), dict(rms_norm_eps=None),
+           dict(num_key_value_heads=3), dict(hidden_size=36, head_dim=None), dict(num_experts_per_tok=9),
+           dict(num_experts_per_tok=0), dict(rope_theta=None), dict(max_position_embeddings=None)]
+    if arch == "qwen3_moe":
+        bad += [dict(head_dim=None), dict(head_dim=9), dict(norm_topk_prob=None), dict(decoder_sparse_step=None),
+                dict(moe_intermediate_size=None), dict(num_experts=None), dict(mlp_only_layers=3),
+                dict(use_sliding_window=True, sliding_window=0)]
+    else:
+        bad += [dict(num_local_experts=None), dict(num_local_experts=0), dict(sliding_window=0)]
+    for kw in bad:
+        with pytest.raises(reference.ReferenceError):
+            reference.Config(dict(base, **kw))
+
+
+@pytest.mark.parametrize("arch", MOE)
+def test_moe_v4_and_v5_configs_agree(tmp_path, arch):
+    """The same model's config.json as transformers 5 writes it (synth.to_v5: rope_parameters,
+    dtype, Qwen3-MoE's num_local_experts) runs identically."""
+    d = _ckpt(tmp_path, arch, rope_theta=500.0)
+    v5 = synth.to_v5(reference.load_config(str(d)))
+    assert "rope_theta" not in v5 and v5["rope_parameters"]["rope_theta"] == 500.0
+    if arch.startswith("qwen3_moe"):
+        assert "num_experts" not in v5 and v5["num_local_experts"] == reference.Config(v5).experts
+    d5 = tmp_path / "v5"
+    os.makedirs(d5)
+    with open(d5 / "config.json", "w") as f:
+        json.dump(v5, f)
+    os.link(d / "model.safetensors", d5 / "model.safetensors")
+    _same_run(d, d5)
+
+
+def test_moe_bf16_checkpoint_and_tying(tmp_path):
+    """bf16 expert / router tensors are upcast exactly; a tied Qwen3-MoE stores no lm_head."""
+    cfg = synth.tiny_config("qwen3_moe_step2")
+    d = tmp_path / "h"
+    w = synth.write_checkpoint(str(d), cfg, seed=3, dtype="bf16")
+    assert "lm_head.weight" not in w and "model.layers.1.mlp.experts.5.up_proj.weight" in w
+    d2 = tmp_path / "f"
+    os.makedirs(d2)
+    (d2 / "config.json").write_bytes((d / "config.json").read_bytes())
+    st.save(str(d2 / "model.safetensors"), {k: st.bf16_bits_to_f32(v) for k, v in w.items()})
+    _same_run(d, d2)
+    r = reference.run(str(d), [[1, 2, 3]])[0]
+    emb = st.bf16_bits_to_f32(w["model.embed_tokens.weight"])
+    assert _maxdiff(r["lm_head"], r["model.norm"] @ emb.T) < 1e-5

@@ -13,7 +13,8 @@ accelerate 1.14) and runs these, and the GPU machine has it.
   reads from a config (RoPE types linear, dynamic, yarn, llama3, longrope and partial rotary;
   sliding windows shorter than the batch; per-layer layer_types; GPT-2's attention scalings;
   Gemma's soft-caps and query_pre_attn_scalar; biases; head_dim apart from hidden/heads; Gemma 3
-  multimodal with its vision tower), compared the same way;
+  multimodal with its vision tower; Mixtral's and Qwen3-MoE's experts: top-k, renormalised or not,
+  Qwen3-MoE's dense layers by mlp_only_layers and decoder_sparse_step), compared the same way;
 * attention probabilities (`**:probs`) equal transformers' eager attention weights
   (output_attentions) on the real keys, 0 on the padded ones;
 * `actcap generate` (greedy, KV cache) produces transformers' `generate` tokens;
@@ -26,7 +27,8 @@ accelerate 1.14) and runs these, and the GPU machine has it.
 
 One layout differs by design: Gemma 3's q_norm / k_norm run on transformers' [batch, heads, T,
 head_dim] view; actcap's rows are tokens ([heads, head_dim] per token), so that view is transposed
-before comparing. Tolerance: max |diff| <= 1e-5 * max(1, max |transformers|) per point (float32;
+before comparing, and a mixture of experts' router (`.mlp.gate`) runs on the batch flattened to
+[B * T, hidden]: its logits are viewed [B, T, experts]. Tolerance: max |diff| <= 1e-5 * max(1, max |transformers|) per point (float32;
 over the same padded batch on the same LibTorch most points come out bit-identical, the largest
 difference measured 1.1e-7)."""
 import copy
@@ -47,7 +49,7 @@ if int(transformers.__version__.split(".")[0]) < 5:
 pytestmark = pytest.mark.usefixtures("actcap_bin", "no_reexec")
 
 ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3_text", "gemma3",
-         "gpt_neox", "phi3"]
+         "gpt_neox", "phi3", "mixtral", "qwen3_moe"]
 LENGTHS = [9, 5, 12]  # 12 > the windows (4 or 8) of the windowed variants
 REL = 1e-5  # measured with transformers 5.12 on torch 2.14: most points bit-identical, the largest 1.1e-7
 TRANSPOSED = (".self_attn.q_norm", ".self_attn.k_norm")  # Gemma 3's [B, heads, T, hd] views
@@ -93,6 +95,11 @@ def hf_points(model, names, seqs, attentions=False):
             h.remove()
     heads_first = model.config.model_type in ("gemma3", "gemma3_text")
     for name in list(rec):
+        # A mixture of experts' router runs on the batch flattened to [B * T, hidden] (its output
+        # is a tuple whose first element is the logits): back to [B, T, ...] as actcap's rows.
+        t = rec[name]
+        if t.dim() == 2 and t.shape[0] == ids.numel() and name.split(":")[0].endswith(".mlp.gate"):
+            rec[name] = t.view(*ids.shape, t.shape[1])
         if heads_first and name.split(":")[0].endswith(TRANSPOSED):
             rec[name] = rec[name].transpose(1, 2)  # [B, heads, T, hd] -> [B, T, heads, hd]
     return rec, (out.attentions if attentions else None)
@@ -222,6 +229,15 @@ VARIANTS = {
                                              max_position_embeddings=64, use_parallel_residual=False,
                                              attention_bias=False, tie_word_embeddings=False)),
     "phi3-window": ("phi3", dict(LLAMA, sliding_window=4, pad_token_id=0)),
+    "mixtral": ("mixtral", dict(LLAMA, num_local_experts=4, num_experts_per_tok=2)),
+    "mixtral-window-top3": ("mixtral", dict(LLAMA, num_local_experts=6, num_experts_per_tok=3,
+                                            sliding_window=4, head_dim=24)),
+    "qwen3_moe": ("qwen3_moe", dict(LLAMA, head_dim=24, num_experts=8, num_experts_per_tok=3,
+                                    moe_intermediate_size=40, mlp_only_layers=[1])),
+    "qwen3_moe-step-norm-window": ("qwen3_moe", dict(LLAMA, num_experts=5, num_experts_per_tok=2,
+                                                     moe_intermediate_size=24, norm_topk_prob=True,
+                                                     decoder_sparse_step=2, use_sliding_window=True,
+                                                     sliding_window=4)),
     "phi3-longrope-partial": ("phi3", dict(LLAMA, max_position_embeddings=64,
                                            original_max_position_embeddings=8,
                                            partial_rotary_factor=0.5, pad_token_id=0,
@@ -303,7 +319,7 @@ def hf_greedy(model, prompt, max_new, eos=None):
 
 @pytest.mark.parametrize("variant", ["gpt2", "llama-rope-llama3", "mistral-window", "qwen3",
                                      "gemma2-softcaps", "gemma3_text", "gpt_neox-partial-rotary",
-                                     "phi3-window"])
+                                     "phi3-window", "mixtral-window-top3", "qwen3_moe"])
 def test_generate_matches_transformers(tmp_path, variant):
     """Greedy decoding with the KV cache past the sliding windows: the same tokens as
     transformers' generate. A step where transformers' best two logits are within 1e-4 of each

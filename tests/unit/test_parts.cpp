@@ -1,6 +1,6 @@
 // The parts architectures compose (models/parts/) and the weight source they are built from,
 // checked against the formulas transformers writes (modeling_llama.py, modeling_gemma.py,
-// modeling_gemma2.py), not against each other.
+// modeling_gemma2.py, modeling_mixtral.py), not against each other.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +8,7 @@
 #include "actcap/diagnostics.h"
 #include "actcap/error.h"
 #include "models/parts/attention.h"
+#include "models/parts/moe.h"
 #include "models/parts/norm.h"
 #include "models/weights.h"
 
@@ -181,4 +182,71 @@ TEST(Parts, FusedQkvLayoutsMatchSeparateProjections) {
         at::allclose(attend(std::move(per_head), 4, 4, D, AttentionShape::QkvLayout::kPerHead, x),
                      want, 1e-4, 1e-5));
   }
+}
+
+namespace {
+
+// Every expert on every token, weighted by a dense routing matrix that is zero off the top k:
+// the formula, with none of SparseMoe's grouping.
+at::Tensor dense_moe(const at::Tensor& x, const at::Tensor& router,
+                     const std::vector<ExpertWeights>& experts, int64_t k, bool normalize) {
+  at::Tensor flat = x.reshape({-1, x.size(-1)});
+  at::Tensor probs = at::softmax(at::linear(flat, router), -1);
+  auto top = at::topk(probs, k, -1);
+  at::Tensor w = std::get<0>(top);
+  if (normalize) w = w / w.sum(-1, true);
+  at::Tensor route = at::zeros_like(probs).scatter(1, std::get<1>(top), w);  // [N, E]
+  at::Tensor out = at::zeros_like(flat);
+  for (size_t e = 0; e < experts.size(); ++e) {
+    const ExpertWeights& m = experts[e];
+    at::Tensor gate = m.gate_up.narrow(0, 0, m.down.size(1)),
+               up = m.gate_up.narrow(0, m.down.size(1), m.down.size(1));
+    at::Tensor y = at::linear(at::silu(at::linear(flat, gate)) * at::linear(flat, up), m.down);
+    out = out + y * route.select(1, static_cast<int64_t>(e)).unsqueeze(1);
+  }
+  return out.view(x.sizes());
+}
+
+}  // namespace
+
+TEST(Parts, SparseMoeEqualsEveryExpertWeightedByTheTopKRouting) {
+  const int64_t H = 12, I = 20, E = 5, B = 3, T = 7;
+  at::manual_seed(3);
+  at::Tensor router = at::randn({E, H}), x = at::randn({B, T, H});
+  std::vector<ExpertWeights> experts;
+  for (int64_t e = 0; e < E; ++e)
+    experts.push_back({at::randn({2 * I, H}) * 0.3, at::randn({H, I}) * 0.3});
+  for (int64_t k : {1, 2, 5}) {
+    for (bool normalize : {true, false}) {
+      SparseMoeOptions o;
+      o.top_k = k;
+      o.normalize_top_k = normalize;
+      SparseMoe moe("mlp", H, std::make_unique<Linear>("mlp.gate", router, at::Tensor()), experts,
+                    "silu", o);
+      EXPECT_EQ(moe.output_point().shape, (std::vector<int64_t>{H}));
+      at::Tensor got = call(moe, x);
+      at::Tensor want = dense_moe(x, router, experts, k, normalize);
+      EXPECT_TRUE(at::allclose(got, want, 1e-5, 1e-5))
+          << "k=" << k << " normalize=" << normalize << " max diff "
+          << (got - want).abs().max().item<float>();
+    }
+  }
+}
+
+TEST(Parts, SparseMoeRouterIsAHookPointWithOneLogitPerExpert) {
+  const int64_t H = 6, E = 4;
+  std::vector<ExpertWeights> experts(E, ExpertWeights{at::randn({16, H}), at::randn({H, 8})});
+  at::Tensor router = at::randn({E, H});
+  SparseMoe moe("m.mlp", H, std::make_unique<Linear>("m.mlp.gate", router, at::Tensor()), experts,
+                "silu", SparseMoeOptions{});
+  std::vector<Module*> all;
+  moe.collect(all);
+  ASSERT_EQ(all.size(), 2u);  // the block and its router; the experts are no points
+  EXPECT_EQ(all[1]->name(), "m.mlp.gate");
+  EXPECT_EQ(all[1]->output_point().shape, (std::vector<int64_t>{E}));
+  SparseMoeOptions too_many;
+  too_many.top_k = E + 1;
+  EXPECT_THROW(SparseMoe("m.mlp", H, std::make_unique<Linear>("m.mlp.gate", router, at::Tensor()),
+                         experts, "silu", too_many),
+               InputError);
 }

@@ -89,7 +89,7 @@ void parse_llama_family(const ConfigReader& f, const LlamaDefaults& d, ModelConf
           f.origin(), *key ? concat(" (", key, ")") : "", ": field 'partial_rotary_factor' is ",
           it->dump(), "; only 1.0 is supported (", c.model_type, " rotates the whole head)"));
   }
-  p.rope = parse_rope(f, p.head_dim, c.max_position_embeddings);
+  p.rope = parse_rope(f, p.head_dim, c.max_position_embeddings, d.rope_theta);
   c.tie_word_embeddings = f.boolean({"tie_word_embeddings"}, false);
   c.bos_token_id = f.token_id("bos_token_id", d.bos_token_id);
   c.eos_token_id = f.token_id("eos_token_id", d.eos_token_id);
@@ -346,7 +346,8 @@ std::unique_ptr<Module> gemma_decoder_layer(const ModelConfig& c, WeightSource w
 namespace {
 
 std::unique_ptr<Module> decoder_layer(const ModelConfig& c, WeightSource w, int64_t layer,
-                                      const std::shared_ptr<const Rope>& rope) {
+                                      const std::shared_ptr<const Rope>& rope,
+                                      const LlamaBuild& b) {
   const auto& p = c.params<LlamaParams>();
   const int64_t H = c.hidden_size, D = p.head_dim;
   const std::string name = w.path();
@@ -358,7 +359,7 @@ std::unique_ptr<Module> decoder_layer(const ModelConfig& c, WeightSource w, int6
   auto attn = std::make_unique<Attention>(a.path(), llama_attention_shape(c, layer, rope),
                                           std::move(parts));
   auto post_norm = llama_rms_norm(p, w, "post_attention_layernorm", H);
-  auto mlp = llama_gated_mlp(c, w.pp("mlp"), p.hidden_act);
+  auto mlp = b.mlp ? b.mlp(c, w, layer) : llama_gated_mlp(c, w.pp("mlp"), p.hidden_act);
   return std::make_unique<PreNormBlock>(name, H, std::move(in_norm), std::move(attn),
                                         std::move(post_norm), std::move(mlp));
 }
@@ -384,8 +385,8 @@ BuiltModel build_llama_family(const ModelConfig& c, WeightSource& w, const Llama
   auto rope = std::make_shared<const Rope>(p.rope, p.head_dim, c.max_position_embeddings);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     WeightSource layer = model.pp("layers").pp(i);
-    m.stages.push_back({StageKind::kBlock,
-                        b.layer ? b.layer(c, layer, i, rope) : decoder_layer(c, layer, i, rope)});
+    m.stages.push_back({StageKind::kBlock, b.layer ? b.layer(c, layer, i, rope)
+                                                   : decoder_layer(c, layer, i, rope, b)});
   }
   m.stages.push_back({StageKind::kFinalNorm,
                       llama_rms_norm(p, model, "norm", c.hidden_size, 0, b.unit_offset_norms)});

@@ -77,6 +77,7 @@ struct LlamaDefaults {
   std::optional<int64_t> head_dim;  // nullopt: hidden_size / num_attention_heads
   int64_t bos_token_id = 1;
   int64_t eos_token_id = 2;
+  double rope_theta = 10000.0;  // transformers' default_theta
 };
 
 // Gemma 2 and 3's: head_dim 256, bos 2, eos 1, and their context.
@@ -115,13 +116,17 @@ ModelConfig gemma_preset(const std::string& arch, const std::string& preset,
                          std::unique_ptr<GemmaParams> p);
 
 // What a Llama-style architecture changes in the family's model: its decoder layer (null: the
-// Llama pre-norm layer), (1 + w) final norm, a scaled embedding and soft-capped logits (Gemma 2),
-// the decoder's module path (Gemma 3's multimodal checkpoints nest it under the vision model's).
+// Llama pre-norm layer) or that layer's MLP, (1 + w) final norm, a scaled embedding and soft-capped
+// logits (Gemma 2), the decoder's module path (Gemma 3's multimodal checkpoints nest it under the
+// vision model's).
 struct LlamaBuild {
   std::string base = "model";  // the decoder's module path: model.embed_tokens, model.layers.N
   std::function<std::unique_ptr<Module>(const ModelConfig& c, WeightSource w, int64_t layer,
                                         const std::shared_ptr<const Rope>& rope)>
       layer;
+  // The Llama pre-norm layer's feed-forward part, given the layer's weights (null: the gated MLP
+  // under `mlp`); a mixture of experts sets it.
+  std::function<std::unique_ptr<Module>(const ModelConfig& c, WeightSource w, int64_t layer)> mlp;
   bool unit_offset_norms = false;
   std::optional<float> embedding_scale;
   std::optional<double> logit_softcap;

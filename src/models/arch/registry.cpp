@@ -16,13 +16,15 @@ const Architecture& gemma2_architecture();
 const Architecture& gemma3_architecture();
 const Architecture& gpt_neox_architecture();
 const Architecture& phi3_architecture();
+const Architecture& mixtral_architecture();
+const Architecture& qwen3_moe_architecture();
 
 const std::vector<const Architecture*>& architectures() {
   static const std::vector<const Architecture*> all = {
-      &gpt2_architecture(),   &llama_architecture(),  &mistral_architecture(),
-      &qwen2_architecture(),  &qwen3_architecture(),  &olmo2_architecture(),
-      &gemma2_architecture(), &gemma3_architecture(), &gpt_neox_architecture(),
-      &phi3_architecture(),
+      &gpt2_architecture(),   &llama_architecture(),   &mistral_architecture(),
+      &qwen2_architecture(),  &qwen3_architecture(),   &olmo2_architecture(),
+      &gemma2_architecture(), &gemma3_architecture(),  &gpt_neox_architecture(),
+      &phi3_architecture(),   &mixtral_architecture(), &qwen3_moe_architecture(),
   };
   return all;
 }

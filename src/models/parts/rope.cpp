@@ -212,10 +212,11 @@ std::vector<double> rope_factor_list(const ConfigReader& s, const char* field, i
 // RoPE as transformers resolves it (RotaryEmbeddingConfigMixin.standardize_rope_params and the
 // _compute_*_parameters functions of modeling_rope_utils.py). head_dim and max_position_embeddings
 // are the model's, parsed before.
-RopeConfig parse_rope(const ConfigReader& f, int64_t head_dim, int64_t max_position_embeddings) {
+RopeConfig parse_rope(const ConfigReader& f, int64_t head_dim, int64_t max_position_embeddings,
+                      double default_theta) {
   const json& root = f.root();
   RopeConfig r;
-  r.rope_theta = f.number({"rope_theta"}, r.rope_theta);
+  r.rope_theta = f.number({"rope_theta"}, default_theta);
   // transformers v5 folds rope_theta and rope_scaling into rope_parameters; v4 files have
   // rope_scaling (with "type" or "rope_type"). Accept both. When a file has both, a non-empty
   // rope_scaling wins, as in both versions (v4 does not know rope_parameters; v5's

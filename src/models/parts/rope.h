@@ -19,7 +19,10 @@ class ConfigReader;
 // RoPE from config.json, as transformers resolves it (standardize_rope_params and the
 // _compute_*_parameters functions of modeling_rope_utils.py): top-level rope_theta and
 // rope_scaling (v4) or rope_parameters (v5). head_dim is the rotated width.
-RopeConfig parse_rope(const ConfigReader& f, int64_t head_dim, int64_t max_position_embeddings);
+// `default_theta`: the architecture's rope_theta where config.json gives none (transformers'
+// default_theta).
+RopeConfig parse_rope(const ConfigReader& f, int64_t head_dim, int64_t max_position_embeddings,
+                      double default_theta = 10000.0);
 // rope_scaling as transformers v4 writes it (null for default), every resolved field explicit.
 nlohmann::json rope_to_json(const RopeConfig& r);
 

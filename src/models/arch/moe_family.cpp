@@ -1,0 +1,85 @@
+#include "models/arch/moe_family.h"
+
+#include <algorithm>
+
+#include "models/config_reader.h"
+#include "models/parts/moe.h"
+
+namespace actcap {
+
+bool MoeParams::sparse(int64_t layer) const {
+  if (num_experts <= 0) return false;
+  if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end())
+    return false;
+  return (layer + 1) % decoder_sparse_step == 0;
+}
+
+void parse_expert_counts(const ConfigReader& f, std::initializer_list<const char*> experts_keys,
+                         int64_t experts_default, int64_t top_k_default, MoeParams& p) {
+  const char* experts_key = *experts_keys.begin();
+  for (const char* k : experts_keys)
+    if (f.has(k)) {
+      experts_key = k;
+      break;
+    }
+  // Zero experts is a dense model (Qwen3-MoE's num_experts=0); the sizes beyond that are checked.
+  p.num_experts = f.integer({experts_key}, experts_default);
+  if (p.num_experts < 0 || p.num_experts >= (int64_t{1} << 20))
+    throw InputError(concat(f.origin(), ": field '", experts_key,
+                            "' must be between 0 and 2^20, got ", p.num_experts));
+  p.top_k = f.positive({"num_experts_per_tok"}, top_k_default);
+  if (p.num_experts > 0 && p.top_k > p.num_experts)
+    throw InputError(concat(f.origin(), ": num_experts_per_tok=", p.top_k, " exceeds ", experts_key,
+                            "=", p.num_experts,
+                            "; a token cannot choose more experts than there are"));
+}
+
+ModelConfig moe_preset(const std::string& arch, const std::string& preset, int64_t experts,
+                       int64_t top_k, int64_t inner) {
+  ModelConfig c = llama_family_preset(arch, preset);
+  auto p = std::make_unique<MoeParams>();
+  static_cast<LlamaParams&>(*p) = c.params<LlamaParams>();
+  p->num_experts = experts;
+  p->top_k = top_k;
+  p->moe_intermediate_size = inner;
+  c.arch_params = std::move(p);
+  return c;
+}
+
+std::unique_ptr<Module> build_sparse_moe(const ModelConfig& c, WeightSource layer,
+                                         const MoeNames& names) {
+  const auto& p = c.params<MoeParams>();
+  const int64_t H = c.hidden_size, I = p.moe_intermediate_size, E = p.num_experts;
+  WeightSource block = layer.pp(names.block);
+  const std::string name = layer.path() + ".mlp";
+  auto router = std::make_unique<Linear>(name + ".gate", block.pp("gate").get("weight", {E, H}),
+                                         at::Tensor());
+  std::vector<ExpertWeights> experts;
+  experts.reserve(static_cast<size_t>(E));
+  for (int64_t e = 0; e < E; ++e) {
+    WeightSource x = block.pp("experts").pp(e);
+    // Stacked as transformers 5 stacks them when it loads such a checkpoint.
+    at::Tensor gate = x.pp(names.gate).get("weight", {I, H});
+    at::Tensor up = x.pp(names.up).get("weight", {I, H});
+    experts.push_back({x.join({gate, up}), x.pp(names.down).get("weight", {H, I})});
+  }
+  SparseMoeOptions o;
+  o.top_k = p.top_k;
+  o.normalize_top_k = p.norm_topk_prob;
+  o.weights_in_compute_dtype = names.weights_in_compute_dtype;
+  return std::make_unique<SparseMoe>(name, H, std::move(router), std::move(experts), p.hidden_act,
+                                     o);
+}
+
+int64_t moe_mlp_width(const ModelConfig& c) {
+  const auto& p = c.params<MoeParams>();
+  int64_t width = 0;
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+    width = std::max(width, p.sparse(i)
+                                ? SparseMoe::width_per_token(c.hidden_size, p.moe_intermediate_size,
+                                                             p.num_experts, p.top_k)
+                                : p.intermediate_size);
+  return width;
+}
+
+}  // namespace actcap

@@ -1,0 +1,57 @@
+// What the Llama-style mixture-of-experts decoders share (Mixtral, Qwen3-MoE): the expert fields
+// (MoeParams), reading and writing them, and building a layer's SparseMoe from the checkpoint's
+// per-expert weights. Each architecture's file names its weights and defaults.
+#pragma once
+
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/arch/llama_family.h"
+
+namespace actcap {
+
+struct MoeParams : LlamaParams {
+  int64_t num_experts = 8;            // Mixtral's num_local_experts, Qwen3-MoE's num_experts
+  int64_t top_k = 2;                  // num_experts_per_tok
+  int64_t moe_intermediate_size = 0;  // each expert's inner width (Mixtral: intermediate_size)
+  bool norm_topk_prob = true;         // renormalise the k routing weights to sum 1
+  // Qwen3-MoE: layer i is sparse unless listed in mlp_only_layers or (i + 1) is not a multiple of
+  // decoder_sparse_step; the others run a dense MLP of intermediate_size.
+  int64_t decoder_sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;
+
+  bool sparse(int64_t layer) const;
+  std::unique_ptr<ArchParams> clone() const override { return std::make_unique<MoeParams>(*this); }
+};
+
+// How an architecture's checkpoint names a sparse block's weights, relative to the layer.
+struct MoeNames {
+  std::string block;                      // "block_sparse_moe" (Mixtral) or "mlp" (Qwen3-MoE)
+  std::string gate, up, down;             // each expert's: "w1", "w3", "w2" or "gate_proj", ...
+  bool weights_in_compute_dtype = false;  // see SparseMoeOptions
+};
+
+// Layer `layer`'s sparse block: the module is named `<layer>.mlp` (transformers 5's name for both
+// architectures; transformers 4 called Mixtral's `block_sparse_moe`), its router
+// `<layer>.mlp.gate`.
+std::unique_ptr<Module> build_sparse_moe(const ModelConfig& c, WeightSource layer,
+                                         const MoeNames& names);
+
+// The planner's MLP width for a model with these experts, and dense layers of intermediate_size
+// where p.sparse() says so.
+int64_t moe_mlp_width(const ModelConfig& c);
+
+// The shared presets (tiny, small, gpt2-small) with MoE params: the family's sizes, `experts`
+// experts choosing `top_k`, each `inner` wide.
+ModelConfig moe_preset(const std::string& arch, const std::string& preset, int64_t experts,
+                       int64_t top_k, int64_t inner);
+
+// Reads num_experts_per_tok and the expert count, under the first of `experts_keys` config.json
+// has (transformers maps num_experts to num_local_experts for both architectures, and which wins
+// when a file has both differs between them).
+void parse_expert_counts(const ConfigReader& f, std::initializer_list<const char*> experts_keys,
+                         int64_t experts_default, int64_t top_k_default, MoeParams& p);
+
+}  // namespace actcap

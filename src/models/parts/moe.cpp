@@ -1,0 +1,79 @@
+#include "models/parts/moe.h"
+
+#include "actcap/error.h"
+#include "util/strings.h"
+
+namespace actcap {
+
+SparseMoe::SparseMoe(const std::string& name, int64_t width, std::unique_ptr<Module> router,
+                     std::vector<ExpertWeights> experts, const std::string& act, SparseMoeOptions o)
+    : Module(name, hidden_point(name + ":input", width), hidden_point(name, width)),
+      width_(width),
+      router_(add(std::move(router))),
+      experts_(std::move(experts)),
+      o_(o) {
+  const int64_t n = static_cast<int64_t>(experts_.size());
+  if (o_.top_k < 1 || o_.top_k > n)
+    throw InputError(concat(name, ": num_experts_per_tok=", o_.top_k, " must be between 1 and ",
+                            "the number of experts (", n, ")"));
+  inner_ = n > 0 ? experts_[0].down.size(1) : 0;
+  act_ = std::make_unique<Activation>(name + ".experts.act_fn", act, inner_);
+  for (ExpertWeights& e : experts_) {
+    parameter(e.gate_up);
+    parameter(e.down);
+  }
+}
+
+int64_t SparseMoe::width_per_token(int64_t hidden, int64_t inner, int64_t experts, int64_t top_k) {
+  return inner + ((2 * top_k + 1) * hidden + 4 * experts + 2) / 3;
+}
+
+at::Tensor SparseMoe::forward(const at::Tensor& x, ForwardState& st) {
+  const int64_t E = static_cast<int64_t>(experts_.size()), k = o_.top_k;
+  at::Tensor logits = router_->call(x, st);  // [B, T, E], the router's hook point
+  at::Tensor flat = x.reshape({-1, width_});
+  const int64_t N = flat.size(0);
+  // transformers: softmax in float32, the k largest (ties to the lower expert index, as topk),
+  // optionally renormalised.
+  at::Tensor probs = at::softmax(logits.reshape({N, E}), -1, at::kFloat);
+  auto top = at::topk(probs, k, -1);
+  at::Tensor weight = std::get<0>(top), chosen = std::get<1>(top);  // [N, k]
+  if (o_.normalize_top_k) weight = weight / weight.sum(-1, /*keepdim=*/true);
+  if (o_.weights_in_compute_dtype) weight = weight.to(logits.scalar_type());
+
+  // Every (token, slot) pair, entry n * k + s, grouped by expert (transformers 5's default
+  // experts path, grouped_mm: sort by expert, one GEMM per expert's rows).
+  at::Tensor entry_expert = chosen.reshape(-1);
+  at::Tensor order = std::get<1>(at::sort(entry_expert, /*stable=*/true, /*dim=*/0, false));
+  at::Tensor token = at::div(order, k, "trunc");
+  at::Tensor entry_weight = weight.reshape(-1).index_select(0, order);
+  // How many entries each expert has: the one value the host must read (a device sync on an
+  // accelerator, as the loop over transformers' eager experts has).
+  at::Tensor counts = at::bincount(entry_expert, {}, E).to(at::kCPU);
+  const int64_t* count = counts.data_ptr<int64_t>();
+
+  // Each entry's weighted output in place, then the k of a token summed in slot order (highest
+  // probability first) in the product's dtype (float32 with Mixtral's float32 weights) and
+  // rounded to the compute dtype once: transformers' reshape + sum, with no atomics, so the same on
+  // every run and device.
+  at::Tensor weighted;
+  int64_t at_row = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t n = count[e];
+    if (n == 0) continue;
+    const ExpertWeights& w = experts_[e];
+    at::Tensor in = flat.index_select(0, token.narrow(0, at_row, n));
+    at::Tensor gate_up = at::linear(in, st.in_compute(w.gate_up));
+    at::Tensor h = act_->apply(gate_up.narrow(1, 0, inner_)) * gate_up.narrow(1, inner_, inner_);
+    at::Tensor y =
+        at::linear(h, st.in_compute(w.down)) * entry_weight.narrow(0, at_row, n).unsqueeze(1);
+    if (!weighted.defined()) weighted = at::empty({N * k, width_}, y.options());
+    weighted.index_copy_(0, order.narrow(0, at_row, n), y);
+    at_row += n;
+  }
+  at::Tensor out = weighted.view({N, k, width_}).sum(1);
+  if (out.scalar_type() != x.scalar_type()) out = out.to(x.scalar_type());
+  return out.view(x.sizes());
+}
+
+}  // namespace actcap
