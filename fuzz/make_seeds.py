@@ -206,8 +206,24 @@ def config_seeds():
                                                        "head_dim": 16, "sliding_window": 4,
                                                        "rope_scaling": {"factor": 8.0,
                                                                         "rope_type": "linear"}}})
+    mixtral = dict(MISTRAL, architectures=["MixtralForCausalLM"], model_type="mixtral",
+                   num_local_experts=4, num_experts_per_tok=2, sliding_window=None)
+    variant("mixtral.json", mixtral)
+    variant("mixtral_v5_window_num_experts.json", mixtral, num_local_experts=KeyError, num_experts=6,
+            num_experts_per_tok=3, sliding_window=8, rope_theta=KeyError, rope_scaling=KeyError,
+            rope_parameters={"rope_type": "default", "rope_theta": 1e6})
+    qwen3_moe = {k: v for k, v in QWEN2.items() if k != "max_window_layers"}
+    qwen3_moe.update(architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", num_experts=8,
+                     num_experts_per_tok=2, moe_intermediate_size=40, norm_topk_prob=True,
+                     decoder_sparse_step=1, mlp_only_layers=[0])
+    variant("qwen3_moe.json", qwen3_moe)
+    variant("qwen3_moe_step_window_local_experts.json", qwen3_moe, num_experts=KeyError,
+            num_local_experts=5, decoder_sparse_step=2, mlp_only_layers=None,
+            use_sliding_window=True, sliding_window=KeyError, head_dim=KeyError)
     # Near-valid.
     variant("bad_missing_vocab.json", GPT2, vocab_size=KeyError)
+    variant("bad_moe_top_k.json", mixtral, num_experts_per_tok=5)
+    variant("bad_moe_mlp_only_layers.json", qwen3_moe, mlp_only_layers=[4])
     variant("bad_heads.json", GPT2, n_head=5)
     variant("bad_kv_heads.json", LLAMA, num_key_value_heads=3)
     variant("bad_odd_head_dim.json", LLAMA, head_dim=15)

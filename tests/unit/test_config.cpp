@@ -6,6 +6,7 @@
 #include "actcap/config.h"
 #include "actcap/error.h"
 #include "models/arch/llama_family.h"
+#include "models/arch/moe_family.h"
 
 using namespace actcap;
 
@@ -568,5 +569,74 @@ TEST(Config, Gemma3ErrorsNameTheField) {
                 .find("gemma3_text"),
             std::string::npos);
   EXPECT_NE(error_of(head + R"("use_bidirectional_attention":true})").find("bidirectional"),
+            std::string::npos);
+}
+
+// Mixtral and Qwen3-MoE read transformers 5's defaults (configuration_mixtral.py,
+// configuration_qwen3_moe.py), not the Llama family's.
+TEST(Config, MixtureOfExpertsDefaults) {
+  const std::string base = R"("vocab_size":100,"hidden_size":64,"intermediate_size":128,
+      "num_hidden_layers":4,"num_attention_heads":8)";
+  auto m = parse_config(R"({"model_type":"mixtral",)" + base + "}", "cfg");
+  const auto& mp = m.params<MoeParams>();
+  EXPECT_EQ(mp.num_experts, 8);
+  EXPECT_EQ(mp.top_k, 2);
+  EXPECT_EQ(mp.moe_intermediate_size, 128);
+  EXPECT_TRUE(mp.norm_topk_prob);
+  EXPECT_DOUBLE_EQ(mp.rope.rope_theta, 1e6);  // MixtralConfig.default_theta
+  EXPECT_DOUBLE_EQ(mp.rms_norm_eps, 1e-5);
+  EXPECT_EQ(mp.head_dim, 8);
+  EXPECT_FALSE(mp.window_for_layer(3).has_value());  // no window unless sliding_window is set
+  for (int64_t i = 0; i < 4; ++i) EXPECT_TRUE(mp.sparse(i));
+  EXPECT_EQ(m.max_position_embeddings, 4096 * 32);
+
+  auto q = parse_config(R"({"model_type":"qwen3_moe",)" + base + "}", "cfg");
+  const auto& qp = q.params<MoeParams>();
+  EXPECT_EQ(qp.num_experts, 128);
+  EXPECT_EQ(qp.top_k, 8);
+  EXPECT_EQ(qp.moe_intermediate_size, 768);
+  EXPECT_FALSE(qp.norm_topk_prob);
+  EXPECT_EQ(qp.head_dim, 8);  // hidden_size / num_attention_heads, not Qwen3's 128
+  EXPECT_EQ(qp.num_key_value_heads, 4);
+  EXPECT_TRUE(qp.qk_norm);
+  EXPECT_DOUBLE_EQ(qp.rope.rope_theta, 10000.0);
+  EXPECT_FALSE(qp.window_for_layer(3).has_value());
+
+  // A window on every layer only with use_sliding_window (absent: 4096); dense layers by
+  // mlp_only_layers and decoder_sparse_step; transformers 5 writes num_local_experts.
+  auto w = parse_config(R"({"model_type":"qwen3_moe",)" + base +
+                            R"(,"use_sliding_window":true,"decoder_sparse_step":2,
+      "mlp_only_layers":[3],"num_local_experts":6,"num_experts_per_tok":2})",
+                        "cfg");
+  const auto& wp = w.params<MoeParams>();
+  EXPECT_EQ(wp.window_for_layer(0).value(), 4096);
+  EXPECT_EQ(wp.window_for_layer(3).value(), 4096);
+  EXPECT_EQ(wp.num_experts, 6);
+  EXPECT_FALSE(wp.sparse(0));
+  EXPECT_TRUE(wp.sparse(1));
+  EXPECT_FALSE(wp.sparse(2));
+  EXPECT_FALSE(wp.sparse(3));  // (3 + 1) % 2 == 0, but listed in mlp_only_layers
+  auto back = parse_config(config_to_json(w), "cfg2");
+  EXPECT_EQ(config_to_json(back), config_to_json(w));
+
+  auto e = parse_config(R"({"model_type":"mixtral",)" + base + R"(,"num_experts":3})", "cfg");
+  EXPECT_EQ(e.params<MoeParams>().num_experts, 3);  // transformers' attribute_map alias
+}
+
+TEST(Config, MixtureOfExpertsErrorsNameTheField) {
+  const std::string base = R"("vocab_size":100,"hidden_size":64,"intermediate_size":128,
+      "num_hidden_layers":4,"num_attention_heads":8)";
+  EXPECT_NE(error_of(R"({"model_type":"mixtral",)" + base +
+                     R"(,"num_local_experts":4,"num_experts_per_tok":5})")
+                .find("num_experts_per_tok=5 exceeds num_local_experts=4"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"qwen3_moe",)" + base + R"(,"mlp_only_layers":[4]})")
+                .find("field 'mlp_only_layers' holds 4"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"qwen3_moe",)" + base + R"(,"decoder_sparse_step":0})")
+                .find("'decoder_sparse_step'"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"mixtral",)" + base + R"(,"num_local_experts":0})")
+                .find("num_local_experts is 0"),
             std::string::npos);
 }
