@@ -263,8 +263,26 @@ class SafeCapturer:
                 self._row_mode = True  # once rows, rows in every later forward: the calls stack
         return self._rows or None
 
+    def _token_view(self, t):
+        """A tensor of a forward's tokens flattened to [batch * seq, ...] (transformers' mixture
+        of experts runs its router and experts on hidden_states.view(-1, hidden)) viewed
+        [batch, seq, ...], so that its rows are taken as any other point's; only where rows are
+        taken (an attention mask or positions) and the tensor is not [batch, seq, ...] already,
+        i.e. where it would otherwise be refused. [batch, seq] is the forward's input ids' (the new
+        tokens of a decoding step), else the attention mask's."""
+        mask = self._forward_mask if self._forward_mask is not None else self.attention_mask
+        if not isinstance(t, torch.Tensor) or t.dim() < 1 or not (
+                mask is not None or self._positions_given or self._row_mode):
+            return t
+        for ref in (self._forward_ids, mask):
+            if isinstance(ref, torch.Tensor) and ref.dim() == 2:
+                b, s = ref.shape
+                if b * s > 0 and t.shape[0] == b * s and tuple(t.shape[:2]) != (b, s):
+                    return t.view(b, s, *t.shape[1:])  # splitting a dimension never copies
+        return t
+
     def _take(self, point: str, value: Any) -> None:
-        t = _apply_select(self._select[point], value, point)
+        t = self._token_view(_apply_select(self._select[point], value, point))
         self._store.capture(point, t, self._selection(t), max(self._step, 0))
 
     def _hook(self, point: str):

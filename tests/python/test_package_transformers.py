@@ -7,6 +7,8 @@ in a sid root with transformers 5.12 and accelerate 1.14.
   every layer's output, attention output and MLP input equal, bit for bit, what a clone inside a
   hook of the same forward saw on the real tokens, rows in (sequence, position) order; the logits
   are bit-identical to a forward without capture (H5);
+* SafeCapturer on Mixtral and Qwen3-MoE: the router's logits and the experts' output, which
+  transformers computes on the batch flattened to [batch * seq, ...], give the real tokens' rows;
 * the audit over transformers' own output recording (output_hidden_states / output_attentions,
   forward hooks transformers leaves on the modules): nothing reported, the recorder listed in
   `skipped`, reported with trust_transformers=False; the seed's hook on the same model is caught;
@@ -79,6 +81,37 @@ def test_safe_capture_of_transformers_models_equals_clones_in_the_same_forward(a
         assert torch.equal(got, clone[real]), f"{variant}: {name} differs from the hook's clone"
         seq, pos = cap.rows(name)
         assert torch.equal(seq, want_seq) and torch.equal(pos, want_pos), name
+    cap.verify()
+
+
+@pytest.mark.parametrize("variant", ["mixtral-window-top3", "qwen3_moe"])
+def test_safe_capture_of_a_transformers_mixture_of_experts(ac, tmp_path, variant):
+    """The router (`mlp.gate`: a tuple whose logits are [batch * seq, experts]), the experts
+    (`mlp.experts`: [batch * seq, hidden]) and the block (`mlp`) of every sparse layer: rows of the
+    real tokens equal clones taken in the same forward, bit for bit."""
+    model, _, _ = model_of(variant, tmp_path)
+    ids, mask = batch()
+    mods = dict(model.named_modules())
+    points = sorted(n for n in mods if n.endswith((".mlp.gate", ".mlp.experts"))
+                    or n.endswith(".mlp") and n + ".gate" in mods)
+    assert len(points) >= 6, points
+    clones = {}
+
+    def keep(name, value):
+        value = value[0] if isinstance(value, tuple) else value
+        clones[name] = value.detach().clone()
+
+    handles = [mods[p].register_forward_hook(lambda m, a, o, p=p: keep(p, o)) for p in points]
+    try:
+        with torch.no_grad(), ac.SafeCapturer(model, points) as cap:
+            cap(input_ids=ids, attention_mask=mask)
+    finally:
+        for h in handles:
+            h.remove()
+    real = mask.bool()
+    for name, clone in clones.items():
+        want = clone[real] if clone.dim() == 3 else clone[real.reshape(-1)]
+        assert torch.equal(cap.get(name), want), f"{variant}: {name} differs from the hook's clone"
     cap.verify()
 
 
