@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Lean eager PyTorch forward of a GPT-2 / Llama-family checkpoint: the baseline of bench/run_bench.py.
+"""Lean eager PyTorch forward of a GPT-2 / Llama-family / Mixtral checkpoint: the baseline of bench/run_bench.py
+and bench/moe_bench.py.
 
     python3 bench/eager_forward.py MODEL --batch B --seq T --iters N --warmup W --threads 2 --json
     python3 bench/eager_forward.py MODEL --batch B --seq T --profile     # per-op table, one forward
@@ -93,6 +94,14 @@ class EagerModel:
             key = name[len(prefix):] if prefix and name.startswith(prefix) else name
             if key not in w or list(w[key].shape) != list(shape):
                 raise ref.ReferenceError(f"{name}: missing or not of shape {shape}")
+        if c.arch == "mixtral":
+            # HF transformers 5 holds each expert's w1 and w3 as one gate_up matrix (its load-time
+            # conversion): one GEMM for both, as a user of transformers runs it.
+            for i in range(c.layers):
+                p = f"model.layers.{i}.block_sparse_moe"
+                for e in range(c.experts):
+                    x = f"{p}.experts.{e}"
+                    w[x + ".gate_up"] = torch.cat([w.pop(x + ".w1.weight"), w.pop(x + ".w3.weight")])
         self.w = w
         self.act = _act(c.act)
 
@@ -169,9 +178,41 @@ class EagerModel:
             o = torch.matmul(att, v).transpose(1, 2).reshape(B, T, nh * hd)
             h = h + lin(o, p + ".self_attn.o_proj")
             x2 = rms(h, p + ".post_attention_layernorm")
+            if c.arch == "mixtral":
+                h = h + self._sparse_moe(x2, p + ".block_sparse_moe")
+                continue
             d = lin(self.act(lin(x2, p + ".mlp.gate_proj")) * lin(x2, p + ".mlp.up_proj"), p + ".mlp.down_proj")
             h = h + d
         return F.linear(rms(h, "model.norm"), w["lm_head.weight"])
+
+    def _sparse_moe(self, x, p):
+        """Mixtral's sparse block as transformers 5 runs it by default (MixtralTopKRouter, then the
+        grouped_mm experts path in plain ops): softmax in float32, top k renormalised, (token, slot)
+        pairs sorted by expert, one GEMM per expert on its rows, the k weighted outputs of a token
+        summed."""
+        c, w = self.cfg, self.w
+        shape = x.shape
+        flat = x.reshape(-1, shape[-1])
+        probs = F.softmax(F.linear(flat, w[p + ".gate.weight"]), dim=-1)
+        top, idx = torch.topk(probs, c.top_k, dim=-1)
+        top = top / top.sum(dim=-1, keepdim=True)
+        ids = idx.reshape(-1)
+        order = torch.sort(ids, stable=True).indices
+        counts = torch.bincount(ids, minlength=c.experts).tolist()
+        token = order // c.top_k
+        weight = top.reshape(-1)[order, None]
+        out = torch.empty(ids.shape[0], shape[-1])
+        start = 0
+        inner = c.moe_inner
+        for e, n in enumerate(counts):
+            if n == 0:
+                continue
+            rows = slice(start, start + n)
+            gu = F.linear(flat[token[rows]], w[f"{p}.experts.{e}.gate_up"])
+            y = F.linear(self.act(gu[:, :inner]) * gu[:, inner:], w[f"{p}.experts.{e}.w2.weight"])
+            out[order[rows]] = y * weight[rows]
+            start += n
+        return out.view(-1, c.top_k, shape[-1]).sum(1).view(shape)
 
 
 def bench_tokens(batch, seq, vocab):
@@ -223,7 +264,7 @@ def self_check():
     actcap = os.environ.get("ACTCAP", str(REPO / "build" / "actcap"))
     worst = 0.0
     with tempfile.TemporaryDirectory() as d:
-        for arch in ("gpt2", "llama", "mistral", "qwen2"):
+        for arch in ("gpt2", "llama", "mistral", "qwen2", "mixtral"):
             ck = os.path.join(d, arch)
             subprocess.run([actcap, "init-model", "--arch", arch, "--preset", "tiny", "--seed", "3", "--out", ck],
                            check=True, stdout=subprocess.DEVNULL)
@@ -238,7 +279,7 @@ def self_check():
                 worst = max(worst, err)
                 if err > 1e-5:
                     raise SystemExit(f"self-check FAILED: {arch} sequence {b}: relative max error {err:.3g}")
-    print(f"self-check ok: gpt2, llama, mistral, qwen2 logits match reference.py (worst relative error {worst:.2g})")
+    print(f"self-check ok: gpt2, llama, mistral, qwen2, mixtral logits match reference.py (worst relative error {worst:.2g})")
 
 
 def main():
