@@ -223,7 +223,7 @@ def config_seeds():
     # Near-valid.
     variant("bad_missing_vocab.json", GPT2, vocab_size=KeyError)
     variant("bad_moe_top_k.json", mixtral, num_experts_per_tok=5)
-    variant("bad_moe_mlp_only_layers.json", qwen3_moe, mlp_only_layers=[4])
+    variant("bad_moe_mlp_only_layers.json", qwen3_moe, mlp_only_layers=[0, "1"])
     variant("bad_heads.json", GPT2, n_head=5)
     variant("bad_kv_heads.json", LLAMA, num_key_value_heads=3)
     variant("bad_odd_head_dim.json", LLAMA, head_dim=15)

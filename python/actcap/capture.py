@@ -143,6 +143,19 @@ class SafeCapturer:
                 for pat, s in select.items():
                     if _core.match_point(pat, p):
                         self._select[p] = s
+        # Points run on every token flattened to [batch * seq, ...] in token order: the direct
+        # children of a transformers mixture-of-experts block (a module with `gate` and `experts`
+        # children: the router, the stacked experts, Qwen2-MoE's shared expert), called on
+        # hidden_states.view(-1, hidden). Modules inside them (an expert's own layers) see the
+        # tokens regrouped by expert, and are not read so.
+        modules = dict(model.named_modules())
+        self._flat_tokens = set()
+        for p in self.points:
+            name = p[:-6] if p.endswith(":input") else p
+            parent = modules.get(name.rpartition(".")[0])  # "" is the model itself
+            kids = dict(parent.named_children()) if parent is not None else {}
+            if "gate" in kids and "experts" in kids:
+                self._flat_tokens.add(p)
         self.attention_mask: Optional[torch.Tensor] = None
         self._handles: list = []
         self._closed = False
@@ -263,15 +276,14 @@ class SafeCapturer:
                 self._row_mode = True  # once rows, rows in every later forward: the calls stack
         return self._rows or None
 
-    def _token_view(self, t):
-        """A tensor of a forward's tokens flattened to [batch * seq, ...] (transformers' mixture
-        of experts runs its router and experts on hidden_states.view(-1, hidden)) viewed
-        [batch, seq, ...], so that its rows are taken as any other point's; only where rows are
-        taken (an attention mask or positions) and the tensor is not [batch, seq, ...] already,
-        i.e. where it would otherwise be refused. [batch, seq] is the forward's input ids' (the new
-        tokens of a decoding step), else the attention mask's."""
+    def _token_view(self, point, t):
+        """The tensor of a point in self._flat_tokens, every token flattened to
+        [batch * seq, ...], viewed [batch, seq, ...] so that its rows are taken as any other
+        point's; only where rows are taken (an attention mask or positions) and the tensor is not
+        [batch, seq, ...] already, i.e. where it would otherwise be refused. [batch, seq] is the
+        forward's input ids' (the new tokens of a decoding step), else the attention mask's."""
         mask = self._forward_mask if self._forward_mask is not None else self.attention_mask
-        if not isinstance(t, torch.Tensor) or t.dim() < 1 or not (
+        if point not in self._flat_tokens or not isinstance(t, torch.Tensor) or t.dim() < 1 or not (
                 mask is not None or self._positions_given or self._row_mode):
             return t
         for ref in (self._forward_ids, mask):
@@ -282,7 +294,7 @@ class SafeCapturer:
         return t
 
     def _take(self, point: str, value: Any) -> None:
-        t = self._token_view(_apply_select(self._select[point], value, point))
+        t = self._token_view(point, _apply_select(self._select[point], value, point))
         self._store.capture(point, t, self._selection(t), max(self._step, 0))
 
     def _hook(self, point: str):

@@ -149,13 +149,11 @@ void WeightSource::ignore_prefix(const std::string& prefix) {
   state_->ignored_prefixes.push_back(prefix);
 }
 
-at::Tensor WeightSource::join(const std::vector<at::Tensor>& parts) const {
-  if (!state_->shapes_only) return at::cat(parts, 0);
-  int64_t rows = 0;
-  for (const at::Tensor& p : parts) rows += p.size(0);
-  std::vector<int64_t> shape = parts.at(0).sizes().vec();
-  shape[0] = rows;
-  return at::empty(shape, parts[0].options());  // mapped, not touched
+bool WeightSource::has(const std::string& relative) const {
+  const State& s = *state_;
+  if (!s.tensors) return false;
+  std::vector<std::string> tried;
+  return s.find(prefix_ + relative, {}, tried) != nullptr;
 }
 
 at::Tensor WeightSource::get(const std::string& relative, const std::vector<int64_t>& shape,

@@ -68,9 +68,10 @@ class WeightSource {
                  Init init = Init::kMatrix, Layout layout = Layout::kAsStored,
                  const std::vector<std::string>& aliases = {});
 
-  // Weights from get() joined along dim 0, for a module that holds them as one matrix (a mixture
-  // of experts' gate and up): at::cat, except that shapes()'s tensors stay untouched.
-  at::Tensor join(const std::vector<at::Tensor>& parts) const;
+  // Whether the checkpoint holds `name` (relative to the prefix), under it or a prefix alias: for
+  // an architecture whose checkpoints come in two layouts. Always false for random() and shapes(),
+  // which make the layout the builder asks for first.
+  bool has(const std::string& name) const;
 
   // Every name beginning with `prefix` may also be stored with `alternative` in its place (GPT-2's
   // hub checkpoint stores `h.0.attn...` without the `transformer.` prefix).

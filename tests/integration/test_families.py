@@ -47,6 +47,7 @@ FAMILIES = [
     Family("mixtral", "model.layers", "block_sparse_moe.gate.weight", "intermediate_size",
            "intermediate_size"),
     Family("qwen3_moe", "model.layers", "mlp.gate.weight", "hidden_size", "hidden_size"),
+    Family("olmoe", "model.layers", "self_attn.q_norm.weight", "hidden_size", "hidden_size"),
 ]
 BY_ARCH = {f.arch: f for f in FAMILIES}
 ARCHS = [f.arch for f in FAMILIES]

@@ -2,8 +2,9 @@
 
 Written from the semantics of Hugging Face transformers' modeling_gpt2.py, modeling_llama.py,
 modeling_mistral.py, modeling_qwen2.py, modeling_qwen3.py, modeling_olmo2.py, modeling_gemma2.py,
-modeling_gemma3.py, modeling_gpt_neox.py, modeling_phi3.py, modeling_mixtral.py, modeling_qwen3_moe.py
-(with configuration_mixtral.py, configuration_qwen3_moe.py and conversion_mapping.py of transformers
+modeling_gemma3.py, modeling_gpt_neox.py, modeling_phi3.py, modeling_mixtral.py, modeling_qwen3_moe.py,
+modeling_olmoe.py (with configuration_mixtral.py, configuration_qwen3_moe.py, configuration_olmoe.py
+and conversion_mapping.py of transformers
 5.12) and modeling_rope_utils.py (eager attention, eager experts, no padding, no cache, eval mode),
 using only torch + numpy + the minimal safetensors reader in st.py. config.json may be in
 transformers 4.x form (rope_theta / rope_scaling, torch_dtype) or 5.x form (rope_parameters,
@@ -60,6 +61,9 @@ Hook points (N = layer index):
   phi3:  model.embed_tokens, model.layers.N, .input_layernorm, .self_attn, .self_attn.qkv_proj,
          .self_attn.o_proj, .post_attention_layernorm, .mlp, .mlp.gate_up_proj, .mlp.activation_fn
          (its input is the gate half of gate_up_proj), .mlp.down_proj, model.norm, lm_head
+  olmoe: as qwen3_moe's sparse layers on every layer, with .self_attn.q_norm / .k_norm over the
+         whole projections ([heads * head_dim] and [kv_heads * head_dim] per token) as olmo2's,
+         inside a pre-norm layer (input_layernorm, post_attention_layernorm)
   mixtral / qwen3_moe (MixtralForCausalLM, Qwen3MoeForCausalLM; transformers 5's module names:
          Mixtral's MoE block is .mlp, though its tensors are stored as .block_sparse_moe.*):
          model.embed_tokens, model.layers.N, .input_layernorm, .self_attn, .self_attn.{q,k,v,o}_proj
@@ -86,8 +90,8 @@ import torch.nn.functional as F
 import st
 
 ARCHS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3_text", "gemma3",
-         "gpt_neox", "phi3", "mixtral", "qwen3_moe")
-MOE_ARCHS = ("mixtral", "qwen3_moe")
+         "gpt_neox", "phi3", "mixtral", "qwen3_moe", "olmoe")
+MOE_ARCHS = ("mixtral", "qwen3_moe", "olmoe")
 
 
 class ReferenceError(ValueError):
@@ -172,6 +176,14 @@ QWEN3_MOE_DEFAULTS = dict(vocab_size=151936, hidden_size=2048, intermediate_size
                           rope_theta=10000.0, attention_bias=False, use_sliding_window=False,
                           sliding_window=4096, decoder_sparse_step=1, moe_intermediate_size=768,
                           num_experts_per_tok=8, num_local_experts=128, norm_topk_prob=False)
+# OlmoeConfig's defaults (configuration_olmoe.py, transformers 5.x): num_key_value_heads None means
+# num_attention_heads (its __post_init__); attribute_map num_local_experts -> num_experts; no head_dim
+# or sliding_window field; clip_qkv None.
+OLMOE_DEFAULTS = dict(vocab_size=50304, hidden_size=2048, intermediate_size=2048, num_hidden_layers=16,
+                      num_attention_heads=16, num_key_value_heads=None, hidden_act="silu",
+                      max_position_embeddings=4096, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                      rope_theta=10000.0, attention_bias=False, clip_qkv=None, num_experts_per_tok=8,
+                      num_local_experts=64, norm_topk_prob=False)
 # Gemma2Config's defaults (configuration_gemma2.py).
 GEMMA2_DEFAULTS = dict(vocab_size=256000, hidden_size=2304, intermediate_size=9216,
                        num_hidden_layers=26, num_attention_heads=8, num_key_value_heads=4,
@@ -457,10 +469,12 @@ class Config:
           0 and (i + 1) % decoder_sparse_step == 0 (evaluated in that order, as
           Qwen3MoeDecoderLayer), else a dense Qwen3MoeMLP of intermediate_size; experts of
           moe_intermediate_size; renormalised only if norm_topk_prob."""
-        mixtral = self.arch == "mixtral"
-        d = MIXTRAL_DEFAULTS if mixtral else QWEN3_MOE_DEFAULTS
+        mixtral, olmoe = self.arch == "mixtral", self.arch == "olmoe"
+        d = MIXTRAL_DEFAULTS if mixtral else OLMOE_DEFAULTS if olmoe else QWEN3_MOE_DEFAULTS
 
         def get(k):
+            if olmoe and k == "num_key_value_heads" and cfg.get(k) is None:
+                return get("num_attention_heads")  # OlmoeConfig.__post_init__
             if k not in cfg:
                 return d[k]
             if cfg[k] is None:
@@ -480,6 +494,15 @@ class Config:
             raise ReferenceError("num_attention_heads not divisible by num_key_value_heads")
         if mixtral:
             hd = cfg.get("head_dim") or self.hidden // self.heads
+        elif olmoe:
+            # OlmoeAttention: getattr(config, "head_dim", hidden // heads), but q_norm is
+            # RMSNorm(hidden_size) and k_norm RMSNorm(hidden // heads * kv_heads) over the whole
+            # projections: only head_dim = hidden // heads (with heads dividing hidden) loads.
+            hd = cfg.get("head_dim", self.hidden // self.heads)
+            if hd is None or hd * self.heads != self.hidden:
+                raise ReferenceError("olmoe needs head_dim * num_attention_heads == hidden_size")
+            if cfg.get("clip_qkv") is not None:  # Optional: null is no clamping
+                raise ReferenceError("olmoe clip_qkv is not implemented here")
         elif "head_dim" in cfg:
             if cfg["head_dim"] is None:
                 raise ReferenceError("qwen3_moe head_dim is null (Qwen3MoeAttention cannot build q_proj)")
@@ -496,6 +519,8 @@ class Config:
         self.rope = self._rope(theta_cfg)
         if mixtral:
             sw = cfg.get("sliding_window")
+        elif olmoe:
+            sw = None  # OlmoeConfig has no sliding_window
         else:
             sw = (cfg["sliding_window"] if "sliding_window" in cfg else d["sliding_window"]) \
                 if get("use_sliding_window") else None
@@ -506,13 +531,17 @@ class Config:
         ne, nle = cfg.get("num_experts"), cfg.get("num_local_experts")
         if "num_experts" in cfg and ne is None or "num_local_experts" in cfg and nle is None:
             raise ReferenceError(f"{self.arch} num_experts / num_local_experts is null")
-        first = (ne, nle) if mixtral else (nle, ne)
+        first = (ne, nle) if mixtral or olmoe else (nle, ne)
         E = next((v for v in first if v is not None), d["num_local_experts"])
         self.experts = int(E)
         self.top_k = int(get("num_experts_per_tok"))
         if mixtral:
             self.moe_inner = self.inner
             self.norm_topk = True
+            self.sparse = [True] * self.layers
+        elif olmoe:  # every layer an OlmoeSparseMoeBlock of intermediate_size experts
+            self.moe_inner = self.inner
+            self.norm_topk = bool(get("norm_topk_prob"))
             self.sparse = [True] * self.layers
         else:
             self.moe_inner = int(get("moe_intermediate_size"))
@@ -845,7 +874,8 @@ ROPE_FUNCTIONS = {"default": _rope_default, "linear": _rope_linear, "dynamic": _
                   "yarn": _rope_yarn, "longrope": _rope_longrope, "llama3": _rope_llama3}
 ROPE_TYPES = tuple(ROPE_FUNCTIONS)
 MAX_POSITIONS_DEFAULT = {"gemma2": 8192, "gemma3_text": 131072, "llama": 2048, "mistral": 4096 * 32, "qwen2": 32768, "qwen3": 32768,
-                         "gpt_neox": 2048, "phi3": 4096, "mixtral": 4096 * 32, "qwen3_moe": 32768}
+                         "gpt_neox": 2048, "phi3": 4096, "mixtral": 4096 * 32, "qwen3_moe": 32768,
+                         "olmoe": 4096}
 
 
 def rope_parameters(rope, head_dim, seq_len=None):
@@ -1076,6 +1106,9 @@ def expected_shapes(cfg):
             if c.arch in ("qwen3", "qwen3_moe"):
                 s[p + "self_attn.q_norm.weight"] = [c.head_dim]
                 s[p + "self_attn.k_norm.weight"] = [c.head_dim]
+            if c.arch == "olmoe":  # over the whole projections
+                s[p + "self_attn.q_norm.weight"] = [q]
+                s[p + "self_attn.k_norm.weight"] = [kv]
             s[p + "self_attn.o_proj.weight"] = [H, q]
             if c.attention_bias and c.arch != "qwen2":
                 s[p + "self_attn.o_proj.bias"] = [H]
@@ -1297,6 +1330,7 @@ class Model:
         act = _act(c.act)
         neg = torch.tensor(torch.finfo(torch.float32).min)
         qk_norm = c.arch in ("qwen3", "qwen3_moe")
+        qk_norm_whole = c.arch == "olmoe"  # OlmoeAttention: q_norm(q_proj(x)), k_norm(k_proj(x))
 
         e = F.embedding(ids, w["model.embed_tokens.weight"])
         rec("model.embed_tokens", ids, e)
@@ -1310,6 +1344,10 @@ class Model:
             # v_proj (the other families have no q_norm / k_norm).
             q = lin(x, p + ".self_attn.q_proj")
             rec(p + ".self_attn.q_proj", x, q)
+            if qk_norm_whole:
+                qn = rms(q, p + ".self_attn.q_norm")  # over heads * head_dim
+                rec(p + ".self_attn.q_norm", q, qn)
+                q = qn
             q = q.view(T, nh, hd)
             if qk_norm:
                 qn = rms(q, p + ".self_attn.q_norm")  # over head_dim, per head
@@ -1317,6 +1355,10 @@ class Model:
                 q = qn
             k = lin(x, p + ".self_attn.k_proj")
             rec(p + ".self_attn.k_proj", x, k)
+            if qk_norm_whole:
+                kn = rms(k, p + ".self_attn.k_norm")  # over kv_heads * head_dim
+                rec(p + ".self_attn.k_norm", k, kn)
+                k = kn
             k = k.view(T, nkv, hd)
             if qk_norm:
                 kn = rms(k, p + ".self_attn.k_norm")

@@ -95,6 +95,15 @@ TINY = {
                             use_sliding_window=False, num_local_experts=6, num_experts_per_tok=3,
                             norm_topk_prob=False, decoder_sparse_step=2, mlp_only_layers=[],
                             tie_word_embeddings=True),
+    # As allenai/OLMoE-1B-7B-0924's config.json (no head_dim, bos_token_id null, clip_qkv null): 8
+    # experts of intermediate_size 24, top-2, not renormalised; q_norm / k_norm over the whole
+    # projections (32 and 16 wide)
+    "olmoe": dict(model_type="olmoe", architectures=["OlmoeForCausalLM"], vocab_size=384, hidden_size=32,
+                  intermediate_size=24, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  hidden_act="silu", max_position_embeddings=128, rms_norm_eps=1e-5, rope_theta=10000.0,
+                  rope_scaling=None, attention_bias=False, clip_qkv=None, num_experts=8,
+                  num_experts_per_tok=2, norm_topk_prob=False, bos_token_id=None, eos_token_id=50,
+                  pad_token_id=1, tie_word_embeddings=False),
 }
 
 

@@ -643,57 +643,80 @@ def test_audit_measures_libtorchs_own_references_outside_inference_mode(ac):
     assert run.returncode == 0 and run.stdout.startswith("True"), run.stdout + run.stderr
 
 
-class RoutedLM(torch.nn.Module):
-    """transformers' mixture-of-experts layout in miniature: the router and the experts run on the
-    batch flattened to [batch * seq, hidden] (hidden_states.view(-1, hidden)); the layer puts the
-    result back as [batch, seq, hidden]."""
+class Experts(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
 
+    def forward(self, x):
+        return self.proj(x)
+
+
+class SparseBlock(torch.nn.Module):
+    """transformers' mixture-of-experts block in miniature: its router (`gate`) and experts run on
+    the batch flattened to [batch * seq, hidden] (hidden_states.view(-1, hidden)), and the result is
+    put back as [batch, seq, hidden]."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate = torch.nn.Linear(8, 4, bias=False)
+        self.experts = Experts()
+
+    def forward(self, h):
+        flat = h.view(-1, h.shape[-1])
+        weights = torch.softmax(self.gate(flat), -1)[:, :1]
+        return (self.experts(flat) * weights).view(h.shape)
+
+
+class RoutedLM(torch.nn.Module):
     def __init__(self):
         super().__init__()
         torch.manual_seed(0)
         self.embed = torch.nn.Embedding(50, 8)
-        self.router = torch.nn.Linear(8, 4, bias=False)
-        self.experts = torch.nn.Linear(8, 8)
+        self.mlp = SparseBlock()
 
     def forward(self, input_ids, attention_mask=None):
-        h = self.embed(input_ids)
-        flat = h.view(-1, h.shape[-1])
-        weights = torch.softmax(self.router(flat), -1)[:, :1]
-        return (self.experts(flat) * weights).view(h.shape)
+        return self.mlp(self.embed(input_ids))
 
 
 def test_token_flattened_points_give_the_real_tokens_rows(ac):
-    """A point whose output is every token flattened ([batch * seq, ...], an MoE router's logits)
-    is taken as [batch, seq, ...] where rows are taken, instead of being refused; without a mask
-    or positions it is kept whole, as the module returned it. Decoding steps use the new tokens'
-    [batch, seq]."""
+    """The router and experts of a mixture-of-experts block (the direct children of a module with
+    `gate` and `experts` children) see every token flattened ([batch * seq, ...]): where rows are
+    taken, they are read as [batch, seq, ...] instead of being refused; without a mask or
+    positions they are kept whole, as the module returned them. Decoding steps use the new tokens'
+    [batch, seq]. A module inside the experts is not read so (transformers regroups the tokens by
+    expert there): refused as before."""
     model = RoutedLM()
     ids = torch.tensor([[0, 0, 5, 6], [1, 2, 3, 4]])
     mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])
     with torch.no_grad():
         flat = model.embed(ids).view(-1, 8)
-        logits, experts = model.router(flat), model.experts(flat)
+        logits, experts = model.mlp.gate(flat), model.mlp.experts(flat)
     real = mask.reshape(-1).bool()
-    with torch.no_grad(), ac.SafeCapturer(model, ["router", "experts", "experts:input"]) as cap:
+    points = ["mlp.gate", "mlp.experts", "mlp.experts:input"]
+    with torch.no_grad(), ac.SafeCapturer(model, points) as cap:
         cap(ids, attention_mask=mask)
-    assert torch.equal(cap.get("router"), logits[real])
-    assert torch.equal(cap.get("experts"), experts[real])
-    assert torch.equal(cap.get("experts:input"), flat[real])
-    seq, pos = cap.rows("router")
+    assert torch.equal(cap.get("mlp.gate"), logits[real])
+    assert torch.equal(cap.get("mlp.experts"), experts[real])
+    assert torch.equal(cap.get("mlp.experts:input"), flat[real])
+    seq, pos = cap.rows("mlp.gate")
     assert seq.tolist() == [0, 0, 1, 1, 1, 1] and pos.tolist() == [0, 1, 0, 1, 2, 3]
-    with torch.no_grad(), ac.SafeCapturer(model, ["router"], positions="last") as last:
+    with torch.no_grad(), ac.SafeCapturer(model, ["mlp.gate"], positions="last") as last:
         last(ids, attention_mask=mask)
-    assert torch.equal(last.get("router"), logits[[3, 7]])
-    with torch.no_grad(), ac.SafeCapturer(model, ["router"]) as whole:
+    assert torch.equal(last.get("mlp.gate"), logits[[3, 7]])
+    with torch.no_grad(), ac.SafeCapturer(model, ["mlp.gate"]) as whole:
         model(ids)
-    assert torch.equal(whole.get("router"), logits)  # [batch * seq, experts] as returned
+    assert torch.equal(whole.get("mlp.gate"), logits)  # [batch * seq, experts] as returned
     # a decoding step: one new token per sequence, the mask covers the cached ones
     new = torch.tensor([[7], [8]])
     step_mask = torch.cat([mask, torch.ones(2, 1, dtype=mask.dtype)], dim=1)
     with torch.no_grad():
-        want = model.router(model.embed(new).view(-1, 8))
-    with torch.no_grad(), ac.SafeCapturer(model, ["router"]) as dec:
+        want = model.mlp.gate(model.embed(new).view(-1, 8))
+    with torch.no_grad(), ac.SafeCapturer(model, ["mlp.gate"]) as dec:
         dec.attention_mask = step_mask
         model(new, attention_mask=step_mask)
-    assert torch.equal(dec.get("router"), want)
-    assert dec.rows("router")[1].tolist() == [2, 4]
+    assert torch.equal(dec.get("mlp.gate"), want)
+    assert dec.rows("mlp.gate")[1].tolist() == [2, 4]
+    with torch.no_grad(), ac.SafeCapturer(model, ["mlp.experts.proj"]) as inner:
+        with pytest.raises(ac.InputError, match=r"mlp.experts.proj.*not \[batch, seq"):
+            inner(ids, attention_mask=mask)

@@ -18,7 +18,7 @@ import st
 import synth
 
 ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3_text", "gpt_neox", "phi3",
-         "mixtral", "qwen3_moe"]
+         "mixtral", "qwen3_moe", "olmoe"]
 LLAMA_FAMILY = ["llama", "mistral", "qwen2", "qwen3"]
 
 pytestmark = pytest.mark.usefixtures("actcap_bin")
@@ -1501,3 +1501,35 @@ def test_phi3_bad_config_is_one_line_exit_2(models, tmp_path, case):
         partial_rotary_factor=0.5)
     m = with_config(models("phi3"), tmp_path / "m", **changes, **extra)
     assert needle in _one_line_exit_2(m, tmp_path)
+
+
+@pytest.mark.parametrize("arch", ["mixtral", "qwen3_moe", "olmoe"])
+def test_moe_stacked_experts_layout_runs_the_same_model(models, tmp_path, arch):
+    """transformers 5's own layout (save_pretrained(save_original_format=False)): the router under
+    `mlp.gate`, each layer's experts stacked as `mlp.experts.gate_up_proj` [E, 2I, H] (gate rows,
+    then up rows) and `mlp.experts.down_proj` [E, H, I]. The same weights rewritten so give every
+    hook point bit for bit what the Hub layout gives."""
+    src = models(arch)
+    tensors, meta = st.load(str(src / "model.safetensors"))
+    block = "block_sparse_moe" if arch == "mixtral" else "mlp"
+    names = ("w1", "w3", "w2") if arch == "mixtral" else ("gate_proj", "up_proj", "down_proj")
+    cfg = reference.Config(reference.load_config(str(src)))
+    stacked = {}
+    for i in range(cfg.layers):
+        if not cfg.sparse[i]:
+            continue
+        p = f"model.layers.{i}.{block}"
+        e = lambda j, n: tensors.pop(f"{p}.experts.{j}.{n}.weight")  # noqa: E731
+        gate_up = [np.concatenate([e(j, names[0]), e(j, names[1])]) for j in range(cfg.experts)]
+        stacked[f"model.layers.{i}.mlp.experts.gate_up_proj"] = np.stack(gate_up)
+        stacked[f"model.layers.{i}.mlp.experts.down_proj"] = np.stack(
+            [e(j, names[2]) for j in range(cfg.experts)])
+        stacked[f"model.layers.{i}.mlp.gate.weight"] = tensors.pop(f"{p}.gate.weight")
+    assert stacked and not any(".experts." in k for k in tensors)
+    m = H.copy_model(src, tmp_path / "stacked")
+    st.save(str(m / "model.safetensors"), {**tensors, **stacked}, metadata=meta)
+    seqs = tokens_for(src, [9, 5], seed=61)
+    _, a, _ = H.run_capture(src, tmp_path / "hub", seqs)
+    _, b, _ = H.run_capture(m, tmp_path / "v5", seqs)
+    assert set(a) == set(b) and all(np.array_equal(a[k], b[k]) for k in a), \
+        [k for k in a if not np.array_equal(a[k], b[k])][:5]

@@ -13,7 +13,7 @@ accelerate 1.14) and runs these, and the GPU machine has it.
   reads from a config (RoPE types linear, dynamic, yarn, llama3, longrope and partial rotary;
   sliding windows shorter than the batch; per-layer layer_types; GPT-2's attention scalings;
   Gemma's soft-caps and query_pre_attn_scalar; biases; head_dim apart from hidden/heads; Gemma 3
-  multimodal with its vision tower; Mixtral's and Qwen3-MoE's experts: top-k, renormalised or not,
+  multimodal with its vision tower; Mixtral's, Qwen3-MoE's and OLMoE's experts: top-k, renormalised or not,
   Qwen3-MoE's dense layers by mlp_only_layers and decoder_sparse_step), compared the same way;
 * attention probabilities (`**:probs`) equal transformers' eager attention weights
   (output_attentions) on the real keys, 0 on the padded ones;
@@ -49,7 +49,7 @@ if int(transformers.__version__.split(".")[0]) < 5:
 pytestmark = pytest.mark.usefixtures("actcap_bin", "no_reexec")
 
 ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3_text", "gemma3",
-         "gpt_neox", "phi3", "mixtral", "qwen3_moe"]
+         "gpt_neox", "phi3", "mixtral", "qwen3_moe", "olmoe"]
 LENGTHS = [9, 5, 12]  # 12 > the windows (4 or 8) of the windowed variants
 REL = 1e-5  # measured with transformers 5.12 on torch 2.14: most points bit-identical, the largest 1.1e-7
 TRANSPOSED = (".self_attn.q_norm", ".self_attn.k_norm")  # Gemma 3's [B, heads, T, hd] views
@@ -234,6 +234,10 @@ VARIANTS = {
                                             sliding_window=4, head_dim=24)),
     "qwen3_moe": ("qwen3_moe", dict(LLAMA, head_dim=24, num_experts=8, num_experts_per_tok=3,
                                     moe_intermediate_size=40, mlp_only_layers=[1])),
+    "olmoe": ("olmoe", dict(LLAMA, num_experts=6, num_experts_per_tok=2, attention_bias=True,
+                            pad_token_id=0, eos_token_id=2)),
+    "olmoe-norm-topk": ("olmoe", dict(LLAMA, num_experts=4, num_experts_per_tok=3,
+                                      norm_topk_prob=True, pad_token_id=0, eos_token_id=2)),
     "qwen3_moe-step-norm-window": ("qwen3_moe", dict(LLAMA, num_experts=5, num_experts_per_tok=2,
                                                      moe_intermediate_size=24, norm_topk_prob=True,
                                                      decoder_sparse_step=2, use_sliding_window=True,
@@ -319,7 +323,8 @@ def hf_greedy(model, prompt, max_new, eos=None):
 
 @pytest.mark.parametrize("variant", ["gpt2", "llama-rope-llama3", "mistral-window", "qwen3",
                                      "gemma2-softcaps", "gemma3_text", "gpt_neox-partial-rotary",
-                                     "phi3-window", "mixtral-window-top3", "qwen3_moe"])
+                                     "phi3-window", "mixtral-window-top3", "qwen3_moe",
+                                     "olmoe"])
 def test_generate_matches_transformers(tmp_path, variant):
     """Greedy decoding with the KV cache past the sliding windows: the same tokens as
     transformers' generate. A step where transformers' best two logits are within 1e-4 of each

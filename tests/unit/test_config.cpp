@@ -630,9 +630,20 @@ TEST(Config, MixtureOfExpertsErrorsNameTheField) {
                      R"(,"num_local_experts":4,"num_experts_per_tok":5})")
                 .find("num_experts_per_tok=5 exceeds num_local_experts=4"),
             std::string::npos);
-  EXPECT_NE(error_of(R"({"model_type":"qwen3_moe",)" + base + R"(,"mlp_only_layers":[4]})")
-                .find("field 'mlp_only_layers' holds 4"),
+  EXPECT_NE(error_of(R"({"model_type":"qwen3_moe",)" + base + R"(,"mlp_only_layers":["1"]})")
+                .find("field 'mlp_only_layers' holds \"1\""),
             std::string::npos);
+  // An entry that is no layer names nothing, as in transformers (a model cut to fewer layers).
+  auto cut =
+      parse_config(R"({"model_type":"qwen3_moe",)" + base + R"(,"mlp_only_layers":[7, 1]})", "cfg");
+  EXPECT_TRUE(cut.params<MoeParams>().sparse(0));
+  EXPECT_FALSE(cut.params<MoeParams>().sparse(1));
+  EXPECT_EQ(config_to_json(parse_config(config_to_json(cut), "cfg2")), config_to_json(cut));
+  // Mixtral's num_key_value_heads defaults to 8 (MixtralConfig), not num_attention_heads.
+  EXPECT_EQ(parse_config(R"({"model_type":"mixtral",)" + base + "}", "cfg")
+                .params<MoeParams>()
+                .num_key_value_heads,
+            8);
   EXPECT_NE(error_of(R"({"model_type":"qwen3_moe",)" + base + R"(,"decoder_sparse_step":0})")
                 .find("'decoder_sparse_step'"),
             std::string::npos);

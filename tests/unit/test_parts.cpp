@@ -199,9 +199,7 @@ at::Tensor dense_moe(const at::Tensor& x, const at::Tensor& router,
   at::Tensor out = at::zeros_like(flat);
   for (size_t e = 0; e < experts.size(); ++e) {
     const ExpertWeights& m = experts[e];
-    at::Tensor gate = m.gate_up.narrow(0, 0, m.down.size(1)),
-               up = m.gate_up.narrow(0, m.down.size(1), m.down.size(1));
-    at::Tensor y = at::linear(at::silu(at::linear(flat, gate)) * at::linear(flat, up), m.down);
+    at::Tensor y = at::linear(at::silu(at::linear(flat, m.gate)) * at::linear(flat, m.up), m.down);
     out = out + y * route.select(1, static_cast<int64_t>(e)).unsqueeze(1);
   }
   return out.view(x.sizes());
@@ -215,7 +213,7 @@ TEST(Parts, SparseMoeEqualsEveryExpertWeightedByTheTopKRouting) {
   at::Tensor router = at::randn({E, H}), x = at::randn({B, T, H});
   std::vector<ExpertWeights> experts;
   for (int64_t e = 0; e < E; ++e)
-    experts.push_back({at::randn({2 * I, H}) * 0.3, at::randn({H, I}) * 0.3});
+    experts.push_back({at::randn({I, H}) * 0.3, at::randn({I, H}) * 0.3, at::randn({H, I}) * 0.3});
   for (int64_t k : {1, 2, 5}) {
     for (bool normalize : {true, false}) {
       SparseMoeOptions o;
@@ -235,7 +233,8 @@ TEST(Parts, SparseMoeEqualsEveryExpertWeightedByTheTopKRouting) {
 
 TEST(Parts, SparseMoeRouterIsAHookPointWithOneLogitPerExpert) {
   const int64_t H = 6, E = 4;
-  std::vector<ExpertWeights> experts(E, ExpertWeights{at::randn({16, H}), at::randn({H, 8})});
+  std::vector<ExpertWeights> experts(
+      E, ExpertWeights{at::randn({8, H}), at::randn({8, H}), at::randn({H, 8})});
   at::Tensor router = at::randn({E, H});
   SparseMoe moe("m.mlp", H, std::make_unique<Linear>("m.mlp.gate", router, at::Tensor()), experts,
                 "silu", SparseMoeOptions{});

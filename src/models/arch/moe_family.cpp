@@ -50,18 +50,30 @@ std::unique_ptr<Module> build_sparse_moe(const ModelConfig& c, WeightSource laye
                                          const MoeNames& names) {
   const auto& p = c.params<MoeParams>();
   const int64_t H = c.hidden_size, I = p.moe_intermediate_size, E = p.num_experts;
-  WeightSource block = layer.pp(names.block);
   const std::string name = layer.path() + ".mlp";
+  // transformers 5's own layout (save_pretrained(save_original_format=False), or a save with an
+  // adapter loaded): the block under `mlp` with the experts stacked, gate_up_proj [E, 2I, H]
+  // (each expert's gate rows, then its up rows) and down_proj [E, H, I]. Each expert's matrices
+  // are views of those.
+  WeightSource fused = layer.pp("mlp");
+  const bool stacked = fused.has("experts.gate_up_proj");
+  WeightSource block = stacked ? fused : layer.pp(names.block);
   auto router = std::make_unique<Linear>(name + ".gate", block.pp("gate").get("weight", {E, H}),
                                          at::Tensor());
   std::vector<ExpertWeights> experts;
   experts.reserve(static_cast<size_t>(E));
-  for (int64_t e = 0; e < E; ++e) {
-    WeightSource x = block.pp("experts").pp(e);
-    // Stacked as transformers 5 stacks them when it loads such a checkpoint.
-    at::Tensor gate = x.pp(names.gate).get("weight", {I, H});
-    at::Tensor up = x.pp(names.up).get("weight", {I, H});
-    experts.push_back({x.join({gate, up}), x.pp(names.down).get("weight", {H, I})});
+  if (stacked) {
+    at::Tensor gate_up = fused.get("experts.gate_up_proj", {E, 2 * I, H});
+    at::Tensor down = fused.get("experts.down_proj", {E, H, I});
+    for (int64_t e = 0; e < E; ++e)
+      experts.push_back({gate_up[e].narrow(0, 0, I), gate_up[e].narrow(0, I, I), down[e]});
+  } else {
+    for (int64_t e = 0; e < E; ++e) {
+      WeightSource x = block.pp("experts").pp(e);
+      experts.push_back({x.pp(names.gate).get("weight", {I, H}),
+                         x.pp(names.up).get("weight", {I, H}),
+                         x.pp(names.down).get("weight", {H, I})});
+    }
   }
   SparseMoeOptions o;
   o.top_k = p.top_k;

@@ -35,7 +35,9 @@ struct MoeNames {
 
 // Layer `layer`'s sparse block: the module is named `<layer>.mlp` (transformers 5's name for both
 // architectures; transformers 4 called Mixtral's `block_sparse_moe`), its router
-// `<layer>.mlp.gate`.
+// `<layer>.mlp.gate`. Weights per expert under `names`, or stacked as transformers 5 holds them in
+// memory
+// (`mlp.experts.gate_up_proj`, `mlp.experts.down_proj`) when the checkpoint has those.
 std::unique_ptr<Module> build_sparse_moe(const ModelConfig& c, WeightSource layer,
                                          const MoeNames& names);
 

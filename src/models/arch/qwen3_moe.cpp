@@ -60,12 +60,11 @@ class Qwen3Moe : public LlamaFamilyArchitecture {
         throw InputError(concat(f.origin(),
                                 ": field 'mlp_only_layers' must be a list of layer "
                                 "indices"));
+      // Entries that are no layer (a model cut to fewer layers) name nothing, as in transformers.
       for (const nlohmann::json& v : *only) {
-        if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
-            v.get<int64_t>() >= c.num_hidden_layers)
+        if (!v.is_number_integer())
           throw InputError(concat(f.origin(), ": field 'mlp_only_layers' holds ", v.dump(),
-                                  "; each entry must be a layer index from 0 to ",
-                                  c.num_hidden_layers - 1));
+                                  "; each entry must be a layer index"));
         p->mlp_only_layers.push_back(v.get<int64_t>());
       }
     }

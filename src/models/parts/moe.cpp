@@ -16,16 +16,17 @@ SparseMoe::SparseMoe(const std::string& name, int64_t width, std::unique_ptr<Mod
   if (o_.top_k < 1 || o_.top_k > n)
     throw InputError(concat(name, ": num_experts_per_tok=", o_.top_k, " must be between 1 and ",
                             "the number of experts (", n, ")"));
-  inner_ = n > 0 ? experts_[0].down.size(1) : 0;
-  act_ = std::make_unique<Activation>(name + ".experts.act_fn", act, inner_);
+  const int64_t inner = n > 0 ? experts_[0].down.size(1) : 0;
+  act_ = std::make_unique<Activation>(name + ".experts.act_fn", act, inner);
   for (ExpertWeights& e : experts_) {
-    parameter(e.gate_up);
+    parameter(e.gate);
+    parameter(e.up);
     parameter(e.down);
   }
 }
 
 int64_t SparseMoe::width_per_token(int64_t hidden, int64_t inner, int64_t experts, int64_t top_k) {
-  return inner + ((2 * top_k + 1) * hidden + 4 * experts + 2) / 3;
+  return inner + ((4 * top_k + 1) * hidden + 4 * experts + 2) / 3;
 }
 
 at::Tensor SparseMoe::forward(const at::Tensor& x, ForwardState& st) {
@@ -33,6 +34,7 @@ at::Tensor SparseMoe::forward(const at::Tensor& x, ForwardState& st) {
   at::Tensor logits = router_->call(x, st);  // [B, T, E], the router's hook point
   at::Tensor flat = x.reshape({-1, width_});
   const int64_t N = flat.size(0);
+  if (N == 0) return at::zeros_like(x);
   // transformers: softmax in float32, the k largest (ties to the lower expert index, as topk),
   // optionally renormalised.
   at::Tensor probs = at::softmax(logits.reshape({N, E}), -1, at::kFloat);
@@ -47,31 +49,33 @@ at::Tensor SparseMoe::forward(const at::Tensor& x, ForwardState& st) {
   at::Tensor order = std::get<1>(at::sort(entry_expert, /*stable=*/true, /*dim=*/0, false));
   at::Tensor token = at::div(order, k, "trunc");
   at::Tensor entry_weight = weight.reshape(-1).index_select(0, order);
-  // How many entries each expert has: the one value the host must read (a device sync on an
-  // accelerator, as the loop over transformers' eager experts has).
-  at::Tensor counts = at::bincount(entry_expert, {}, E).to(at::kCPU);
-  const int64_t* count = counts.data_ptr<int64_t>();
+  // Where each expert's entries start and end in that order: the one value the host must read
+  // (a device sync on an accelerator, as the loop over transformers' eager experts has; bincount
+  // would read the ids' min and max first).
+  at::Tensor sorted = entry_expert.index_select(0, order);
+  at::Tensor bounds = at::searchsorted(sorted, at::arange(E + 1, sorted.options())).to(at::kCPU);
+  const int64_t* bound = bounds.data_ptr<int64_t>();
 
   // Each entry's weighted output in place, then the k of a token summed in slot order (highest
   // probability first) in the product's dtype (float32 with Mixtral's float32 weights) and
   // rounded to the compute dtype once: transformers' reshape + sum, with no atomics, so the same on
   // every run and device.
   at::Tensor weighted;
-  int64_t at_row = 0;
   for (int64_t e = 0; e < E; ++e) {
-    const int64_t n = count[e];
+    const int64_t at_row = bound[e], n = bound[e + 1] - bound[e];
     if (n == 0) continue;
     const ExpertWeights& w = experts_[e];
     at::Tensor in = flat.index_select(0, token.narrow(0, at_row, n));
-    at::Tensor gate_up = at::linear(in, st.in_compute(w.gate_up));
-    at::Tensor h = act_->apply(gate_up.narrow(1, 0, inner_)) * gate_up.narrow(1, inner_, inner_);
+    // Each matrix is converted into the lane's scratch just before its GEMM (16-bit weights).
+    at::Tensor g = act_->apply(at::linear(in, st.in_compute(w.gate)));
+    at::Tensor h = g * at::linear(in, st.in_compute(w.up));
     at::Tensor y =
         at::linear(h, st.in_compute(w.down)) * entry_weight.narrow(0, at_row, n).unsqueeze(1);
     if (!weighted.defined()) weighted = at::empty({N * k, width_}, y.options());
     weighted.index_copy_(0, order.narrow(0, at_row, n), y);
-    at_row += n;
   }
   at::Tensor out = weighted.view({N, k, width_}).sum(1);
+  weighted.reset();
   if (out.scalar_type() != x.scalar_type()) out = out.to(x.scalar_type());
   return out.view(x.sizes());
 }

@@ -13,11 +13,11 @@
 
 namespace actcap {
 
-// One expert's gated MLP: gate and up stacked in one matrix, as transformers 5 holds them (its
-// MoE experts' gate_up_proj): one GEMM for both, and the rounding of transformers' own.
+// One expert's gated MLP, each matrix as the checkpoint holds it (a tensor of its own, or a view
+// of transformers 5's stacked experts): nothing is copied at load.
 struct ExpertWeights {
-  at::Tensor gate_up;  // [2 * inner, hidden]: the gate's rows, then up's
-  at::Tensor down;     // [hidden, inner]
+  at::Tensor gate, up;  // [inner, hidden] each
+  at::Tensor down;      // [hidden, inner]
 };
 
 struct SparseMoeOptions {
@@ -36,16 +36,16 @@ class SparseMoe : public Module {
             std::vector<ExpertWeights> experts, const std::string& act, SparseMoeOptions o);
 
   // The working memory of a forward, in elements per token as the planner counts an MLP's inner
-  // width (three intermediates of that width): the k weighted outputs of each token (float32 at
-  // most) and their sum, the router's float32 logits and probabilities, and an expert's rows and
-  // intermediates.
+  // width (three intermediates of that width, in the compute dtype): the k weighted outputs of each
+  // token (float32 whatever the compute dtype: counted twice for a 16-bit one) and their sum, the
+  // router's float32 logits and probabilities, and an expert's rows and intermediates.
   static int64_t width_per_token(int64_t hidden, int64_t inner, int64_t experts, int64_t top_k);
 
  protected:
   at::Tensor forward(const at::Tensor& x, ForwardState& st) override;
 
  private:
-  int64_t width_, inner_ = 0;
+  int64_t width_;
   Module* router_;
   std::vector<ExpertWeights> experts_;
   std::unique_ptr<Activation> act_;  // not a child: no hook point
