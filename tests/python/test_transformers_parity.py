@@ -252,8 +252,9 @@ VARIANTS = {
 }
 
 
-def build_hf_model(model_type, fields, out_dir, seed=0):
-    """transformers' own model of that config, random, written with save_pretrained."""
+def build_hf_model(model_type, fields, out_dir, seed=0, original_format=True):
+    """transformers' own model of that config, random, written with save_pretrained (in
+    transformers' in-memory layout where original_format is False)."""
     torch.manual_seed(seed)
     # transformers standardizes the RoPE dicts it is given in place: a copy keeps VARIANTS as written
     cfg = transformers.AutoConfig.for_model(model_type, **copy.deepcopy(fields))
@@ -262,7 +263,8 @@ def build_hf_model(model_type, fields, out_dir, seed=0):
         for name, p in model.named_parameters():
             if p.dim() == 1:  # norms and biases: not their identity initialisation
                 p.add_(torch.randn_like(p) * 0.1)
-    model.save_pretrained(str(out_dir))
+    model.save_pretrained(str(out_dir), **({} if original_format else
+                                            dict(save_original_format=False)))
     return out_dir
 
 
@@ -271,6 +273,19 @@ def test_transformers_checkpoint_matches(tmp_path, variant):
     model_type, fields = VARIANTS[variant]
     m = build_hf_model(model_type, fields, tmp_path / "model")
     check_against_hf(m, tmp_path / "out", tokens(vocab_of(m), seed=1), label=f"{variant}: ")
+
+
+@pytest.mark.parametrize("variant", ["mixtral", "qwen3_moe", "olmoe"])
+def test_transformers_stacked_experts_checkpoint_matches(tmp_path, variant):
+    """save_pretrained(save_original_format=False) writes the experts as transformers holds them
+    (mlp.experts.gate_up_proj [E, 2I, H], mlp.experts.down_proj, router mlp.gate, Mixtral's too):
+    actcap runs that checkpoint as transformers does."""
+    model_type, fields = VARIANTS[variant]
+    m = build_hf_model(model_type, fields, tmp_path / "model", original_format=False)
+    raw = (m / "model.safetensors").read_bytes()
+    keys = json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])
+    assert any(k.endswith("mlp.experts.gate_up_proj") for k in keys), sorted(keys)[:8]
+    check_against_hf(m, tmp_path / "out", tokens(vocab_of(m), seed=5), label=f"{variant} stacked: ")
 
 
 def test_transformers_gemma3_multimodal_checkpoint_matches(tmp_path):
