@@ -845,6 +845,16 @@ def test_qwen3_0_6b_config():
     assert (v5.rope, v5.windows, v5.head_dim) == (c.rope, c.windows, c.head_dim)
 
 
+def _same_run_as(tmp_path, d, cfg):
+    """Checkpoint d's weights under config `cfg` (written to tmp_path/v5) run as d does."""
+    d5 = tmp_path / "v5"
+    os.makedirs(d5)
+    with open(d5 / "config.json", "w") as f:
+        json.dump(cfg, f)
+    os.link(d / "model.safetensors", d5 / "model.safetensors")
+    _same_run(d, d5)
+
+
 @pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2"])
 def test_v5_config_forms_agree(tmp_path, arch):
     """rope_parameters / dtype / layer_types (synth.to_v5) give the same outputs as the 4.x form."""
@@ -853,12 +863,7 @@ def test_v5_config_forms_agree(tmp_path, arch):
     v5 = synth.to_v5(reference.load_config(str(d)))
     if arch == "qwen2":
         assert v5["layer_types"] == ["full_attention", "sliding_attention"]
-    d5 = tmp_path / "v5"
-    os.makedirs(d5)
-    with open(d5 / "config.json", "w") as f:
-        json.dump(v5, f)
-    os.link(d / "model.safetensors", d5 / "model.safetensors")
-    _same_run(d, d5)
+    _same_run_as(tmp_path, d, v5)
 
 
 def test_gqa_equals_expanded_mha(tmp_path):
@@ -1532,12 +1537,7 @@ def test_moe_v4_and_v5_configs_agree(tmp_path, arch):
     assert "rope_theta" not in v5 and v5["rope_parameters"]["rope_theta"] == 500.0
     if arch.startswith("qwen3_moe"):
         assert "num_experts" not in v5 and v5["num_local_experts"] == reference.Config(v5).experts
-    d5 = tmp_path / "v5"
-    os.makedirs(d5)
-    with open(d5 / "config.json", "w") as f:
-        json.dump(v5, f)
-    os.link(d / "model.safetensors", d5 / "model.safetensors")
-    _same_run(d, d5)
+    _same_run_as(tmp_path, d, v5)
 
 
 def test_moe_bf16_checkpoint_and_tying(tmp_path):

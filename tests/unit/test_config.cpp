@@ -647,6 +647,19 @@ TEST(Config, MixtureOfExpertsErrorsNameTheField) {
   EXPECT_NE(error_of(R"({"model_type":"qwen3_moe",)" + base + R"(,"decoder_sparse_step":0})")
                 .find("'decoder_sparse_step'"),
             std::string::npos);
+  // An absent num_key_value_heads is the config class's default (null: num_attention_heads).
+  const std::string four_heads = R"({"vocab_size":100,"hidden_size":64,"intermediate_size":128,
+      "num_hidden_layers":4,"num_attention_heads":4,)";
+  EXPECT_NE(error_of(four_heads + R"("model_type":"mixtral"})")
+                .find("num_key_value_heads is absent, so 8 (MixtralConfig's default), which does "
+                      "not divide num_attention_heads=4"),
+            std::string::npos);
+  EXPECT_EQ(parse_config(four_heads + R"("model_type":"mixtral","num_key_value_heads":null})", "c")
+                .params<MoeParams>()
+                .num_key_value_heads,
+            4);
+  EXPECT_NE(error_of(four_heads + R"("model_type":"qwen3"})").find("(Qwen3Config's default)"),
+            std::string::npos);
   EXPECT_NE(error_of(R"({"model_type":"mixtral",)" + base + R"(,"num_local_experts":0})")
                 .find("num_local_experts is 0"),
             std::string::npos);

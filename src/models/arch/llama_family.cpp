@@ -59,7 +59,14 @@ void parse_llama_family(const ConfigReader& f, const LlamaDefaults& d, ModelConf
   p.intermediate_size = f.positive({"intermediate_size"}, std::nullopt);
   c.num_hidden_layers = f.positive({"num_hidden_layers"}, std::nullopt);
   c.num_attention_heads = f.positive({"num_attention_heads"}, std::nullopt);
-  p.num_key_value_heads = f.positive({"num_key_value_heads"}, c.num_attention_heads);
+  const bool kv_default = d.num_key_value_heads && !f.root().contains("num_key_value_heads");
+  p.num_key_value_heads = kv_default ? *d.num_key_value_heads
+                                     : f.positive({"num_key_value_heads"}, c.num_attention_heads);
+  if (c.num_attention_heads % p.num_key_value_heads != 0 && kv_default)
+    throw InputError(concat(f.origin(), ": num_key_value_heads is absent, so ",
+                            p.num_key_value_heads, " (", d.config_class,
+                            "'s default), which does not divide num_attention_heads=",
+                            c.num_attention_heads, "; set num_key_value_heads"));
   if (c.num_attention_heads % p.num_key_value_heads != 0)
     throw InputError(concat(f.origin(), ": num_key_value_heads=", p.num_key_value_heads,
                             " does not divide num_attention_heads=", c.num_attention_heads));

@@ -78,6 +78,10 @@ struct LlamaDefaults {
   int64_t bos_token_id = 1;
   int64_t eos_token_id = 2;
   double rope_theta = 10000.0;  // transformers' default_theta
+  // num_key_value_heads when config.json has no such field (nullopt, or the field null:
+  // num_attention_heads), and the config class whose default it is (for errors).
+  std::optional<int64_t> num_key_value_heads;
+  const char* config_class = "";
 };
 
 // Gemma 2 and 3's: head_dim 256, bos 2, eos 1, and their context.

@@ -27,15 +27,8 @@ class Mixtral : public LlamaFamilyArchitecture {
     d.max_position_embeddings = 4096 * 32;
     d.rope_theta = 1e6;      // MixtralConfig.default_theta
     p->rms_norm_eps = 1e-5;  // MixtralConfig's
+    d.num_key_value_heads = 8, d.config_class = "MixtralConfig";
     parse_llama_family(f, d, c, *p);
-    if (!f.root().contains("num_key_value_heads")) {
-      p->num_key_value_heads = 8;  // MixtralConfig's default
-      if (c.num_attention_heads % 8 != 0)
-        throw InputError(concat(f.origin(),
-                                ": num_key_value_heads is absent, so 8 (MixtralConfig's default), "
-                                "which does not divide num_attention_heads=",
-                                c.num_attention_heads, "; set num_key_value_heads"));
-    }
     p->windows = LlamaParams::Windows::kEveryLayer;
     if (f.has("sliding_window")) p->sliding_window = f.positive({"sliding_window"}, std::nullopt);
     parse_expert_counts(f, {"num_experts", "num_local_experts"}, 8, 2, *p);
@@ -76,13 +69,7 @@ class Mixtral : public LlamaFamilyArchitecture {
   }
 
   BuiltModel build(const ModelConfig& c, WeightSource& w) const override {
-    LlamaBuild b;
-    b.mlp = [](const ModelConfig& c, WeightSource layer, int64_t) {
-      return build_sparse_moe(c, layer, kNames);
-    };
-    BuiltModel m = build_llama_family(c, w, b);
-    m.mlp_width = moe_mlp_width(c);
-    return m;
+    return build_moe_family(c, w, kNames);
   }
 };
 

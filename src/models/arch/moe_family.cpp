@@ -83,15 +83,23 @@ std::unique_ptr<Module> build_sparse_moe(const ModelConfig& c, WeightSource laye
                                      o);
 }
 
-int64_t moe_mlp_width(const ModelConfig& c) {
+BuiltModel build_moe_family(const ModelConfig& c, WeightSource& w, const MoeNames& names,
+                            LlamaBuild b) {
   const auto& p = c.params<MoeParams>();
-  int64_t width = 0;
+  if (!b.layer)
+    b.mlp = [&names](const ModelConfig& c, WeightSource layer, int64_t i) {
+      const auto& p = c.params<MoeParams>();
+      return p.sparse(i) ? build_sparse_moe(c, layer, names)
+                         : llama_gated_mlp(c, layer.pp("mlp"), p.hidden_act);
+    };
+  BuiltModel m = build_llama_family(c, w, b);
+  m.mlp_width = 0;
   for (int64_t i = 0; i < c.num_hidden_layers; ++i)
-    width = std::max(width, p.sparse(i)
-                                ? SparseMoe::width_per_token(c.hidden_size, p.moe_intermediate_size,
-                                                             p.num_experts, p.top_k)
-                                : p.intermediate_size);
-  return width;
+    m.mlp_width = std::max(m.mlp_width, p.sparse(i) ? SparseMoe::width_per_token(
+                                                          c.hidden_size, p.moe_intermediate_size,
+                                                          p.num_experts, p.top_k)
+                                                    : p.intermediate_size);
+  return m;
 }
 
 }  // namespace actcap

@@ -1,6 +1,6 @@
-// What the Llama-style mixture-of-experts decoders share (Mixtral, Qwen3-MoE): the expert fields
-// (MoeParams), reading and writing them, and building a layer's SparseMoe from the checkpoint's
-// per-expert weights. Each architecture's file names its weights and defaults.
+// What the Llama-style mixture-of-experts decoders share (Mixtral, Qwen3-MoE, OLMoE): the expert
+// fields (MoeParams), reading them, the presets, a layer's SparseMoe from the checkpoint's weights
+// and the model around it. Each architecture's file names its weights and defaults.
 #pragma once
 
 #include <initializer_list>
@@ -28,7 +28,7 @@ struct MoeParams : LlamaParams {
 
 // How an architecture's checkpoint names a sparse block's weights, relative to the layer.
 struct MoeNames {
-  std::string block;                      // "block_sparse_moe" (Mixtral) or "mlp" (Qwen3-MoE)
+  std::string block;                      // "block_sparse_moe" (Mixtral) or "mlp"
   std::string gate, up, down;             // each expert's: "w1", "w3", "w2" or "gate_proj", ...
   bool weights_in_compute_dtype = false;  // see SparseMoeOptions
 };
@@ -36,14 +36,15 @@ struct MoeNames {
 // Layer `layer`'s sparse block: the module is named `<layer>.mlp` (transformers 5's name for both
 // architectures; transformers 4 called Mixtral's `block_sparse_moe`), its router
 // `<layer>.mlp.gate`. Weights per expert under `names`, or stacked as transformers 5 holds them in
-// memory
-// (`mlp.experts.gate_up_proj`, `mlp.experts.down_proj`) when the checkpoint has those.
+// memory (`mlp.experts.gate_up_proj`, `mlp.experts.down_proj`) when the checkpoint has those.
 std::unique_ptr<Module> build_sparse_moe(const ModelConfig& c, WeightSource layer,
                                          const MoeNames& names);
 
-// The planner's MLP width for a model with these experts, and dense layers of intermediate_size
-// where p.sparse() says so.
-int64_t moe_mlp_width(const ModelConfig& c);
+// The Llama family's model with each layer's MLP as p.sparse() says: the sparse block (weights as
+// `names` says) or the dense gated MLP under `mlp`; when `b.layer` is set, it builds whole layers
+// instead (OLMoE's). The planner's MLP width covers both kinds.
+BuiltModel build_moe_family(const ModelConfig& c, WeightSource& w, const MoeNames& names,
+                            LlamaBuild b = {});
 
 // The shared presets (tiny, small, gpt2-small) with MoE params: the family's sizes, `experts`
 // experts choosing `top_k`, each `inner` wide.

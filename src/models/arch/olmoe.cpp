@@ -109,9 +109,7 @@ class Olmoe : public LlamaFamilyArchitecture {
   BuiltModel build(const ModelConfig& c, WeightSource& w) const override {
     LlamaBuild b;
     b.layer = olmoe_layer;
-    BuiltModel m = build_llama_family(c, w, b);
-    m.mlp_width = moe_mlp_width(c);
-    return m;
+    return build_moe_family(c, w, kNames, std::move(b));
   }
 };
 

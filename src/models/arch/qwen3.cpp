@@ -23,16 +23,8 @@ class Qwen3 : public LlamaFamilyArchitecture {
     d.max_position_embeddings = 32768;
     d.head_dim = 128;  // Qwen3Config's default, not hidden_size / num_attention_heads
     d.bos_token_id = d.eos_token_id = 151643;
+    d.num_key_value_heads = 32, d.config_class = "Qwen3Config";
     parse_llama_family(f, d, c, *p);
-    // Qwen3Config's num_key_value_heads defaults to 32 when absent (null: num_attention_heads).
-    if (!f.root().contains("num_key_value_heads")) {
-      p->num_key_value_heads = 32;
-      if (c.num_attention_heads % 32 != 0)
-        throw InputError(concat(f.origin(),
-                                ": num_key_value_heads is absent, so 32 (Qwen3Config's default), "
-                                "which does not divide num_attention_heads=",
-                                c.num_attention_heads, "; set num_key_value_heads"));
-    }
     p->attention_bias = f.boolean({"attention_bias"}, false);  // q, k, v and o
     p->qkv_bias = p->o_bias = p->attention_bias;
     p->qk_norm = true;

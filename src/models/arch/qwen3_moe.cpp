@@ -30,15 +30,8 @@ class Qwen3Moe : public LlamaFamilyArchitecture {
     LlamaDefaults d;
     d.max_position_embeddings = 32768;
     d.bos_token_id = d.eos_token_id = 151643;
+    d.num_key_value_heads = 4, d.config_class = "Qwen3MoeConfig";
     parse_llama_family(f, d, c, *p);
-    if (!f.root().contains("num_key_value_heads")) {
-      p->num_key_value_heads = 4;  // Qwen3MoeConfig's default
-      if (c.num_attention_heads % 4 != 0)
-        throw InputError(concat(f.origin(),
-                                ": num_key_value_heads is absent, so 4 (Qwen3MoeConfig's "
-                                "default), which does not divide num_attention_heads=",
-                                c.num_attention_heads, "; set num_key_value_heads"));
-    }
     p->attention_bias = f.boolean({"attention_bias"}, false);
     p->qkv_bias = p->o_bias = p->attention_bias;
     p->qk_norm = true;
@@ -111,15 +104,7 @@ class Qwen3Moe : public LlamaFamilyArchitecture {
   }
 
   BuiltModel build(const ModelConfig& c, WeightSource& w) const override {
-    LlamaBuild b;
-    b.mlp = [](const ModelConfig& c, WeightSource layer, int64_t i) {
-      const auto& p = c.params<MoeParams>();
-      return p.sparse(i) ? build_sparse_moe(c, layer, kNames)
-                         : llama_gated_mlp(c, layer.pp("mlp"), p.hidden_act);
-    };
-    BuiltModel m = build_llama_family(c, w, b);
-    m.mlp_width = moe_mlp_width(c);
-    return m;
+    return build_moe_family(c, w, kNames);
   }
 };
 

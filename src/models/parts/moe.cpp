@@ -46,13 +46,14 @@ at::Tensor SparseMoe::forward(const at::Tensor& x, ForwardState& st) {
   // Every (token, slot) pair, entry n * k + s, grouped by expert (transformers 5's default
   // experts path, grouped_mm: sort by expert, one GEMM per expert's rows).
   at::Tensor entry_expert = chosen.reshape(-1);
-  at::Tensor order = std::get<1>(at::sort(entry_expert, /*stable=*/true, /*dim=*/0, false));
+  auto by_expert = at::sort(entry_expert, /*stable=*/true, /*dim=*/0, false);
+  const at::Tensor& sorted = std::get<0>(by_expert);
+  const at::Tensor& order = std::get<1>(by_expert);
   at::Tensor token = at::div(order, k, "trunc");
   at::Tensor entry_weight = weight.reshape(-1).index_select(0, order);
   // Where each expert's entries start and end in that order: the one value the host must read
   // (a device sync on an accelerator, as the loop over transformers' eager experts has; bincount
   // would read the ids' min and max first).
-  at::Tensor sorted = entry_expert.index_select(0, order);
   at::Tensor bounds = at::searchsorted(sorted, at::arange(E + 1, sorted.options())).to(at::kCPU);
   const int64_t* bound = bounds.data_ptr<int64_t>();
 

@@ -1,4 +1,4 @@
-// A sparse mixture-of-experts feed-forward block (Mixtral's and Qwen3-MoE's SparseMoeBlock):
+// A sparse mixture-of-experts feed-forward block (Mixtral's, Qwen3-MoE's, OLMoE's SparseMoeBlock):
 // a router (`gate`, nn.Linear hidden -> experts, no bias) scores every token, the top k experts by
 // softmax probability run it through their own gated MLP down(act(gate(x)) * up(x)), and their
 // outputs are summed weighted by those probabilities (renormalised to sum 1 when configured), in
@@ -25,7 +25,7 @@ struct SparseMoeOptions {
   // Divide the k probabilities by their sum (Mixtral always; Qwen3-MoE's norm_topk_prob).
   bool normalize_top_k = true;
   // Round the routing weights to the compute dtype before they scale the expert outputs
-  // (Qwen3-MoE); Mixtral keeps them float32 and rounds the product.
+  // (Qwen3-MoE, OLMoE); Mixtral keeps them float32 and rounds the product.
   bool weights_in_compute_dtype = false;
 };
 
