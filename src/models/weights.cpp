@@ -192,6 +192,26 @@ at::Tensor WeightSource::get(const std::string& relative, const std::vector<int6
   return layout == Layout::kTransposed ? w.t() : w;
 }
 
+at::Tensor WeightSource::get_packed(const std::string& relative, const std::vector<int64_t>& shape,
+                                    at::ScalarType dtype) {
+  State& s = *state_;
+  const std::string name = prefix_ + relative;
+  if (!s.tensors) throw std::logic_error(concat("get_packed(", name, ") without a checkpoint"));
+  std::vector<std::string> tried;
+  const std::string* found = s.find(name, {}, tried);
+  if (!found) throw InputError(concat(s.origin, ": missing tensor ", name));
+  const at::Tensor& t = s.tensors->at(*found);
+  if (t.scalar_type() != dtype)
+    throw InputError(concat(s.origin, ": tensor ", *found, " has dtype ", t.scalar_type(),
+                            "; a packed weight must be ", dtype));
+  if (t.sizes() != at::IntArrayRef(shape))
+    throw InputError(concat(s.origin, ": tensor ", *found, " has shape ", concat(t.sizes()),
+                            " but config.json implies ", concat(at::IntArrayRef(shape))));
+  s.specs.push_back({name, shape, Init::kMatrix});
+  s.used.insert(*found);
+  return t;
+}
+
 void WeightSource::warn_unused() const {
   const State& s = *state_;
   if (!s.tensors) return;

@@ -68,6 +68,11 @@ class WeightSource {
                  Init init = Init::kMatrix, Layout layout = Layout::kAsStored,
                  const std::vector<std::string>& aliases = {});
 
+  // A packed weight (MXFP4 blocks and scales: uint8) as stored, of exactly `dtype` and `shape`:
+  // never converted. Only for a layout the checkpoint holds (has()): random() and shapes() make
+  // the unpacked layout.
+  at::Tensor get_packed(const std::string& name, const std::vector<int64_t>& shape,
+                        at::ScalarType dtype);
   // Whether the checkpoint holds `name` (relative to the prefix), under it or a prefix alias: for
   // an architecture whose checkpoints come in two layouts. Always false for random() and shapes(),
   // which make the layout the builder asks for first.

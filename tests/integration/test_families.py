@@ -48,6 +48,7 @@ FAMILIES = [
            "intermediate_size"),
     Family("qwen3_moe", "model.layers", "mlp.gate.weight", "hidden_size", "hidden_size"),
     Family("olmoe", "model.layers", "self_attn.q_norm.weight", "hidden_size", "hidden_size"),
+    Family("gpt_oss", "model.layers", "self_attn.sinks", "hidden_size", "hidden_size"),
 ]
 BY_ARCH = {f.arch: f for f in FAMILIES}
 ARCHS = [f.arch for f in FAMILIES]

@@ -3,8 +3,9 @@
 Written from the semantics of Hugging Face transformers' modeling_gpt2.py, modeling_llama.py,
 modeling_mistral.py, modeling_qwen2.py, modeling_qwen3.py, modeling_olmo2.py, modeling_gemma2.py,
 modeling_gemma3.py, modeling_gpt_neox.py, modeling_phi3.py, modeling_mixtral.py, modeling_qwen3_moe.py,
-modeling_olmoe.py (with configuration_mixtral.py, configuration_qwen3_moe.py, configuration_olmoe.py
-and conversion_mapping.py of transformers
+modeling_olmoe.py, modeling_gpt_oss.py (with configuration_mixtral.py, configuration_qwen3_moe.py,
+configuration_olmoe.py, configuration_gpt_oss.py, conversion_mapping.py, integrations/moe.py and
+integrations/mxfp4.py of transformers
 5.12) and modeling_rope_utils.py (eager attention, eager experts, no padding, no cache, eval mode),
 using only torch + numpy + the minimal safetensors reader in st.py. config.json may be in
 transformers 4.x form (rope_theta / rope_scaling, torch_dtype) or 5.x form (rope_parameters,
@@ -77,6 +78,19 @@ Hook points (N = layer index):
                    .mlp.{gate,up,down}_proj, .mlp.act_fn as qwen3.
          Mixtral's layers are all sparse. Model.routing(ids) gives the chosen experts, their
          weights and the top-k margin per sparse layer (not hook points).
+  gpt_oss (GptOssForCausalLM): model.embed_tokens, model.layers.N, .input_layernorm, .self_attn,
+         .self_attn.{q,k,v,o}_proj (with biases when attention_bias, the default),
+         .post_attention_layernorm, .mlp ([T, H] in and out), .mlp.router (input [T, H], output
+         the router logits [T, num_experts] float32, bias included), model.norm, lm_head; every
+         layer sparse, no per-expert points. Attention has a learnt per-head sink logit
+         (.self_attn.sinks): softmax over the keys plus the sink, the sink's share dropped, so
+         :probs rows sum to < 1 (:scores are the masked scores without the sink column); sliding
+         layers (layer_types, by default the even ones) attend within sliding_window. The router
+         takes the top-k of the logits and softmaxes those k; the experts' clamped SwiGLU reads
+         gate / up from the even / odd columns of gate_up_proj (see Model._gpt_oss_moe).
+         Model.routing(ids) works as for the other MoE families (its margin is between logits). An
+         MXFP4 checkpoint (quantization_config quant_method "mxfp4") stores the experts'
+         gate_up_proj / down_proj as _blocks / _scales, dequantized at load (mxfp4_dequantize).
 """
 import json
 import math
@@ -90,8 +104,8 @@ import torch.nn.functional as F
 import st
 
 ARCHS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3_text", "gemma3",
-         "gpt_neox", "phi3", "mixtral", "qwen3_moe", "olmoe")
-MOE_ARCHS = ("mixtral", "qwen3_moe", "olmoe")
+         "gpt_neox", "phi3", "mixtral", "qwen3_moe", "olmoe", "gpt_oss")
+MOE_ARCHS = ("mixtral", "qwen3_moe", "olmoe", "gpt_oss")
 
 
 class ReferenceError(ValueError):
@@ -184,6 +198,18 @@ OLMOE_DEFAULTS = dict(vocab_size=50304, hidden_size=2048, intermediate_size=2048
                       max_position_embeddings=4096, rms_norm_eps=1e-5, tie_word_embeddings=False,
                       rope_theta=10000.0, attention_bias=False, clip_qkv=None, num_experts_per_tok=8,
                       num_local_experts=64, norm_topk_prob=False)
+# GptOssConfig's defaults (configuration_gpt_oss.py, transformers 5.x; rope_theta is its default_theta).
+# swiglu_limit / alpha are constants of GptOssExperts (7.0, 1.702), not config fields.
+GPT_OSS_DEFAULTS = dict(vocab_size=201088, hidden_size=2880, intermediate_size=2880, num_hidden_layers=36,
+                        num_attention_heads=64, num_key_value_heads=8, head_dim=64, num_local_experts=128,
+                        num_experts_per_tok=4, sliding_window=128, max_position_embeddings=131072,
+                        rms_norm_eps=1e-5, tie_word_embeddings=False, attention_bias=True, rope_theta=150000.0)
+# GptOssConfig.__post_init__'s rope_parameters when config.json has neither rope_parameters nor
+# rope_scaling (a null or absent field; an empty dict is plain RoPE).
+GPT_OSS_ROPE = {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                "original_max_position_embeddings": 4096}
+GPT_OSS_SWIGLU_LIMIT = 7.0
+GPT_OSS_SWIGLU_ALPHA = 1.702
 # Gemma2Config's defaults (configuration_gemma2.py).
 GEMMA2_DEFAULTS = dict(vocab_size=256000, hidden_size=2304, intermediate_size=9216,
                        num_hidden_layers=26, num_attention_heads=8, num_key_value_heads=4,
@@ -255,6 +281,8 @@ class Config:
             self._gpt_neox(cfg)
         elif mt == "phi3":
             self._phi3(cfg)
+        elif mt == "gpt_oss":
+            self._gpt_oss(cfg)
         elif mt in MOE_ARCHS:
             self._moe(cfg)
         else:
@@ -562,6 +590,101 @@ class Config:
         if any(self.sparse) and not 1 <= self.top_k <= self.experts:
             raise ReferenceError(
                 f"num_experts_per_tok {self.top_k} must be in 1..num_experts ({self.experts})")
+
+    def _gpt_oss(self, cfg):
+        """GptOssConfig (transformers 5.x, a @strict dataclass; GPT_OSS_DEFAULTS for absent fields).
+        - nulls: every non-Optional field refuses null (num_key_value_heads and head_dim too: the
+          strict check runs before __post_init__ could fill them); sliding_window is Optional, but
+          GptOssModel builds the sliding-window mask on every forward, which raises without one
+          (even when no layer slides); a sliding layer's window must be >= 1 (refused here).
+        - head_dim: config.json's (default 64, never hidden // heads unless given so); even (the
+          RoPE halves); q_proj is [heads * head_dim, hidden].
+        - num_experts is an alias of num_local_experts (attribute_map); with both present
+          num_experts wins (as GptOssConfig resolves it).
+        - layer_types (validated: one per layer, full_attention / sliding_attention here), default
+          "sliding_attention" on even layers ((i + 1) % 2), "full_attention" on odd; the window
+          applies to the sliding layers only.
+        - attention_bias (default true) gives q, k, v and o biases; the router and the experts
+          always have biases; every layer is sparse: experts of intermediate_size, top-k on the
+          router logits, weights softmax(top-k logits) (= the renormalised top-k of the full
+          softmax: norm_topk).
+        - RoPE: rope_scaling (4.x, the Hub's openai/gpt-oss-* files) or rope_parameters (5.x); with
+          neither (null or absent) GPT_OSS_ROPE (YaRN, factor 32, truncate false, original 4096);
+          rope_theta (top level or in the dict) defaults to 150000. rotate-half RoPE over the whole
+          head (a partial_rotary_factor cannot run in HF).
+        - quantization_config: absent / null, or quant_method "mxfp4" (self.mxfp4: the experts'
+          gate_up_proj / down_proj are stored as _blocks / _scales and dequantized at load, as
+          transformers does without triton kernels); anything else is refused.
+        hidden_act, swiglu_limit, experts_per_token, initial_context_length and
+        router_aux_loss_coef are not read (HF's experts hard-code limit 7.0 and alpha 1.702)."""
+        d = GPT_OSS_DEFAULTS
+
+        def get(k):
+            if k not in cfg:
+                return d[k]
+            if cfg[k] is None:
+                raise ReferenceError(f"gpt_oss {k} is null (transformers' strict config refuses it)")
+            return cfg[k]
+
+        self.vocab_size = int(get("vocab_size"))
+        self.hidden = int(get("hidden_size"))
+        self.layers = int(get("num_hidden_layers"))
+        self.heads = int(get("num_attention_heads"))
+        self.kv_heads = int(get("num_key_value_heads"))
+        self.inner = int(get("intermediate_size"))
+        self.act = None  # GptOssExperts' own clamped SwiGLU (hidden_act is not read)
+        self.eps = float(get("rms_norm_eps"))
+        self.tie = bool(get("tie_word_embeddings"))
+        if self.heads < 1 or self.kv_heads < 1 or self.heads % self.kv_heads:
+            raise ReferenceError("num_attention_heads not divisible by num_key_value_heads")
+        self.head_dim = int(get("head_dim"))
+        if self.head_dim < 2 or self.head_dim % 2:
+            raise ReferenceError(f"head_dim {self.head_dim} must be even and >= 2 (RoPE)")
+        self.attention_bias = bool(get("attention_bias"))
+        self.mlp_bias = False
+        get("max_position_embeddings")  # refuses a null
+        # RoPE: rope_scaling or rope_parameters, else GptOssConfig's YaRN default
+        rs, rp = cfg.get("rope_scaling"), cfg.get("rope_parameters")
+        rcfg = dict(cfg, model_type="gpt_oss")
+        if not (isinstance(rs, dict) and rs) and rp is None:
+            rcfg["rope_parameters"] = dict(GPT_OSS_ROPE)
+        if "rope_theta" in cfg and cfg["rope_theta"] is None and not (
+                (rs if isinstance(rs, dict) and rs else rcfg["rope_parameters"] or {}).get("rope_theta")):
+            raise ReferenceError("gpt_oss rope_theta is null")
+        rcfg["rope_theta"] = d["rope_theta"] if cfg.get("rope_theta") is None else cfg["rope_theta"]
+        self.rope = self._rope(rcfg)
+        # layers
+        types = cfg.get("layer_types")
+        if types is None:
+            types = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(self.layers)]
+        if not isinstance(types, list) or len(types) != self.layers:
+            raise ReferenceError(f"layer_types must list {self.layers} layer types")
+        bad = [t for t in types if t not in LAYER_TYPES]
+        if bad:
+            raise ReferenceError(f"unsupported layer type {bad[0]!r}")
+        sw = cfg["sliding_window"] if "sliding_window" in cfg else d["sliding_window"]
+        if sw is None:  # GptOssModel builds the sliding mask whatever the layer types: HF raises
+            raise ReferenceError("gpt_oss sliding_window is null (transformers cannot build its sliding mask)")
+        if "sliding_attention" in types and int(sw) < 1:
+            raise ReferenceError(f"sliding_attention layers need a sliding_window >= 1, not {sw!r}")
+        self.layer_types = list(types)
+        self.windows = [int(sw) if t == "sliding_attention" else None for t in types]
+        # experts
+        ne, nle = cfg.get("num_experts"), cfg.get("num_local_experts")
+        if "num_experts" in cfg and ne is None or "num_local_experts" in cfg and nle is None:
+            raise ReferenceError("gpt_oss num_experts / num_local_experts is null")
+        self.experts = int(next((v for v in (ne, nle) if v is not None), d["num_local_experts"]))
+        self.top_k = int(get("num_experts_per_tok"))
+        self.moe_inner = self.inner
+        self.norm_topk = True
+        self.sparse = [True] * self.layers
+        if not 1 <= self.top_k <= self.experts:
+            raise ReferenceError(
+                f"num_experts_per_tok {self.top_k} must be in 1..num_experts ({self.experts})")
+        q = cfg.get("quantization_config")
+        if q is not None and (not isinstance(q, dict) or q.get("quant_method") != "mxfp4"):
+            raise ReferenceError(f"unsupported quantization_config {q!r} (only mxfp4)")
+        self.mxfp4 = q is not None
 
     # -- RoPE ----------------------------------------------------------------------------------
     def _gpt_neox(self, cfg):
@@ -875,7 +998,7 @@ ROPE_FUNCTIONS = {"default": _rope_default, "linear": _rope_linear, "dynamic": _
 ROPE_TYPES = tuple(ROPE_FUNCTIONS)
 MAX_POSITIONS_DEFAULT = {"gemma2": 8192, "gemma3_text": 131072, "llama": 2048, "mistral": 4096 * 32, "qwen2": 32768, "qwen3": 32768,
                          "gpt_neox": 2048, "phi3": 4096, "mixtral": 4096 * 32, "qwen3_moe": 32768,
-                         "olmoe": 4096}
+                         "olmoe": 4096, "gpt_oss": 131072}
 
 
 def rope_parameters(rope, head_dim, seq_len=None):
@@ -1073,6 +1196,33 @@ def expected_shapes(cfg):
             s[p + "mlp.down_proj.weight"] = [H, I]
             s[p + "post_feedforward_layernorm.weight"] = [H]
         s[base + ".norm.weight"] = [H]
+    elif c.arch == "gpt_oss":
+        # GptOssForCausalLM's parameters (no conversion mapping: the Hub's names are the modules'):
+        # the experts stacked, [in, out] (x @ W), gate / up interleaved in gate_up_proj's columns.
+        # An MXFP4 checkpoint stores gate_up_proj / down_proj as _blocks / _scales instead
+        # (mxfp4_shapes); these are the dequantized shapes.
+        q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
+        E = c.experts
+        s["model.embed_tokens.weight"] = [V, H]
+        for i in range(c.layers):
+            p = f"model.layers.{i}."
+            s[p + "input_layernorm.weight"] = [H]
+            for nm, rows in (("q_proj", q), ("k_proj", kv), ("v_proj", kv)):
+                s[p + f"self_attn.{nm}.weight"] = [rows, H]
+                if c.attention_bias:
+                    s[p + f"self_attn.{nm}.bias"] = [rows]
+            s[p + "self_attn.o_proj.weight"] = [H, q]
+            if c.attention_bias:
+                s[p + "self_attn.o_proj.bias"] = [H]
+            s[p + "self_attn.sinks"] = [c.heads]
+            s[p + "post_attention_layernorm.weight"] = [H]
+            s[p + "mlp.router.weight"] = [E, H]
+            s[p + "mlp.router.bias"] = [E]
+            s[p + "mlp.experts.gate_up_proj"] = [E, H, 2 * I]
+            s[p + "mlp.experts.gate_up_proj_bias"] = [E, 2 * I]
+            s[p + "mlp.experts.down_proj"] = [E, I, H]
+            s[p + "mlp.experts.down_proj_bias"] = [E, H]
+        s["model.norm.weight"] = [H]
     elif c.arch == "olmo2":
         q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
         s["model.embed_tokens.weight"] = [V, H]
@@ -1137,6 +1287,73 @@ def expected_shapes(cfg):
     return s
 
 
+MXFP4_EXPERTS = ("gate_up_proj", "down_proj")  # GptOssExperts' quantized parameters
+# transformers.integrations.mxfp4.FP4_VALUES: the e2m1 value of each 4-bit code (bit 3 the sign)
+FP4_VALUES = (+0.0, +0.5, +1.0, +1.5, +2.0, +3.0, +4.0, +6.0,
+              -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
+
+
+def mxfp4_shapes(cfg):
+    """gpt_oss with MXFP4 experts: the stored name -> shape of each expert matrix's blocks and
+    scales (uint8), replacing gate_up_proj / down_proj of expected_shapes: for W of dequantized
+    shape [E, in, out], W_blocks [E, out, in / 32, 16] and W_scales [E, out, in / 32] (in must be a
+    multiple of 32)."""
+    c = cfg if isinstance(cfg, Config) else Config(cfg)
+    s = OrderedDict()
+    for name, shape in expected_shapes(c).items():
+        if c.arch == "gpt_oss" and name.rsplit(".", 1)[-1] in MXFP4_EXPERTS:
+            E, n_in, n_out = shape
+            if n_in % 32:
+                raise ReferenceError(f"{name}: MXFP4 needs an input width multiple of 32, not {n_in}")
+            s[name + "_blocks"] = [E, n_out, n_in // 32, 16]
+            s[name + "_scales"] = [E, n_out, n_in // 32]
+    return s
+
+
+def mxfp4_dequantize(blocks, scales):
+    """transformers' _convert_moe_packed_tensors in float32: blocks uint8 [E, R, G, 16] (two e2m1
+    codes a byte, the low nibble the even element), scales uint8 [E, R, G] (e8m0, bias 127):
+    value = FP4_VALUES[code] * 2 ** (scale - 127), the 32 values of group g being columns
+    32 g .. 32 g + 31; the [E, R, G * 32] result transposed to [E, G * 32, R] (x @ W layout).
+    Exact in float32 (HF computes it in bf16, also exactly, then the model casts it)."""
+    blocks = torch.as_tensor(blocks).to(torch.uint8)
+    scales = torch.as_tensor(scales).to(torch.int64) - 127
+    if blocks.ndim != 4 or blocks.shape[-1] != 16 or tuple(blocks.shape[:-1]) != tuple(scales.shape):
+        raise ReferenceError(f"MXFP4 blocks {list(blocks.shape)} / scales {list(scales.shape)} do not match")
+    lut = torch.tensor(FP4_VALUES, dtype=torch.float32)
+    E, R, G, B = blocks.shape
+    codes = torch.stack(((blocks & 0x0F).long(), (blocks >> 4).long()), dim=-1)  # [E, R, G, 16, 2]
+    vals = lut[codes].reshape(E, R, G, 2 * B)
+    # 2.0 ** (scale - 127) as a float32 tensor (torch.ldexp's pow(2.0, exp)); 2 ** 128 is inf
+    vals = vals * torch.pow(torch.tensor(2.0), scales.to(torch.float32))[..., None]
+    return vals.reshape(E, R, G * 2 * B).transpose(1, 2).contiguous()
+
+
+def _norm_gpt_oss_names(w, cfg):
+    """An MXFP4 checkpoint (quantization_config mxfp4): each expert matrix's _blocks / _scales
+    pair becomes the dequantized float32 tensor (a matrix stored unquantized is taken as is).
+    Without the quantization_config transformers would not read the pairs: refused."""
+    out = {}
+    for k, v in w.items():
+        base, _, suffix = k.rpartition("_")
+        if suffix not in ("blocks", "scales") or not base.endswith(MXFP4_EXPERTS):
+            out[k] = v
+            continue
+        if not cfg.mxfp4:
+            raise ReferenceError(f"{k}: MXFP4 tensors without quantization_config mxfp4")
+        if suffix == "scales":
+            continue
+        if base + "_scales" not in w:
+            raise ReferenceError(f"{k} without {base}_scales")
+        if base in w:
+            raise ReferenceError(f"{base} stored both quantized and unquantized")
+        out[base] = mxfp4_dequantize(v, w[base + "_scales"])
+    for k in w:
+        if k.endswith("_scales") and k[:-len("_scales")].endswith(MXFP4_EXPERTS) and k[:-7] + "_blocks" not in w:
+            raise ReferenceError(f"{k} without {k[:-7]}_blocks")
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # model
 # ---------------------------------------------------------------------------------------------
@@ -1157,6 +1374,8 @@ class Model:
             prefix = ""
         else:
             w = _norm_llama_names(w)
+            if self.cfg.arch == "gpt_oss":
+                w = _norm_gpt_oss_names(w, self.cfg)
             if getattr(self.cfg, "multimodal", False):
                 w = _norm_gemma3_multimodal_names(w)
             emb_key = getattr(self.cfg, "prefix", "model") + ".embed_tokens.weight"
@@ -1200,6 +1419,8 @@ class Model:
                 pts = self._gpt_neox(ids, rope_seq_len)
             elif self.cfg.arch == "phi3":
                 pts = self._phi3(ids, rope_seq_len)
+            elif self.cfg.arch == "gpt_oss":
+                pts = self._gpt_oss(ids, rope_seq_len)
             else:
                 pts = self._llama(ids, rope_seq_len)
         return OrderedDict((k, v.detach().cpu().contiguous().numpy()) for k, v in pts.items())
@@ -1477,12 +1698,14 @@ class Model:
     def _lin(self, x, p):
         return F.linear(x, self.w[p + ".weight"], self.w.get(p + ".bias"))
 
-    def _attend(self, q, k, v, cos, sin, scale, window=None, softcap=None, pts=None, name=None):
+    def _attend(self, q, k, v, cos, sin, scale, window=None, softcap=None, pts=None, name=None, sinks=None):
         """eager_attention_forward on q [T, heads * head_dim], k / v [T, kv_heads * head_dim]:
         RoPE, repeat_kv, scores * scale, optional softcap * tanh(scores / softcap), the causal (and
         sliding: i - window < j <= i) mask, softmax in float32; returns the context
         [T, heads * head_dim] (o_proj's input). pts / name: where the attention patterns of module
-        name go (forward(patterns=True))."""
+        name go (forward(patterns=True)). sinks [heads] (gpt-oss): GptOss's eager_attention_forward
+        instead: the masked scores get the head's sink logit as a last column, minus the row max,
+        softmax (in their dtype), the sink column dropped; the recorded :scores are without it."""
         c = self.cfg
         T, nh, nkv, hd = q.shape[0], c.heads, c.kv_heads, c.head_dim
         qh = apply_rope(q.view(T, nh, hd).transpose(0, 1), cos, sin)
@@ -1500,7 +1723,12 @@ class Model:
             allowed = allowed & (kj > qi - int(window))
         scores = att
         att = torch.where(allowed, att, torch.tensor(torch.finfo(torch.float32).min))
-        att = F.softmax(att, dim=-1, dtype=torch.float32)
+        if sinks is None:
+            att = F.softmax(att, dim=-1, dtype=torch.float32)
+        else:
+            combined = torch.cat((att, sinks.reshape(nh, 1, 1).expand(nh, T, 1).to(att.dtype)), dim=-1)
+            combined = combined - combined.max(dim=-1, keepdim=True).values
+            att = F.softmax(combined, dim=-1, dtype=combined.dtype)[..., :-1]
         if pts is not None:
             self._pattern(pts, name, scores, allowed, att)
         return torch.matmul(att, vh).transpose(0, 1).contiguous().view(T, nh * hd)
@@ -1798,6 +2026,101 @@ class Model:
         logits = F.linear(hn, w["lm_head.weight"])
         rec("lm_head", hn, logits)
         return pts
+
+    def _gpt_oss(self, ids, rope_seq_len=None):
+        """GptOssModel / GptOssDecoderLayer / GptOssAttention / GptOssMLP (eager attention, the
+        default grouped_mm experts), all float32:
+        - GptOssRMSNorm: weight * (x * rsqrt(mean(x^2) + eps)) (HF keeps the norms in float32);
+        - pre-norm layers: h = x + self_attn(input_layernorm(x)); out = h + mlp(post_attention_layernorm(h));
+        - attention: q / k / v projections (with biases when attention_bias), RoPE on the two
+          halves of each head (GptOssRotaryEmbedding's cos / sin of freqs, x1 cos - x2 sin and
+          x2 cos + x1 sin: Llama's rotate-half), repeat_kv, scores * head_dim**-0.5 plus the
+          causal or sliding (i - window < j <= i) mask; then the layer's per-head sink logit
+          (self_attn.sinks [heads]) is appended as one more column, the row max subtracted, the
+          softmax taken over keys + sink and the sink column dropped (rows sum to < 1); o_proj;
+        - mlp: _gpt_oss_moe."""
+        c, w, lin = self.cfg, self.w, self._lin
+        T = ids.shape[0]
+        pts = OrderedDict()
+
+        def rec(name, inp, out):
+            pts[name + ":input"] = inp
+            pts[name] = out
+
+        def rms(x, p):
+            var = x.pow(2).mean(-1, keepdim=True)
+            return w[p + ".weight"] * (x * torch.rsqrt(var + c.eps))
+
+        cos, sin = rope_cos_sin(c.rope, c.head_dim, T, seq_len=rope_seq_len)
+        h = F.embedding(ids, w["model.embed_tokens.weight"])
+        rec("model.embed_tokens", ids, h)
+        for i in range(c.layers):
+            p = f"model.layers.{i}"
+            A = p + ".self_attn"
+            layer_in = h
+            x = rms(h, p + ".input_layernorm")
+            rec(p + ".input_layernorm", h, x)
+            qkv = []
+            for nm in ("q_proj", "k_proj", "v_proj"):
+                qkv.append(lin(x, f"{A}.{nm}"))
+                rec(f"{A}.{nm}", x, qkv[-1])
+            o = self._attend(*qkv, cos, sin, c.head_dim ** -0.5, c.windows[i], pts=pts, name=A,
+                             sinks=w[A + ".sinks"])
+            a = lin(o, A + ".o_proj")
+            rec(A + ".o_proj", o, a)
+            rec(A, x, a)
+            h = layer_in + a
+            x2 = rms(h, p + ".post_attention_layernorm")
+            rec(p + ".post_attention_layernorm", h, x2)
+            h = h + self._gpt_oss_moe(x2, i, rec)
+            rec(p, layer_in, h)
+        hn = rms(h, "model.norm")
+        rec("model.norm", h, hn)
+        rec("lm_head", hn, F.linear(hn, w["lm_head.weight"]))
+        return pts
+
+    def _gpt_oss_moe(self, x, i, rec):
+        """GptOssMLP of layer i on x [T, H]; records .mlp.router (input x, output the router logits
+        [T, E], the first element of HF's (logits, scores, indices)) and .mlp; returns the block's
+        output.
+        Router (GptOssTopKRouter): logits = x @ router.weight.T + router.bias; top-k on the LOGITS
+        (torch.topk: the k largest, descending, ties to the lower index); weights = softmax over
+        those k logits (in the logits' dtype: float32 here, bf16 in a bf16 model).
+        Experts (GptOssExperts, grouped_mm_experts_forward): for each (token, slot) with expert e,
+        gu = x_t @ gate_up_proj[e] + gate_up_proj_bias[e] ([H, 2I] stored [in, out]); gate =
+        gu[0::2], up = gu[1::2] (INTERLEAVED columns, not halves); gate = min(gate, 7); up =
+        clamp(up, -7, 7); y = ((up + 1) * gate * sigmoid(1.702 * gate)) @ down_proj[e] +
+        down_proj_bias[e]; the block's output is sum over the token's slots (in slot order, as
+        HF's view(T, k, H).sum(1)) of weight * y."""
+        c, w = self.cfg, self.w
+        P = f"model.layers.{i}.mlp"
+        logits = F.linear(x, w[P + ".router.weight"], w[P + ".router.bias"])
+        rec(P + ".router", x, logits)
+        top, idx = torch.topk(logits, c.top_k, dim=-1)  # [T, k]
+        weights = F.softmax(top, dim=1, dtype=top.dtype)
+        if getattr(self, "_routes", None) is not None:
+            srt = logits.sort(dim=-1, descending=True).values
+            gap = srt[:, c.top_k - 1] - srt[:, c.top_k] if c.top_k < c.experts else \
+                torch.full((x.shape[0],), float("inf"))
+            self._routes[i] = dict(experts=idx, weights=weights, logits=logits, margin=gap)
+        gu_w, gu_b = w[P + ".experts.gate_up_proj"], w[P + ".experts.gate_up_proj_bias"]
+        dn_w, dn_b = w[P + ".experts.down_proj"], w[P + ".experts.down_proj_bias"]
+        limit, alpha = GPT_OSS_SWIGLU_LIMIT, GPT_OSS_SWIGLU_ALPHA
+        per_slot = torch.zeros(x.shape[0], c.top_k, x.shape[1], dtype=x.dtype)
+        for e in range(c.experts):
+            tok, slot = torch.where(idx == e)
+            if tok.numel() == 0:
+                continue
+            gu = torch.matmul(x[tok], gu_w[e]) + gu_b[e]
+            gate, up = gu[..., ::2], gu[..., 1::2]
+            gate = gate.clamp(max=limit)
+            up = up.clamp(min=-limit, max=limit)
+            glu = gate * torch.sigmoid(gate * alpha)
+            y = torch.matmul((up + 1) * glu, dn_w[e]) + dn_b[e]
+            per_slot[tok, slot] = y * weights[tok, slot, None]
+        out = per_slot.sum(dim=1)
+        rec(P, x, out)
+        return out
 
     # -- point catalogue ----------------------------------------------------------------------
     def points(self):

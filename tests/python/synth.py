@@ -104,11 +104,53 @@ TINY = {
                   rope_scaling=None, attention_bias=False, clip_qkv=None, num_experts=8,
                   num_experts_per_tok=2, norm_topk_prob=False, bos_token_id=None, eos_token_id=50,
                   pad_token_id=1, tie_word_embeddings=False),
+    # As openai/gpt-oss-20b's config.json (4.x layout: rope_scaling + rope_theta, an explicit
+    # layer_types, the unused swiglu_limit / experts_per_token / initial_context_length): head_dim 16
+    # != 32 / 4; 4 experts of intermediate_size 24 (!= hidden), top-2, every layer sparse; layers 0
+    # and 2 slide (window 4), 1 is full; YaRN factor 4 over 256 original positions (max_position_
+    # embeddings 1024 = 4 * 256), base 150000, truncate false: with head_dim 16 the ramp runs over
+    # dims 0.16 .. 2.49 (truncation would make it 0 .. 3), so truncate matters; not the defaults
+    # (factor 32 over 4096), so a reader that ignores rope_scaling is caught.
+    "gpt_oss": dict(model_type="gpt_oss", architectures=["GptOssForCausalLM"], vocab_size=384, hidden_size=32,
+                    intermediate_size=24, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                    head_dim=16, hidden_act="silu", max_position_embeddings=1024, rms_norm_eps=1e-5,
+                    rope_theta=150000.0,
+                    rope_scaling=dict(rope_type="yarn", factor=4.0, beta_fast=32.0, beta_slow=1.0, truncate=False,
+                                      original_max_position_embeddings=256),
+                    sliding_window=4, layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                    attention_bias=True, num_local_experts=4, num_experts_per_tok=2, experts_per_token=2,
+                    swiglu_limit=7.0, initial_context_length=256, router_aux_loss_coef=0.9,
+                    output_router_logits=False, eos_token_id=200, pad_token_id=199, tie_word_embeddings=False),
+    # gpt_oss with MXFP4 experts (write_checkpoint stores gate_up_proj / down_proj as _blocks /
+    # _scales, see mxfp4_quantize): hidden 64 and intermediate 96, multiples of 32 (the MXFP4 block),
+    # so gate_up_proj is [4, 64, 192] (blocks [4, 192, 2, 16]) and down_proj [4, 96, 64] (blocks
+    # [4, 64, 3, 16]); head_dim 24 != 64 / 4; layer_types absent (the default: 0 and 2 slide).
+    "gpt_oss_mxfp4": dict(model_type="gpt_oss", architectures=["GptOssForCausalLM"], vocab_size=384,
+                          hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+                          num_key_value_heads=2, head_dim=24, hidden_act="silu", max_position_embeddings=1024,
+                          rms_norm_eps=1e-5, rope_theta=150000.0,
+                          rope_scaling=dict(rope_type="yarn", factor=4.0, beta_fast=32.0, beta_slow=1.0,
+                                            truncate=False, original_max_position_embeddings=256),
+                          sliding_window=4, attention_bias=True, num_local_experts=4, num_experts_per_tok=2,
+                          tie_word_embeddings=False,
+                          quantization_config=dict(quant_method="mxfp4", modules_to_not_convert=[
+                              "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
+                              "lm_head"])),
 }
+
+# openai/gpt-oss-20b's quantization_config
+MXFP4_QUANTIZATION_CONFIG = {"modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                        "model.embed_tokens", "lm_head"],
+                             "quant_method": "mxfp4"}
 
 
 GEMMA = ("gemma2", "gemma3_text", "gemma3")  # norm weights are offsets from one: (1 + w)
 ROUTER_STD = 0.25  # MoE router weights (see random_weights)
+# gpt-oss (see random_weights): sinks, router bias, expert gate_up weights and biases
+GPT_OSS_SINK_STD = 1.0
+GPT_OSS_ROUTER_BIAS_STD = 0.5
+GPT_OSS_GATE_UP_STD = 0.25
+GPT_OSS_GATE_UP_BIAS_STD = 3.0
 
 
 def tiny_config(arch, **overrides):
@@ -127,7 +169,13 @@ def random_weights(cfg, seed=0):
     test_reference's sequences the k-th and (k+1)-th largest logits are >= 8e-5 apart (most
     tokens far more), against float32 rounding differences of ~1e-6 between implementations;
     while the k-th expert's weight stays visible (>= 0.004). Model.routing(ids)["margin"] gives
-    the gap per token for other seeds and sequences."""
+    the gap per token for other seeds and sequences.
+    gpt-oss: router weights (.mlp.router.weight) ~ N(0, ROUTER_STD), its bias ~ N(0, 0.5);
+    attention sinks ~ N(0, 1) (a sizeable share of each row next to scores of O(0.3));
+    experts.gate_up_proj ~ N(0, 0.25) and gate_up_proj_bias ~ N(0, 3), so that gate / up values
+    of std ~3.5 cross the SwiGLU clamps (gate > 7, |up| > 7) a few percent of the time;
+    experts.down_proj ~ N(0, 0.02), down_proj_bias ~ N(0, 0.1). (Names no other family has: the
+    other families' draws are unchanged.)"""
     rng = np.random.default_rng(seed)
     out = {}
     for name, shape in reference.expected_shapes(cfg).items():
@@ -135,11 +183,19 @@ def random_weights(cfg, seed=0):
         if any(s in name for s in ("ln_", "layernorm", "norm.weight")) and name.endswith(".weight"):
             # Gemma's norm weights are offsets from one (it scales by 1 + w)
             a = (0.0 if cfg.get("model_type") in GEMMA else 1.0) + 0.1 * rng.standard_normal(shape)
-        elif name.endswith(".bias"):
+        elif name.endswith(".self_attn.sinks"):
+            a = GPT_OSS_SINK_STD * rng.standard_normal(shape)
+        elif name.endswith(".mlp.router.bias"):
+            a = GPT_OSS_ROUTER_BIAS_STD * rng.standard_normal(shape)
+        elif name.endswith(".experts.gate_up_proj_bias"):
+            a = GPT_OSS_GATE_UP_BIAS_STD * rng.standard_normal(shape)
+        elif name.endswith(".experts.gate_up_proj"):
+            a = GPT_OSS_GATE_UP_STD * rng.standard_normal(shape)
+        elif name.endswith(".bias") or name.endswith(".experts.down_proj_bias"):
             a = 0.1 * rng.standard_normal(shape)
         elif "wte" in name or "wpe" in name or "embed_tokens" in name or "embed_in" in name:
             a = 0.5 * rng.standard_normal(shape)
-        elif leaf[-2] == "gate":  # a MoE router (mlp.gate / block_sparse_moe.gate)
+        elif leaf[-2] in ("gate", "router"):  # a MoE router (mlp.gate / block_sparse_moe.gate / mlp.router)
             a = ROUTER_STD * rng.standard_normal(shape)
         else:
             a = 0.02 * rng.standard_normal(shape) * (4.0 if leaf[-2] in ("q_proj", "k_proj", "c_attn", "query_key_value", "qkv_proj") else 1.0)
@@ -191,9 +247,99 @@ def _gemma3_layout(w, layout, rng):
     return out
 
 
+def mxfp4_config(cfg):
+    """The gpt_oss config `cfg` with openai/gpt-oss-20b's quantization_config (MXFP4 experts):
+    write_checkpoint then stores the experts' gate_up_proj / down_proj quantized. hidden_size and
+    intermediate_size must be multiples of 32."""
+    return dict(cfg, quantization_config=json.loads(json.dumps(MXFP4_QUANTIZATION_CONFIG)))
+
+
+def _is_mxfp4(cfg):
+    q = cfg.get("quantization_config")
+    return isinstance(q, dict) and q.get("quant_method") == "mxfp4"
+
+
+FP4_MAGNITUDES = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])  # e2m1 codes 0..7 (8..15: negated)
+
+
+def mxfp4_quantize(w):
+    """An expert matrix in transformers' layout, [E, in, out] (x @ W), as the MXFP4 tensors
+    openai's checkpoints store: returns (blocks uint8 [E, out, in / 32, 16], scales uint8
+    [E, out, in / 32], dequantized float32 [E, in, out]). Each run of 32 inputs of one output row
+    shares the scale 2 ** (scale - 127), the smallest power of two that brings the run's largest
+    magnitude to <= 6; each value is rounded to the nearest e2m1 magnitude (0, 0.5, 1, 1.5, 2, 3, 4,
+    6; a tie to the smaller) with its sign in bit 3 (so small negatives give -0.0, code 8); two codes
+    a byte, the even element in the low nibble. At least one -0.0 code is guaranteed. Written from
+    the format (transformers' _convert_moe_packed_tensors reads it), independent of reference.py's
+    dequantizer."""
+    t = np.swapaxes(np.asarray(w, np.float64), 1, 2)  # [E, out, in]
+    E, R, C = t.shape
+    if C % 32:
+        raise ValueError(f"MXFP4 needs an input width multiple of 32, not {C}")
+    g = t.reshape(E, R, C // 32, 32)
+    amax = np.abs(g).max(-1)
+    exp = np.where(amax > 0, np.ceil(np.log2(np.maximum(amax, 1e-300) / 6.0)), -127.0)
+    exp = np.where(amax / np.exp2(exp) > 6.0, exp + 1, exp).clip(-127, 127).astype(np.int64)
+    x = g / np.exp2(exp)[..., None]
+    code = np.abs(np.abs(x)[..., None] - FP4_MAGNITUDES).argmin(-1) + 8 * np.signbit(x)
+    if not (code == 8).any():  # force one -0.0 (a +0.0 or the smallest magnitude becomes it)
+        flat = code.reshape(-1)
+        flat[int(np.argmin(np.where(flat < 8, flat, 99)))] = 8
+    blocks = (code[..., 0::2] | (code[..., 1::2] << 4)).astype(np.uint8)
+    scales = (exp + 127).astype(np.uint8)
+    deq = mxfp4_values(blocks, scales)
+    return blocks, scales, deq
+
+
+def mxfp4_values(blocks, scales):
+    """The float32 [E, in, out] matrix of MXFP4 blocks [E, out, in / 32, 16] / scales [E, out, in / 32]
+    (numpy, exact)."""
+    blocks = np.asarray(blocks, np.uint8)
+    E, R, G, _ = blocks.shape
+    code = np.stack((blocks & 0x0F, blocks >> 4), axis=-1).reshape(E, R, G, 32)
+    vals = np.where(code >= 8, -1.0, 1.0) * FP4_MAGNITUDES[code & 7]  # -0.0 for code 8
+    vals = vals * np.exp2(np.asarray(scales, np.float64) - 127)[..., None]
+    return np.swapaxes(vals.reshape(E, R, G * 32), 1, 2).astype(np.float32)
+
+
+def _mxfp4_experts(w, seed):
+    """write_checkpoint's MXFP4 step: each experts.gate_up_proj / down_proj is first multiplied by
+    2 ** k per 32-input run (k uniform in -3..1, so the stored scales span several exponents), then
+    replaced by its _blocks / _scales."""
+    rng = np.random.default_rng(seed + 2)
+    out = {}
+    for k, v in w.items():
+        if k.endswith((".experts.gate_up_proj", ".experts.down_proj")):
+            E, n_in, n_out = v.shape
+            mult = np.exp2(rng.integers(-3, 2, size=(E, n_in // 32, 1, n_out)).astype(np.float64))
+            v = (v.reshape(E, n_in // 32, 32, n_out) * mult).reshape(E, n_in, n_out)
+            out[k + "_blocks"], out[k + "_scales"], _ = mxfp4_quantize(v)
+        else:
+            out[k] = v
+    return out
+
+
+def mxfp4_unpacked(w):
+    """The tensors write_checkpoint returned for an MXFP4 checkpoint with every _blocks / _scales
+    pair replaced by its float32 matrix (mxfp4_values): the same model unquantized."""
+    out = {}
+    for k, v in w.items():
+        if k.endswith("_scales") and k[:-7] + "_blocks" in w:
+            continue
+        if k.endswith("_blocks") and k[:-7] + "_scales" in w:
+            out[k[:-7]] = mxfp4_values(v, w[k[:-7] + "_scales"])
+        else:
+            out[k] = v
+    return out
+
+
 def write_checkpoint(ckpt_dir, cfg, seed=0, dtype="f32", sharded=0):
     """Writes config.json + model.safetensors (or `sharded` shards + index). Returns the tensors
-    as written (float32 numpy, after rounding to the storage dtype)."""
+    as written (float32 numpy, after rounding to the storage dtype; bf16 as uint16 bits).
+
+    A gpt_oss config with quantization_config mxfp4 (TINY["gpt_oss_mxfp4"], mxfp4_config) gets
+    MXFP4 experts (_mxfp4_experts): their _blocks / _scales are stored uint8 whatever `dtype`, and
+    returned so (mxfp4_unpacked gives the float matrices)."""
     os.makedirs(ckpt_dir, exist_ok=True)
     cfg = dict(cfg)
     layout = cfg.pop("_layout", None)
@@ -203,12 +349,14 @@ def write_checkpoint(ckpt_dir, cfg, seed=0, dtype="f32", sharded=0):
         del w["embed_out.weight" if c.arch == "gpt_neox" else "lm_head.weight"]
     if layout is not None:
         w = _gemma3_layout(w, layout, np.random.default_rng(seed + 1))
+    if c.arch == "gpt_oss" and _is_mxfp4(cfg):
+        w = _mxfp4_experts(w, seed)
     dtype_names = {}
     if dtype == "f16":
-        w = {k: v.astype(np.float16) for k, v in w.items()}
+        w = {k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in w.items()}
     elif dtype == "bf16":
-        dtype_names = {k: "BF16" for k in w}
-        w = {k: st.f32_to_bf16_bits(v) for k, v in w.items()}
+        dtype_names = {k: "BF16" for k, v in w.items() if v.dtype == np.float32}
+        w = {k: st.f32_to_bf16_bits(v) if v.dtype == np.float32 else v for k, v in w.items()}
     elif dtype != "f32":
         raise ValueError(dtype)
     cfg["torch_dtype"] = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}[dtype]
@@ -386,21 +534,37 @@ def to_v5(cfg):
     computed from use_sliding_window / sliding_window / max_window_layers as Qwen2Config and
     Qwen3Config do (HF's defaults for absent fields); Qwen3-MoE with num_local_experts for
     num_experts, sliding_window null unless use_sliding_window and mlp_only_layers a list; Mixtral
-    with head_dim (null when absent)."""
+    with head_dim (null when absent); gpt-oss with its default YaRN written out when the 4.x file
+    had no rope_scaling, layer_types, head_dim and num_local_experts (as GptOssConfig saves them).
+    quantization_config is kept as it is."""
     cfg = dict(cfg)
     if "torch_dtype" in cfg:
         cfg["dtype"] = cfg.pop("torch_dtype")
     cfg["transformers_version"] = "5.0.0"
     if cfg.get("model_type") == "gpt2":
         return cfg
+    gpt_oss = cfg.get("model_type") == "gpt_oss"
     rs = cfg.pop("rope_scaling", None) or {}
+    if gpt_oss and not rs:
+        rs = reference.GPT_OSS_ROPE  # GptOssConfig's default, written out
     rp = dict(rs)
     if "type" in rp:
         rp.setdefault("rope_type", rp.pop("type"))
     rp.setdefault("rope_type", "default")
     theta = cfg.pop("rope_theta", None)
-    rp["rope_theta"] = float(10000.0 if theta is None else theta)
+    if theta is None:
+        theta = reference.GPT_OSS_DEFAULTS["rope_theta"] if gpt_oss else 10000.0
+    rp["rope_theta"] = float(theta)
     cfg["rope_parameters"] = rp
+    if gpt_oss:
+        # GptOssConfig writes layer_types (even layers sliding by default), head_dim (default 64) and
+        # num_experts as num_local_experts (num_experts wins when both are given)
+        if cfg.get("layer_types") is None:
+            cfg["layer_types"] = ["sliding_attention" if (i + 1) % 2 else "full_attention"
+                                  for i in range(cfg.get("num_hidden_layers", 36))]
+        cfg.setdefault("head_dim", reference.GPT_OSS_DEFAULTS["head_dim"])
+        if cfg.get("num_experts") is not None:
+            cfg["num_local_experts"] = cfg.pop("num_experts")
     if cfg.get("model_type") == "gemma2" and cfg.get("layer_types") is None:
         cfg["layer_types"] = ["sliding_attention" if (i + 1) % 2 else "full_attention"
                               for i in range(cfg["num_hidden_layers"])]

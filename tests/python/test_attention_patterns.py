@@ -36,7 +36,7 @@ ARCHS = P.ARCHS
 TOL = 1e-5
 RUN_LENGTHS = [12, 5, 9]
 ROWS_STEP = "__rows__.step"
-WINDOWED = ["mistral", "phi3", "gemma2", "gemma3_text"]  # tiny presets whose windows are < 12
+WINDOWED = ["mistral", "phi3", "gemma2", "gemma3_text", "gpt_oss"]  # tiny presets whose windows are < 12
 
 pytestmark = pytest.mark.usefixtures("actcap_bin", "no_reexec")
 
@@ -164,7 +164,10 @@ def test_run_patterns_match_reference(models, tmp_path_factory, arch):
     # the probabilities are a distribution over the visible keys
     for n in names:
         s = tensors[n + ":probs"].astype(np.float64).sum(-1)
-        assert np.allclose(s, 1.0, atol=1e-5), (n, float(np.abs(s - 1).max()))
+        if arch == "gpt_oss":  # each head's sink takes a share: the rest sums to less than 1
+            assert (s < 1.0).all() and (s > 0).all(), (n, float(s.max()))
+        else:
+            assert np.allclose(s, 1.0, atol=1e-5), (n, float(np.abs(s - 1).max()))
 
 
 @pytest.mark.parametrize("arch", ARCHS)

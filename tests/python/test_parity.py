@@ -18,7 +18,7 @@ import st
 import synth
 
 ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3_text", "gpt_neox", "phi3",
-         "mixtral", "qwen3_moe", "olmoe"]
+         "mixtral", "qwen3_moe", "olmoe", "gpt_oss"]
 LLAMA_FAMILY = ["llama", "mistral", "qwen2", "qwen3"]
 
 pytestmark = pytest.mark.usefixtures("actcap_bin")
@@ -1533,3 +1533,98 @@ def test_moe_stacked_experts_layout_runs_the_same_model(models, tmp_path, arch):
     _, b, _ = H.run_capture(m, tmp_path / "v5", seqs)
     assert set(a) == set(b) and all(np.array_equal(a[k], b[k]) for k in a), \
         [k for k in a if not np.array_equal(a[k], b[k])][:5]
+
+
+# ---------------------------------------------------------------------------------------------
+# gpt-oss: attention sinks, clamped experts with biases, YaRN by default, MXFP4 experts
+# ---------------------------------------------------------------------------------------------
+
+def test_gpt_oss_mxfp4_experts_equal_the_reference_and_the_unquantized_twin(actcap_bin, tmp_path):
+    """The released checkpoints' layout: each layer's experts as MXFP4 `*_blocks` / `*_scales`
+    (uint8), decoded as they run. Every point equals the reference (which decodes at load, as
+    transformers), and the same model written unquantized (the decoded float32 matrices) gives the
+    same captures."""
+    cfg = synth.tiny_config("gpt_oss_mxfp4")
+    m = tmp_path / "mxfp4"
+    w = synth.write_checkpoint(str(m), cfg, seed=5)
+    assert any(k.endswith("_blocks") for k in w) and any(k.endswith("_scales") for k in w)
+    seqs = tokens_for(m, [13, 6], seed=8)
+    check_parity(m, seqs, tmp_path / "out")
+    twin = H.copy_model(m, tmp_path / "twin")
+    twin_cfg = H.load_config(twin)
+    twin_cfg.pop("quantization_config")
+    H.save_config(twin, twin_cfg)
+    st.save(str(twin / "model.safetensors"), synth.mxfp4_unpacked(w), metadata={"format": "pt"})
+    _, a, _ = H.run_capture(m, tmp_path / "a", seqs)
+    _, b, _ = H.run_capture(twin, tmp_path / "b", seqs)
+    assert set(a) == set(b)
+    for k in a:
+        scale = max(float(np.abs(b[k]).max()), 1e-30) if b[k].dtype != np.int64 else 1
+        assert np.abs(a[k].astype(np.float64) - b[k]).max() <= 1e-6 * scale, k
+
+
+def test_gpt_oss_without_rope_fields_is_yarn_by_default(actcap_bin, tmp_path):
+    """GptOssConfig's rope_parameters default is YaRN (factor 32 over 4096 positions,
+    rope_theta 150000), not plain RoPE: a config.json with no rope field runs that."""
+    cfg = synth.tiny_config("gpt_oss")
+    for k in ("rope_scaling", "rope_parameters", "rope_theta"):
+        cfg.pop(k, None)
+    cfg["max_position_embeddings"] = 131072
+    m = tmp_path / "m"
+    synth.write_checkpoint(str(m), cfg, seed=3)
+    rope = reference.Config(reference.load_config(str(m))).rope
+    assert rope["rope_type"] == "yarn" and rope["factor"] == 32.0, rope
+    check_parity(m, tokens_for(m, [10], seed=4), tmp_path / "out")
+
+
+def test_gpt_oss_attention_patterns_drop_the_sink(actcap_bin, tmp_path):
+    """`:probs` are the probabilities that multiply the values: the sink's share dropped, so a
+    row sums to less than 1; `:scores` are the masked scores without the sink."""
+    cfg = synth.tiny_config("gpt_oss")
+    m = tmp_path / "m"
+    synth.write_checkpoint(str(m), cfg, seed=9)
+    seq = tokens_for(m, [9], seed=3)[0]
+    ref = reference.run(str(m), [seq], patterns=True)[0]
+    names = [f"model.layers.{i}.self_attn" for i in range(cfg["num_hidden_layers"])]
+    capture = [f"{n}:{kind}" for n in names for kind in ("scores", "probs")]
+    _, tensors, _ = H.run_capture(m, tmp_path / "o", [seq], capture=capture)
+    for n in names:
+        probs, want = tensors[f"{n}:probs"], ref[f"{n}:probs"]
+        assert np.abs(probs - want).max() <= 1e-5, n
+        assert (probs.sum(-1) < 1 - 1e-2).all(), f"{n}: a row without the sink's share"
+        got, want = tensors[f"{n}:scores"], ref[f"{n}:scores"]
+        finite = np.isfinite(want)
+        assert np.array_equal(finite, np.isfinite(got)), n
+        assert np.abs(got[finite] - want[finite]).max() <= 1e-5, n
+
+
+GPT_OSS_BAD_CONFIGS = {
+    "other_quantization": (dict(quantization_config={"quant_method": "gptq", "bits": 4}),
+                           "quantization_config"),
+    "sliding_window_null": (dict(sliding_window=None, layer_types=["sliding_attention", "full_attention",
+                                                                   "sliding_attention"]), "sliding_window"),
+    "no_experts": (dict(num_local_experts=0, num_experts=0), "experts"),
+}
+
+
+@pytest.mark.parametrize("case", list(GPT_OSS_BAD_CONFIGS))
+def test_gpt_oss_bad_config_is_one_line_exit_2(actcap_bin, tmp_path, case):
+    changes, needle = GPT_OSS_BAD_CONFIGS[case]
+    cfg = synth.tiny_config("gpt_oss")
+    m = tmp_path / "m"
+    synth.write_checkpoint(str(m), cfg, seed=1)
+    c = H.load_config(m)
+    c.update(changes)
+    H.save_config(m, c)
+    assert needle in _one_line_exit_2(m, tmp_path)
+
+
+def test_gpt_oss_mxfp4_blocks_of_the_wrong_dtype_are_one_line_exit_2(actcap_bin, tmp_path):
+    cfg = synth.tiny_config("gpt_oss_mxfp4")
+    m = tmp_path / "m"
+    w = synth.write_checkpoint(str(m), cfg, seed=2)
+    key = next(k for k in w if k.endswith("gate_up_proj_blocks"))
+    w[key] = w[key].astype(np.int16)
+    st.save(str(m / "model.safetensors"), w, metadata={"format": "pt"})
+    line = _one_line_exit_2(m, tmp_path)
+    assert key in line and ("Byte" in line or "uint8" in line.lower()), line

@@ -1554,3 +1554,58 @@ def test_moe_bf16_checkpoint_and_tying(tmp_path):
     r = reference.run(str(d), [[1, 2, 3]])[0]
     emb = st.bf16_bits_to_f32(w["model.embed_tokens.weight"])
     assert _maxdiff(r["lm_head"], r["model.norm"] @ emb.T) < 1e-5
+
+
+# ---------------------------------------------------------------------------------------------
+# gpt-oss's block, independently in float64 (modeling_gpt_oss.py: GptOssTopKRouter, GptOssExperts)
+# ---------------------------------------------------------------------------------------------
+
+def _gpt_oss_block(x, w, p, c, wrong=None):
+    """Router logits and the block's output for rows x [T, H] from the written tensors `w` (float,
+    MXFP4 pairs already unpacked by synth.mxfp4_unpacked, not by the reference)."""
+    x = np.asarray(x, np.float64)
+    logits = x @ w[p + ".router.weight"].T.astype(np.float64) + w[p + ".router.bias"]
+    k = c.top_k
+    out = np.zeros_like(x)
+    for t in range(x.shape[0]):
+        order = np.argsort(-logits[t], kind="stable")[:k]
+        if wrong == "softmax_all":
+            e = np.exp(logits[t] - logits[t].max())
+            weights = (e / e.sum())[order]
+        else:
+            e = np.exp(logits[t][order] - logits[t][order].max())
+            weights = e / e.sum()
+        for e_idx, wt in zip(order, weights):
+            gu = x[t] @ w[p + ".experts.gate_up_proj"][e_idx] + w[p + ".experts.gate_up_proj_bias"][e_idx]
+            if wrong == "halves":
+                gate, up = gu[:gu.size // 2], gu[gu.size // 2:]
+            else:
+                gate, up = gu[0::2], gu[1::2]
+            if wrong != "no_clamp":
+                gate, up = np.minimum(gate, 7.0), np.clip(up, -7.0, 7.0)
+            h = (up + 1) * gate / (1 + np.exp(-1.702 * gate))
+            y = h @ w[p + ".experts.down_proj"][e_idx] + w[p + ".experts.down_proj_bias"][e_idx]
+            out[t] += wt * y
+    return logits, out
+
+
+@pytest.mark.parametrize("arch", ["gpt_oss", "gpt_oss_mxfp4"])
+def test_gpt_oss_block_matches_independent_mixture(tmp_path, arch):
+    """Each layer's .mlp and .mlp.router against the formula above; the clamps must bite (synth's
+    gate_up biases are large) and each listed mistake must move the output far outside the
+    tolerance."""
+    d = tmp_path / "m"
+    w = synth.mxfp4_unpacked(synth.write_checkpoint(str(d), synth.tiny_config(arch), seed=7))
+    c = reference.Config(reference.load_config(str(d)))
+    seq = [int(t) for t in np.random.default_rng(3).integers(0, c.vocab_size, 24)]
+    r = reference.run(str(d), [seq])[0]
+    tol = 1e-5 * max(1.0, max(float(np.abs(r[f"model.layers.{i}.mlp"]).max()) for i in range(c.layers)))
+    for i in range(c.layers):
+        p = f"model.layers.{i}.mlp"
+        logits, out = _gpt_oss_block(r[p + ":input"], w, p, c)
+        assert _maxdiff(r[p + ".router"], logits) < 1e-5
+        assert _maxdiff(r[p], out) < tol, (p, _maxdiff(r[p], out))
+    p = "model.layers.0.mlp"
+    for wrong in ("softmax_all", "halves", "no_clamp"):
+        _, out = _gpt_oss_block(r[p + ":input"], w, p, c, wrong=wrong)
+        assert _maxdiff(r[p], out) > 100 * tol, wrong

@@ -13,7 +13,7 @@ from actcap_helpers import actcap
 pytestmark = pytest.mark.usefixtures("actcap_bin")
 
 
-@pytest.mark.parametrize("arch", ["gpt2", "llama", "gemma2", "gpt_neox", "phi3", "mixtral", "olmoe"])
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "gemma2", "gpt_neox", "phi3", "mixtral", "olmoe", "gpt_oss"])
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 def test_keep_and_f32_capture_the_same_bytes(models, tmp_path, arch, dtype):
     m = models(arch, dtype=dtype)

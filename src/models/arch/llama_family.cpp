@@ -277,6 +277,8 @@ std::unique_ptr<RMSNorm> llama_rms_norm(const LlamaParams& p, WeightSource w,
   RMSNormOptions o;
   o.heads = heads;
   o.unit_offset = unit_offset;
+  o.scale_in_float32 = p.norms_scale_in_float32;
+  o.weight_kept_float32 = p.norms_kept_float32;
   // A (1 + w) weight is an offset from one: HF initialises it to zero (kBias: small noise).
   return std::make_unique<RMSNorm>(
       v.path(), v.get("weight", {width}, unit_offset ? Init::kBias : Init::kGain), p.rms_norm_eps,
@@ -363,6 +365,7 @@ std::unique_ptr<Module> decoder_layer(const ModelConfig& c, WeightSource w, int6
   AttentionParts parts = llama_attention_projections(c, a);
   if (p.qk_norm) parts.q_norm = llama_rms_norm(p, a, "q_norm", D, c.num_attention_heads);
   if (p.qk_norm) parts.k_norm = llama_rms_norm(p, a, "k_norm", D, p.num_key_value_heads);
+  if (b.attention_sinks) parts.sinks = a.get("sinks", {c.num_attention_heads}, Init::kBias);
   auto attn = std::make_unique<Attention>(a.path(), llama_attention_shape(c, layer, rope),
                                           std::move(parts));
   auto post_norm = llama_rms_norm(p, w, "post_attention_layernorm", H);

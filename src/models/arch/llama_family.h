@@ -32,6 +32,10 @@ struct LlamaParams : ArchParams {
   bool o_bias = false;          // effective o_proj bias
   bool mlp_bias = false;
   bool qk_norm = false;  // RMSNorm over head_dim on each q and k head, before RoPE (Qwen3)
+  // The RMSNorms scale by the weight in float32 and round last (OLMo 2, gpt-oss), with the weight
+  // unrounded in a 16-bit compute dtype (gpt-oss's norms stay float32): RMSNormOptions.
+  bool norms_scale_in_float32 = false;
+  bool norms_kept_float32 = false;
 
   // Sliding-window attention: key j is visible from query i iff i - window < j <= i.
   enum class Windows {
@@ -132,6 +136,8 @@ struct LlamaBuild {
   // under `mlp`); a mixture of experts sets it.
   std::function<std::unique_ptr<Module>(const ModelConfig& c, WeightSource w, int64_t layer)> mlp;
   bool unit_offset_norms = false;
+  // Each layer's attention has a learned per-head sink logit, `self_attn.sinks` (gpt-oss).
+  bool attention_sinks = false;
   std::optional<float> embedding_scale;
   std::optional<double> logit_softcap;
 };

@@ -3,7 +3,8 @@
 // post_feedforward_layernorm on the sublayer outputs before the residual add
 // (h = x + norm1(attn(x)), out = h + norm2(mlp(h))), and q_norm / k_norm RMSNorms over the whole
 // q / k projection (heads * head_dim, hook points [heads * head_dim]) before the head split and
-// RoPE. attention_bias gives q, k, v and o biases; no MLP bias; untied unless config.json ties.
+// RoPE. Its RMSNorms scale by the weight in float32 and round last. attention_bias gives q, k, v
+// and o biases; no MLP bias; untied unless config.json ties.
 #include <nlohmann/json.hpp>
 
 #include "models/arch/llama_family.h"
@@ -51,6 +52,7 @@ class Olmo2 : public LlamaFamilyArchitecture {
     if (!f.has("bos_token_id")) c.bos_token_id = c.eos_token_id;
     p->attention_bias = f.boolean({"attention_bias"}, false);  // q, k, v and o
     p->qkv_bias = p->o_bias = p->attention_bias;
+    p->norms_scale_in_float32 = true;  // Olmo2RMSNorm: (weight * x).to(input_dtype)
     c.arch_params = std::move(p);
   }
 
@@ -71,6 +73,7 @@ class Olmo2 : public LlamaFamilyArchitecture {
     ModelConfig c = LlamaFamilyArchitecture::preset(real ? "tiny" : name);
     auto& p = c.params<LlamaParams>();
     p.rms_norm_eps = 1e-6;
+    p.norms_scale_in_float32 = true;
     if (!real) return c;
     // allenai/OLMo-2-0425-1B's config.json (no bos_token_id: see parse()).
     c.vocab_size = 100352, c.hidden_size = 2048, p.intermediate_size = 8192;

@@ -19,6 +19,7 @@ const Architecture& phi3_architecture();
 const Architecture& mixtral_architecture();
 const Architecture& qwen3_moe_architecture();
 const Architecture& olmoe_architecture();
+const Architecture& gpt_oss_architecture();
 
 const std::vector<const Architecture*>& architectures() {
   static const std::vector<const Architecture*> all = {
@@ -26,7 +27,7 @@ const std::vector<const Architecture*>& architectures() {
       &qwen2_architecture(),  &qwen3_architecture(),   &olmo2_architecture(),
       &gemma2_architecture(), &gemma3_architecture(),  &gpt_neox_architecture(),
       &phi3_architecture(),   &mixtral_architecture(), &qwen3_moe_architecture(),
-      &olmoe_architecture(),
+      &olmoe_architecture(),  &gpt_oss_architecture(),
   };
   return all;
 }

@@ -19,6 +19,8 @@ Attention::Attention(const std::string& name, AttentionShape shape, AttentionPar
   taps_.scores = add(std::make_unique<Tap>(name + ":scores", std::vector<int64_t>{s_.heads, 0}));
   taps_.probs = add(std::make_unique<Tap>(name + ":probs", std::vector<int64_t>{s_.heads, 0}));
   o_ = take(p.o);
+  sinks_ = std::move(p.sinks);
+  parameter(sinks_);
 }
 
 at::Tensor Attention::forward(const at::Tensor& x, ForwardState& st) {
@@ -76,13 +78,14 @@ at::Tensor Attention::forward(const at::Tensor& x, ForwardState& st) {
       v = e.v.narrow(2, 0, st.kv_len);
     }
   }
-  auto ctx = attention(q, k, v, st.bias(s_.window), s_.scale, s_.softcap, &taps_, &st);
+  auto ctx = attention(q, k, v, st.bias(s_.window), s_.scale, s_.softcap, &taps_, &st,
+                       st.in_compute(sinks_));
   return o_->call(ctx, st);
 }
 
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                      const at::Tensor& bias, double scale, std::optional<double> softcap,
-                     const AttentionTaps* taps, ForwardState* st) {
+                     const AttentionTaps* taps, ForwardState* st, const at::Tensor& sinks) {
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
   const int64_t Hkv = k.size(1), K = k.size(2);
   at::Tensor kk = k, vv = v;
@@ -107,10 +110,20 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
       tap->call(t.view({B, H, T, K}).permute({0, 2, 1, 3}), *st);
   };
   if (taps) show(taps->scores, scores);
-  // In float32 and rounded to the compute dtype (HF's eager softmax(..., dtype=torch.float32)).
-  auto probs = scores.scalar_type() == at::kFloat
-                   ? at::softmax(scores, -1)
-                   : at::softmax(scores, -1, at::kFloat).to(scores.scalar_type());
+  at::Tensor probs;
+  if (sinks.defined()) {
+    // gpt-oss's eager attention: the sink as a last column, the row's maximum subtracted, softmax
+    // in the scores' dtype, the sink's column dropped.
+    at::Tensor sink = sinks.to(scores.scalar_type()).view({1, H, 1, 1}).expand({B, H, T, 1});
+    at::Tensor all = at::cat({scores, sink.reshape({B * H, T, 1})}, -1);
+    all = all - std::get<0>(all.max(-1, /*keepdim=*/true));
+    probs = at::softmax(all, -1).narrow(-1, 0, K);
+  } else {
+    // In float32 and rounded to the compute dtype (HF's eager softmax(..., dtype=torch.float32)).
+    probs = scores.scalar_type() == at::kFloat
+                ? at::softmax(scores, -1)
+                : at::softmax(scores, -1, at::kFloat).to(scores.scalar_type());
+  }
   if (taps) show(taps->probs, probs);
   auto ctx = at::bmm(probs, vv.reshape({B * H, K, D}));  // [B*H, T, D]
   return ctx.view({B, H, T, D}).transpose(1, 2).reshape({B, T, H * D});

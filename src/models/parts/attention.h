@@ -40,6 +40,8 @@ struct AttentionParts {
   std::unique_ptr<Module> qkv;
   std::unique_ptr<Module> q, q_norm, k, k_norm, v;
   std::unique_ptr<Module> o;
+  // Optional per-head sink logits, [heads] (gpt-oss's `sinks`): see attention().
+  at::Tensor sinks;
 };
 
 // The attention pattern points of one attention module: `NAME:scores` (q k^T after the scale,
@@ -61,16 +63,21 @@ class Attention : public Module {
  private:
   AttentionShape s_;
   AttentionTaps taps_;
+  at::Tensor sinks_;
   Module *qkv_ = nullptr, *q_ = nullptr, *q_norm_ = nullptr, *k_ = nullptr, *k_norm_ = nullptr,
          *v_ = nullptr, *o_ = nullptr;
 };
 
 // softmax(q k^T * scale + bias) v with grouped-query heads: q [B, H, T, D], k/v [B, Hkv, K, D]
 // (K = T, or the cached positions when decoding), bias [T, K] or [B, 1, T, K]. Returns
-// [B, T, H * D]. `softcap` caps the scores before the bias, as Gemma 2. `taps` (with `st`) are
-// shown the scores and probabilities when hooked.
+// [B, T, H * D]. `softcap` caps the scores before the bias, as Gemma 2. `sinks` ([H], optional):
+// each head's sink logit joins its row as one more key with no value (gpt-oss): the softmax runs
+// over the keys and the sink, in the scores' dtype after the row's maximum is subtracted, and the
+// sink's share is dropped, so a row's probabilities sum to less than 1. `taps` (with `st`) are
+// shown the scores (without the sink) and the probabilities when hooked.
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                      const at::Tensor& bias, double scale, std::optional<double> softcap = {},
-                     const AttentionTaps* taps = nullptr, ForwardState* st = nullptr);
+                     const AttentionTaps* taps = nullptr, ForwardState* st = nullptr,
+                     const at::Tensor& sinks = {});
 
 }  // namespace actcap

@@ -1,15 +1,21 @@
-// A sparse mixture-of-experts feed-forward block (Mixtral's, Qwen3-MoE's, OLMoE's SparseMoeBlock):
-// a router (`gate`, nn.Linear hidden -> experts, no bias) scores every token, the top k experts by
-// softmax probability run it through their own gated MLP down(act(gate(x)) * up(x)), and their
-// outputs are summed weighted by those probabilities (renormalised to sum 1 when configured), in
-// transformers 5's order (its default grouped_mm experts: per token, the k in slot order).
+// A sparse mixture-of-experts feed-forward block (Mixtral's, Qwen3-MoE's, OLMoE's SparseMoeBlock,
+// gpt-oss's GptOssMLP): a router (nn.Linear hidden -> experts) scores every token, the top k
+// experts run it through their own MLP, and their outputs are summed weighted by the routing
+// weights, in transformers 5's order (its default grouped_mm experts: per token, the k in slot
+// order).
+//   - Mixtral, Qwen3-MoE, OLMoE: the router is `gate` (no bias); the k most probable experts by
+//     softmax, their probabilities renormalised to sum 1 when configured; each expert a gated MLP
+//     down(act(gate(x)) * up(x)).
+//   - gpt-oss: the router is `router` (with a bias); the k largest logits, softmaxed among
+//     themselves; each expert GptOssExperts' clamped SwiGLU with biases (ClampedExpertWeights).
 //
-// Hook points: the block (NAME, NAME:input, [hidden] per token) and the router (NAME.gate: its
-// logits, [experts] per token, the first element of transformers' router output). The experts are
-// not points: each sees a different number of tokens.
+// Hook points: the block (NAME, NAME:input, [hidden] per token) and the router (NAME.gate or
+// NAME.router: its logits, [experts] per token, the first element of transformers' router output).
+// The experts are not points: each sees a different number of tokens.
 #pragma once
 
 #include "models/module.h"
+#include "models/parts/mxfp4.h"
 
 namespace actcap {
 
@@ -20,8 +26,25 @@ struct ExpertWeights {
   at::Tensor down;      // [hidden, inner]
 };
 
+// gpt-oss's expert (GptOssExperts): gu = gate_up x + gate_up_bias, its even features the gate and
+// its odd ones the up projection; gate clamped above at 7, up to [-7, 7];
+// h = (up + 1) * gate * sigmoid(1.702 gate); out = down h + down_bias. Each matrix as nn.Linear
+// holds it ([out, in]: a transposed view of the checkpoint's [in, out]), or MXFP4-packed.
+struct ClampedExpertWeights {
+  at::Tensor gate_up;  // [2 * inner, hidden], or undefined with gate_up_mxfp4
+  Mxfp4Matrix gate_up_mxfp4;
+  at::Tensor gate_up_bias;  // [2 * inner]
+  at::Tensor down;          // [hidden, inner], or undefined with down_mxfp4
+  Mxfp4Matrix down_mxfp4;
+  at::Tensor down_bias;  // [hidden]
+};
+
 struct SparseMoeOptions {
   int64_t top_k = 2;
+  // Mixtral's order: softmax over every expert, then the k most probable. gpt-oss's: the k largest
+  // logits, then softmax over those k in the logits' dtype (normalize_top_k and
+  // weights_in_compute_dtype do not apply).
+  bool top_k_before_softmax = false;
   // Divide the k probabilities by their sum (Mixtral always; Qwen3-MoE's norm_topk_prob).
   bool normalize_top_k = true;
   // Round the routing weights to the compute dtype before they scale the expert outputs
@@ -34,6 +57,9 @@ class SparseMoe : public Module {
   // `router`: the Linear named NAME.gate; `act`: the experts' activation (HF ACT2FN name).
   SparseMoe(const std::string& name, int64_t width, std::unique_ptr<Module> router,
             std::vector<ExpertWeights> experts, const std::string& act, SparseMoeOptions o);
+  // gpt-oss's experts (o.top_k_before_softmax is set).
+  SparseMoe(const std::string& name, int64_t width, std::unique_ptr<Module> router,
+            std::vector<ClampedExpertWeights> experts, SparseMoeOptions o);
 
   // The working memory of a forward, in elements per token as the planner counts an MLP's inner
   // width (three intermediates of that width, in the compute dtype): the k weighted outputs of each
@@ -45,10 +71,15 @@ class SparseMoe : public Module {
   at::Tensor forward(const at::Tensor& x, ForwardState& st) override;
 
  private:
+  // Expert e's output for its rows `in` (compute dtype).
+  at::Tensor expert(int64_t e, const at::Tensor& in, ForwardState& st) const;
+  void check_top_k(int64_t experts) const;
+
   int64_t width_;
   Module* router_;
-  std::vector<ExpertWeights> experts_;
-  std::unique_ptr<Activation> act_;  // not a child: no hook point
+  std::vector<ExpertWeights> experts_;         // gated experts, or
+  std::vector<ClampedExpertWeights> clamped_;  // gpt-oss's
+  std::unique_ptr<Activation> act_;            // not a child: no hook point
   SparseMoeOptions o_;
 };
 

@@ -33,17 +33,22 @@ RMSNorm::RMSNorm(const std::string& name, at::Tensor weight, double eps, RMSNorm
     : Module(name, norm_point(name + ":input", weight, o.heads), norm_point(name, weight, o.heads)),
       weight_(std::move(weight)),
       eps_(eps),
-      unit_offset_(o.unit_offset) {
+      o_(o) {
   parameter(weight_);
 }
 
 at::Tensor RMSNorm::forward(const at::Tensor& x, ForwardState& st) {
   // HF: normalised in float32. Llama-style norms round to the input dtype and then scale by the
-  // weight in the model's dtype; Gemma's (1 + w) scales in float32 and rounds last.
+  // weight in the model's dtype; Gemma's (1 + w), OLMo 2's and gpt-oss's scale in float32 and
+  // round last.
   auto xf = x.to(at::kFloat);
   auto var = xf.pow(2).mean(-1, /*keepdim=*/true);
   auto normed = xf * at::rsqrt(var + eps_);
-  if (unit_offset_) return ((weight_ + 1.0) * normed).to(x.scalar_type());
+  if (o_.unit_offset) return ((weight_ + 1.0) * normed).to(x.scalar_type());
+  if (o_.scale_in_float32) {
+    const at::Tensor& w = o_.weight_kept_float32 ? weight_ : st.in_compute(weight_);
+    return (w.to(at::kFloat) * normed).to(x.scalar_type());
+  }
   return st.in_compute(weight_) * normed.to(x.scalar_type());
 }
 
