@@ -144,8 +144,9 @@ class SafeCapturer:
                     if _core.match_point(pat, p):
                         self._select[p] = s
         # Points run on every token flattened to [batch * seq, ...] in token order: the direct
-        # children of a transformers mixture-of-experts block (a module with `gate` and `experts`
-        # children: the router, the stacked experts, Qwen2-MoE's shared expert), called on
+        # children of a transformers mixture-of-experts block (a module with `experts` and a
+        # router, `gate` or gpt-oss's `router`, as children: the router, the stacked experts,
+        # Qwen2-MoE's shared expert), called on
         # hidden_states.view(-1, hidden). Modules inside them (an expert's own layers) see the
         # tokens regrouped by expert, and are not read so.
         modules = dict(model.named_modules())
@@ -154,7 +155,7 @@ class SafeCapturer:
             name = p[:-6] if p.endswith(":input") else p
             parent = modules.get(name.rpartition(".")[0])  # "" is the model itself
             kids = dict(parent.named_children()) if parent is not None else {}
-            if "gate" in kids and "experts" in kids:
+            if ("gate" in kids or "router" in kids) and "experts" in kids:
                 self._flat_tokens.add(p)
         self.attention_mask: Optional[torch.Tensor] = None
         self._handles: list = []

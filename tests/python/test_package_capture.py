@@ -655,28 +655,46 @@ class Experts(torch.nn.Module):
 class SparseBlock(torch.nn.Module):
     """transformers' mixture-of-experts block in miniature: its router (`gate`) and experts run on
     the batch flattened to [batch * seq, hidden] (hidden_states.view(-1, hidden)), and the result is
-    put back as [batch, seq, hidden]."""
+    put back as [batch, seq, hidden]. The router is `gate` (Mixtral, Qwen3-MoE, OLMoE) or `router`
+    (gpt-oss)."""
 
-    def __init__(self):
+    def __init__(self, router="gate"):
         super().__init__()
-        self.gate = torch.nn.Linear(8, 4, bias=False)
+        self.router_name = router
+        setattr(self, router, torch.nn.Linear(8, 4, bias=False))
         self.experts = Experts()
 
     def forward(self, h):
         flat = h.view(-1, h.shape[-1])
-        weights = torch.softmax(self.gate(flat), -1)[:, :1]
+        weights = torch.softmax(getattr(self, self.router_name)(flat), -1)[:, :1]
         return (self.experts(flat) * weights).view(h.shape)
 
 
 class RoutedLM(torch.nn.Module):
-    def __init__(self):
+    def __init__(self, router="gate"):
         super().__init__()
         torch.manual_seed(0)
         self.embed = torch.nn.Embedding(50, 8)
-        self.mlp = SparseBlock()
+        self.mlp = SparseBlock(router)
 
     def forward(self, input_ids, attention_mask=None):
         return self.mlp(self.embed(input_ids))
+
+
+def test_gpt_oss_router_is_read_as_token_flattened_too(ac):
+    """gpt-oss names its router `router`, not `gate`: its points are read as [batch, seq, ...] the
+    same way."""
+    model = RoutedLM(router="router")
+    ids = torch.tensor([[0, 0, 5, 6], [1, 2, 3, 4]])
+    mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])
+    with torch.no_grad():
+        flat = model.embed(ids).view(-1, 8)
+        logits, experts = model.mlp.router(flat), model.mlp.experts(flat)
+    real = mask.reshape(-1).bool()
+    with torch.no_grad(), ac.SafeCapturer(model, ["mlp.router", "mlp.experts"]) as cap:
+        cap(ids, attention_mask=mask)
+    assert torch.equal(cap.get("mlp.router"), logits[real])
+    assert torch.equal(cap.get("mlp.experts"), experts[real])
 
 
 def test_token_flattened_points_give_the_real_tokens_rows(ac):

@@ -49,7 +49,7 @@ if int(transformers.__version__.split(".")[0]) < 5:
 pytestmark = pytest.mark.usefixtures("actcap_bin", "no_reexec")
 
 ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3_text", "gemma3",
-         "gpt_neox", "phi3", "mixtral", "qwen3_moe", "olmoe"]
+         "gpt_neox", "phi3", "mixtral", "qwen3_moe", "olmoe", "gpt_oss"]
 LENGTHS = [9, 5, 12]  # 12 > the windows (4 or 8) of the windowed variants
 REL = 1e-5  # measured with transformers 5.12 on torch 2.14: most points bit-identical, the largest 1.1e-7
 TRANSPOSED = (".self_attn.q_norm", ".self_attn.k_norm")  # Gemma 3's [B, heads, T, hd] views
@@ -242,6 +242,17 @@ VARIANTS = {
                                                      moe_intermediate_size=24, norm_topk_prob=True,
                                                      decoder_sparse_step=2, use_sliding_window=True,
                                                      sliding_window=4)),
+    # GptOssConfig's defaults otherwise: YaRN (factor 32 over 4096 positions), even layers slide
+    "gpt_oss": ("gpt_oss", dict(LLAMA, num_local_experts=4, num_experts_per_tok=2, head_dim=24,
+                                intermediate_size=64, sliding_window=4, pad_token_id=0,
+                                eos_token_id=2)),
+    "gpt_oss-top3-nobias-full": ("gpt_oss", dict(LLAMA, num_local_experts=5, num_experts_per_tok=3,
+                                                 attention_bias=False, sliding_window=4,
+                                                 layer_types=["full_attention", "sliding_attention",
+                                                              "full_attention"],
+                                                 rope_parameters=dict(rope_type="default",
+                                                                      rope_theta=10000.0),
+                                                 pad_token_id=0, eos_token_id=2)),
     "phi3-longrope-partial": ("phi3", dict(LLAMA, max_position_embeddings=64,
                                            original_max_position_embeddings=8,
                                            partial_rotary_factor=0.5, pad_token_id=0,
@@ -339,7 +350,7 @@ def hf_greedy(model, prompt, max_new, eos=None):
 @pytest.mark.parametrize("variant", ["gpt2", "llama-rope-llama3", "mistral-window", "qwen3",
                                      "gemma2-softcaps", "gemma3_text", "gpt_neox-partial-rotary",
                                      "phi3-window", "mixtral-window-top3", "qwen3_moe",
-                                     "olmoe"])
+                                     "olmoe", "gpt_oss"])
 def test_generate_matches_transformers(tmp_path, variant):
     """Greedy decoding with the KV cache past the sliding windows: the same tokens as
     transformers' generate. A step where transformers' best two logits are within 1e-4 of each

@@ -9,6 +9,7 @@
 #include "actcap/error.h"
 #include "models/parts/attention.h"
 #include "models/parts/moe.h"
+#include "models/parts/mxfp4.h"
 #include "models/parts/norm.h"
 #include "models/weights.h"
 
@@ -248,4 +249,49 @@ TEST(Parts, SparseMoeRouterIsAHookPointWithOneLogitPerExpert) {
   EXPECT_THROW(SparseMoe("m.mlp", H, std::make_unique<Linear>("m.mlp.gate", router, at::Tensor()),
                          experts, "silu", too_many),
                InputError);
+}
+
+TEST(Parts, Mxfp4DecodesTwoE2m1ValuesPerByteLowNibbleFirstTimesTheBlockScale) {
+  // One row of 64 inputs: two blocks of 32 values (16 bytes each).
+  at::Tensor blocks = at::zeros({1, 2, 16}, at::kByte), scales = at::empty({1, 2}, at::kByte);
+  blocks[0][0][0] = 0x21;   // low nibble 1 (+0.5), high nibble 2 (+1.0)
+  blocks[0][0][1] = 0xF7;   // low nibble 7 (+6.0), high nibble 15 (-6.0)
+  blocks[0][1][15] = 0x9B;  // low nibble 11 (-1.5), high nibble 9 (-0.5)
+  scales[0][0] = 128;       // 2^1
+  scales[0][1] = 0;         // 2^-127: a float32 subnormal, still exact
+  at::Tensor w = mxfp4_decode({blocks, scales}, at::kFloat);
+  ASSERT_EQ(w.sizes(), (at::IntArrayRef{1, 64}));
+  const float* v = w.data_ptr<float>();
+  EXPECT_EQ(v[0], 1.0f);
+  EXPECT_EQ(v[1], 2.0f);
+  EXPECT_EQ(v[2], 12.0f);
+  EXPECT_EQ(v[3], -12.0f);
+  EXPECT_EQ(v[62], std::ldexp(-1.5f, -127));
+  EXPECT_EQ(v[63], std::ldexp(-0.5f, -127));
+  EXPECT_EQ(at::count_nonzero(w).item<int64_t>(), 6);
+  // -0.0 (nibble 8) keeps its sign; bf16 holds every value exactly.
+  blocks[0][0][0] = 0x08;
+  at::Tensor b = mxfp4_decode({blocks, scales}, at::kBFloat16);
+  EXPECT_TRUE(std::signbit(b[0][0].item<float>()));
+  EXPECT_TRUE(at::equal(b.to(at::kFloat), mxfp4_decode({blocks, scales}, at::kFloat)));
+}
+
+TEST(Parts, AttentionSinksTakeTheirShareAndAreDropped) {
+  const int64_t B = 2, H = 4, T = 5, D = 8;
+  at::manual_seed(11);
+  at::Tensor q = at::randn({B, H, T, D}), k = at::randn({B, 2, T, D}), v = at::randn({B, 2, T, D});
+  at::Tensor sinks = at::randn({H}) * 2;
+  at::Tensor bias = at::full({T, T}, -INFINITY).triu(1);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  at::Tensor got = attention(q, k, v, bias, scale, std::nullopt, nullptr, nullptr, sinks);
+  // The formula: exp(s_j) / (sum_j exp(s_j) + exp(sink)) over the visible keys.
+  at::Tensor kk = k.repeat_interleave(2, 1), vv = v.repeat_interleave(2, 1);
+  at::Tensor s = at::matmul(q, kk.transpose(-1, -2)) * scale + bias;
+  at::Tensor e = (s - s.amax(-1, true)).exp();
+  at::Tensor sink = (sinks.view({1, H, 1, 1}) - s.amax(-1, true)).exp();
+  at::Tensor p = e / (e.sum(-1, true) + sink);
+  at::Tensor want = at::matmul(p, vv).transpose(1, 2).reshape({B, T, H * D});
+  EXPECT_TRUE(at::allclose(got, want, 1e-5, 1e-5)) << (got - want).abs().max().item<float>();
+  at::Tensor plain = attention(q, k, v, bias, scale);
+  EXPECT_GT((plain - got).abs().max().item<float>(), 1e-2);
 }
