@@ -13,6 +13,12 @@ throughputs (median over rounds). BENCHMARKS.md item 9 quotes it.
 `--big` instead runs the one Llama-3.1-8B-shaped bf16 extract of issue 13 (init-model preset
 llama-3.1-8b, 16 GB; written to build/bench-models/llama-3.1-8b-bf16 when missing) over three
 virtual devices with the default mode, once, and reports the same figures.
+
+`--mxfp4` instead compares gpt-oss's MXFP4 experts kept packed and decoded per expert as they run
+(`keep`) against decoded to float32 at load (`f32`): init-model's gpt_oss model of --preset
+(default gpt2-small: 12 layers, 768 wide, 4 experts of 2048, 2 per token), f32, with every
+expert matrix quantized to MXFP4 here (the other tensors stay f32, so only the experts differ
+between the arms). BENCHMARKS.md item 22 quotes it.
 """
 import argparse
 import json
@@ -24,6 +30,54 @@ import tempfile
 import time
 
 from ab_binaries import make_corpus  # the same seeded corpus writer
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "python"))
+import st  # noqa: E402  the minimal safetensors reader / writer
+
+E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+
+
+def mxfp4_pack(w):
+    """A stacked expert matrix [E, in, out] (transformers' layout) as MXFP4 blocks [E, out, in / 32,
+    16] and scales [E, out, in / 32]: per block of 32 inputs a power-of-two scale putting the
+    largest magnitude in [4, 8) (6 is e2m1's largest), each value rounded to the nearest e2m1."""
+    import numpy as np
+    a = np.ascontiguousarray(w.transpose(0, 2, 1)).astype(np.float32)
+    E, out, n = a.shape
+    a = a.reshape(E, out, n // 32, 32)
+    amax = np.abs(a).max(-1, keepdims=True)
+    exp = np.where(amax > 0, np.floor(np.log2(np.maximum(amax, 1e-30))) - 2, -127).clip(-127, 127)
+    q = np.abs(a) / np.exp2(exp)
+    grid = np.array(E2M1, np.float32)
+    idx = np.abs(q[..., None] - grid).argmin(-1).astype(np.uint8)
+    nib = idx | (np.signbit(a).astype(np.uint8) << 3)
+    blocks = (nib[..., 0::2] | (nib[..., 1::2] << 4)).astype(np.uint8)
+    return blocks, (exp[..., 0] + 127).astype(np.uint8)
+
+
+def make_mxfp4_model(actcap, preset, models_dir):
+    """Written by a child process: the arrays it holds would otherwise stay in this process's
+    resident set, which every forked extract starts with (and ru_maxrss counts)."""
+    out = os.path.join(models_dir, f"gpt_oss-{preset}-mxfp4")
+    if not os.path.exists(os.path.join(out, "model.safetensors")):
+        subprocess.run([sys.executable, os.path.abspath(__file__), "--actcap", actcap, "--preset",
+                        preset, "--models", models_dir, "--write-mxfp4", out], check=True)
+    return out
+
+
+def write_mxfp4_model(actcap, preset, models_dir, out):
+    src = make_model(actcap, "gpt_oss", preset, "f32", models_dir)
+    tensors, meta = st.load(os.path.join(src, "model.safetensors"))
+    for name in [k for k in tensors if k.endswith((".experts.gate_up_proj", ".experts.down_proj"))]:
+        tensors[name + "_blocks"], tensors[name + "_scales"] = mxfp4_pack(tensors.pop(name))
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(src, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": [
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+    st.save(os.path.join(out, "model.safetensors"), tensors, metadata=meta)
 
 
 def make_model(actcap, arch, preset, dtype, models_dir):
@@ -68,8 +122,12 @@ def main():
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--big", action="store_true", help="the Llama-3.1-8B bf16 run (see above)")
+    ap.add_argument("--mxfp4", action="store_true", help="gpt-oss's MXFP4 experts (see above)")
+    ap.add_argument("--write-mxfp4", help=argparse.SUPPRESS)  # make_mxfp4_model's child
     ap.add_argument("--models", default="build/bench-models")
     a = ap.parse_args()
+    if a.write_mxfp4:
+        return write_mxfp4_model(a.actcap, a.preset, a.models, a.write_mxfp4)
     os.makedirs(a.models, exist_ok=True)
     corpus = os.path.join(a.models, f"wd-corpus-{a.docs}x{a.tokens}.jsonl")
 
@@ -86,7 +144,11 @@ def main():
 
     make_corpus(corpus, a.docs, a.tokens, 32000)
     arms = []
-    for dtype in ("bf16", "f16", "f32"):
+    if a.mxfp4:
+        a.arch = "gpt_oss"
+        model = make_mxfp4_model(a.actcap, a.preset, a.models)
+        arms = [("mxfp4", "keep", model), ("mxfp4", "f32", model)]
+    for dtype in ("bf16", "f16", "f32") if not a.mxfp4 else ():
         model = make_model(a.actcap, a.arch, a.preset, dtype, a.models)
         for mode in (("keep", "f32") if dtype != "f32" else ("keep",)):
             arms.append((dtype, mode, model))

@@ -70,8 +70,8 @@ void add_device_options(CLI::App* sub, DeviceOptions& o) {
   sub->add_flag("--no-verify-transfers", o.no_verify_transfers,
                 "Skip checksumming inter-device copies");
   sub->add_option("--weights-dtype", o.weights_dtype,
-                  "16-bit weights: keep (as stored, widened per layer as it runs) | f32 (widened "
-                  "at load, twice the memory)");
+                  "16-bit and MXFP4 weights: keep (as stored, widened or decoded per layer as it "
+                  "runs) | f32 (widened at load, twice the memory; MXFP4 about 7.5 times)");
   sub->add_option("--compute-dtype", o.compute_dtype,
                   "Dtype the forward computes in: f32 (default) | bf16 | f16 (f16 needs an "
                   "accelerator or a LibTorch with float16 CPU kernels); captures then keep it "

@@ -120,8 +120,9 @@ class Module {
   // summed): what a KV cache costs per position and sequence.
   virtual int64_t kv_elements_per_token() const;
   // Elements of the largest matrix here or below held in a floating dtype other than `compute`
-  // (0 when none): the scratch Linear converts such weights into must hold this many.
-  int64_t widen_elements(at::ScalarType compute) const;
+  // (0 when none), or decoded from a packed one (MXFP4 experts): the scratch Linear converts such
+  // weights into must hold this many.
+  virtual int64_t widen_elements(at::ScalarType compute) const;
   ModuleHooks& hooks();  // creates the lists on first use
   // Whether a hook is registered on this module (its output or its :input).
   bool hooked() const;

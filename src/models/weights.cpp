@@ -212,6 +212,8 @@ at::Tensor WeightSource::get_packed(const std::string& relative, const std::vect
   return t;
 }
 
+bool WeightSource::keeps_stored() const { return state_->keep_16bit; }
+
 void WeightSource::warn_unused() const {
   const State& s = *state_;
   if (!s.tensors) return;

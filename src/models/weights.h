@@ -73,6 +73,9 @@ class WeightSource {
   // the unpacked layout.
   at::Tensor get_packed(const std::string& name, const std::vector<int64_t>& shape,
                         at::ScalarType dtype);
+  // Whether weights stay in their stored form (load(..., keep_16bit = true)): packed ones are then
+  // decoded as they run, else at load.
+  bool keeps_stored() const;
   // Whether the checkpoint holds `name` (relative to the prefix), under it or a prefix alias: for
   // an architecture whose checkpoints come in two layouts. Always false for random() and shapes(),
   // which make the layout the builder asks for first.

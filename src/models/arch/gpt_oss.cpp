@@ -49,9 +49,16 @@ std::unique_ptr<Module> gpt_oss_moe(const ModelConfig& c, WeightSource layer, in
     at::Tensor gu_scales = x.get_packed("gate_up_proj_scales", {E, 2 * I, H / 32}, at::kByte);
     at::Tensor down = x.get_packed("down_proj_blocks", {E, H, I / 32, 16}, at::kByte);
     at::Tensor down_scales = x.get_packed("down_proj_scales", {E, H, I / 32}, at::kByte);
+    // Packed, decoded per expert as it runs (--weights-dtype keep), or decoded to float32 at load
+    // (f32: four times bf16's memory, eight times the packed bytes).
+    const bool packed = x.keeps_stored();
     for (int64_t e = 0; e < E; ++e) {
-      experts[e].gate_up_mxfp4 = {gu[e], gu_scales[e]};
-      experts[e].down_mxfp4 = {down[e], down_scales[e]};
+      Mxfp4Matrix g{gu[e], gu_scales[e]}, d{down[e], down_scales[e]};
+      if (packed)
+        experts[e].gate_up_mxfp4 = g, experts[e].down_mxfp4 = d;
+      else
+        experts[e].gate_up = mxfp4_decode(g, at::kFloat),
+        experts[e].down = mxfp4_decode(d, at::kFloat);
     }
   } else {
     // [in, out] per expert: nn.Linear's [out, in] is a transposed view (no copy).

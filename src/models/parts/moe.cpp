@@ -1,5 +1,7 @@
 #include "models/parts/moe.h"
 
+#include <algorithm>
+
 #include "actcap/error.h"
 #include "util/strings.h"
 
@@ -43,6 +45,14 @@ SparseMoe::SparseMoe(const std::string& name, int64_t width, std::unique_ptr<Mod
   }
 }
 
+int64_t SparseMoe::widen_elements(at::ScalarType compute) const {
+  int64_t n = Module::widen_elements(compute);
+  for (const ClampedExpertWeights& e : clamped_)
+    for (const Mxfp4Matrix* m : {&e.gate_up_mxfp4, &e.down_mxfp4})
+      if (m->defined()) n = std::max(n, m->blocks.size(0) * m->blocks.size(1) * 32);
+  return n;
+}
+
 void SparseMoe::check_top_k(int64_t experts) const {
   if (o_.top_k < 1 || o_.top_k > experts)
     throw InputError(concat(name(), ": num_experts_per_tok=", o_.top_k, " must be between 1 and ",
@@ -66,7 +76,8 @@ at::Tensor SparseMoe::expert(int64_t e, const at::Tensor& in, ForwardState& st) 
   const ClampedExpertWeights& w = clamped_[e];
   constexpr double kAlpha = 1.702, kLimit = 7.0;
   auto matrix = [&](const at::Tensor& dense, const Mxfp4Matrix& packed) {
-    return dense.defined() ? st.in_compute(dense) : mxfp4_decode(packed, st.compute);
+    return dense.defined() ? st.in_compute(dense)
+                           : mxfp4_decode(packed, st.compute, st.widen_scratch);
   };
   at::Tensor gu = at::linear(in, matrix(w.gate_up, w.gate_up_mxfp4));
   gu.add_(st.in_compute(w.gate_up_bias));

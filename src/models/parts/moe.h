@@ -66,6 +66,8 @@ class SparseMoe : public Module {
   // token (float32 whatever the compute dtype: counted twice for a 16-bit one) and their sum, the
   // router's float32 logits and probabilities, and an expert's rows and intermediates.
   static int64_t width_per_token(int64_t hidden, int64_t inner, int64_t experts, int64_t top_k);
+  // With MXFP4 experts, also the largest decoded matrix (each is decoded into the scratch).
+  int64_t widen_elements(at::ScalarType compute) const override;
 
  protected:
   at::Tensor forward(const at::Tensor& x, ForwardState& st) override;

@@ -35,7 +35,7 @@ const at::Tensor& scale_table() {
 
 }  // namespace
 
-at::Tensor mxfp4_decode(const Mxfp4Matrix& m, at::ScalarType dtype) {
+at::Tensor mxfp4_decode(const Mxfp4Matrix& m, at::ScalarType dtype, const at::Tensor& scratch) {
   const int64_t out = m.blocks.size(0), groups = m.blocks.size(1);
   const at::Device device = m.blocks.device();
   at::Tensor table = byte_table().to(device);
@@ -47,7 +47,10 @@ at::Tensor mxfp4_decode(const Mxfp4Matrix& m, at::ScalarType dtype) {
                          .to(device)
                          .index_select(0, m.scales.reshape(-1).to(at::kInt))
                          .view({out, groups, 1});
-  return (values * scale).view({out, groups * 32}).to(dtype);
+  at::Tensor decoded = (values * scale).view({out, groups * 32});
+  if (!scratch.defined() || scratch.scalar_type() != dtype || scratch.numel() < decoded.numel())
+    return decoded.to(dtype);
+  return scratch.narrow(0, 0, decoded.numel()).view(decoded.sizes()).copy_(decoded);
 }
 
 }  // namespace actcap

@@ -20,7 +20,9 @@ struct Mxfp4Matrix {
   bool defined() const { return blocks.defined(); }
 };
 
-// The matrix [out, in] in `dtype` (float32, bfloat16 or float16), on the blocks' device.
-at::Tensor mxfp4_decode(const Mxfp4Matrix& m, at::ScalarType dtype);
+// The matrix [out, in] in `dtype` (float32, bfloat16 or float16), on the blocks' device: written
+// into `scratch` (that dtype, at least out * in elements: ForwardState::widen_scratch) when given,
+// else fresh.
+at::Tensor mxfp4_decode(const Mxfp4Matrix& m, at::ScalarType dtype, const at::Tensor& scratch = {});
 
 }  // namespace actcap
