@@ -220,7 +220,23 @@ def config_seeds():
     variant("qwen3_moe_step_window_local_experts.json", qwen3_moe, num_experts=KeyError,
             num_local_experts=5, decoder_sparse_step=2, mlp_only_layers=None,
             use_sliding_window=True, sliding_window=KeyError, head_dim=KeyError)
+    # gpt-oss: the hub's layout (rope_scaling YaRN, layer_types, an mxfp4 quantization_config) and
+    # GptOssConfig's defaults (no rope field: YaRN; no head_dim: 64; no window: 128).
+    gpt_oss = dict(LLAMA, architectures=["GptOssForCausalLM"], model_type="gpt_oss",
+                   num_local_experts=4, num_experts_per_tok=2, head_dim=16, sliding_window=4,
+                   attention_bias=True, layer_types=["sliding_attention", "full_attention"] * 2,
+                   rope_theta=150000.0, rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                                      "beta_fast": 32.0, "beta_slow": 1.0,
+                                                      "truncate": False,
+                                                      "original_max_position_embeddings": 64},
+                   quantization_config={"quant_method": "mxfp4",
+                                        "modules_to_not_convert": ["model.embed_tokens", "lm_head"]})
+    variant("gpt_oss.json", gpt_oss)
+    variant("gpt_oss_defaults.json", gpt_oss, rope_theta=KeyError, rope_scaling=KeyError,
+            head_dim=KeyError, sliding_window=KeyError, layer_types=KeyError,
+            quantization_config=KeyError, num_local_experts=KeyError, num_experts=6)
     # Near-valid.
+    variant("bad_gpt_oss_quantization.json", gpt_oss, quantization_config={"quant_method": "gptq"})
     variant("bad_missing_vocab.json", GPT2, vocab_size=KeyError)
     variant("bad_moe_top_k.json", mixtral, num_experts_per_tok=5)
     variant("bad_moe_mlp_only_layers.json", qwen3_moe, mlp_only_layers=[0, "1"])

@@ -236,15 +236,20 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
     // Widened copies are anonymous memory the kernel cannot page back to the file: refuse before
     // the machine runs out of it rather than after.
     uint64_t widened = 0;
-    for (const auto& [name, t] : tensors)
+    for (const auto& [name, t] : tensors) {
       if (t.element_size() == 2 && t.is_floating_point()) widened += t.numel() * sizeof(float);
+      // MXFP4 blocks (gpt-oss's experts): two values per byte, decoded to float32 at load.
+      if (t.scalar_type() == at::kByte && ends_with(name, "_blocks"))
+        widened += t.numel() * 2 * sizeof(float);
+    }
     const uint64_t available = host_memory_available();
     if (available > 0 && widened > available)
-      throw InputError(concat("widening the 16-bit weights of ", path, " to float32 at load needs ",
-                              format_bytes(widened), ", more than the ", format_bytes(available),
-                              " of memory this host has available; keep them as stored (weights "
-                              "dtype keep)"),
-                       {"weights_dtype"});
+      throw InputError(
+          concat("widening the 16-bit (or MXFP4) weights of ", path, " to float32 at load needs ",
+                 format_bytes(widened), ", more than the ", format_bytes(available),
+                 " of memory this host has available; keep them as stored (weights "
+                 "dtype keep)"),
+          {"weights_dtype"});
   }
   auto model = from_tensors(c, tensors, path, options);
   model->fingerprint_ = fingerprint;

@@ -1542,8 +1542,9 @@ def test_moe_stacked_experts_layout_runs_the_same_model(models, tmp_path, arch):
 def test_gpt_oss_mxfp4_experts_equal_the_reference_and_the_unquantized_twin(actcap_bin, tmp_path):
     """The released checkpoints' layout: each layer's experts as MXFP4 `*_blocks` / `*_scales`
     (uint8), decoded as they run. Every point equals the reference (which decodes at load, as
-    transformers), and the same model written unquantized (the decoded float32 matrices) gives the
-    same captures."""
+    transformers), and the same model written unquantized (the decoded float32 matrices, in
+    transformers' [in, out] layout) gives the same captures, bit for bit: the decoded matrix is
+    laid out as the stored one, so the GEMMs are the same."""
     cfg = synth.tiny_config("gpt_oss_mxfp4")
     m = tmp_path / "mxfp4"
     w = synth.write_checkpoint(str(m), cfg, seed=5)
@@ -1558,9 +1559,7 @@ def test_gpt_oss_mxfp4_experts_equal_the_reference_and_the_unquantized_twin(actc
     _, a, _ = H.run_capture(m, tmp_path / "a", seqs)
     _, b, _ = H.run_capture(twin, tmp_path / "b", seqs)
     assert set(a) == set(b)
-    for k in a:
-        scale = max(float(np.abs(b[k]).max()), 1e-30) if b[k].dtype != np.int64 else 1
-        assert np.abs(a[k].astype(np.float64) - b[k]).max() <= 1e-6 * scale, k
+    assert not [k for k in a if not np.array_equal(a[k], b[k])]
 
 
 def test_gpt_oss_without_rope_fields_is_yarn_by_default(actcap_bin, tmp_path):
@@ -1603,6 +1602,10 @@ GPT_OSS_BAD_CONFIGS = {
                            "quantization_config"),
     "sliding_window_null": (dict(sliding_window=None, layer_types=["sliding_attention", "full_attention",
                                                                    "sliding_attention"]), "sliding_window"),
+    # transformers' mask builder refuses a null window even when no layer slides
+    "sliding_window_null_no_sliding_layer": (dict(sliding_window=None, layer_types=["full_attention"] * 3),
+                                             "sliding_window"),
+    "swiglu_limit": (dict(swiglu_limit=8.0), "swiglu_limit"),
     "no_experts": (dict(num_local_experts=0, num_experts=0), "experts"),
 }
 
@@ -1617,6 +1620,17 @@ def test_gpt_oss_bad_config_is_one_line_exit_2(actcap_bin, tmp_path, case):
     c.update(changes)
     H.save_config(m, c)
     assert needle in _one_line_exit_2(m, tmp_path)
+
+
+def test_gpt_oss_mxfp4_blocks_without_quantization_config_are_one_line_exit_2(actcap_bin, tmp_path):
+    """transformers decodes MXFP4 blocks only under quantization_config.quant_method "mxfp4"."""
+    m = tmp_path / "m"
+    synth.write_checkpoint(str(m), synth.tiny_config("gpt_oss_mxfp4"), seed=2)
+    c = H.load_config(m)
+    c.pop("quantization_config")
+    H.save_config(m, c)
+    line = _one_line_exit_2(m, tmp_path)
+    assert "MXFP4" in line and "quantization_config" in line, line
 
 
 def test_gpt_oss_mxfp4_blocks_of_the_wrong_dtype_are_one_line_exit_2(actcap_bin, tmp_path):

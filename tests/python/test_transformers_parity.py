@@ -27,8 +27,8 @@ accelerate 1.14) and runs these, and the GPU machine has it.
 
 One layout differs by design: Gemma 3's q_norm / k_norm run on transformers' [batch, heads, T,
 head_dim] view; actcap's rows are tokens ([heads, head_dim] per token), so that view is transposed
-before comparing, and a mixture of experts' router (`.mlp.gate`) runs on the batch flattened to
-[B * T, hidden]: its logits are viewed [B, T, experts]. Tolerance: max |diff| <= 1e-5 * max(1, max |transformers|) per point (float32;
+before comparing, and a mixture of experts' router (`.mlp.gate`, gpt-oss's `.mlp.router`) runs on
+the batch flattened to [B * T, hidden]: its logits are viewed [B, T, experts]. Tolerance: max |diff| <= 1e-5 * max(1, max |transformers|) per point (float32;
 over the same padded batch on the same LibTorch most points come out bit-identical, the largest
 difference measured 1.1e-7)."""
 import copy
@@ -98,7 +98,7 @@ def hf_points(model, names, seqs, attentions=False):
         # A mixture of experts' router runs on the batch flattened to [B * T, hidden] (its output
         # is a tuple whose first element is the logits): back to [B, T, ...] as actcap's rows.
         t = rec[name]
-        if t.dim() == 2 and t.shape[0] == ids.numel() and name.split(":")[0].endswith(".mlp.gate"):
+        if t.dim() == 2 and t.shape[0] == ids.numel() and name.split(":")[0].endswith((".mlp.gate", ".mlp.router")):
             rec[name] = t.view(*ids.shape, t.shape[1])
         if heads_first and name.split(":")[0].endswith(TRANSPOSED):
             rec[name] = rec[name].transpose(1, 2)  # [B, heads, T, hd] -> [B, T, heads, hd]
@@ -284,6 +284,27 @@ def test_transformers_checkpoint_matches(tmp_path, variant):
     model_type, fields = VARIANTS[variant]
     m = build_hf_model(model_type, fields, tmp_path / "model")
     check_against_hf(m, tmp_path / "out", tokens(vocab_of(m), seed=1), label=f"{variant}: ")
+
+
+def test_gpt_oss_mxfp4_checkpoint_matches_transformers(tmp_path):
+    """The released checkpoints' layout: MXFP4 experts (synth.py's packer, written from the
+    format). transformers on a CPU without Triton decodes them at load to bf16 and keeps them bf16
+    in a float32 model; cast to float32 (exact: every MXFP4 value is a bf16 value), its model is the
+    one actcap runs, decoding each expert to float32 as it runs."""
+    import synth
+    m = tmp_path / "model"
+    synth.write_checkpoint(str(m), synth.tiny_config("gpt_oss_mxfp4"), seed=3)
+    seqs = tokens(vocab_of(m), seed=2)
+    _, got, _ = H.run_capture(m, tmp_path / "out", seqs, capture=["**", "**:input"])
+    names = sorted({k.split(":")[0] for k in got if k not in H.ROWS})
+    model, _ = hf_load(m)
+    experts = [mod for n, mod in model.named_modules() if n.endswith(".mlp.experts")]
+    assert len(experts) == H.load_config(m)["num_hidden_layers"]
+    for e in experts:
+        e.float()
+    hf, _ = hf_points(model, names, seqs)
+    failures = compare(got, hf, seqs, "mxfp4: ")
+    assert not failures, f"{len(failures)} mismatches:\n" + "\n".join(failures[:30])
 
 
 @pytest.mark.parametrize("variant", ["mixtral", "qwen3_moe", "olmoe"])

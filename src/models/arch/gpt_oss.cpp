@@ -4,7 +4,7 @@
 //     attention()'s sinks) and a sliding window of sliding_window (128) on the layers layer_types
 //     names (by default the even ones);
 //   - RMSNorms that scale by their weight in float32 and round last, the weights kept float32 in a
-//     16-bit compute dtype (transformers' _keep_in_fp32_modules);
+//     float16 compute dtype (transformers' _keep_in_fp32_modules, which bfloat16 does not use);
 //   - YaRN RoPE by default (factor 32 over 4096 positions, rope_theta 150000);
 //   - a mixture of experts on every layer (`mlp`): a router with a bias (`mlp.router`, its logits
 //     a hook point) whose num_experts_per_tok largest logits are softmaxed among themselves, and
@@ -26,6 +26,13 @@ namespace {
 
 using nlohmann::json;
 
+struct GptOssParams : MoeParams {
+  bool mxfp4 = false;  // quantization_config.quant_method is "mxfp4"
+  std::unique_ptr<ArchParams> clone() const override {
+    return std::make_unique<GptOssParams>(*this);
+  }
+};
+
 // GptOssConfig's rope_parameters when config.json has none.
 json default_rope() {
   return {{"rope_type", "yarn"}, {"factor", 32.0},    {"beta_fast", 32.0},
@@ -33,7 +40,7 @@ json default_rope() {
 }
 
 std::unique_ptr<Module> gpt_oss_moe(const ModelConfig& c, WeightSource layer, int64_t) {
-  const auto& p = c.params<MoeParams>();
+  const auto& p = c.params<GptOssParams>();
   const int64_t H = c.hidden_size, I = p.moe_intermediate_size, E = p.num_experts;
   WeightSource m = layer.pp("mlp");
   WeightSource r = m.pp("router");
@@ -42,6 +49,10 @@ std::unique_ptr<Module> gpt_oss_moe(const ModelConfig& c, WeightSource layer, in
   WeightSource x = m.pp("experts");
   std::vector<ClampedExpertWeights> experts(static_cast<size_t>(E));
   if (x.has("gate_up_proj_blocks")) {
+    if (!p.mxfp4)
+      throw InputError(concat(x.path(), ": the experts are MXFP4 blocks but config.json has no ",
+                              "quantization_config with \"quant_method\": \"mxfp4\"; transformers ",
+                              "would not decode them (add it, as the released checkpoints have)"));
     if (H % 32 != 0 || I % 32 != 0)
       throw InputError(concat(x.path(), ": MXFP4 experts need hidden_size (", H,
                               ") and intermediate_size (", I, ") to be multiples of 32"));
@@ -50,7 +61,7 @@ std::unique_ptr<Module> gpt_oss_moe(const ModelConfig& c, WeightSource layer, in
     at::Tensor down = x.get_packed("down_proj_blocks", {E, H, I / 32, 16}, at::kByte);
     at::Tensor down_scales = x.get_packed("down_proj_scales", {E, H, I / 32}, at::kByte);
     // Packed, decoded per expert as it runs (--weights-dtype keep), or decoded to float32 at load
-    // (f32: four times bf16's memory, eight times the packed bytes).
+    // (f32: four times bf16's memory, 7.5 times the packed bytes).
     const bool packed = x.keeps_stored();
     for (int64_t e = 0; e < E; ++e) {
       Mxfp4Matrix g{gu[e], gu_scales[e]}, d{down[e], down_scales[e]};
@@ -84,6 +95,7 @@ class GptOss : public LlamaFamilyArchitecture {
 
   void parse(const ConfigReader& f, ModelConfig& c) const override {
     const json& root = f.root();
+    auto p = std::make_unique<GptOssParams>();
     if (const json* q = f.find({"quantization_config"})) {
       const json* method =
           q->is_object() ? ConfigReader(*q, f.origin()).find({"quant_method"}) : nullptr;
@@ -91,7 +103,13 @@ class GptOss : public LlamaFamilyArchitecture {
         throw InputError(concat(f.origin(), ": quantization_config ", q->dump(),
                                 " is not supported; gpt-oss runs unquantized or MXFP4 experts "
                                 "(\"quant_method\": \"mxfp4\")"));
+      p->mxfp4 = true;
     }
+    // transformers' dequantized experts clamp at 7 whatever swiglu_limit says (its Triton MXFP4
+    // kernels read the field): refuse a value on which the two would differ.
+    if (f.has("swiglu_limit") && f.number({"swiglu_limit"}, 7.0) != 7.0)
+      throw InputError(concat(f.origin(), ": swiglu_limit is ", root["swiglu_limit"].dump(),
+                              "; only 7 (transformers' fixed limit) is supported"));
     // GptOssConfig's defaults: rope_parameters (YaRN) when the file has none, head_dim 64 (null:
     // hidden_size / num_attention_heads), 8 KV heads, rope_theta 150000, eps 1e-5.
     // (An empty rope_parameters is plain RoPE: only a missing or null one is YaRN; transformers
@@ -104,7 +122,6 @@ class GptOss : public LlamaFamilyArchitecture {
     if (!given("rope_parameters", true) && !given("rope_scaling", false))
       j["rope_parameters"] = default_rope();
     const ConfigReader g(j, f.origin());
-    auto p = std::make_unique<MoeParams>();
     p->rms_norm_eps = 1e-5;
     LlamaDefaults d;
     d.max_position_embeddings = 131072;
@@ -121,22 +138,20 @@ class GptOss : public LlamaFamilyArchitecture {
     p->qkv_bias = p->o_bias = p->attention_bias;
     p->norms_scale_in_float32 = p->norms_kept_float32 = true;
     // Windows as layer_types says (by default the even layers slide), sliding_window wide
-    // (absent: 128; null: none, refused when a layer slides).
+    // (absent: 128; null refused, as transformers' mask builder refuses it).
     p->windows = LlamaParams::Windows::kQwen;
     p->use_sliding_window = true;
     if (!root.contains("sliding_window"))
       p->sliding_window = 128;
     else if (g.has("sliding_window"))
       p->sliding_window = g.positive({"sliding_window"}, std::nullopt);
+    else
+      throw InputError(concat(f.origin(), ": sliding_window is null; gpt-oss needs a window ",
+                              "(transformers builds the sliding mask for every model)"));
     p->layer_types = parse_layer_types(g, c);
     if (p->layer_types.empty())
       for (int64_t i = 0; i < c.num_hidden_layers; ++i)
         p->layer_types.push_back(i % 2 == 0 ? "sliding_attention" : "full_attention");
-    for (const std::string& t : p->layer_types)
-      if (t == "sliding_attention" && !p->sliding_window)
-        throw InputError(concat(f.origin(),
-                                ": sliding_window is null but layer_types has a "
-                                "sliding_attention layer; set sliding_window"));
     parse_expert_counts(g, {"num_experts", "num_local_experts"}, 128, 4, *p);
     if (p->num_experts == 0)
       throw InputError(concat(f.origin(), ": num_local_experts is 0; gpt-oss needs experts"));
@@ -145,8 +160,11 @@ class GptOss : public LlamaFamilyArchitecture {
   }
 
   void write(const ModelConfig& c, nlohmann::json& j) const override {
-    const auto& p = c.params<MoeParams>();
+    const auto& p = c.params<GptOssParams>();
     write_llama_family(c, j);
+    // Plain RoPE written as such: a null rope_scaling alone reads back as GptOssConfig's YaRN.
+    if (p.rope.rope_type == "default")
+      j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", p.rope.rope_theta}};
     j["attention_bias"] = p.attention_bias;
     j["sliding_window"] = p.sliding_window ? json(*p.sliding_window) : json();
     j["layer_types"] = p.layer_types;
@@ -162,7 +180,10 @@ class GptOss : public LlamaFamilyArchitecture {
   ModelConfig preset(const std::string& name) const override {
     const bool b20 = name == "gpt-oss-20b", b120 = name == "gpt-oss-120b";
     ModelConfig c = moe_preset(this->name(), b20 || b120 ? "tiny" : name, 4, 2, 0);
-    auto& p = c.params<MoeParams>();
+    auto gp = std::make_unique<GptOssParams>();
+    static_cast<MoeParams&>(*gp) = c.params<MoeParams>();
+    c.arch_params = std::move(gp);
+    auto& p = c.params<GptOssParams>();
     p.rms_norm_eps = 1e-5;
     p.qkv_bias = p.o_bias = p.attention_bias = true;
     p.norms_scale_in_float32 = p.norms_kept_float32 = true;

@@ -33,7 +33,7 @@ struct LlamaParams : ArchParams {
   bool mlp_bias = false;
   bool qk_norm = false;  // RMSNorm over head_dim on each q and k head, before RoPE (Qwen3)
   // The RMSNorms scale by the weight in float32 and round last (OLMo 2, gpt-oss), with the weight
-  // unrounded in a 16-bit compute dtype (gpt-oss's norms stay float32): RMSNormOptions.
+  // unrounded under a float16 compute dtype (gpt-oss's norms stay float32 there): RMSNormOptions.
   bool norms_scale_in_float32 = false;
   bool norms_kept_float32 = false;
 

@@ -1,6 +1,10 @@
 #include "models/parts/mxfp4.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
+#include <mutex>
+#include <string>
 
 namespace actcap {
 
@@ -33,24 +37,46 @@ const at::Tensor& scale_table() {
   return table;
 }
 
+struct Tables {
+  at::Tensor bytes, scales;
+};
+
+// Both tables on `device`: copied there once (a blocking host-to-device copy the first time only,
+// not one per matrix). Never freed: a static tensor on an accelerator would outlive its runtime.
+const Tables& tables_on(const at::Device& device) {
+  static std::mutex mu;
+  static auto* cache = new std::map<std::string, Tables>();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache->find(device.str());
+  if (it == cache->end())
+    it = cache->emplace(device.str(), Tables{byte_table().to(device), scale_table().to(device)})
+             .first;
+  return it->second;
+}
+
 }  // namespace
 
 at::Tensor mxfp4_decode(const Mxfp4Matrix& m, at::ScalarType dtype, const at::Tensor& scratch) {
-  const int64_t out = m.blocks.size(0), groups = m.blocks.size(1);
-  const at::Device device = m.blocks.device();
-  at::Tensor table = byte_table().to(device);
-  // [out * groups * 16, 2] -> [out, groups, 32]: the values in order, each block's scale applied
-  // in float32 (exact: a power of two times a value of at most two significant bits).
-  at::Tensor values =
-      table.index_select(0, m.blocks.reshape(-1).to(at::kInt)).view({out, groups, 32});
-  at::Tensor scale = scale_table()
-                         .to(device)
-                         .index_select(0, m.scales.reshape(-1).to(at::kInt))
-                         .view({out, groups, 1});
-  at::Tensor decoded = (values * scale).view({out, groups * 32});
-  if (!scratch.defined() || scratch.scalar_type() != dtype || scratch.numel() < decoded.numel())
-    return decoded.to(dtype);
-  return scratch.narrow(0, 0, decoded.numel()).view(decoded.sizes()).copy_(decoded);
+  const int64_t out = m.blocks.size(0), groups = m.blocks.size(1), in = groups * 32;
+  const Tables& t = tables_on(m.blocks.device());
+  at::Tensor buf;  // [in, out], row-major
+  if (scratch.defined() && scratch.scalar_type() == dtype && scratch.numel() >= in * out)
+    buf = scratch.narrow(0, 0, in * out).view({in, out});
+  else
+    buf = at::empty({in, out}, m.blocks.options().dtype(dtype));
+  // Bands of rows: int32 indices, float32 values and their scaled product, about 10 bytes a value.
+  const int64_t band = std::max<int64_t>(1, (int64_t{4} << 20) / in);
+  for (int64_t r = 0; r < out; r += band) {
+    const int64_t n = std::min(band, out - r);
+    // [n * groups * 16, 2] -> [n, groups, 32]: the values in order, each block's scale applied in
+    // float32 (exact: a power of two times a value of at most two significant bits).
+    at::Tensor values = t.bytes.index_select(0, m.blocks.narrow(0, r, n).reshape(-1).to(at::kInt))
+                            .view({n, groups, 32});
+    at::Tensor scale = t.scales.index_select(0, m.scales.narrow(0, r, n).reshape(-1).to(at::kInt))
+                           .view({n, groups, 1});
+    buf.narrow(1, r, n).copy_((values * scale).view({n, in}).t());
+  }
+  return buf.t();
 }
 
 }  // namespace actcap

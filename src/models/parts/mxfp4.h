@@ -7,7 +7,8 @@
 //
 // actcap keeps the packed bytes as the weight (a quarter of bf16's memory) and decodes one
 // expert's matrix just before its GEMM. Every MXFP4 value is exactly representable in bfloat16
-// and float32, so the decoded matrix equals transformers' (which decodes to bfloat16 at load).
+// and float32, so the decoded matrix equals transformers' (which decodes to bfloat16 at load), and
+// it is laid out as transformers' is ([in, out] row-major), so the GEMM multiplies the same way.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -20,9 +21,10 @@ struct Mxfp4Matrix {
   bool defined() const { return blocks.defined(); }
 };
 
-// The matrix [out, in] in `dtype` (float32, bfloat16 or float16), on the blocks' device: written
-// into `scratch` (that dtype, at least out * in elements: ForwardState::widen_scratch) when given,
-// else fresh.
+// The matrix [out, in] in `dtype` (float32, bfloat16 or float16), on the blocks' device, as the
+// transposed view of a row-major [in, out] buffer (nn.Linear's weight over transformers' layout):
+// `scratch` (that dtype, at least out * in elements: ForwardState::widen_scratch) when given, else
+// fresh. Decoded a band of rows at a time, so its own temporaries stay under about 40 MB.
 at::Tensor mxfp4_decode(const Mxfp4Matrix& m, at::ScalarType dtype, const at::Tensor& scratch = {});
 
 }  // namespace actcap

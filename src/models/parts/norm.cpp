@@ -46,7 +46,8 @@ at::Tensor RMSNorm::forward(const at::Tensor& x, ForwardState& st) {
   auto normed = xf * at::rsqrt(var + eps_);
   if (o_.unit_offset) return ((weight_ + 1.0) * normed).to(x.scalar_type());
   if (o_.scale_in_float32) {
-    const at::Tensor& w = o_.weight_kept_float32 ? weight_ : st.in_compute(weight_);
+    const bool kept = o_.weight_kept_float32 && st.compute == at::kHalf;
+    const at::Tensor& w = kept ? weight_ : st.in_compute(weight_);
     return (w.to(at::kFloat) * normed).to(x.scalar_type());
   }
   return st.in_compute(weight_) * normed.to(x.scalar_type());

@@ -24,9 +24,9 @@ class LayerNorm : public Module {
 struct RMSNormOptions {
   bool unit_offset = false;  // the weight is an offset from one: scale by (1 + w), as Gemma's
   // Scale by the weight in float32 and round to the input dtype last (OLMo 2's and gpt-oss's
-  // `(weight * x).to(input_dtype)`), the weight as the compute dtype holds it (OLMo 2), or as
-  // stored, unrounded (weight_kept_float32: gpt-oss keeps its norms in float32,
-  // _keep_in_fp32_modules).
+  // `(weight * x).to(input_dtype)`), the weight as the compute dtype holds it, except under a
+  // float16 compute dtype with weight_kept_float32: then as stored, unrounded (gpt-oss's
+  // _keep_in_fp32_modules, which transformers applies to float16 models only).
   bool scale_in_float32 = false;
   bool weight_kept_float32 = false;
   int64_t heads = 0;  // > 0: applied per head; the hook points are [heads, width] per token
