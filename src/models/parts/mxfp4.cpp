@@ -14,12 +14,12 @@ namespace {
 constexpr float kE2m1[16] = {+0.0f, +0.5f, +1.0f, +1.5f, +2.0f, +3.0f, +4.0f, +6.0f,
                              -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
-// Both values of every byte, [256, 2]: the low nibble's, then the high nibble's.
+// The value of every byte's low nibble, then of its high nibble: [2, 256].
 const at::Tensor& byte_table() {
   static const at::Tensor table = [] {
-    at::Tensor t = at::empty({256, 2}, at::kFloat);
+    at::Tensor t = at::empty({2, 256}, at::kFloat);
     float* p = t.data_ptr<float>();
-    for (int b = 0; b < 256; ++b) p[2 * b] = kE2m1[b & 0x0F], p[2 * b + 1] = kE2m1[b >> 4];
+    for (int b = 0; b < 256; ++b) p[b] = kE2m1[b & 0x0F], p[256 + b] = kE2m1[b >> 4];
     return t;
   }();
   return table;
@@ -59,22 +59,28 @@ const Tables& tables_on(const at::Device& device) {
 at::Tensor mxfp4_decode(const Mxfp4Matrix& m, at::ScalarType dtype, const at::Tensor& scratch) {
   const int64_t out = m.blocks.size(0), groups = m.blocks.size(1), in = groups * 32;
   const Tables& t = tables_on(m.blocks.device());
-  at::Tensor buf;  // [in, out], row-major
+  at::Tensor buf;  // [in, out], row-major: input j = 32 g + 2 b + nibble
   if (scratch.defined() && scratch.scalar_type() == dtype && scratch.numel() >= in * out)
     buf = scratch.narrow(0, 0, in * out).view({in, out});
   else
     buf = at::empty({in, out}, m.blocks.options().dtype(dtype));
-  // Bands of rows: int32 indices, float32 values and their scaled product, about 10 bytes a value.
+  // Bands of output columns, so that the temporaries (the bytes transposed, their int32 indices,
+  // two float32 halves: about 6 bytes a value) stay near 24 MB.
   const int64_t band = std::max<int64_t>(1, (int64_t{4} << 20) / in);
   for (int64_t r = 0; r < out; r += band) {
     const int64_t n = std::min(band, out - r);
-    // [n * groups * 16, 2] -> [n, groups, 32]: the values in order, each block's scale applied in
-    // float32 (exact: a power of two times a value of at most two significant bits).
-    at::Tensor values = t.bytes.index_select(0, m.blocks.narrow(0, r, n).reshape(-1).to(at::kInt))
-                            .view({n, groups, 32});
-    at::Tensor scale = t.scales.index_select(0, m.scales.narrow(0, r, n).reshape(-1).to(at::kInt))
-                           .view({n, groups, 1});
-    buf.narrow(1, r, n).copy_((values * scale).view({n, in}).t());
+    // [n, groups, 16] bytes -> [groups, 16, n]: each byte's outputs contiguous, as in the buffer.
+    at::Tensor idx = m.blocks.narrow(0, r, n).permute({1, 2, 0}).to(at::kInt).reshape(-1);
+    at::Tensor scale =
+        t.scales.index_select(0, m.scales.narrow(0, r, n).t().reshape(-1).to(at::kInt))
+            .view({groups, 1, n});
+    // Each value times its block's scale in float32 (exact: a power of two times a value of at
+    // most two significant bits), written once into the buffer's dtype: the low nibbles' inputs
+    // 32 g + 2 b, the high nibbles' 32 g + 2 b + 1.
+    at::Tensor v = buf.narrow(1, r, n).view({groups, 16, 2, n});
+    at::Tensor lo = v.select(2, 0), hi = v.select(2, 1);
+    at::mul_out(lo, t.bytes[0].index_select(0, idx).view({groups, 16, n}), scale);
+    at::mul_out(hi, t.bytes[1].index_select(0, idx).view({groups, 16, n}), scale);
   }
   return buf.t();
 }

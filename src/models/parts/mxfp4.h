@@ -24,7 +24,7 @@ struct Mxfp4Matrix {
 // The matrix [out, in] in `dtype` (float32, bfloat16 or float16), on the blocks' device, as the
 // transposed view of a row-major [in, out] buffer (nn.Linear's weight over transformers' layout):
 // `scratch` (that dtype, at least out * in elements: ForwardState::widen_scratch) when given, else
-// fresh. Decoded a band of rows at a time, so its own temporaries stay under about 40 MB.
+// fresh. Decoded a band of outputs at a time, so its own temporaries stay near 24 MB.
 at::Tensor mxfp4_decode(const Mxfp4Matrix& m, at::ScalarType dtype, const at::Tensor& scratch = {});
 
 }  // namespace actcap
