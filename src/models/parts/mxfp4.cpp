@@ -43,7 +43,7 @@ struct Tables {
 
 // Both tables on `device`: copied there once (a blocking host-to-device copy the first time only,
 // not one per matrix). Never freed: a static tensor on an accelerator would outlive its runtime.
-const Tables& tables_on(const at::Device& device) {
+const Tables& tables_on(at::Device device) {
   static std::mutex mu;
   static auto* cache = new std::map<std::string, Tables>();
   std::lock_guard<std::mutex> lock(mu);
