@@ -12,8 +12,8 @@
 //     (`mlp.experts.gate_up_proj` [E, hidden, 2 * inner] with gate and up interleaved,
 //     `down_proj` [E, inner, hidden]) or MXFP4-packed as the released checkpoints store them
 //     (`*_blocks` and `*_scales`, quantization_config.quant_method "mxfp4"; decoded per expert as
-//     it runs, models/parts/mxfp4.h). config.json's swiglu_limit is not read: transformers fixes
-//     the limit at 7 and alpha at 1.702.
+//     it runs, models/parts/mxfp4.h). transformers' decoded experts fix the limit at 7 and alpha
+//     at 1.702; a config.json swiglu_limit other than 7 is refused.
 #include <nlohmann/json.hpp>
 
 #include "models/arch/moe_family.h"
