@@ -333,6 +333,18 @@ def mxfp4_unpacked(w):
     return out
 
 
+def write_unquantized_twin(src_dir, dst_dir, w):
+    """The MXFP4 checkpoint at src_dir (w: its tensors as write_checkpoint returned them) written
+    again to dst_dir unquantized: the decoded float32 experts, no quantization_config."""
+    os.makedirs(dst_dir, exist_ok=True)
+    with open(os.path.join(src_dir, "config.json")) as f:
+        cfg = json.load(f)
+    cfg.pop("quantization_config")
+    with open(os.path.join(dst_dir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    st.save(os.path.join(dst_dir, "model.safetensors"), mxfp4_unpacked(w), metadata={"format": "pt"})
+
+
 def write_checkpoint(ckpt_dir, cfg, seed=0, dtype="f32", sharded=0):
     """Writes config.json + model.safetensors (or `sharded` shards + index). Returns the tensors
     as written (float32 numpy, after rounding to the storage dtype; bf16 as uint16 bits).

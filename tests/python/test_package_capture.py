@@ -681,60 +681,46 @@ class RoutedLM(torch.nn.Module):
         return self.mlp(self.embed(input_ids))
 
 
-def test_gpt_oss_router_is_read_as_token_flattened_too(ac):
-    """gpt-oss names its router `router`, not `gate`: its points are read as [batch, seq, ...] the
-    same way."""
-    model = RoutedLM(router="router")
-    ids = torch.tensor([[0, 0, 5, 6], [1, 2, 3, 4]])
-    mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])
-    with torch.no_grad():
-        flat = model.embed(ids).view(-1, 8)
-        logits, experts = model.mlp.router(flat), model.mlp.experts(flat)
-    real = mask.reshape(-1).bool()
-    with torch.no_grad(), ac.SafeCapturer(model, ["mlp.router", "mlp.experts"]) as cap:
-        cap(ids, attention_mask=mask)
-    assert torch.equal(cap.get("mlp.router"), logits[real])
-    assert torch.equal(cap.get("mlp.experts"), experts[real])
-
-
-def test_token_flattened_points_give_the_real_tokens_rows(ac):
+@pytest.mark.parametrize("router", ["gate", "router"])
+def test_token_flattened_points_give_the_real_tokens_rows(ac, router):
     """The router and experts of a mixture-of-experts block (the direct children of a module with
-    `gate` and `experts` children) see every token flattened ([batch * seq, ...]): where rows are
-    taken, they are read as [batch, seq, ...] instead of being refused; without a mask or
-    positions they are kept whole, as the module returned them. Decoding steps use the new tokens'
+    `experts` and a router child: `gate`, or gpt-oss's `router`) see every token flattened
+    ([batch * seq, ...]): where rows are taken, they are read as [batch, seq, ...] instead of
+    being refused; without a mask or positions they are kept whole, as the module returned them. Decoding steps use the new tokens'
     [batch, seq]. A module inside the experts is not read so (transformers regroups the tokens by
     expert there): refused as before."""
-    model = RoutedLM()
+    model = RoutedLM(router)
+    gate = f"mlp.{router}"  # the router's point
     ids = torch.tensor([[0, 0, 5, 6], [1, 2, 3, 4]])
     mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])
     with torch.no_grad():
         flat = model.embed(ids).view(-1, 8)
-        logits, experts = model.mlp.gate(flat), model.mlp.experts(flat)
+        logits, experts = getattr(model.mlp, router)(flat), model.mlp.experts(flat)
     real = mask.reshape(-1).bool()
-    points = ["mlp.gate", "mlp.experts", "mlp.experts:input"]
+    points = [gate, "mlp.experts", "mlp.experts:input"]
     with torch.no_grad(), ac.SafeCapturer(model, points) as cap:
         cap(ids, attention_mask=mask)
-    assert torch.equal(cap.get("mlp.gate"), logits[real])
+    assert torch.equal(cap.get(gate), logits[real])
     assert torch.equal(cap.get("mlp.experts"), experts[real])
     assert torch.equal(cap.get("mlp.experts:input"), flat[real])
-    seq, pos = cap.rows("mlp.gate")
+    seq, pos = cap.rows(gate)
     assert seq.tolist() == [0, 0, 1, 1, 1, 1] and pos.tolist() == [0, 1, 0, 1, 2, 3]
-    with torch.no_grad(), ac.SafeCapturer(model, ["mlp.gate"], positions="last") as last:
+    with torch.no_grad(), ac.SafeCapturer(model, [gate], positions="last") as last:
         last(ids, attention_mask=mask)
-    assert torch.equal(last.get("mlp.gate"), logits[[3, 7]])
-    with torch.no_grad(), ac.SafeCapturer(model, ["mlp.gate"]) as whole:
+    assert torch.equal(last.get(gate), logits[[3, 7]])
+    with torch.no_grad(), ac.SafeCapturer(model, [gate]) as whole:
         model(ids)
-    assert torch.equal(whole.get("mlp.gate"), logits)  # [batch * seq, experts] as returned
+    assert torch.equal(whole.get(gate), logits)  # [batch * seq, experts] as returned
     # a decoding step: one new token per sequence, the mask covers the cached ones
     new = torch.tensor([[7], [8]])
     step_mask = torch.cat([mask, torch.ones(2, 1, dtype=mask.dtype)], dim=1)
     with torch.no_grad():
-        want = model.mlp.gate(model.embed(new).view(-1, 8))
-    with torch.no_grad(), ac.SafeCapturer(model, ["mlp.gate"]) as dec:
+        want = getattr(model.mlp, router)(model.embed(new).view(-1, 8))
+    with torch.no_grad(), ac.SafeCapturer(model, [gate]) as dec:
         dec.attention_mask = step_mask
         model(new, attention_mask=step_mask)
-    assert torch.equal(dec.get("mlp.gate"), want)
-    assert dec.rows("mlp.gate")[1].tolist() == [2, 4]
+    assert torch.equal(dec.get(gate), want)
+    assert dec.rows(gate)[1].tolist() == [2, 4]
     with torch.no_grad(), ac.SafeCapturer(model, ["mlp.experts.proj"]) as inner:
         with pytest.raises(ac.InputError, match=r"mlp.experts.proj.*not \[batch, seq"):
             inner(ids, attention_mask=mask)

@@ -1551,11 +1551,8 @@ def test_gpt_oss_mxfp4_experts_equal_the_reference_and_the_unquantized_twin(actc
     assert any(k.endswith("_blocks") for k in w) and any(k.endswith("_scales") for k in w)
     seqs = tokens_for(m, [13, 6], seed=8)
     check_parity(m, seqs, tmp_path / "out")
-    twin = H.copy_model(m, tmp_path / "twin")
-    twin_cfg = H.load_config(twin)
-    twin_cfg.pop("quantization_config")
-    H.save_config(twin, twin_cfg)
-    st.save(str(twin / "model.safetensors"), synth.mxfp4_unpacked(w), metadata={"format": "pt"})
+    twin = tmp_path / "twin"
+    synth.write_unquantized_twin(str(m), str(twin), w)
     _, a, _ = H.run_capture(m, tmp_path / "a", seqs)
     _, b, _ = H.run_capture(twin, tmp_path / "b", seqs)
     assert set(a) == set(b)

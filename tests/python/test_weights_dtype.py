@@ -8,16 +8,14 @@ import numpy as np
 import pytest
 
 import actcap_helpers as H
+import synth
 from actcap_helpers import actcap
 
 pytestmark = pytest.mark.usefixtures("actcap_bin")
 
 
-@pytest.mark.parametrize("arch", ["gpt2", "llama", "gemma2", "gpt_neox", "phi3", "mixtral", "olmoe", "gpt_oss"])
-@pytest.mark.parametrize("dtype", ["bf16", "f16"])
-def test_keep_and_f32_capture_the_same_bytes(models, tmp_path, arch, dtype):
-    m = models(arch, dtype=dtype)
-    seqs = H.random_tokens(H.load_config(m)["vocab_size"], [9, 4], seed=12)
+def assert_keep_equals_f32(m, tmp_path, seqs):
+    """keep (over three virtual devices) and f32 capture the same bytes at every point."""
     _, keep, _ = H.run_capture(m, tmp_path / "keep", seqs, extra=("--devices", "3"))
     _, wide, _ = H.run_capture(m, tmp_path / "f32", seqs, extra=("--weights-dtype", "f32"))
     assert set(keep) == set(wide)
@@ -25,14 +23,22 @@ def test_keep_and_f32_capture_the_same_bytes(models, tmp_path, arch, dtype):
         assert np.array_equal(keep[name], wide[name]), name
 
 
+def plan_weights(model, mode="keep"):
+    """The weight bytes `actcap plan` counts over all devices."""
+    p = actcap("plan", model, "--weights-dtype", mode, "--json", check=True)
+    return sum(d["weights"] for d in json.loads(p.stdout)["devices"])
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "gemma2", "gpt_neox", "phi3", "mixtral", "olmoe", "gpt_oss"])
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_keep_and_f32_capture_the_same_bytes(models, tmp_path, arch, dtype):
+    m = models(arch, dtype=dtype)
+    assert_keep_equals_f32(m, tmp_path, H.random_tokens(H.load_config(m)["vocab_size"], [9, 4], seed=12))
+
+
 def test_plan_counts_stored_bytes(models):
     m = models("llama", dtype="bf16")
-
-    def weights(mode):
-        p = actcap("plan", m, "--weights-dtype", mode, "--json", check=True)
-        return sum(d["weights"] for d in json.loads(p.stdout)["devices"])
-
-    keep, wide = weights("keep"), weights("f32")
+    keep, wide = plan_weights(m, "keep"), plan_weights(m, "f32")
     assert 0.45 * wide < keep < 0.55 * wide, (keep, wide)
 
 
@@ -47,45 +53,24 @@ def test_bad_weights_dtype_is_one_line(models, tmp_path):
 def test_plan_counts_mxfp4_experts_packed(tmp_path):
     """gpt-oss's MXFP4 experts stay packed in memory (17 bytes per 32 values: 16 of nibbles, one
     scale); the plan counts those bytes, not the decoded matrices'."""
-    import st
-    import synth
     cfg = synth.tiny_config("gpt_oss_mxfp4")
     m = tmp_path / "mxfp4"
     w = synth.write_checkpoint(str(m), cfg, seed=4)
-    twin = H.copy_model(m, tmp_path / "twin")
-    twin_cfg = H.load_config(twin)
-    twin_cfg.pop("quantization_config")
-    H.save_config(twin, twin_cfg)
-    st.save(str(twin / "model.safetensors"), synth.mxfp4_unpacked(w), metadata={"format": "pt"})
-
-    def weights(model):
-        p = actcap("plan", model, "--json", check=True)
-        return sum(d["weights"] for d in json.loads(p.stdout)["devices"])
-
+    twin = tmp_path / "twin"
+    synth.write_unquantized_twin(str(m), str(twin), w)
     packed = sum(v.nbytes for k, v in w.items() if k.endswith(("_blocks", "_scales")))
     decoded = sum(v.size * 4 for k, v in synth.mxfp4_unpacked(w).items()
                   if k.endswith(("gate_up_proj", "down_proj")))
-    assert weights(twin) - weights(m) == decoded - packed, (weights(twin), weights(m), decoded, packed)
+    assert plan_weights(twin) - plan_weights(m) == decoded - packed, (decoded, packed)
 
 
 def test_mxfp4_keep_and_f32_capture_the_same_bytes(tmp_path):
     """MXFP4 experts decoded per expert as they run (keep) or at load (f32): the same float32
     matrices into the same GEMMs, so the same bytes; under f32 the plan counts the decoded float32
     matrices (4 bytes per value, two values per block byte) instead of the packed bytes."""
-    import synth
     m = tmp_path / "mxfp4"
     w = synth.write_checkpoint(str(m), synth.tiny_config("gpt_oss_mxfp4"), seed=6)
-    seqs = H.random_tokens(H.load_config(m)["vocab_size"], [9, 4], seed=13)
-    _, keep, _ = H.run_capture(m, tmp_path / "keep", seqs, extra=("--devices", "2"))
-    _, wide, _ = H.run_capture(m, tmp_path / "f32", seqs, extra=("--weights-dtype", "f32"))
-    assert set(keep) == set(wide)
-    for name in keep:
-        assert np.array_equal(keep[name], wide[name]), name
-
-    def weights(mode):
-        p = actcap("plan", m, "--weights-dtype", mode, "--json", check=True)
-        return sum(d["weights"] for d in json.loads(p.stdout)["devices"])
-
+    assert_keep_equals_f32(m, tmp_path, H.random_tokens(H.load_config(m)["vocab_size"], [9, 4], seed=13))
     packed = sum(v.nbytes for k, v in w.items() if k.endswith(("_blocks", "_scales")))
     blocks = sum(v.nbytes for k, v in w.items() if k.endswith("_blocks"))
-    assert weights("f32") - weights("keep") == blocks * 2 * 4 - packed
+    assert plan_weights(m, "f32") - plan_weights(m, "keep") == blocks * 2 * 4 - packed

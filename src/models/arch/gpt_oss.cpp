@@ -33,6 +33,22 @@ struct GptOssParams : MoeParams {
   }
 };
 
+// What every gpt-oss model has, whatever its config.json: float32-scaled norms and windows as
+// layer_types says.
+void set_fixed_fields(GptOssParams& p) {
+  p.norms_scale_in_float32 = p.norms_kept_float32 = true;
+  p.windows = LlamaParams::Windows::kQwen;
+  p.use_sliding_window = true;
+}
+
+// GptOssConfig's layer_types: the even layers slide.
+std::vector<std::string> alternating_layer_types(int64_t layers) {
+  std::vector<std::string> out;
+  for (int64_t i = 0; i < layers; ++i)
+    out.push_back(i % 2 == 0 ? "sliding_attention" : "full_attention");
+  return out;
+}
+
 // GptOssConfig's rope_parameters when config.json has none.
 json default_rope() {
   return {{"rope_type", "yarn"}, {"factor", 32.0},    {"beta_fast", 32.0},
@@ -136,11 +152,8 @@ class GptOss : public LlamaFamilyArchitecture {
     if (!g.has("bos_token_id")) c.bos_token_id = c.eos_token_id;
     p->attention_bias = g.boolean({"attention_bias"}, true);  // q, k, v and o
     p->qkv_bias = p->o_bias = p->attention_bias;
-    p->norms_scale_in_float32 = p->norms_kept_float32 = true;
-    // Windows as layer_types says (by default the even layers slide), sliding_window wide
-    // (absent: 128; null refused, as transformers' mask builder refuses it).
-    p->windows = LlamaParams::Windows::kQwen;
-    p->use_sliding_window = true;
+    set_fixed_fields(*p);
+    // sliding_window: absent 128; null refused, as transformers' mask builder refuses it.
     if (!root.contains("sliding_window"))
       p->sliding_window = 128;
     else if (g.has("sliding_window"))
@@ -149,9 +162,7 @@ class GptOss : public LlamaFamilyArchitecture {
       throw InputError(concat(f.origin(), ": sliding_window is null; gpt-oss needs a window ",
                               "(transformers builds the sliding mask for every model)"));
     p->layer_types = parse_layer_types(g, c);
-    if (p->layer_types.empty())
-      for (int64_t i = 0; i < c.num_hidden_layers; ++i)
-        p->layer_types.push_back(i % 2 == 0 ? "sliding_attention" : "full_attention");
+    if (p->layer_types.empty()) p->layer_types = alternating_layer_types(c.num_hidden_layers);
     parse_expert_counts(g, {"num_experts", "num_local_experts"}, 128, 4, *p);
     if (p->num_experts == 0)
       throw InputError(concat(f.origin(), ": num_local_experts is 0; gpt-oss needs experts"));
@@ -186,9 +197,7 @@ class GptOss : public LlamaFamilyArchitecture {
     auto& p = c.params<GptOssParams>();
     p.rms_norm_eps = 1e-5;
     p.qkv_bias = p.o_bias = p.attention_bias = true;
-    p.norms_scale_in_float32 = p.norms_kept_float32 = true;
-    p.windows = LlamaParams::Windows::kQwen;
-    p.use_sliding_window = true;
+    set_fixed_fields(p);
     p.sliding_window = name == "tiny" ? 4 : 128;
     p.rope.rope_type = "yarn", p.rope.beta_fast = 32.0, p.rope.beta_slow = 1.0;
     p.rope.truncate = false;
@@ -206,9 +215,7 @@ class GptOss : public LlamaFamilyArchitecture {
       p.rope.factor = 4.0;
       p.rope.original_max_position_embeddings = c.max_position_embeddings / 4;
     }
-    p.layer_types.clear();
-    for (int64_t i = 0; i < c.num_hidden_layers; ++i)
-      p.layer_types.push_back(i % 2 == 0 ? "sliding_attention" : "full_attention");
+    p.layer_types = alternating_layer_types(c.num_hidden_layers);
     p.moe_intermediate_size = p.intermediate_size;
     return c;
   }
