@@ -206,6 +206,17 @@ def config_seeds():
                                                        "head_dim": 16, "sliding_window": 4,
                                                        "rope_scaling": {"factor": 8.0,
                                                                         "rope_type": "linear"}}})
+    # Gemma 1: the hub's layout (the legacy hidden_act beside hidden_activation) and GemmaConfig's
+    # defaults (head_dim 256, 16 KV heads, gelu_pytorch_tanh, tied).
+    gemma = {k: v for k, v in LLAMA.items() if k != "mlp_bias"}
+    gemma.update(architectures=["GemmaForCausalLM"], model_type="gemma", bos_token_id=2,
+                 eos_token_id=1, pad_token_id=0, hidden_act="gelu",
+                 hidden_activation="gelu_pytorch_tanh", num_key_value_heads=1,
+                 tie_word_embeddings=KeyError)
+    variant("gemma.json", {k: v for k, v in gemma.items() if v is not KeyError})
+    variant("gemma_defaults.json", gemma, tie_word_embeddings=KeyError, head_dim=KeyError,
+            num_key_value_heads=KeyError, hidden_act=KeyError, hidden_activation=KeyError,
+            num_attention_heads=16, attention_bias=True)
     mixtral = dict(MISTRAL, architectures=["MixtralForCausalLM"], model_type="mixtral",
                    num_local_experts=4, num_experts_per_tok=2, sliding_window=None)
     variant("mixtral.json", mixtral)

@@ -360,7 +360,7 @@ std::unique_ptr<Module> decoder_layer(const ModelConfig& c, WeightSource w, int6
   const auto& p = c.params<LlamaParams>();
   const int64_t H = c.hidden_size, D = p.head_dim;
   const std::string name = w.path();
-  auto in_norm = llama_rms_norm(p, w, "input_layernorm", H);
+  auto in_norm = llama_rms_norm(p, w, "input_layernorm", H, 0, b.unit_offset_norms);
   WeightSource a = w.pp("self_attn");
   AttentionParts parts = llama_attention_projections(c, a);
   if (p.qk_norm) parts.q_norm = llama_rms_norm(p, a, "q_norm", D, c.num_attention_heads);
@@ -368,7 +368,7 @@ std::unique_ptr<Module> decoder_layer(const ModelConfig& c, WeightSource w, int6
   if (b.attention_sinks) parts.sinks = a.get("sinks", {c.num_attention_heads}, Init::kBias);
   auto attn = std::make_unique<Attention>(a.path(), llama_attention_shape(c, layer, rope),
                                           std::move(parts));
-  auto post_norm = llama_rms_norm(p, w, "post_attention_layernorm", H);
+  auto post_norm = llama_rms_norm(p, w, "post_attention_layernorm", H, 0, b.unit_offset_norms);
   auto mlp = b.mlp ? b.mlp(c, w, layer) : llama_gated_mlp(c, w.pp("mlp"), p.hidden_act);
   return std::make_unique<PreNormBlock>(name, H, std::move(in_norm), std::move(attn),
                                         std::move(post_norm), std::move(mlp));

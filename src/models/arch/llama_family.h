@@ -124,9 +124,9 @@ ModelConfig gemma_preset(const std::string& arch, const std::string& preset,
                          std::unique_ptr<GemmaParams> p);
 
 // What a Llama-style architecture changes in the family's model: its decoder layer (null: the
-// Llama pre-norm layer) or that layer's MLP, (1 + w) final norm, a scaled embedding and soft-capped
-// logits (Gemma 2), the decoder's module path (Gemma 3's multimodal checkpoints nest it under the
-// vision model's).
+// Llama pre-norm layer) or that layer's MLP, (1 + w) norms (the final norm and the pre-norm
+// layer's: Gemma), a scaled embedding and soft-capped logits (Gemma 2), the decoder's module path
+// (Gemma 3's multimodal checkpoints nest it under the vision model's).
 struct LlamaBuild {
   std::string base = "model";  // the decoder's module path: model.embed_tokens, model.layers.N
   std::function<std::unique_ptr<Module>(const ModelConfig& c, WeightSource w, int64_t layer,
