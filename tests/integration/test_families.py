@@ -38,6 +38,7 @@ FAMILIES = [
     Family("qwen2", "model.layers", "self_attn.q_proj.bias", "num_attention_heads", "num_attention_heads"),
     Family("qwen3", "model.layers", "self_attn.q_norm.weight", "hidden_size", "hidden_size"),
     Family("olmo2", "model.layers", "self_attn.k_norm.weight", "hidden_size", "hidden_size"),
+    Family("gemma", "model.layers", "mlp.up_proj.weight", "vocab_size", "vocab_size"),
     Family("gemma2", "model.layers", "post_feedforward_layernorm.weight", "vocab_size", "vocab_size"),
     Family("gpt_neox", "gpt_neox.layers", "attention.query_key_value.weight", "hidden_size",
            "gpt_neox.embed_in.weight"),

@@ -1,10 +1,10 @@
 """Independent float32 reference forward for the actcap parity tests.
 
 Written from the semantics of Hugging Face transformers' modeling_gpt2.py, modeling_llama.py,
-modeling_mistral.py, modeling_qwen2.py, modeling_qwen3.py, modeling_olmo2.py, modeling_gemma2.py,
-modeling_gemma3.py, modeling_gpt_neox.py, modeling_phi3.py, modeling_mixtral.py, modeling_qwen3_moe.py,
+modeling_mistral.py, modeling_qwen2.py, modeling_qwen3.py, modeling_olmo2.py, modeling_gemma.py,
+modeling_gemma2.py, modeling_gemma3.py, modeling_gpt_neox.py, modeling_phi3.py, modeling_mixtral.py, modeling_qwen3_moe.py,
 modeling_olmoe.py, modeling_gpt_oss.py (with configuration_mixtral.py, configuration_qwen3_moe.py,
-configuration_olmoe.py, configuration_gpt_oss.py, conversion_mapping.py, integrations/moe.py and
+configuration_olmoe.py, configuration_gpt_oss.py, configuration_gemma.py, conversion_mapping.py, integrations/moe.py and
 integrations/mxfp4.py of transformers
 5.12) and modeling_rope_utils.py (eager attention, eager experts, no padding, no cache, eval mode),
 using only torch + numpy + the minimal safetensors reader in st.py. config.json may be in
@@ -38,6 +38,11 @@ Hook points (N = layer index):
   llama/mistral/qwen2/qwen3: model.embed_tokens, model.layers.N, .input_layernorm, .self_attn,
          .self_attn.{q,k,v,o}_proj, .post_attention_layernorm, .mlp, .mlp.{gate,up,down}_proj,
          .mlp.act_fn, model.norm, lm_head
+  gemma (Gemma 1, GemmaForCausalLM): exactly llama's points. model.embed_tokens is the embedding
+         module's own output, scaled by sqrt(hidden_size) (GemmaTextScaledWordEmbedding); the norms
+         are Gemma's (1 + w) RMSNorm; lm_head is uncapped and is the model's logits. The MLP's
+         activation is a rule of ours, not transformers 5's (see Config._gemma): hidden_activation
+         when config.json has it non-null, else hidden_act, else gelu_pytorch_tanh.
   gemma2: as llama plus .pre_feedforward_layernorm (before .mlp) and .post_feedforward_layernorm
          (after it); model.embed_tokens is the embedding times sqrt(hidden_size); lm_head is
          uncapped (the model's logits are soft-capped after it)
@@ -103,8 +108,8 @@ import torch.nn.functional as F
 
 import st
 
-ARCHS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3_text", "gemma3",
-         "gpt_neox", "phi3", "mixtral", "qwen3_moe", "olmoe", "gpt_oss")
+ARCHS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma", "gemma2", "gemma3_text",
+         "gemma3", "gpt_neox", "phi3", "mixtral", "qwen3_moe", "olmoe", "gpt_oss")
 MOE_ARCHS = ("mixtral", "qwen3_moe", "olmoe", "gpt_oss")
 
 
@@ -210,6 +215,17 @@ GPT_OSS_ROPE = {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_sl
                 "original_max_position_embeddings": 4096}
 GPT_OSS_SWIGLU_LIMIT = 7.0
 GPT_OSS_SWIGLU_ALPHA = 1.702
+# GemmaConfig's defaults (configuration_gemma.py, transformers 5.12; gemma-7b's sizes). A @strict
+# dataclass: a null in any of these fields is refused (rope_parameters, the token ids and
+# use_bidirectional_attention are the Optional ones). head_dim and num_key_value_heads are fixed
+# defaults, never derived (hidden_size // num_attention_heads, num_attention_heads). GemmaConfig has
+# no hidden_activation field (see Config._gemma for the activation rule).
+GEMMA_DEFAULTS = dict(vocab_size=256000, hidden_size=3072, intermediate_size=24576, num_hidden_layers=28,
+                      num_attention_heads=16, num_key_value_heads=16, head_dim=256,
+                      hidden_act="gelu_pytorch_tanh", max_position_embeddings=8192, rms_norm_eps=1e-6,
+                      tie_word_embeddings=True, attention_bias=False, rope_theta=10000.0,
+                      use_bidirectional_attention=None)
+GEMMA_ACT_DEFAULT = "gelu_pytorch_tanh"
 # Gemma2Config's defaults (configuration_gemma2.py).
 GEMMA2_DEFAULTS = dict(vocab_size=256000, hidden_size=2304, intermediate_size=9216,
                        num_hidden_layers=26, num_attention_heads=8, num_key_value_heads=4,
@@ -273,6 +289,8 @@ class Config:
             self._qwen3(cfg)
         elif mt == "olmo2":
             self._olmo2(cfg)
+        elif mt == "gemma":
+            self._gemma(cfg)
         elif mt == "gemma2":
             self._gemma2(cfg)
         elif mt in ("gemma3_text", "gemma3"):
@@ -374,6 +392,68 @@ class Config:
         self.attention_bias = bool(get("attention_bias"))
         self.mlp_bias = False
         self.rope = self._rope(cfg)
+        self.windows = [None] * self.layers
+
+    def _gemma(self, cfg):
+        """GemmaConfig (transformers 5.12, a @strict dataclass; GEMMA_DEFAULTS for absent fields):
+        - nulls: refused in every non-Optional field (transformers' strict validation raises; 4.x
+          would build q_proj / repeat_kv from a None and fail too);
+        - head_dim: config.json's, 256 when absent (GemmaConfig's default, NOT hidden_size //
+          num_attention_heads; GemmaAttention's getattr fallback never runs); even (RoPE halves);
+          num_key_value_heads: 16 when absent (NOT num_attention_heads);
+        - attention_bias gives q, k, v AND o biases; no MLP biases; tied by default;
+        - RoPE as Llama's: rope_scaling (4.x) or rope_parameters (5.x), every rope type, the whole
+          head rotated; rope_theta 10000 when absent (default_theta); a null rope_theta with no
+          theta in the rope dict is refused (transformers would compute with None);
+        - no sliding window, no soft-caps, scaling head_dim ** -0.5;
+        - use_bidirectional_attention (Optional, default None): true is refused. transformers 5.12
+          only turns GemmaAttention.is_causal off with it; the eager path still gets
+          create_causal_mask's causal mask while SDPA / flash would attend both ways, so the
+          model is not well defined;
+        - activation, OUR RULE (shared with actcap's C++): hidden_activation when config.json has it
+          non-null, else hidden_act, else gelu_pytorch_tanh. transformers 5.12's GemmaMLP reads
+          only hidden_act (GemmaConfig has no hidden_activation field; it stays an extra
+          attribute); transformers 4.38-4.4x's (from huggingface/transformers#29402) read
+          hidden_activation, falling back to gelu_pytorch_tanh (with a warning) and ignoring
+          hidden_act. So a config with only "hidden_act": "gelu" runs exact gelu here and in
+          transformers 5, the tanh approximation in 4.4x. Google's released Gemma 1
+          configs carry the legacy "hidden_act": "gelu" next to "hidden_activation":
+          "gelu_pytorch_tanh", the activation the models were trained with: transformers 5.12
+          runs them with exact gelu, this rule with the tanh approximation. Where the two fields
+          are equal (what actcap's init-model writes) every version agrees."""
+        d = GEMMA_DEFAULTS
+
+        def get(k):
+            if k not in cfg:
+                return d[k]
+            if cfg[k] is None:
+                raise ReferenceError(f"gemma {k} is null (transformers' strict config refuses it)")
+            return cfg[k]
+
+        self.vocab_size = int(get("vocab_size"))
+        self.hidden = int(get("hidden_size"))
+        self.layers = int(get("num_hidden_layers"))
+        self.heads = int(get("num_attention_heads"))
+        self.kv_heads = int(get("num_key_value_heads"))
+        self.inner = int(get("intermediate_size"))
+        self.act = _get(cfg, "hidden_activation", "hidden_act", default=GEMMA_ACT_DEFAULT)
+        self.eps = float(get("rms_norm_eps"))
+        self.tie = bool(get("tie_word_embeddings"))
+        if self.heads < 1 or self.kv_heads < 1 or self.heads % self.kv_heads:
+            raise ReferenceError("num_attention_heads not divisible by num_key_value_heads")
+        self.head_dim = int(get("head_dim"))
+        if self.head_dim < 2 or self.head_dim % 2:
+            raise ReferenceError(f"head_dim {self.head_dim} must be even and >= 2 (RoPE)")
+        self.attention_bias = bool(get("attention_bias"))
+        self.mlp_bias = False
+        if cfg.get("use_bidirectional_attention"):
+            raise ReferenceError("use_bidirectional_attention is not causal")
+        rcfg = dict(cfg, model_type="gemma", max_position_embeddings=int(get("max_position_embeddings")))
+        rs, rp = cfg.get("rope_scaling"), cfg.get("rope_parameters")
+        rd = rs if isinstance(rs, dict) and rs else rp if isinstance(rp, dict) else {}
+        if "rope_theta" in cfg and cfg["rope_theta"] is None and rd.get("rope_theta") is None:
+            raise ReferenceError("gemma rope_theta is null")
+        self.rope = self._rope(rcfg)
         self.windows = [None] * self.layers
 
     def _gemma_common(self, cfg, d, pattern):
@@ -996,7 +1076,7 @@ def _rope_llama3(rope, head_dim, seq_len=None):
 ROPE_FUNCTIONS = {"default": _rope_default, "linear": _rope_linear, "dynamic": _rope_dynamic,
                   "yarn": _rope_yarn, "longrope": _rope_longrope, "llama3": _rope_llama3}
 ROPE_TYPES = tuple(ROPE_FUNCTIONS)
-MAX_POSITIONS_DEFAULT = {"gemma2": 8192, "gemma3_text": 131072, "llama": 2048, "mistral": 4096 * 32, "qwen2": 32768, "qwen3": 32768,
+MAX_POSITIONS_DEFAULT = {"gemma": 8192, "gemma2": 8192, "gemma3_text": 131072, "llama": 2048, "mistral": 4096 * 32, "qwen2": 32768, "qwen3": 32768,
                          "gpt_neox": 2048, "phi3": 4096, "mixtral": 4096 * 32, "qwen3_moe": 32768,
                          "olmoe": 4096, "gpt_oss": 131072}
 
@@ -1413,6 +1493,8 @@ class Model:
                 pts = self._gpt2(ids)
             elif self.cfg.arch == "olmo2":
                 pts = self._olmo2(ids, rope_seq_len)
+            elif self.cfg.arch == "gemma":
+                pts = self._gemma1(ids, rope_seq_len)
             elif self.cfg.arch in ("gemma2", "gemma3"):
                 pts = self._gemma(ids, rope_seq_len)
             elif self.cfg.arch == "gpt_neox":
@@ -1794,6 +1876,59 @@ class Model:
             out = h + dn
             rec(p, layer_in, out)
             h = out
+        hn = rms(h, "model.norm")
+        rec("model.norm", h, hn)
+        rec("lm_head", hn, F.linear(hn, w["lm_head.weight"]))
+        return pts
+
+    def _gemma1(self, ids, rope_seq_len=None):
+        """Gemma 1 (eager): GemmaModel / GemmaDecoderLayer / GemmaAttention / GemmaMLP and
+        GemmaForCausalLM, all float32:
+        - GemmaRMSNorm: x * rsqrt(mean(x^2) + eps) in float32, times (1 + w) in float32, cast back;
+        - GemmaTextScaledWordEmbedding: the embedding times torch.tensor(hidden_size ** 0.5) cast
+          to the weight's dtype, inside the module (model.embed_tokens is HF's own output);
+        - Llama's pre-norm layer, two norms: h = x + self_attn(input_layernorm(x));
+          out = h + mlp(post_attention_layernorm(h));
+        - attention: q / k / v projections (biases with attention_bias), RoPE (rotate-half, the
+          whole head), repeat_kv, scores * head_dim ** -0.5, causal mask, softmax in float32,
+          o_proj (bias with attention_bias); no soft-cap, no window, no query_pre_attn_scalar;
+        - mlp: down(act(gate(x)) * up(x)) with the activation of Config._gemma's rule;
+        - logits = lm_head(norm(h)), uncapped."""
+        c, w, lin = self.cfg, self.w, self._lin
+        T = ids.shape[0]
+        pts = OrderedDict()
+
+        def rec(name, inp, out):
+            pts[name + ":input"] = inp
+            pts[name] = out
+
+        def rms(x, p):
+            out = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + c.eps)
+            return (out * (1.0 + w[p + ".weight"].float())).type_as(x)
+
+        cos, sin = rope_cos_sin(c.rope, c.head_dim, T, seq_len=rope_seq_len)
+        weight = w["model.embed_tokens.weight"]
+        h = F.embedding(ids, weight) * torch.tensor(c.hidden ** 0.5).to(weight.dtype)
+        rec("model.embed_tokens", ids, h)
+        for i in range(c.layers):
+            p = f"model.layers.{i}"
+            A = p + ".self_attn"
+            layer_in = h
+            x = rms(h, p + ".input_layernorm")
+            rec(p + ".input_layernorm", h, x)
+            qkv = []
+            for nm in ("q_proj", "k_proj", "v_proj"):
+                qkv.append(lin(x, f"{A}.{nm}"))
+                rec(f"{A}.{nm}", x, qkv[-1])
+            o = self._attend(*qkv, cos, sin, c.head_dim ** -0.5, pts=pts, name=A)
+            a = lin(o, A + ".o_proj")
+            rec(A + ".o_proj", o, a)
+            rec(A, x, a)
+            h = layer_in + a
+            x2 = rms(h, p + ".post_attention_layernorm")
+            rec(p + ".post_attention_layernorm", h, x2)
+            h = h + self._gated_mlp(x2, p + ".mlp", rec)
+            rec(p, layer_in, h)
         hn = rms(h, "model.norm")
         rec("model.norm", h, hn)
         rec("lm_head", hn, F.linear(hn, w["lm_head.weight"]))

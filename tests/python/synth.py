@@ -36,6 +36,14 @@ TINY = {
                   head_dim=16, hidden_act="silu", max_position_embeddings=128, rms_norm_eps=1e-6,
                   rope_theta=1000000.0, rope_scaling=None, attention_bias=False, use_sliding_window=False,
                   sliding_window=None, max_window_layers=2, tie_word_embeddings=True),
+    # Gemma 1: head_dim 16 != hidden_size / num_attention_heads (8), GQA (4 heads, 2 kv heads);
+    # hidden_act and hidden_activation equal, so transformers 4.x, 5.x and actcap's rule agree
+    "gemma": dict(model_type="gemma", architectures=["GemmaForCausalLM"], vocab_size=384, hidden_size=32,
+                  intermediate_size=80, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                  head_dim=16, hidden_act="gelu_pytorch_tanh", hidden_activation="gelu_pytorch_tanh",
+                  max_position_embeddings=128, rms_norm_eps=1e-6, rope_theta=10000.0, rope_scaling=None,
+                  attention_bias=False, tie_word_embeddings=True, bos_token_id=2, eos_token_id=1,
+                  pad_token_id=0),
     # head_dim 16 != hidden_size / num_attention_heads (8); layers 0 and 2 slide
     "gemma2": dict(model_type="gemma2", architectures=["Gemma2ForCausalLM"], vocab_size=384, hidden_size=32,
                    intermediate_size=80, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
@@ -144,7 +152,7 @@ MXFP4_QUANTIZATION_CONFIG = {"modules_to_not_convert": ["model.layers.*.self_att
                              "quant_method": "mxfp4"}
 
 
-GEMMA = ("gemma2", "gemma3_text", "gemma3")  # norm weights are offsets from one: (1 + w)
+GEMMA = ("gemma", "gemma2", "gemma3_text", "gemma3")  # norm weights are offsets from one: (1 + w)
 ROUTER_STD = 0.25  # MoE router weights (see random_weights)
 # gpt-oss (see random_weights): sinks, router bias, expert gate_up weights and biases
 GPT_OSS_SINK_STD = 1.0
@@ -443,6 +451,40 @@ OLMO2_1B_CONFIG = {
     "torch_dtype": "float32",
     "use_cache": True,
     "vocab_size": 100352,
+}
+
+
+# google/gemma-2b's config.json (Gemma 1, transformers 4.38 layout): what `actcap init-model --arch
+# gemma --preset gemma-2b` must reproduce. As the brief for the Gemma 1 work quotes the released file
+# (not re-read from the Hub here): the legacy "hidden_act": "gelu" next to "hidden_activation":
+# "gelu_pytorch_tanh" (the activation it was trained with, which actcap's rule picks; transformers
+# 5.12 would run exact gelu), MQA (one kv head), head_dim 256 = 2048 / 8, no tie_word_embeddings key
+# (GemmaConfig: tied).
+GEMMA_2B_CONFIG = {
+    "architectures": ["GemmaForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 2,
+    "eos_token_id": 1,
+    "head_dim": 256,
+    "hidden_act": "gelu",
+    "hidden_activation": "gelu_pytorch_tanh",
+    "hidden_size": 2048,
+    "initializer_range": 0.02,
+    "intermediate_size": 16384,
+    "max_position_embeddings": 8192,
+    "model_type": "gemma",
+    "num_attention_heads": 8,
+    "num_hidden_layers": 18,
+    "num_key_value_heads": 1,
+    "pad_token_id": 0,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": None,
+    "rope_theta": 10000.0,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.38.0.dev0",
+    "use_cache": True,
+    "vocab_size": 256000,
 }
 
 

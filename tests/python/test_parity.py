@@ -18,7 +18,7 @@ import st
 import synth
 
 ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3_text", "gpt_neox", "phi3",
-         "mixtral", "qwen3_moe", "olmoe", "gpt_oss"]
+         "mixtral", "qwen3_moe", "olmoe", "gpt_oss", "gemma"]
 LLAMA_FAMILY = ["llama", "mistral", "qwen2", "qwen3"]
 
 pytestmark = pytest.mark.usefixtures("actcap_bin")
@@ -356,7 +356,7 @@ def test_parity_qwen3_v4_and_v5_configs_identical(models, tmp_path, rope):
     _bit_identical(ta, tb)
 
 
-@pytest.mark.parametrize("arch", ["gpt2", "llama", "mistral", "qwen2", "olmo2", "gemma2"])
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "mistral", "qwen2", "olmo2", "gemma", "gemma2"])
 def test_parity_v5_config_other_archs(models, tmp_path, arch):
     """transformers 5.x config.json for the other families: dtype instead of torch_dtype,
     rope_parameters (rope_theta 500 inside, so ignoring it shows), Qwen2 with layer_types (here

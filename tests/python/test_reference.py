@@ -89,7 +89,7 @@ def test_st_validation_rejects_overlap(tmp_path):
 # point catalogue and shapes
 # ---------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", ARCHS + ["gemma"])
 def test_point_names_and_shapes(tmp_path, arch):
     d = _ckpt(tmp_path, arch)
     c = reference.Config(reference.load_config(str(d)))
@@ -130,9 +130,15 @@ def test_point_names_and_shapes(tmp_path, arch):
     assert dict(pts) == want
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+# The MLP activations of the synth.TINY configs, written out here (not reference.ACT)
+TINY_ACT = {"silu": torch.nn.functional.silu,
+            "gelu_pytorch_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh")}
+
+
+@pytest.mark.parametrize("arch", ARCHS + ["gemma"])
 def test_residual_wiring(tmp_path, arch):
-    """Hook inputs/outputs chain exactly as in HF's modules."""
+    """Hook inputs/outputs chain exactly as in HF's modules (Gemma 1: Llama's pre-norm layer, two
+    norms, no sublayer norms)."""
     d = _ckpt(tmp_path, arch)
     c = reference.Config(reference.load_config(str(d)))
     r = reference.run(str(d), [[5, 17, 2, 99, 3, 3, 250]])[0]
@@ -175,7 +181,7 @@ def test_residual_wiring(tmp_path, arch):
             assert eq(r[p + ".post_attention_layernorm:input"], prev + r[p + ".self_attn"])
             assert eq(r[p + ".mlp:input"], r[p + ".post_attention_layernorm"])
             assert eq(r[p + ".mlp.act_fn:input"], r[p + ".mlp.gate_proj"])
-            assert _maxdiff(r[p + ".mlp.act_fn"], torch.nn.functional.silu(
+            assert _maxdiff(r[p + ".mlp.act_fn"], TINY_ACT[c.act](
                 torch.from_numpy(r[p + ".mlp.gate_proj"])).numpy()) == 0
             assert eq(r[p + ".mlp.down_proj:input"], r[p + ".mlp.act_fn"] * r[p + ".mlp.up_proj"])
             assert eq(r[p + ".mlp"], r[p + ".mlp.down_proj"])
@@ -632,7 +638,7 @@ def test_rope_config_forms_agree():
 # masking: causality, sliding window, GQA
 # ---------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("arch", ARCHS + ["olmo2", "gemma2", "gemma3_text"] + MOE)
+@pytest.mark.parametrize("arch", ARCHS + ["olmo2", "gemma", "gemma2", "gemma3_text"] + MOE)
 def test_causality(tmp_path, arch):
     d = _ckpt(tmp_path, arch)
     a, b = reference.run(str(d), [[7, 8, 9, 10, 11, 12, 13, 14, 15, 16], [7, 8, 9, 10, 11, 12, 200, 14, 15, 16]])
@@ -855,7 +861,7 @@ def _same_run_as(tmp_path, d, cfg):
     _same_run(d, d5)
 
 
-@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2"])
+@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2", "gemma"])
 def test_v5_config_forms_agree(tmp_path, arch):
     """rope_parameters / dtype / layer_types (synth.to_v5) give the same outputs as the 4.x form."""
     extra = dict(use_sliding_window=True, sliding_window=3, max_window_layers=1) if arch == "qwen2" else {}
@@ -1008,9 +1014,11 @@ def test_sublayer_norm_wiring(tmp_path, arch):
     assert eq(r["lm_head:input"], r["model.norm"])
 
 
-def test_gemma2_norm_is_one_plus_w_in_float32(tmp_path):
-    """Gemma2RMSNorm with w = 0 is a plain RMS normalisation (the weight is an offset from one)."""
-    d = _ckpt(tmp_path, "gemma2")
+@pytest.mark.parametrize("arch", ["gemma", "gemma2"])
+def test_gemma_norm_is_one_plus_w_in_float32(tmp_path, arch):
+    """GemmaRMSNorm / Gemma2RMSNorm with w = 0 is a plain RMS normalisation (the weight is an
+    offset from one)."""
+    d = _ckpt(tmp_path, arch)
     w = st.load_checkpoint(str(d))
     for k in w:
         if k.endswith("norm.weight"):
@@ -1060,6 +1068,260 @@ def test_gemma2_config_defaults():
 def test_olmo2_config_defaults():
     c = reference.Config({"model_type": "olmo2", "num_attention_heads": 8})
     assert (c.hidden, c.heads, c.kv_heads, c.head_dim, c.eps, c.tie) == (4096, 8, 8, 512, 1e-5, False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Gemma 1 (modeling_gemma.py: GemmaModel, GemmaDecoderLayer, GemmaAttention, GemmaMLP)
+# ---------------------------------------------------------------------------------------------
+
+def _gelu_tanh64(x):
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def _gelu_erf64(x):
+    return 0.5 * x * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))
+
+
+def _gemma1_layer64(x, w, p, cfg, wrong=None):
+    """One GemmaDecoderLayer in float64 on rows x [T, H], from the written tensors `w` and the
+    config.json dict `cfg` (the tiny configs give head_dim, num_key_value_heads and the activation
+    fields explicitly). Returns the dict of points self_attn, mlp:input, mlp and the layer output.
+
+    norm(v) = v / sqrt(mean(v^2) + eps) * (1 + g); h = x + o_proj(attn(norm_in(x)));
+    out = h + down(gelu_tanh(gate(norm_post(h))) * up(norm_post(h))); attention: q / k / v
+    projections (+ biases), RoPE as a complex rotation of the pairs (i, i + hd/2) (_inv_freq64),
+    kv head h // groups for query head h, softmax(q k^T / sqrt(head_dim)) over keys j <= i.
+
+    wrong: one deliberate error, to show that the comparison tells it apart:
+      "norm_w"       Llama's norm (times g, not 1 + g);
+      "scale_hidden" the scale from hidden_size / num_attention_heads (8), not head_dim (16);
+      "sandwich"     Gemma 2's wiring: post_attention_layernorm on the attention output before the
+                     residual add, the MLP on h itself."""
+    x = np.asarray(x, np.float64)
+    T, H = x.shape
+    nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    eps = cfg["rms_norm_eps"]
+
+    def norm(v, name):
+        g = w[f"{p}.{name}.weight"].astype(np.float64)
+        return v / np.sqrt((v ** 2).mean(-1, keepdims=True) + eps) * (g if wrong == "norm_w" else 1.0 + g)
+
+    def lin(v, name):
+        y = v @ w[f"{name}.weight"].astype(np.float64).T
+        b = w.get(f"{name}.bias")
+        return y if b is None else y + b
+
+    A = p + ".self_attn"
+    xn = norm(x, "input_layernorm")
+    q = lin(xn, A + ".q_proj").reshape(T, nh, hd)
+    k = lin(xn, A + ".k_proj").reshape(T, nkv, hd)
+    v = lin(xn, A + ".v_proj").reshape(T, nkv, hd)
+    rot = np.exp(1j * np.arange(T)[:, None] * _inv_freq64(cfg, hd)[None, :])[:, None, :]
+
+    def rope(t):
+        z = (t[..., : hd // 2] + 1j * t[..., hd // 2:]) * rot
+        return np.concatenate([z.real, z.imag], axis=-1)
+
+    q, k = rope(q), rope(k)
+    kv_of = np.arange(nh) // (nh // nkv)
+    scale = (H // nh if wrong == "scale_hidden" else hd) ** -0.5
+    s = np.einsum("ihd,jhd->hij", q, k[:, kv_of]) * scale
+    s = np.where(np.tril(np.ones((T, T), bool))[None], s, -np.inf)
+    pr = np.exp(s - s.max(-1, keepdims=True))
+    pr /= pr.sum(-1, keepdims=True)
+    o = np.einsum("hij,jhd->ihd", pr, v[:, kv_of]).reshape(T, nh * hd)
+    a = lin(o, A + ".o_proj")
+    if wrong == "sandwich":
+        h = x + norm(a, "post_attention_layernorm")
+        m_in = h
+    else:
+        h = x + a
+        m_in = norm(h, "post_attention_layernorm")
+    M = p + ".mlp"
+    ga = _gelu_tanh64(lin(m_in, M + ".gate_proj"))
+    m = lin(ga * lin(m_in, M + ".up_proj"), M + ".down_proj")
+    return {A: a, M + ":input": m_in, M + ".act_fn": ga, M: m, p: h + m}
+
+
+GEMMA1_CASES = {
+    # the tiny config: GQA (4 heads, 2 kv heads), head_dim 16 != 32 / 4, tied, plain RoPE
+    "gqa": {},
+    # q / k / v / o biases, linear RoPE scaling and another theta
+    "bias-linear-rope": dict(attention_bias=True, rope_theta=1000.0, rope_scaling={"type": "linear", "factor": 3.0}),
+    # one kv head (gemma-2b's MQA), llama3 scaling over all three regimes (see LLAMA_ATTENTION_CASES),
+    # untied head, a larger eps
+    "mqa-llama3-untied": dict(num_key_value_heads=1, rope_theta=100.0, tie_word_embeddings=False,
+                              rms_norm_eps=1e-3, rope_scaling=dict(rope_type="llama3", factor=4.0,
+                                                                   low_freq_factor=1.0, high_freq_factor=4.0,
+                                                                   original_max_position_embeddings=128)),
+}
+GEMMA1_GATE_GAIN = 40.0  # gate_proj weights scaled up: gate values O(3), where the two gelus differ
+
+
+@pytest.mark.parametrize("case", list(GEMMA1_CASES))
+def test_gemma1_model_matches_float64_formula(tmp_path, case):
+    """The whole Gemma 1 model against _gemma1_layer64 chained in float64 from the embedding
+    (E[ids] * sqrt(hidden_size)) to the logits (norm(h) @ lm_head^T, uncapped): every layer's
+    self_attn, mlp input, mlp.act_fn, mlp and output, model.norm and lm_head within 1e-5 relative.
+    Then each listed mistake, made on layer 0's float64 side, must move a point far outside the
+    tolerance; and act_fn must be the tanh gelu, not the erf one (a tighter, absolute tolerance).
+    (Checked the other way round too, by mutating a copy of reference.py's _gemma1: the norm as
+    w * x, the scale from hidden / heads, Gemma 2's sandwich wiring and the embedding unscaled each
+    fail every case; o_proj without its bias fails bias-linear-rope.)"""
+    d = tmp_path / "m"
+    cfg = synth.tiny_config("gemma", **GEMMA1_CASES[case])
+    w = synth.write_checkpoint(str(d), cfg, seed=5)
+    for i in range(cfg["num_hidden_layers"]):
+        w[f"model.layers.{i}.mlp.gate_proj.weight"] *= np.float32(GEMMA1_GATE_GAIN)
+    st.save(str(d / "model.safetensors"), w, metadata={"format": "pt"})
+    cfg = reference.load_config(str(d))
+    c = reference.Config(cfg)
+    assert c.arch == "gemma" and c.tie == cfg["tie_word_embeddings"]
+    seq = [int(t) for t in np.random.default_rng(2).integers(0, c.vocab_size, 20)]
+    r = reference.run(str(d), [seq])[0]
+
+    def tol(name):
+        return 1e-5 * max(1.0, float(np.abs(r[name]).max()))
+
+    emb = w["model.embed_tokens.weight"].astype(np.float64)
+    h = emb[seq] * math.sqrt(c.hidden)
+    assert _maxdiff(r["model.embed_tokens"], h) < tol("model.embed_tokens")
+    assert np.array_equal(r["model.embed_tokens:input"], np.array(seq))
+    for i in range(c.layers):
+        p = f"model.layers.{i}"
+        want = _gemma1_layer64(h, w, p, cfg)
+        for name, v in want.items():
+            assert _maxdiff(r[name], v) < tol(name), (name, _maxdiff(r[name], v))
+        h = want[p]
+    g = w["model.norm.weight"].astype(np.float64)
+    hn = h / np.sqrt((h ** 2).mean(-1, keepdims=True) + cfg["rms_norm_eps"]) * (1 + g)
+    assert _maxdiff(r["model.norm"], hn) < tol("model.norm")
+    head = emb if c.tie else w["lm_head.weight"].astype(np.float64)
+    assert _maxdiff(r["lm_head"], hn @ head.T) < tol("lm_head")
+    # power: on layer 0, from the reference's own layer input
+    p = "model.layers.0"
+    x0 = r[p + ":input"]
+    # the gelus differ where it matters: the gate values reach the region |x| ~ 1..3
+    assert np.abs(r[p + ".mlp.gate_proj"]).max() > 2.0
+    for wrong in ("norm_w", "scale_hidden", "sandwich"):
+        got = _gemma1_layer64(x0, w, p, cfg, wrong=wrong)
+        worst = max(_maxdiff(r[n], v) / tol(n) for n, v in got.items())
+        assert worst > 100, (wrong, worst)  # measured: >= 178 (scale_hidden), >= 9e4 (the others)
+    # the two gelus are at most 4.7e-4 apart, under the tolerance above: act_fn on its own input,
+    # with an absolute tolerance (measured <= 3.3e-7, gate values up to ~16) the erf gelu misses
+    for i in range(c.layers):
+        A = f"model.layers.{i}.mlp.act_fn"
+        g = r[A + ":input"].astype(np.float64)
+        assert _maxdiff(r[A], _gelu_tanh64(g)) < 2e-6, A
+        assert _maxdiff(r[A], _gelu_erf64(g)) > 1e-4, A
+
+
+def test_gemma_activation_rule(tmp_path):
+    """Our rule (reference.Config._gemma's docstring): hidden_activation when non-null, else
+    hidden_act, else gelu_pytorch_tanh; and the MLP runs what it picks (checked on act_fn against
+    both gelus in float64, with gate values large enough for them to differ)."""
+    def act(**fields):
+        return reference.Config(dict(model_type="gemma", **fields)).act
+
+    assert act(hidden_act="gelu", hidden_activation="gelu_pytorch_tanh") == "gelu_pytorch_tanh"
+    assert act(hidden_act="gelu_pytorch_tanh", hidden_activation="silu") == "silu"
+    assert act(hidden_act="gelu") == "gelu"
+    assert act(hidden_act="relu", hidden_activation=None) == "relu"
+    assert act() == "gelu_pytorch_tanh"
+    assert act(hidden_activation=None) == "gelu_pytorch_tanh"
+    assert act(hidden_activation="gelu") == "gelu"
+    assert reference.Config(synth.GEMMA_2B_CONFIG).act == "gelu_pytorch_tanh"  # not its legacy "gelu"
+    with pytest.raises(reference.ReferenceError):  # the name is kept; running it is refused
+        reference._act(act(hidden_act="gelu", hidden_activation="no_such_activation"))
+    seq = [5, 17, 2, 99, 3, 3, 250, 8]
+    for name, fields, want, other in (
+            ("legacy", dict(hidden_act="gelu", hidden_activation="gelu_pytorch_tanh"), _gelu_tanh64, _gelu_erf64),
+            ("act-only", dict(hidden_act="gelu", hidden_activation=None), _gelu_erf64, _gelu_tanh64),
+            ("absent", dict(hidden_act=None, hidden_activation=None), _gelu_tanh64, _gelu_erf64)):
+        cfg = synth.tiny_config("gemma", **fields)
+        cfg = {k: v for k, v in cfg.items() if v is not None or k not in ("hidden_act", "hidden_activation")}
+        d = tmp_path / name
+        w = synth.write_checkpoint(str(d), cfg, seed=1)
+        w["model.layers.0.mlp.gate_proj.weight"] *= np.float32(GEMMA1_GATE_GAIN)
+        st.save(str(d / "model.safetensors"), w, metadata={"format": "pt"})
+        r = reference.run(str(d), [seq])[0]
+        g = r["model.layers.0.mlp.act_fn:input"].astype(np.float64)
+        assert np.abs(g).max() > 2.0
+        # measured: 3.3e-7 against the right gelu, 4.7e-4 against the other
+        assert _maxdiff(r["model.layers.0.mlp.act_fn"], want(g)) < 2e-6, name
+        assert _maxdiff(r["model.layers.0.mlp.act_fn"], other(g)) > 1e-4, name
+
+
+def test_gemma_config_defaults_and_refusals():
+    """GemmaConfig's defaults (gemma-7b's sizes): head_dim 256 and num_key_value_heads 16 are fixed
+    defaults, never derived from hidden_size / num_attention_heads; tied; rope theta 10000 over 8192
+    positions. Nulls in non-Optional fields, use_bidirectional_attention true and a null rope_theta
+    are refused; every rope type reads as for Llama."""
+    c = reference.Config({"model_type": "gemma"})
+    assert (c.vocab_size, c.hidden, c.inner, c.layers, c.heads, c.kv_heads, c.head_dim) == (
+        256000, 3072, 24576, 28, 16, 16, 256)
+    assert (c.act, c.eps, c.tie, c.attention_bias, c.mlp_bias) == ("gelu_pytorch_tanh", 1e-6, True, False, False)
+    assert (c.rope["rope_type"], c.rope["rope_theta"], c.rope["max_position_embeddings"]) == ("default", 10000.0, 8192)
+    assert c.windows == [None] * 28 and getattr(c, "final_softcap", None) is None
+    small = reference.Config({"model_type": "gemma", "hidden_size": 32, "num_attention_heads": 16})
+    assert (small.head_dim, small.kv_heads) == (256, 16)  # not 32 // 16, not num_attention_heads
+    with pytest.raises(reference.ReferenceError):  # 8 heads with the default 16 kv heads
+        reference.Config({"model_type": "gemma", "num_attention_heads": 8})
+    for k in ("num_key_value_heads", "head_dim", "hidden_size", "rms_norm_eps", "tie_word_embeddings",
+              "attention_bias", "max_position_embeddings", "rope_theta"):
+        with pytest.raises(reference.ReferenceError):
+            reference.Config({"model_type": "gemma", k: None})
+    with pytest.raises(reference.ReferenceError):
+        reference.Config({"model_type": "gemma", "head_dim": 15})
+    with pytest.raises(reference.ReferenceError):
+        reference.Config({"model_type": "gemma", "use_bidirectional_attention": True})
+    for ok in (None, False):
+        reference.Config({"model_type": "gemma", "use_bidirectional_attention": ok})
+    with pytest.raises(reference.ReferenceError):
+        reference.Config({"model_type": "gemma", "partial_rotary_factor": 0.5})
+    v5 = reference.Config({"model_type": "gemma", "rope_parameters": {"rope_type": "yarn", "factor": 4.0,
+                                                                      "rope_theta": 500.0}})
+    assert (v5.rope["rope_type"], v5.rope["rope_theta"], v5.rope["original_max_position_embeddings"]) == (
+        "yarn", 500.0, 8192)
+    assert reference.Config({"model_type": "gemma", "rope_theta": None,
+                             "rope_parameters": {"rope_type": "default", "rope_theta": 5.0}}).rope["rope_theta"] == 5.0
+
+
+def test_gemma_2b_and_7b_parameter_counts():
+    """google/gemma-2b's config.json (synth.GEMMA_2B_CONFIG) and GemmaConfig's defaults (gemma-7b's
+    sizes): the tensors expected_shapes lists, the tied head counted once, add up to the parameter
+    counts transformers 5.12.1's GemmaForCausalLM reports for them (built on the meta device)."""
+    counts = {}
+    for name, cfg in (("2b", synth.GEMMA_2B_CONFIG), ("7b", {"model_type": "gemma"})):
+        c = reference.Config(cfg)
+        shapes = reference.expected_shapes(c)
+        counts[name] = sum(int(np.prod(s)) for k, s in shapes.items() if not (c.tie and k == "lm_head.weight"))
+    assert counts == {"2b": 2_506_172_416, "7b": 8_537_680_896}
+    c = reference.Config(synth.GEMMA_2B_CONFIG)
+    assert (c.hidden, c.inner, c.layers, c.heads, c.kv_heads, c.head_dim, c.tie) == (2048, 16384, 18, 8, 1, 256, True)
+    shapes = reference.expected_shapes(c)
+    assert shapes["model.layers.0.self_attn.k_proj.weight"] == [256, 2048]
+    assert not any("feedforward" in k or "q_norm" in k or k.endswith(".bias") for k in shapes)
+
+
+def test_gemma1_embedding_head_and_bias_layout(tmp_path):
+    """model.embed_tokens is the embedding times float32(sqrt(hidden_size)) (HF's own module output);
+    the tied head may be stored under either name; attention_bias adds q, k, v AND o biases."""
+    d = _ckpt(tmp_path, "gemma")
+    w = st.load_checkpoint(str(d))
+    assert "lm_head.weight" not in w
+    ids = [5, 17, 2, 99, 3]
+    r = reference.run(str(d), [ids])[0]
+    assert np.array_equal(r["model.embed_tokens"], w["model.embed_tokens.weight"][ids] * np.float32(32 ** 0.5))
+    d2 = tmp_path / "lm"
+    os.makedirs(d2)
+    (d2 / "config.json").write_bytes((d / "config.json").read_bytes())
+    w["lm_head.weight"] = w.pop("model.embed_tokens.weight")
+    st.save(str(d2 / "model.safetensors"), w)
+    _same_run(d, d2)
+    shapes = reference.expected_shapes(synth.tiny_config("gemma", attention_bias=True))
+    assert [k for k in shapes if k.startswith("model.layers.0.") and k.endswith(".bias")] == [
+        f"model.layers.0.self_attn.{n}.bias" for n in ("q_proj", "k_proj", "v_proj", "o_proj")]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -48,8 +48,8 @@ if int(transformers.__version__.split(".")[0]) < 5:
 
 pytestmark = pytest.mark.usefixtures("actcap_bin", "no_reexec")
 
-ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3_text", "gemma3",
-         "gpt_neox", "phi3", "mixtral", "qwen3_moe", "olmoe", "gpt_oss"]
+ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma", "gemma2", "gemma3_text",
+         "gemma3", "gpt_neox", "phi3", "mixtral", "qwen3_moe", "olmoe", "gpt_oss"]
 LENGTHS = [9, 5, 12]  # 12 > the windows (4 or 8) of the windowed variants
 REL = 1e-5  # measured with transformers 5.12 on torch 2.14: most points bit-identical, the largest 1.1e-7
 TRANSPOSED = (".self_attn.q_norm", ".self_attn.k_norm")  # Gemma 3's [B, heads, T, hd] views
@@ -213,6 +213,12 @@ VARIANTS = {
                                           max_window_layers=1)),
     "qwen3": ("qwen3", dict(LLAMA, head_dim=24)),
     "olmo2": ("olmo2", dict(LLAMA)),
+    # GemmaConfig's default activation (gelu_pytorch_tanh); tied
+    "gemma": ("gemma", dict(LLAMA, head_dim=16, tie_word_embeddings=True)),
+    "gemma-bias-gelu-rope-linear": ("gemma", dict(LLAMA, head_dim=24, attention_bias=True,
+                                                  hidden_act="gelu", rope_parameters=dict(
+                                                      rope_type="linear", factor=2.0,
+                                                      rope_theta=5000.0))),
     "gemma2-softcaps": ("gemma2", dict(GEMMA, attn_logit_softcapping=0.5,
                                        final_logit_softcapping=2.0)),
     "gemma3_text": ("gemma3_text", dict(GEMMA, num_hidden_layers=4, layer_types=[
@@ -307,6 +313,34 @@ def test_gpt_oss_mxfp4_checkpoint_matches_transformers(tmp_path):
     assert not failures, f"{len(failures)} mismatches:\n" + "\n".join(failures[:30])
 
 
+def test_gemma_released_activation_fields(tmp_path):
+    """Google's Gemma configs carry the legacy "hidden_act": "gelu" beside "hidden_activation":
+    "gelu_pytorch_tanh", the activation the models were trained with (transformers 4.38-4.4x ran
+    it). actcap runs hidden_activation: the model transformers builds with hidden_act
+    gelu_pytorch_tanh. transformers 5 reads only hidden_act and runs exact GELU on that config:
+    its act_fn outputs differ from the tanh model's by far more than actcap's do."""
+    tanh = build_hf_model("gemma", VARIANTS["gemma"][1], tmp_path / "tanh")
+    released = H.copy_model(tanh, tmp_path / "released")
+    cfg = H.load_config(released)
+    assert cfg["hidden_act"] == "gelu_pytorch_tanh" and "hidden_activation" not in cfg
+    cfg.update(hidden_act="gelu", hidden_activation="gelu_pytorch_tanh")
+    H.save_config(released, cfg)
+    seqs = tokens(vocab_of(tanh), seed=4)
+    _, got, _ = H.run_capture(released, tmp_path / "out", seqs, capture=["**", "**:input"])
+    names = sorted({k.split(":")[0] for k in got if k not in H.ROWS})
+    want, _ = hf_points(hf_load(tanh)[0], names, seqs)
+    failures = compare(got, want, seqs, "released fields vs tanh: ")
+    assert not failures, "\n".join(failures[:30])
+    act = [n for n in names if n.endswith(".mlp.act_fn")]
+    exact, _ = hf_points(hf_load(released)[0], act, seqs)
+    for n in act:
+        for i, s in enumerate(seqs):
+            w = want[n][i, :len(s)].numpy()
+            ours = float(np.abs(got[n][got[H.ROWS_SEQ] == i] - w).max())
+            theirs = float(np.abs(exact[n][i, :len(s)].numpy() - w).max())
+            assert theirs > 1e-6 and theirs > 100 * ours, (n, i, ours, theirs)
+
+
 @pytest.mark.parametrize("variant", ["mixtral", "qwen3_moe", "olmoe"])
 def test_transformers_stacked_experts_checkpoint_matches(tmp_path, variant):
     """save_pretrained(save_original_format=False) writes the experts as transformers holds them
@@ -369,7 +403,7 @@ def hf_greedy(model, prompt, max_new, eos=None):
 
 
 @pytest.mark.parametrize("variant", ["gpt2", "llama-rope-llama3", "mistral-window", "qwen3",
-                                     "gemma2-softcaps", "gemma3_text", "gpt_neox-partial-rotary",
+                                     "gemma", "gemma2-softcaps", "gemma3_text", "gpt_neox-partial-rotary",
                                      "phi3-window", "mixtral-window-top3", "qwen3_moe",
                                      "olmoe", "gpt_oss"])
 def test_generate_matches_transformers(tmp_path, variant):
@@ -449,8 +483,8 @@ def test_every_preset_is_the_model_transformers_builds(tmp_path, arch):
 # 16-bit compute, as accurate as transformers'
 # ---------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("variant", ["gpt2", "llama-rope-llama3", "gemma2-softcaps", "gemma3_text",
-                                     "olmo2", "phi3-longrope-partial"])
+@pytest.mark.parametrize("variant", ["gpt2", "llama-rope-llama3", "gemma", "gemma2-softcaps",
+                                     "gemma3_text", "olmo2", "phi3-longrope-partial"])
 def test_bf16_compute_is_as_accurate_as_transformers_in_bf16(tmp_path, variant):
     """`--compute-dtype bf16` against transformers' model cast to bfloat16, both measured against
     transformers' float32 forward: at every hook point actcap's largest error (relative to the

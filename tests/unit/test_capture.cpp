@@ -125,7 +125,7 @@ TEST_P(SeedSuiteArch, NoCorruptionOverThreeDevicesInInferenceMode) {
   for (const auto& [name, t] : expected) EXPECT_TRUE(at::equal(cap.get(name), t)) << name;
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, SeedSuiteArch, ::testing::Values("gemma2", "gemma3_text"));
+INSTANTIATE_TEST_SUITE_P(Archs, SeedSuiteArch, ::testing::Values("gemma", "gemma2", "gemma3_text"));
 
 TEST(SeedSuite, NoCorruptionOverThreeOrMoreDevicesInInferenceMode) {
   for (int n : {3, 4, 8}) {
