@@ -217,6 +217,12 @@ def config_seeds():
     variant("gemma_defaults.json", gemma, tie_word_embeddings=KeyError, head_dim=KeyError,
             num_key_value_heads=KeyError, hidden_act=KeyError, hidden_activation=KeyError,
             num_attention_heads=16, attention_bias=True)
+    # OLMo 1: non-parametric norms (no rms_norm_eps), no head_dim, no bos_token_id, clip_qkv set.
+    olmo = {k: v for k, v in LLAMA.items()
+            if k not in ("head_dim", "rms_norm_eps", "bos_token_id", "mlp_bias")}
+    olmo.update(architectures=["OlmoForCausalLM"], model_type="olmo", eos_token_id=50279,
+                pad_token_id=1, clip_qkv=8.0, attention_bias=False)
+    variant("olmo.json", olmo)
     mixtral = dict(MISTRAL, architectures=["MixtralForCausalLM"], model_type="mixtral",
                    num_local_experts=4, num_experts_per_tok=2, sliding_window=None)
     variant("mixtral.json", mixtral)
@@ -249,6 +255,7 @@ def config_seeds():
     # Near-valid.
     variant("bad_gpt_oss_quantization.json", gpt_oss, quantization_config={"quant_method": "gptq"})
     variant("bad_missing_vocab.json", GPT2, vocab_size=KeyError)
+    variant("bad_clip_qkv.json", olmo, clip_qkv=-1.0)
     variant("bad_moe_top_k.json", mixtral, num_experts_per_tok=5)
     variant("bad_moe_mlp_only_layers.json", qwen3_moe, mlp_only_layers=[0, "1"])
     variant("bad_heads.json", GPT2, n_head=5)

@@ -37,6 +37,7 @@ FAMILIES = [
     Family("mistral", "model.layers", "self_attn.k_proj.weight", "intermediate_size", "intermediate_size"),
     Family("qwen2", "model.layers", "self_attn.q_proj.bias", "num_attention_heads", "num_attention_heads"),
     Family("qwen3", "model.layers", "self_attn.q_norm.weight", "hidden_size", "hidden_size"),
+    Family("olmo", "model.layers", "mlp.down_proj.weight", "hidden_size", "hidden_size"),
     Family("olmo2", "model.layers", "self_attn.k_norm.weight", "hidden_size", "hidden_size"),
     Family("gemma", "model.layers", "mlp.up_proj.weight", "vocab_size", "vocab_size"),
     Family("gemma2", "model.layers", "post_feedforward_layernorm.weight", "vocab_size", "vocab_size"),

@@ -1,15 +1,15 @@
 """Independent float32 reference forward for the actcap parity tests.
 
 Written from the semantics of Hugging Face transformers' modeling_gpt2.py, modeling_llama.py,
-modeling_mistral.py, modeling_qwen2.py, modeling_qwen3.py, modeling_olmo2.py, modeling_gemma.py,
-modeling_gemma2.py, modeling_gemma3.py, modeling_gpt_neox.py, modeling_phi3.py, modeling_mixtral.py, modeling_qwen3_moe.py,
-modeling_olmoe.py, modeling_gpt_oss.py (with configuration_mixtral.py, configuration_qwen3_moe.py,
-configuration_olmoe.py, configuration_gpt_oss.py, configuration_gemma.py, conversion_mapping.py, integrations/moe.py and
-integrations/mxfp4.py of transformers
-5.12) and modeling_rope_utils.py (eager attention, eager experts, no padding, no cache, eval mode),
-using only torch + numpy + the minimal safetensors reader in st.py. config.json may be in
-transformers 4.x form (rope_theta / rope_scaling, torch_dtype) or 5.x form (rope_parameters,
-layer_types, dtype); the dtype fields are not read.
+modeling_mistral.py, modeling_qwen2.py, modeling_qwen3.py, modeling_olmo.py, modeling_olmo2.py,
+modeling_gemma.py, modeling_gemma2.py, modeling_gemma3.py, modeling_gpt_neox.py, modeling_phi3.py,
+modeling_mixtral.py, modeling_qwen3_moe.py, modeling_olmoe.py, modeling_gpt_oss.py (with
+configuration_mixtral.py, configuration_qwen3_moe.py, configuration_olmo.py, configuration_olmoe.py,
+configuration_gpt_oss.py, configuration_gemma.py, conversion_mapping.py, integrations/moe.py and
+integrations/mxfp4.py of transformers 5.12) and modeling_rope_utils.py (eager attention, eager
+experts, no padding, no cache, eval mode), using only torch + numpy + the minimal safetensors
+reader in st.py. config.json may be in transformers 4.x form (rope_theta / rope_scaling,
+torch_dtype) or 5.x form (rope_parameters, layer_types, dtype); the dtype fields are not read.
 
 RoPE types: default, linear, dynamic (NTK, recomputed for a forward longer than
 max_position_embeddings), yarn, longrope (short/long factors), llama3; attention factors scale cos
@@ -53,6 +53,14 @@ Hook points (N = layer index):
   gemma3 (model_type gemma3, Gemma3ForConditionalGeneration): the same text model under HF's
          names model.language_model.embed_tokens, model.language_model.layers.N...,
          model.language_model.norm, lm_head; the vision tower is not run (its tensors are skipped).
+  olmo (OLMo 1, OlmoForCausalLM): exactly llama's points. input_layernorm, post_attention_layernorm
+         and model.norm are OlmoLayerNorm: a LayerNorm WITHOUT weight or bias (the checkpoint has no
+         norm tensors; stray ones are ignored, as transformers does), eps fixed at 1e-5 (no config
+         field), computed in float32. With clip_qkv (a positive number) the outputs of q_proj, k_proj
+         and v_proj are clamped to [-clip_qkv, clip_qkv] before the head split and RoPE; HF clamps
+         them in place AFTER the modules returned, so the .self_attn.{q,k,v}_proj points hold the
+         UNclamped projections (the module's output at the moment it returned) while the attention
+         uses the clamped ones.
   olmo2: as llama without .input_layernorm, plus .post_feedforward_layernorm (after .mlp) and
          .self_attn.q_norm / .k_norm over the whole projection ([heads * head_dim] per token)
   qwen3 adds .self_attn.q_norm and .self_attn.k_norm (RMSNorm over head_dim, applied per head to
@@ -69,7 +77,10 @@ Hook points (N = layer index):
          (its input is the gate half of gate_up_proj), .mlp.down_proj, model.norm, lm_head
   olmoe: as qwen3_moe's sparse layers on every layer, with .self_attn.q_norm / .k_norm over the
          whole projections ([heads * head_dim] and [kv_heads * head_dim] per token) as olmo2's,
-         inside a pre-norm layer (input_layernorm, post_attention_layernorm)
+         inside a pre-norm layer (input_layernorm, post_attention_layernorm). With clip_qkv the
+         clamp (as olmo's) acts on q_norm's and k_norm's outputs and v_proj's, i.e. AFTER the norms;
+         the .self_attn.q_norm / .k_norm / .v_proj points hold the unclamped values (HF clamps them
+         in place after the hooks ran).
   mixtral / qwen3_moe (MixtralForCausalLM, Qwen3MoeForCausalLM; transformers 5's module names:
          Mixtral's MoE block is .mlp, though its tensors are stored as .block_sparse_moe.*):
          model.embed_tokens, model.layers.N, .input_layernorm, .self_attn, .self_attn.{q,k,v,o}_proj
@@ -108,7 +119,7 @@ import torch.nn.functional as F
 
 import st
 
-ARCHS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma", "gemma2", "gemma3_text",
+ARCHS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo", "olmo2", "gemma", "gemma2", "gemma3_text",
          "gemma3", "gpt_neox", "phi3", "mixtral", "qwen3_moe", "olmoe", "gpt_oss")
 MOE_ARCHS = ("mixtral", "qwen3_moe", "olmoe", "gpt_oss")
 
@@ -197,7 +208,7 @@ QWEN3_MOE_DEFAULTS = dict(vocab_size=151936, hidden_size=2048, intermediate_size
                           num_experts_per_tok=8, num_local_experts=128, norm_topk_prob=False)
 # OlmoeConfig's defaults (configuration_olmoe.py, transformers 5.x): num_key_value_heads None means
 # num_attention_heads (its __post_init__); attribute_map num_local_experts -> num_experts; no head_dim
-# or sliding_window field; clip_qkv None.
+# or sliding_window field; clip_qkv None (Optional; see _clip_qkv).
 OLMOE_DEFAULTS = dict(vocab_size=50304, hidden_size=2048, intermediate_size=2048, num_hidden_layers=16,
                       num_attention_heads=16, num_key_value_heads=None, hidden_act="silu",
                       max_position_embeddings=4096, rms_norm_eps=1e-5, tie_word_embeddings=False,
@@ -242,6 +253,16 @@ GEMMA3_DEFAULTS = dict(vocab_size=262208, hidden_size=2304, intermediate_size=92
                        final_logit_softcapping=None, attn_logit_softcapping=None,
                        rope_theta=1_000_000.0, rope_local_base_freq=10_000.0, sliding_window_pattern=6,
                        use_bidirectional_attention=False)
+# OlmoConfig's defaults (configuration_olmo.py, transformers 5.12, a @strict dataclass: OLMo-7B's
+# sizes). num_key_value_heads None means num_attention_heads (__post_init__); no head_dim field (a
+# head_dim in config.json is used: getattr(config, "head_dim", ...)); no norm eps field (OlmoLayerNorm
+# hard-codes OLMO_LAYER_NORM_EPS); rope_theta is its default_theta; clip_qkv Optional.
+OLMO_DEFAULTS = dict(vocab_size=50304, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                     num_attention_heads=32, num_key_value_heads=None, hidden_act="silu",
+                     max_position_embeddings=2048, tie_word_embeddings=False, attention_bias=False,
+                     clip_qkv=None, rope_theta=10000.0)
+OLMO_OPTIONAL = ("num_key_value_heads", "clip_qkv", "rope_theta")  # null allowed (rope_theta: see _olmo)
+OLMO_LAYER_NORM_EPS = 1e-5
 # Olmo2Config's defaults (configuration_olmo2.py).
 OLMO2_DEFAULTS = dict(vocab_size=50304, hidden_size=4096, intermediate_size=11008,
                       num_hidden_layers=32, num_attention_heads=32, hidden_act="silu",
@@ -287,6 +308,8 @@ class Config:
             self.head_dim = self.hidden // self.heads
         elif mt == "qwen3":
             self._qwen3(cfg)
+        elif mt == "olmo":
+            self._olmo(cfg)
         elif mt == "olmo2":
             self._olmo2(cfg)
         elif mt == "gemma":
@@ -362,6 +385,62 @@ class Config:
         self.mlp_bias = False
         self.rope = self._rope(cfg)
         self.windows = self._windows(cfg)
+
+    def _olmo(self, cfg):
+        """OlmoConfig (transformers 5.12, a @strict dataclass; OLMO_DEFAULTS for absent fields):
+        - nulls: refused in every non-Optional field (transformers' strict validation raises);
+          num_key_value_heads null or absent -> num_attention_heads; clip_qkv null -> no clamp;
+        - head_dim: not an OlmoConfig field. A head_dim in config.json is used by both OlmoAttention
+          (getattr(config, "head_dim", hidden // heads)) and the rotary table (getattr(..., None) or
+          hidden // heads); absent -> hidden_size // num_attention_heads, floored as HF builds
+          q_proj [heads * head_dim, hidden]; an explicit null is refused (OlmoAttention's scaling
+          would be None ** -0.5); even and >= 2 (rotate-half RoPE);
+        - norms: OlmoLayerNorm, no parameters, eps OLMO_LAYER_NORM_EPS (rms_norm_eps /
+          layer_norm_eps in config.json are not read);
+        - attention_bias gives q, k, v AND o biases; no MLP biases (mlp_bias is not read);
+        - clip_qkv: see _clip_qkv;
+        - RoPE as Llama's: rope_scaling (4.x) or rope_parameters (5.x), every rope type, the whole
+          head rotated; theta 10000 when absent; a null rope_theta with no theta in the rope dict is
+          refused (HF would compute base None ** ...); no sliding window."""
+        d = OLMO_DEFAULTS
+
+        def get(k):
+            if k not in cfg:
+                return d[k]
+            if cfg[k] is None and k not in OLMO_OPTIONAL:
+                raise ReferenceError(f"olmo {k} is null (transformers' strict config refuses it)")
+            return cfg[k]
+
+        self.vocab_size = int(get("vocab_size"))
+        self.hidden = int(get("hidden_size"))
+        self.layers = int(get("num_hidden_layers"))
+        self.heads = int(get("num_attention_heads"))
+        kv = get("num_key_value_heads")
+        self.kv_heads = self.heads if kv is None else int(kv)
+        self.inner = int(get("intermediate_size"))
+        self.act = get("hidden_act")
+        self.eps = OLMO_LAYER_NORM_EPS
+        self.tie = bool(get("tie_word_embeddings"))
+        if self.heads < 1 or self.kv_heads < 1 or self.heads % self.kv_heads:
+            raise ReferenceError("num_attention_heads not divisible by num_key_value_heads")
+        if "head_dim" in cfg:
+            if cfg["head_dim"] is None:
+                raise ReferenceError("olmo head_dim is null (OlmoAttention cannot use it)")
+            self.head_dim = int(cfg["head_dim"])
+        else:
+            self.head_dim = self.hidden // self.heads
+        if self.head_dim < 2 or self.head_dim % 2:
+            raise ReferenceError(f"head_dim {self.head_dim} must be even and >= 2 (RoPE)")
+        self.attention_bias = bool(get("attention_bias"))
+        self.mlp_bias = False
+        self.clip_qkv = _clip_qkv(cfg, "olmo")
+        rcfg = dict(cfg, model_type="olmo", max_position_embeddings=int(get("max_position_embeddings")))
+        rs, rp = cfg.get("rope_scaling"), cfg.get("rope_parameters")
+        rd = rs if isinstance(rs, dict) and rs else rp if isinstance(rp, dict) else {}
+        if "rope_theta" in cfg and cfg["rope_theta"] is None and rd.get("rope_theta") is None:
+            raise ReferenceError("olmo rope_theta is null")
+        self.rope = self._rope(rcfg)
+        self.windows = [None] * self.layers
 
     def _olmo2(self, cfg):
         """Olmo2Config: every field has a default; num_key_value_heads None -> num_attention_heads;
@@ -609,8 +688,7 @@ class Config:
             hd = cfg.get("head_dim", self.hidden // self.heads)
             if hd is None or hd * self.heads != self.hidden:
                 raise ReferenceError("olmoe needs head_dim * num_attention_heads == hidden_size")
-            if cfg.get("clip_qkv") is not None:  # Optional: null is no clamping
-                raise ReferenceError("olmoe clip_qkv is not implemented here")
+            self.clip_qkv = _clip_qkv(cfg, "olmoe")  # Optional: null is no clamping
         elif "head_dim" in cfg:
             if cfg["head_dim"] is None:
                 raise ReferenceError("qwen3_moe head_dim is null (Qwen3MoeAttention cannot build q_proj)")
@@ -944,6 +1022,20 @@ class Config:
         return [None] * self.layers  # llama
 
 
+def _clip_qkv(cfg, arch):
+    """OlmoConfig / OlmoeConfig's clip_qkv (Optional float, default None): absent or null -> None
+    (no clamp); else a positive finite number, returned as a float. Refused: zero, negatives (HF's
+    clamp_(min=c, max=-c) with min > max would set every value to -c), inf / nan, booleans and
+    non-numbers. An integer (8 for 8.0) is accepted as its float, as transformers 4.x does;
+    transformers 5.12's strict validation refuses a JSON integer there ("expected float, got int")."""
+    v = cfg.get("clip_qkv")
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        raise ReferenceError(f"{arch} clip_qkv {v!r} must be null or a positive number")
+    return float(v)
+
+
 def _rope_dim(rope, head_dim):
     return int(head_dim * rope.get("partial_rotary_factor", 1.0))
 
@@ -1078,7 +1170,7 @@ ROPE_FUNCTIONS = {"default": _rope_default, "linear": _rope_linear, "dynamic": _
 ROPE_TYPES = tuple(ROPE_FUNCTIONS)
 MAX_POSITIONS_DEFAULT = {"gemma": 8192, "gemma2": 8192, "gemma3_text": 131072, "llama": 2048, "mistral": 4096 * 32, "qwen2": 32768, "qwen3": 32768,
                          "gpt_neox": 2048, "phi3": 4096, "mixtral": 4096 * 32, "qwen3_moe": 32768,
-                         "olmoe": 4096, "gpt_oss": 131072}
+                         "olmo": 2048, "olmo2": 2048, "olmoe": 4096, "gpt_oss": 131072}
 
 
 def rope_parameters(rope, head_dim, seq_len=None):
@@ -1303,6 +1395,22 @@ def expected_shapes(cfg):
             s[p + "mlp.experts.down_proj"] = [E, I, H]
             s[p + "mlp.experts.down_proj_bias"] = [E, H]
         s["model.norm.weight"] = [H]
+    elif c.arch == "olmo":
+        # OlmoLayerNorm has no parameters: no norm tensors at all
+        q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
+        s["model.embed_tokens.weight"] = [V, H]
+        for i in range(c.layers):
+            p = f"model.layers.{i}."
+            for nm, rows in (("q_proj", q), ("k_proj", kv), ("v_proj", kv)):
+                s[p + f"self_attn.{nm}.weight"] = [rows, H]
+                if c.attention_bias:
+                    s[p + f"self_attn.{nm}.bias"] = [rows]
+            s[p + "self_attn.o_proj.weight"] = [H, q]
+            if c.attention_bias:
+                s[p + "self_attn.o_proj.bias"] = [H]
+            s[p + "mlp.gate_proj.weight"] = [I, H]
+            s[p + "mlp.up_proj.weight"] = [I, H]
+            s[p + "mlp.down_proj.weight"] = [H, I]
     elif c.arch == "olmo2":
         q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
         s["model.embed_tokens.weight"] = [V, H]
@@ -1491,6 +1599,8 @@ class Model:
         with torch.no_grad():
             if self.cfg.arch == "gpt2":
                 pts = self._gpt2(ids)
+            elif self.cfg.arch == "olmo":
+                pts = self._olmo(ids, rope_seq_len)
             elif self.cfg.arch == "olmo2":
                 pts = self._olmo2(ids, rope_seq_len)
             elif self.cfg.arch == "gemma":
@@ -1634,6 +1744,12 @@ class Model:
         neg = torch.tensor(torch.finfo(torch.float32).min)
         qk_norm = c.arch in ("qwen3", "qwen3_moe")
         qk_norm_whole = c.arch == "olmoe"  # OlmoeAttention: q_norm(q_proj(x)), k_norm(k_proj(x))
+        clip = getattr(c, "clip_qkv", None)  # olmoe only
+
+        def clamp(t):
+            # OlmoeAttention's clip_qkv: clamp_ in place on q_norm's / k_norm's / v_proj's outputs after
+            # their hooks ran, so the recorded points keep the unclamped values: out of place here
+            return t if clip is None else t.clamp(min=-clip, max=clip)
 
         e = F.embedding(ids, w["model.embed_tokens.weight"])
         rec("model.embed_tokens", ids, e)
@@ -1669,6 +1785,8 @@ class Model:
                 k = kn
             v = lin(x, p + ".self_attn.v_proj")
             rec(p + ".self_attn.v_proj", x, v)
+            # olmoe's clip_qkv, after q_norm / k_norm (elementwise: the [T, heads, hd] views clamp alike)
+            q, k, v = clamp(q), clamp(k), clamp(v)
             qh = q.transpose(0, 1)
             kh = k.transpose(0, 1)
             vh = v.view(T, nkv, hd).transpose(0, 1)
@@ -1827,6 +1945,62 @@ class Model:
         rec(p + ".down_proj", ga * u, d)
         rec(p, x, d)
         return d
+
+    def _olmo(self, ids, rope_seq_len=None):
+        """OLMo 1 (eager): OlmoModel / OlmoDecoderLayer / OlmoAttention / OlmoMLP and
+        OlmoForCausalLM, all float32:
+        - OlmoLayerNorm: F.layer_norm(x.float(), (hidden,), None, None, eps=1e-5) cast back: no
+          weight, no bias (input_layernorm, post_attention_layernorm, model.norm);
+        - Llama's pre-norm layer: h = x + self_attn(input_layernorm(x));
+          out = h + mlp(post_attention_layernorm(h));
+        - attention: q / k / v projections (biases with attention_bias); with clip_qkv each of the
+          three outputs clamped to [-clip_qkv, clip_qkv] (HF: clamp_ in place, after the
+          projections' forward hooks ran: the q/k/v_proj points are the UNclamped outputs); then
+          the head split, RoPE (rotate-half, the whole head), repeat_kv, scores * head_dim ** -0.5,
+          causal mask, softmax in float32, o_proj (bias with attention_bias);
+        - mlp: down(act(gate(x)) * up(x)) with hidden_act;
+        - logits = lm_head(norm(h)) (lm_head tied to the embedding with tie_word_embeddings)."""
+        c, w, lin = self.cfg, self.w, self._lin
+        T = ids.shape[0]
+        pts = OrderedDict()
+
+        def rec(name, inp, out):
+            pts[name + ":input"] = inp
+            pts[name] = out
+
+        def ln(x):
+            return F.layer_norm(x.float(), (c.hidden,), None, None, eps=OLMO_LAYER_NORM_EPS).to(x.dtype)
+
+        def clamp(t):  # out of place: the recorded projection keeps its unclamped values
+            return t if c.clip_qkv is None else t.clamp(min=-c.clip_qkv, max=c.clip_qkv)
+
+        cos, sin = rope_cos_sin(c.rope, c.head_dim, T, seq_len=rope_seq_len)
+        h = F.embedding(ids, w["model.embed_tokens.weight"])
+        rec("model.embed_tokens", ids, h)
+        for i in range(c.layers):
+            p = f"model.layers.{i}"
+            A = p + ".self_attn"
+            layer_in = h
+            x = ln(h)
+            rec(p + ".input_layernorm", h, x)
+            qkv = []
+            for nm in ("q_proj", "k_proj", "v_proj"):
+                y = lin(x, f"{A}.{nm}")
+                rec(f"{A}.{nm}", x, y)
+                qkv.append(clamp(y))
+            o = self._attend(*qkv, cos, sin, c.head_dim ** -0.5, pts=pts, name=A)
+            a = lin(o, A + ".o_proj")
+            rec(A + ".o_proj", o, a)
+            rec(A, x, a)
+            h = layer_in + a
+            x2 = ln(h)
+            rec(p + ".post_attention_layernorm", h, x2)
+            h = h + self._gated_mlp(x2, p + ".mlp", rec)
+            rec(p, layer_in, h)
+        hn = ln(h)
+        rec("model.norm", h, hn)
+        rec("lm_head", hn, F.linear(hn, w["lm_head.weight"]))
+        return pts
 
     def _olmo2(self, ids, rope_seq_len=None):
         """Olmo2DecoderLayer: no norm before the sublayers; each sublayer's output is normalised

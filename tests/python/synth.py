@@ -61,6 +61,14 @@ TINY = {
                         query_pre_attn_scalar=16, sliding_window=4, sliding_window_pattern=2,
                         attn_logit_softcapping=None, final_logit_softcapping=None, tie_word_embeddings=True,
                         bos_token_id=2, eos_token_id=1, pad_token_id=0),
+    # OLMo 1 (OlmoForCausalLM), OlmoConfig's defaults in miniature (pad 1, bos null, untied, clip_qkv
+    # null; no head_dim, so 32 / 4 = 8): GQA (4 heads, 2 kv heads); 3 layers. The norms have no
+    # tensors (OlmoLayerNorm): expected_shapes lists none, so random_weights writes none.
+    "olmo": dict(model_type="olmo", architectures=["OlmoForCausalLM"], vocab_size=384, hidden_size=32,
+                 intermediate_size=80, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                 hidden_act="silu", max_position_embeddings=128, rope_theta=10000.0, rope_scaling=None,
+                 attention_bias=False, clip_qkv=None, pad_token_id=1, bos_token_id=None, eos_token_id=50,
+                 tie_word_embeddings=False),
     "olmo2": dict(model_type="olmo2", architectures=["Olmo2ForCausalLM"], vocab_size=384, hidden_size=32,
                   intermediate_size=80, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                   hidden_act="silu", max_position_embeddings=128, rms_norm_eps=1e-6, rope_theta=10000.0,

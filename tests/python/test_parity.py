@@ -18,7 +18,7 @@ import st
 import synth
 
 ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3_text", "gpt_neox", "phi3",
-         "mixtral", "qwen3_moe", "olmoe", "gpt_oss", "gemma"]
+         "mixtral", "qwen3_moe", "olmoe", "gpt_oss", "gemma", "olmo"]
 LLAMA_FAMILY = ["llama", "mistral", "qwen2", "qwen3"]
 
 pytestmark = pytest.mark.usefixtures("actcap_bin")
@@ -356,7 +356,7 @@ def test_parity_qwen3_v4_and_v5_configs_identical(models, tmp_path, rope):
     _bit_identical(ta, tb)
 
 
-@pytest.mark.parametrize("arch", ["gpt2", "llama", "mistral", "qwen2", "olmo2", "gemma", "gemma2"])
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "mistral", "qwen2", "olmo", "olmo2", "gemma", "gemma2"])
 def test_parity_v5_config_other_archs(models, tmp_path, arch):
     """transformers 5.x config.json for the other families: dtype instead of torch_dtype,
     rope_parameters (rope_theta 500 inside, so ignoring it shows), Qwen2 with layer_types (here
@@ -484,6 +484,25 @@ def test_init_model_olmo2_1b_preset_config(actcap_bin, tmp_path):
 # ---------------------------------------------------------------------------------------------
 # Gemma 2: (1 + w) norms, scaled embedding, four norms per layer, soft-caps, windows on even layers
 # ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("arch", ["olmo", "olmoe"])
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_parity_clip_qkv_bites(actcap_bin, tmp_path, arch, dtype):
+    """clip_qkv 0.05 clamps most of q, k and v (after OLMoE's q/k norms), before RoPE: the
+    reference's points change, actcap matches them, and the projection points (OLMoE: the norms)
+    are the unclamped values, beyond the clip."""
+    def model(name, clip):
+        m = tmp_path / name
+        synth.write_checkpoint(str(m), synth.tiny_config(arch, clip_qkv=clip, attention_bias=True),
+                               seed=73, dtype=dtype)
+        return m
+    m = model("m", 0.05)
+    seqs = tokens_for(m, [13, 6], seed=74)
+    assert ref_differs(m, model("none", None), seqs)
+    _, got, _ = check_parity(m, seqs, tmp_path / "out", rel_tol=1e-5 if dtype == "f32" else 1e-2)
+    q = "model.layers.0.self_attn." + ("q_norm" if arch == "olmoe" else "q_proj")
+    assert np.abs(got[q]).max() > 0.5
+
 
 def _gemma2_synth(tmp_path, name, seed=70, dtype="f32", **changes):
     """A synth.py Gemma 2 (3 layers, layers 0 and 2 slide with window 4, head_dim 16 != 32 / 4)."""

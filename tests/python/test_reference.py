@@ -89,7 +89,7 @@ def test_st_validation_rejects_overlap(tmp_path):
 # point catalogue and shapes
 # ---------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("arch", ARCHS + ["gemma"])
+@pytest.mark.parametrize("arch", ARCHS + ["gemma", "olmo"])
 def test_point_names_and_shapes(tmp_path, arch):
     d = _ckpt(tmp_path, arch)
     c = reference.Config(reference.load_config(str(d)))
@@ -135,10 +135,10 @@ TINY_ACT = {"silu": torch.nn.functional.silu,
             "gelu_pytorch_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh")}
 
 
-@pytest.mark.parametrize("arch", ARCHS + ["gemma"])
+@pytest.mark.parametrize("arch", ARCHS + ["gemma", "olmo"])
 def test_residual_wiring(tmp_path, arch):
-    """Hook inputs/outputs chain exactly as in HF's modules (Gemma 1: Llama's pre-norm layer, two
-    norms, no sublayer norms)."""
+    """Hook inputs/outputs chain exactly as in HF's modules (Gemma 1 and OLMo 1: Llama's pre-norm
+    layer, two norms, no sublayer norms)."""
     d = _ckpt(tmp_path, arch)
     c = reference.Config(reference.load_config(str(d)))
     r = reference.run(str(d), [[5, 17, 2, 99, 3, 3, 250]])[0]
@@ -638,9 +638,14 @@ def test_rope_config_forms_agree():
 # masking: causality, sliding window, GQA
 # ---------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("arch", ARCHS + ["olmo2", "gemma", "gemma2", "gemma3_text"] + MOE)
+@pytest.mark.parametrize("arch", ARCHS + ["olmo", "olmo-clip", "olmo2", "gemma", "gemma2", "gemma3_text"] + MOE
+                         + ["olmoe", "olmoe-clip"])
 def test_causality(tmp_path, arch):
-    d = _ckpt(tmp_path, arch)
+    if arch.endswith("-clip"):  # clip_qkv small enough to bite
+        arch, extra = arch[:-5], dict(clip_qkv=0.2)
+    else:
+        extra = {}
+    d = _ckpt(tmp_path, arch, **extra)
     a, b = reference.run(str(d), [[7, 8, 9, 10, 11, 12, 13, 14, 15, 16], [7, 8, 9, 10, 11, 12, 200, 14, 15, 16]])
     for k in a:
         assert np.allclose(a[k][:6], b[k][:6], rtol=0, atol=1e-6), k
@@ -861,10 +866,12 @@ def _same_run_as(tmp_path, d, cfg):
     _same_run(d, d5)
 
 
-@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2", "gemma"])
+@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2", "gemma", "olmo"])
 def test_v5_config_forms_agree(tmp_path, arch):
     """rope_parameters / dtype / layer_types (synth.to_v5) give the same outputs as the 4.x form."""
     extra = dict(use_sliding_window=True, sliding_window=3, max_window_layers=1) if arch == "qwen2" else {}
+    if arch == "olmo":
+        extra = dict(clip_qkv=0.25, attention_bias=True)
     d = _ckpt(tmp_path, arch, rope_theta=500.0, **extra)
     v5 = synth.to_v5(reference.load_config(str(d)))
     if arch == "qwen2":
@@ -1322,6 +1329,341 @@ def test_gemma1_embedding_head_and_bias_layout(tmp_path):
     shapes = reference.expected_shapes(synth.tiny_config("gemma", attention_bias=True))
     assert [k for k in shapes if k.startswith("model.layers.0.") and k.endswith(".bias")] == [
         f"model.layers.0.self_attn.{n}.bias" for n in ("q_proj", "k_proj", "v_proj", "o_proj")]
+
+
+# ---------------------------------------------------------------------------------------------
+# OLMo 1 (modeling_olmo.py: OlmoModel, OlmoDecoderLayer, OlmoAttention, OlmoLayerNorm) and the
+# clip_qkv clamp of OLMo and OLMoE (modeling_olmoe.py: OlmoeAttention)
+# ---------------------------------------------------------------------------------------------
+
+def _attention64(q, k, v, cfg, hd, causal=True):
+    """Eager causal attention in float64 on projections q [T, nh * hd], k / v [T, nkv * hd] (already
+    clamped, normed, ...): RoPE as a complex rotation of the pairs (i, i + hd/2) (_inv_freq64 of the
+    4.x-form config dict `cfg`), kv head h // groups for query head h, softmax(q k^T / sqrt(hd)) over
+    keys j <= i. Returns the context [T, nh * hd] (o_proj's input)."""
+    q, k, v = (np.asarray(t, np.float64) for t in (q, k, v))
+    T = q.shape[0]
+    nh, nkv = q.shape[1] // hd, k.shape[1] // hd
+    q, k, v = q.reshape(T, nh, hd), k.reshape(T, nkv, hd), v.reshape(T, nkv, hd)
+    rot = np.exp(1j * np.arange(T)[:, None] * _inv_freq64(cfg, hd)[None, :])[:, None, :]
+
+    def rope(t):
+        z = (t[..., : hd // 2] + 1j * t[..., hd // 2:]) * rot
+        return np.concatenate([z.real, z.imag], axis=-1)
+
+    q, k = rope(q), rope(k)
+    kv_of = np.arange(nh) // (nh // nkv)
+    s = np.einsum("ihd,jhd->hij", q, k[:, kv_of]) * hd ** -0.5
+    s = np.where(np.tril(np.ones((T, T), bool))[None], s, -np.inf)
+    pr = np.exp(s - s.max(-1, keepdims=True))
+    pr /= pr.sum(-1, keepdims=True)
+    return np.einsum("hij,jhd->ihd", pr, v[:, kv_of]).reshape(T, nh * hd)
+
+
+OLMO_NORM_GAIN = np.random.default_rng(11).standard_normal(32) * 0.1 + 1.0  # the "norm_weight" mistake
+
+
+def _olmo_norm64(v, wrong=None):
+    """OlmoLayerNorm in float64: (v - mean) / sqrt(var + 1e-5), no weight, no bias. wrong:
+    "rms" (RMSNorm: no centring), "eps6" (eps 1e-6), "norm_weight" (a parametric LayerNorm, times
+    OLMO_NORM_GAIN)."""
+    v = np.asarray(v, np.float64)
+    eps = 1e-6 if wrong == "eps6" else 1e-5
+    c = v if wrong == "rms" else v - v.mean(-1, keepdims=True)
+    out = c / np.sqrt((c ** 2).mean(-1, keepdims=True) + eps)
+    return out * OLMO_NORM_GAIN[: v.shape[-1]] if wrong == "norm_weight" else out
+
+
+def _olmo_layer64(x, w, p, cfg, wrong=None):
+    """One OlmoDecoderLayer in float64 on rows x [T, H], from the written tensors `w` and the
+    config.json dict `cfg` (synth's tiny form: num_key_value_heads explicit). Returns a dict of
+    points: input_layernorm, q/k/v_proj (UNclamped, as HF's hooks see them), o_proj:input,
+    self_attn, post_attention_layernorm, mlp.act_fn, mlp and the layer output.
+
+    h = x + o_proj(attn(ln(x))); out = h + down(act(gate(ln(h))) * up(ln(h))), ln = _olmo_norm64,
+    act silu or the exact (erf) gelu as hidden_act says; with clip_qkv the attention runs on clip(q),
+    clip(k), clip(v).
+
+    wrong: one deliberate error: the norm mistakes of _olmo_norm64 ("rms", "eps6", "norm_weight");
+    with clip_qkv also "no_clip" (the clamp omitted), "clip_point" (the q_proj point reported
+    clamped) and "clip_qk_only" (v left unclamped)."""
+    x = np.asarray(x, np.float64)
+    H = x.shape[1]
+    nh = cfg["num_attention_heads"]
+    hd = cfg.get("head_dim") or H // nh
+    clip = cfg.get("clip_qkv")
+    act = {"silu": _silu64, "gelu": _gelu_erf64}[cfg["hidden_act"]]
+
+    def lin(v, name):
+        y = v @ w[f"{name}.weight"].astype(np.float64).T
+        b = w.get(f"{name}.bias")
+        return y if b is None else y + b
+
+    def clamp(t):
+        return t if clip is None or wrong == "no_clip" else np.clip(t, -clip, clip)
+
+    A, M = p + ".self_attn", p + ".mlp"
+    xn = _olmo_norm64(x, wrong)
+    q, k, v = (lin(xn, f"{A}.{nm}") for nm in ("q_proj", "k_proj", "v_proj"))
+    o = _attention64(clamp(q), clamp(k), v if wrong == "clip_qk_only" else clamp(v), cfg, hd)
+    a = lin(o, A + ".o_proj")
+    h = x + a
+    hn = _olmo_norm64(h, wrong)
+    ga = act(lin(hn, M + ".gate_proj"))
+    m = lin(ga * lin(hn, M + ".up_proj"), M + ".down_proj")
+    return {p + ".input_layernorm": xn, A + ".q_proj": clamp(q) if wrong == "clip_point" else q,
+            A + ".k_proj": k, A + ".v_proj": v, A + ".o_proj:input": o, A: a,
+            p + ".post_attention_layernorm": hn, M + ".act_fn": ga, M: m, p: h + m}
+
+
+OLMO_CASES = {
+    # the tiny config: GQA (4 heads, 2 kv heads), head_dim 8 = 32 / 4, untied, plain RoPE
+    "gqa": {},
+    # q / k / v / o biases, clip_qkv biting (|q|, |k| reach ~1.5, |v| ~0.5), linear RoPE and another theta
+    "bias-clip-linear-rope": dict(attention_bias=True, clip_qkv=0.25, rope_theta=1000.0,
+                                  rope_scaling={"type": "linear", "factor": 3.0}),
+    # MHA, tied head, llama3 scaling over its three regimes (see LLAMA_ATTENTION_CASES), a clip that
+    # bites q / k often and v only at its few largest values (|v| <= ~0.35)
+    "mha-tied-llama3-clip": dict(num_key_value_heads=4, tie_word_embeddings=True, clip_qkv=0.3, rope_theta=100.0,
+                                 rope_scaling=dict(rope_type="llama3", factor=4.0, low_freq_factor=1.0,
+                                                   high_freq_factor=4.0, original_max_position_embeddings=128)),
+    # an explicit head_dim 16 != 32 / 4 (OlmoAttention's getattr reads it), gelu MLP
+    "head-dim16-gelu": dict(head_dim=16, hidden_act="gelu"),
+}
+OLMO_EMB_GAIN = 0.02  # embedding rows ~ N(0, 0.01): residual-stream variances ~1e-4, where eps 1e-5 matters
+
+
+@pytest.mark.parametrize("case", list(OLMO_CASES))
+def test_olmo_model_matches_float64_formula(tmp_path, case):
+    """The whole OLMo 1 model against _olmo_layer64 chained in float64 from the embedding to the
+    logits (norm(h) @ lm_head^T): every layer's input_layernorm, unclamped q / k / v_proj, o_proj
+    input, self_attn, post_attention_layernorm, mlp.act_fn, mlp and output, model.norm and lm_head
+    within 1e-5 relative. Then each listed mistake, made on layer 0's float64 side, must move a point
+    far outside the tolerance: a LayerNorm with a weight, RMSNorm, eps 1e-6, and with clip_qkv the
+    clamp omitted, the q_proj point clamped, v unclamped.
+    (Checked the other way round too, by mutating a copy of reference.py's _olmo: RMSNorm, eps
+    1e-6, the clamp omitted, the clamp applied in place to the recorded projections, v unclamped:
+    each fails the cases it concerns.)"""
+    d = tmp_path / "m"
+    cfg = synth.tiny_config("olmo", **OLMO_CASES[case])
+    w = synth.write_checkpoint(str(d), cfg, seed=5)
+    assert not any("norm" in k for k in w)  # OlmoLayerNorm: no tensors
+    w["model.embed_tokens.weight"] *= np.float32(OLMO_EMB_GAIN)
+    st.save(str(d / "model.safetensors"), w, metadata={"format": "pt"})
+    cfg = reference.load_config(str(d))
+    c = reference.Config(cfg)
+    assert c.arch == "olmo" and c.tie == cfg["tie_word_embeddings"] and c.clip_qkv == cfg["clip_qkv"]
+    seq = [int(t) for t in np.random.default_rng(2).integers(0, c.vocab_size, 20)]
+    r = reference.run(str(d), [seq])[0]
+
+    def tol(name):
+        return 1e-5 * max(1.0, float(np.abs(r[name]).max()))
+
+    emb = w["model.embed_tokens.weight"].astype(np.float64)
+    h = emb[seq]
+    assert np.array_equal(r["model.embed_tokens"], w["model.embed_tokens.weight"][seq])
+    for i in range(c.layers):
+        p = f"model.layers.{i}"
+        want = _olmo_layer64(h, w, p, cfg)
+        for name, v in want.items():
+            assert _maxdiff(r[name], v) < tol(name), (name, _maxdiff(r[name], v))
+        h = want[p]
+    hn = _olmo_norm64(h)
+    assert _maxdiff(r["model.norm"], hn) < tol("model.norm")
+    head = emb if c.tie else w["lm_head.weight"].astype(np.float64)
+    assert _maxdiff(r["lm_head"], hn @ head.T) < tol("lm_head")
+    # the residual stream is small enough for eps to matter (variance ~1e-4 against eps 1e-5)
+    assert r["model.layers.0.input_layernorm:input"].var(-1).max() < 1e-3
+    # power: on layer 0, from the reference's own layer input
+    p = "model.layers.0"
+    x0 = r[p + ":input"]
+    wrongs = ["norm_weight", "rms", "eps6"]
+    if c.clip_qkv is not None:
+        A = p + ".self_attn"
+        # the clamp bites q, k and v somewhere, and the points keep the unclamped values
+        for nm in ("q_proj", "k_proj", "v_proj"):
+            assert np.abs(r[f"{A}.{nm}"]).max() > c.clip_qkv, nm
+        wrongs += ["no_clip", "clip_point", "clip_qk_only"]
+    for wrong in wrongs:
+        got = _olmo_layer64(x0, w, p, cfg, wrong=wrong)
+        worst = max(_maxdiff(r[n], v) / tol(n) for n, v in got.items())
+        assert worst > 100, (wrong, worst)  # measured: >= 5228 (the correct formula: <= 0.026)
+
+
+def test_olmo_layernorm_is_parameter_free(tmp_path):
+    """OlmoLayerNorm: no tensors in expected_shapes (so none written); each norm's output is
+    (x - mean) / sqrt(var + 1e-5) of its input row; norm tensors stored anyway are ignored (as
+    transformers 5.12 does: its load report lists them as UNEXPECTED and the logits do not move)."""
+    cfg = synth.tiny_config("olmo", attention_bias=True)
+    shapes = reference.expected_shapes(cfg)
+    assert not any("norm" in k for k in shapes)
+    assert [k for k in shapes if k.startswith("model.layers.0.") and k.endswith(".bias")] == [
+        f"model.layers.0.self_attn.{n}.bias" for n in ("q_proj", "k_proj", "v_proj", "o_proj")]
+    assert not any(".mlp." in k and k.endswith(".bias") for k in reference.expected_shapes(dict(cfg, mlp_bias=True)))
+    d = _ckpt(tmp_path, "olmo", attention_bias=True)
+    r = reference.run(str(d), [[5, 17, 2, 99, 3, 3, 250]])[0]
+    for name in ["model.norm"] + [f"model.layers.{i}.{n}" for i in range(3)
+                                  for n in ("input_layernorm", "post_attention_layernorm")]:
+        x = r[name + ":input"].astype(np.float64)
+        var = x.var(-1, keepdims=True)
+        assert _maxdiff(r[name], (x - x.mean(-1, keepdims=True)) / np.sqrt(var + 1e-5)) < 1e-5, name
+    w = st.load_checkpoint(str(d))
+    for i in range(3):
+        for nm in ("input_layernorm", "post_attention_layernorm"):
+            w[f"model.layers.{i}.{nm}.weight"] = np.full(32, 3.0, np.float32)
+            w[f"model.layers.{i}.{nm}.bias"] = np.ones(32, np.float32)
+    w["model.norm.weight"] = np.full(32, 3.0, np.float32)
+    d2 = tmp_path / "stray"
+    os.makedirs(d2)
+    (d2 / "config.json").write_bytes((d / "config.json").read_bytes())
+    st.save(str(d2 / "model.safetensors"), w)
+    _same_run(d, d2)
+
+
+def test_olmo_clip_qkv_points_and_effect(tmp_path):
+    """clip_qkv: the q / k / v_proj points are the unclamped projections (HF clamps in place after
+    the hooks ran), the attention uses the clamped ones: with a biting clip the logits move; with a
+    clip no value reaches, every point equals the unclipped model's; the patterns come from the
+    clamped q / k."""
+    seq = [int(t) for t in np.random.default_rng(4).integers(0, 384, 16)]
+    base = reference.run(str(_ckpt(tmp_path, "olmo", name="none")), [seq], patterns=True)[0]
+    big = reference.run(str(_ckpt(tmp_path, "olmo", name="big", clip_qkv=1e6)), [seq], patterns=True)[0]
+    small = reference.run(str(_ckpt(tmp_path, "olmo", name="small", clip_qkv=0.2)), [seq], patterns=True)[0]
+    assert set(base) == set(big) == set(small)
+    for k in base:
+        assert np.array_equal(base[k], big[k]), k
+    for i in range(3):
+        A = f"model.layers.{i}.self_attn"
+        if i == 0:  # same input: the projection points are the unclipped model's, beyond the clip
+            for nm in ("q_proj", "k_proj", "v_proj"):
+                assert np.array_equal(small[f"{A}.{nm}"], base[f"{A}.{nm}"])
+                assert np.abs(small[f"{A}.{nm}"]).max() > 0.2
+            q = np.clip(small[A + ".q_proj"], -0.2, 0.2).reshape(16, 4, 8)
+            k = np.clip(small[A + ".k_proj"], -0.2, 0.2).reshape(16, 2, 8)
+            # position 0: RoPE is the identity, so the first score row is q0 . k0 / sqrt(8)
+            s00 = (q[0] * k[0][np.arange(4) // 2]).sum(-1) / math.sqrt(8)
+            assert _maxdiff(small[A + ":scores"][0, :, 0], s00) < 1e-6
+    assert _maxdiff(small["lm_head"], base["lm_head"]) > 1e-3
+
+
+def test_olmo_config_defaults_and_refusals():
+    """OlmoConfig's defaults (OLMo-7B's sizes); num_key_value_heads null -> num_attention_heads;
+    head_dim from config.json when given (null refused), else hidden // heads floored as HF; eps
+    fixed 1e-5 whatever rms_norm_eps / layer_norm_eps say; clip_qkv null or a positive number;
+    nulls in non-Optional fields refused; RoPE read as Llama's."""
+    c = reference.Config({"model_type": "olmo"})
+    assert (c.vocab_size, c.hidden, c.inner, c.layers, c.heads, c.kv_heads, c.head_dim) == (
+        50304, 4096, 11008, 32, 32, 32, 128)
+    assert (c.act, c.eps, c.tie, c.attention_bias, c.mlp_bias, c.clip_qkv) == ("silu", 1e-5, False, False, False, None)
+    assert c.rope == {"rope_type": "default", "rope_theta": 10000.0, "max_position_embeddings": 2048,
+                      "partial_rotary_factor": 1.0}
+    assert c.windows == [None] * 32
+
+    def C(**kw):
+        return reference.Config(dict(model_type="olmo", **kw))
+
+    assert C(num_attention_heads=8, num_key_value_heads=None).kv_heads == 8
+    assert C(hidden_size=32, num_attention_heads=4, head_dim=16).head_dim == 16
+    assert C(hidden_size=40, num_attention_heads=5, num_key_value_heads=5).head_dim == 8
+    assert C(hidden_size=40, num_attention_heads=6, num_key_value_heads=3).head_dim == 6  # floored, as HF
+    assert C(rms_norm_eps=1e-6, layer_norm_eps=1e-6).eps == 1e-5
+    assert C(clip_qkv=8.0).clip_qkv == 8.0 and C(clip_qkv=8).clip_qkv == 8.0 and C(clip_qkv=None).clip_qkv is None
+    assert C(clip_qkv=0.05).clip_qkv == 0.05
+    for bad in (0, 0.0, -1.0, True, False, "8", float("nan"), float("inf"), [1.0]):
+        with pytest.raises(reference.ReferenceError):
+            C(clip_qkv=bad)
+    for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+              "hidden_act", "max_position_embeddings", "tie_word_embeddings", "attention_bias", "rope_theta",
+              "head_dim"):
+        with pytest.raises(reference.ReferenceError):
+            C(**{k: None})
+    for kw in (dict(num_key_value_heads=3), dict(head_dim=15), dict(partial_rotary_factor=0.5),
+               dict(rope_scaling={"rope_type": "no_such_rope"})):
+        with pytest.raises(reference.ReferenceError):
+            C(**kw)
+    assert C(rope_theta=None, rope_parameters={"rope_type": "default", "rope_theta": 5.0}).rope["rope_theta"] == 5.0
+    v5 = C(rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 500.0})
+    assert (v5.rope["rope_type"], v5.rope["rope_theta"], v5.rope["original_max_position_embeddings"]) == (
+        "yarn", 500.0, 2048)
+    # OLMoE's clip_qkv reads the same way
+    base = synth.tiny_config("olmoe")
+    assert reference.Config(dict(base, clip_qkv=8.0)).clip_qkv == 8.0
+    assert reference.Config(base).clip_qkv is None
+    for bad in (0.0, -8.0, True, "8"):
+        with pytest.raises(reference.ReferenceError):
+            reference.Config(dict(base, clip_qkv=bad))
+
+
+def test_olmo_parameter_counts():
+    """The tensors expected_shapes lists (the tied head counted once) add up to the parameter counts
+    transformers 5.12.1's OlmoForCausalLM reports on the meta device for an OLMo-1B-like config
+    (hidden 2048, 16 layers, tied) and OlmoConfig's defaults (OLMo-7B: hidden 4096, 32 layers,
+    untied)."""
+    cfgs = {"1b": dict(model_type="olmo", vocab_size=50304, hidden_size=2048, intermediate_size=8192,
+                       num_hidden_layers=16, num_attention_heads=16, tie_word_embeddings=True,
+                       max_position_embeddings=2048),
+            "7b": dict(model_type="olmo", vocab_size=50304, hidden_size=4096, intermediate_size=11008,
+                       num_hidden_layers=32, num_attention_heads=32, tie_word_embeddings=False,
+                       max_position_embeddings=2048)}
+    counts = {}
+    for name, cfg in cfgs.items():
+        c = reference.Config(cfg)
+        shapes = reference.expected_shapes(c)
+        counts[name] = sum(int(np.prod(s)) for k, s in shapes.items() if not (c.tie and k == "lm_head.weight"))
+    assert counts == {"1b": 1_176_764_416, "7b": 6_888_095_744}
+    assert reference.expected_shapes(reference.Config({"model_type": "olmo"})) == reference.expected_shapes(
+        reference.Config(cfgs["7b"]))
+
+
+def _rms64(v, g, eps):
+    v = np.asarray(v, np.float64)
+    return v / np.sqrt((v ** 2).mean(-1, keepdims=True) + eps) * g.astype(np.float64)
+
+
+@pytest.mark.parametrize("attention_bias", [False, True])
+def test_olmoe_clip_qkv_after_the_norms(tmp_path, attention_bias):
+    """OlmoeAttention with clip_qkv: q = clip(q_norm(q_proj(x))), k = clip(k_norm(k_proj(x))),
+    v = clip(v_proj(x)), the clamp AFTER the whole-projection norms. The q_norm / k_norm / v_proj
+    points are unclamped (HF clamps them in place after the hooks ran); o_proj's input is the
+    float64 attention of the clamped values. Mistakes that must fail: no clamp, the clamp before
+    the norms (on q_proj / k_proj), v unclamped. (Checked by mutating a copy of reference.py's
+    _llama too: the clamp omitted, the clamp in place on the recorded points, the clamp of q before
+    q_norm: each fails both parametrizations.)"""
+    clip = 0.2
+    d = _ckpt(tmp_path, "olmoe", seed=3, clip_qkv=clip, attention_bias=attention_bias)
+    cfg = reference.load_config(str(d))
+    c = reference.Config(cfg)
+    assert c.clip_qkv == clip
+    w = st.load_checkpoint(str(d))
+    T = 14
+    seq = [int(t) for t in np.random.default_rng(6).integers(0, c.vocab_size, T)]
+    r = reference.run(str(d), [seq])[0]
+    noclip = reference.run(str(_ckpt(tmp_path, "olmoe", name="n", seed=3, attention_bias=attention_bias)), [seq])[0]
+    assert _maxdiff(r["lm_head"], noclip["lm_head"]) > 1e-3  # the clamp bites
+    tol = 2e-6
+    for i in range(c.layers):
+        A = f"model.layers.{i}.self_attn"
+        assert np.array_equal(r[A + ".q_norm:input"], r[A + ".q_proj"])
+        assert np.array_equal(r[A + ".k_norm:input"], r[A + ".k_proj"])
+        qn = _rms64(r[A + ".q_proj"], w[A + ".q_norm.weight"], c.eps)
+        kn = _rms64(r[A + ".k_proj"], w[A + ".k_norm.weight"], c.eps)
+        assert _maxdiff(r[A + ".q_norm"], qn) < 1e-5 and _maxdiff(r[A + ".k_norm"], kn) < 1e-5
+        for nm in ("q_norm", "k_norm", "v_proj"):  # unclamped points, beyond the clip
+            assert np.abs(r[f"{A}.{nm}"]).max() > clip, (A, nm)
+        q, k, v = (r[f"{A}.{nm}"] for nm in ("q_norm", "k_norm", "v_proj"))
+        o = _attention64(np.clip(q, -clip, clip), np.clip(k, -clip, clip), np.clip(v, -clip, clip), cfg, c.head_dim)
+        assert _maxdiff(r[A + ".o_proj:input"], o) < tol, (A, _maxdiff(r[A + ".o_proj:input"], o))
+        if i:
+            continue
+        wrong = {
+            "no_clip": (q, k, v),
+            "clip_before_norms": (_rms64(np.clip(r[A + ".q_proj"], -clip, clip), w[A + ".q_norm.weight"], c.eps),
+                                  _rms64(np.clip(r[A + ".k_proj"], -clip, clip), w[A + ".k_norm.weight"], c.eps),
+                                  np.clip(v, -clip, clip)),
+            "v_unclamped": (np.clip(q, -clip, clip), np.clip(k, -clip, clip), v),
+        }
+        for name, (wq, wk, wv) in wrong.items():
+            assert _maxdiff(r[A + ".o_proj:input"], _attention64(wq, wk, wv, cfg, c.head_dim)) > 100 * tol, name
 
 
 # ---------------------------------------------------------------------------------------------

@@ -48,7 +48,8 @@ if int(transformers.__version__.split(".")[0]) < 5:
 
 pytestmark = pytest.mark.usefixtures("actcap_bin", "no_reexec")
 
-ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma", "gemma2", "gemma3_text",
+ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo", "olmo2", "gemma", "gemma2",
+         "gemma3_text",
          "gemma3", "gpt_neox", "phi3", "mixtral", "qwen3_moe", "olmoe", "gpt_oss"]
 LENGTHS = [9, 5, 12]  # 12 > the windows (4 or 8) of the windowed variants
 REL = 1e-5  # measured with transformers 5.12 on torch 2.14: most points bit-identical, the largest 1.1e-7
@@ -212,6 +213,14 @@ VARIANTS = {
     "qwen2-window-layers": ("qwen2", dict(LLAMA, use_sliding_window=True, sliding_window=4,
                                           max_window_layers=1)),
     "qwen3": ("qwen3", dict(LLAMA, head_dim=24)),
+    "olmo": ("olmo", dict(LLAMA)),
+    # clip_qkv small enough to clamp most q, k and v values; tied; llama3 RoPE
+    "olmo-bias-clip-tied": ("olmo", dict(LLAMA, attention_bias=True, clip_qkv=0.05,
+                                         tie_word_embeddings=True, rope_parameters=dict(
+                                             rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                                             high_freq_factor=4.0,
+                                             original_max_position_embeddings=16,
+                                             rope_theta=500000.0))),
     "olmo2": ("olmo2", dict(LLAMA)),
     # GemmaConfig's default activation (gelu_pytorch_tanh); tied
     "gemma": ("gemma", dict(LLAMA, head_dim=16, tie_word_embeddings=True)),
@@ -242,6 +251,8 @@ VARIANTS = {
                                     moe_intermediate_size=40, mlp_only_layers=[1])),
     "olmoe": ("olmoe", dict(LLAMA, num_experts=6, num_experts_per_tok=2, attention_bias=True,
                             pad_token_id=0, eos_token_id=2)),
+    "olmoe-clip": ("olmoe", dict(LLAMA, num_experts=4, num_experts_per_tok=2, clip_qkv=0.05,
+                                 attention_bias=True, pad_token_id=0, eos_token_id=2)),
     "olmoe-norm-topk": ("olmoe", dict(LLAMA, num_experts=4, num_experts_per_tok=3,
                                       norm_topk_prob=True, pad_token_id=0, eos_token_id=2)),
     "qwen3_moe-step-norm-window": ("qwen3_moe", dict(LLAMA, num_experts=5, num_experts_per_tok=2,
@@ -403,7 +414,7 @@ def hf_greedy(model, prompt, max_new, eos=None):
 
 
 @pytest.mark.parametrize("variant", ["gpt2", "llama-rope-llama3", "mistral-window", "qwen3",
-                                     "gemma", "gemma2-softcaps", "gemma3_text", "gpt_neox-partial-rotary",
+                                     "gemma", "gemma2-softcaps", "olmo-bias-clip-tied", "gemma3_text", "gpt_neox-partial-rotary",
                                      "phi3-window", "mixtral-window-top3", "qwen3_moe",
                                      "olmoe", "gpt_oss"])
 def test_generate_matches_transformers(tmp_path, variant):
@@ -484,7 +495,8 @@ def test_every_preset_is_the_model_transformers_builds(tmp_path, arch):
 # ---------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("variant", ["gpt2", "llama-rope-llama3", "gemma", "gemma2-softcaps",
-                                     "gemma3_text", "olmo2", "phi3-longrope-partial"])
+                                     "gemma3_text", "olmo-bias-clip-tied", "olmo2",
+                                     "phi3-longrope-partial"])
 def test_bf16_compute_is_as_accurate_as_transformers_in_bf16(tmp_path, variant):
     """`--compute-dtype bf16` against transformers' model cast to bfloat16, both measured against
     transformers' float32 forward: at every hook point actcap's largest error (relative to the

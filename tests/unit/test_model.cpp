@@ -166,8 +166,8 @@ TEST(Model, StageCostsLeaveOutTheLogitsOfASkippedHead) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, EveryArch,
-                         ::testing::Values("gpt2", "llama", "mistral", "qwen2", "olmo2", "gemma",
-                                           "gemma2", "gemma3_text"));
+                         ::testing::Values("gpt2", "llama", "mistral", "qwen2", "olmo", "olmo2",
+                                           "gemma", "gemma2", "gemma3_text"));
 
 // Gemma 3's final_logit_softcapping (off by default) caps the model's logits after the head; the
 // lm_head point stays the uncapped projection, as transformers' module returns it.

@@ -102,6 +102,15 @@ void parse_llama_family(const ConfigReader& f, const LlamaDefaults& d, ModelConf
   c.eos_token_id = f.token_id("eos_token_id", d.eos_token_id);
 }
 
+std::optional<double> parse_clip_qkv(const ConfigReader& f) {
+  if (!f.has("clip_qkv")) return std::nullopt;
+  const double v = f.number({"clip_qkv"}, 0);
+  if (!(v > 0) || !std::isfinite(v))
+    throw InputError(concat(f.origin(), ": field 'clip_qkv' is ", f.root()["clip_qkv"].dump(),
+                            "; it must be a positive number or null"));
+  return v;
+}
+
 void parse_qwen_windows(const ConfigReader& f, const ModelConfig& c, LlamaParams& p) {
   p.windows = LlamaParams::Windows::kQwen;
   p.use_sliding_window = f.boolean({"use_sliding_window"}, false);
@@ -307,6 +316,7 @@ AttentionShape llama_attention_shape(const ModelConfig& c, int64_t layer,
   shape.head_dim = p.head_dim;
   shape.scale = 1.0 / std::sqrt(static_cast<double>(p.head_dim));
   shape.window = p.window_for_layer(layer);
+  shape.clip_qkv = p.clip_qkv;
   shape.rope = std::move(rope);
   return shape;
 }
@@ -360,7 +370,10 @@ std::unique_ptr<Module> decoder_layer(const ModelConfig& c, WeightSource w, int6
   const auto& p = c.params<LlamaParams>();
   const int64_t H = c.hidden_size, D = p.head_dim;
   const std::string name = w.path();
-  auto in_norm = llama_rms_norm(p, w, "input_layernorm", H, 0, b.unit_offset_norms);
+  auto norm = [&](const char* n) -> std::unique_ptr<Module> {
+    return b.norm ? b.norm(c, w, n, H) : llama_rms_norm(p, w, n, H, 0, b.unit_offset_norms);
+  };
+  auto in_norm = norm("input_layernorm");
   WeightSource a = w.pp("self_attn");
   AttentionParts parts = llama_attention_projections(c, a);
   if (p.qk_norm) parts.q_norm = llama_rms_norm(p, a, "q_norm", D, c.num_attention_heads);
@@ -368,7 +381,7 @@ std::unique_ptr<Module> decoder_layer(const ModelConfig& c, WeightSource w, int6
   if (b.attention_sinks) parts.sinks = a.get("sinks", {c.num_attention_heads}, Init::kBias);
   auto attn = std::make_unique<Attention>(a.path(), llama_attention_shape(c, layer, rope),
                                           std::move(parts));
-  auto post_norm = llama_rms_norm(p, w, "post_attention_layernorm", H, 0, b.unit_offset_norms);
+  auto post_norm = norm("post_attention_layernorm");
   auto mlp = b.mlp ? b.mlp(c, w, layer) : llama_gated_mlp(c, w.pp("mlp"), p.hidden_act);
   return std::make_unique<PreNormBlock>(name, H, std::move(in_norm), std::move(attn),
                                         std::move(post_norm), std::move(mlp));
@@ -398,8 +411,10 @@ BuiltModel build_llama_family(const ModelConfig& c, WeightSource& w, const Llama
     m.stages.push_back({StageKind::kBlock, b.layer ? b.layer(c, layer, i, rope)
                                                    : decoder_layer(c, layer, i, rope, b)});
   }
-  m.stages.push_back({StageKind::kFinalNorm,
-                      llama_rms_norm(p, model, "norm", c.hidden_size, 0, b.unit_offset_norms)});
+  m.stages.push_back(
+      {StageKind::kFinalNorm,
+       b.norm ? b.norm(c, model, "norm", c.hidden_size)
+              : llama_rms_norm(p, model, "norm", c.hidden_size, 0, b.unit_offset_norms)});
   BuiltStage head = head_stage(c, w, embed);
   if (b.logit_softcap)
     head.module =

@@ -31,6 +31,7 @@ struct LlamaParams : ArchParams {
   bool qkv_bias = false;        // effective q/k/v projection biases
   bool o_bias = false;          // effective o_proj bias
   bool mlp_bias = false;
+  std::optional<double> clip_qkv;  // clamp q, k and v to [-clip_qkv, clip_qkv] (OLMo, OLMoE)
   bool qk_norm = false;  // RMSNorm over head_dim on each q and k head, before RoPE (Qwen3)
   // The RMSNorms scale by the weight in float32 and round last (OLMo 2, gpt-oss), with the weight
   // unrounded under a float16 compute dtype (gpt-oss's norms stay float32 there): RMSNormOptions.
@@ -95,6 +96,8 @@ LlamaDefaults gemma_defaults(int64_t max_position_embeddings);
 // token ids). Biases and windows are the architecture's to read.
 void parse_llama_family(const ConfigReader& f, const LlamaDefaults& d, ModelConfig& c,
                         LlamaParams& p);
+// config.json's clip_qkv: null or absent (none) or a positive number.
+std::optional<double> parse_clip_qkv(const ConfigReader& f);
 // Reads Qwen2/Qwen3's window fields (use_sliding_window, sliding_window, max_window_layers,
 // layer_types) and sets p.windows = kQwen.
 void parse_qwen_windows(const ConfigReader& f, const ModelConfig& c, LlamaParams& p);
@@ -136,6 +139,11 @@ struct LlamaBuild {
   // under `mlp`); a mixture of experts sets it.
   std::function<std::unique_ptr<Module>(const ModelConfig& c, WeightSource w, int64_t layer)> mlp;
   bool unit_offset_norms = false;
+  // The pre-norm layer's two norms and the final norm, `name` under `w` (null: RMSNorms with the
+  // config's eps; OLMo's are non-parametric LayerNorms).
+  std::function<std::unique_ptr<Module>(const ModelConfig& c, WeightSource w,
+                                        const std::string& name, int64_t width)>
+      norm;
   // Each layer's attention has a learned per-head sink logit, `self_attn.sinks` (gpt-oss).
   bool attention_sinks = false;
   std::optional<float> embedding_scale;

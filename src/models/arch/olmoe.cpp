@@ -5,8 +5,8 @@
 // MLP: a router over num_experts experts of intermediate_size, the num_experts_per_tok most
 // probable per token, weights renormalised only with norm_topk_prob and rounded to the compute
 // dtype (as Qwen3-MoE). Weights under `mlp`: `gate` (the router) and
-// `experts.E.{gate,up,down}_proj`. attention_bias gives q, k, v and o biases. clip_qkv (clamping
-// q, k and v) is refused: no released OLMoE sets it.
+// `experts.E.{gate,up,down}_proj`. attention_bias gives q, k, v and o biases. clip_qkv clamps q,
+// k and v after the projections and q/k norms, before RoPE (the points stay unclamped).
 #include <nlohmann/json.hpp>
 
 #include "models/arch/moe_family.h"
@@ -61,9 +61,7 @@ class Olmoe : public LlamaFamilyArchitecture {
     if (!f.has("bos_token_id")) c.bos_token_id = c.eos_token_id;
     p->attention_bias = f.boolean({"attention_bias"}, false);  // q, k, v and o
     p->qkv_bias = p->o_bias = p->attention_bias;
-    if (f.has("clip_qkv"))
-      throw InputError(concat(f.origin(), ": clip_qkv is ", f.root()["clip_qkv"].dump(),
-                              "; only null (no clamping of q, k and v) is supported"));
+    p->clip_qkv = parse_clip_qkv(f);
     parse_expert_counts(f, {"num_experts", "num_local_experts"}, 64, 8, *p);
     if (p->num_experts == 0)
       throw InputError(concat(f.origin(), ": num_experts is 0; OLMoE needs experts"));
@@ -77,7 +75,7 @@ class Olmoe : public LlamaFamilyArchitecture {
     write_llama_family(c, j);
     j.erase("head_dim");  // OlmoeConfig has none: hidden_size / num_attention_heads
     j["attention_bias"] = p.attention_bias;
-    j["clip_qkv"] = nullptr;
+    j["clip_qkv"] = p.clip_qkv ? nlohmann::json(*p.clip_qkv) : nlohmann::json(nullptr);
     j["num_experts"] = p.num_experts;
     j["num_experts_per_tok"] = p.top_k;
     j["norm_topk_prob"] = p.norm_topk_prob;

@@ -11,6 +11,7 @@ const Architecture& llama_architecture();
 const Architecture& mistral_architecture();
 const Architecture& qwen2_architecture();
 const Architecture& qwen3_architecture();
+const Architecture& olmo_architecture();
 const Architecture& olmo2_architecture();
 const Architecture& gemma_architecture();
 const Architecture& gemma2_architecture();
@@ -24,11 +25,12 @@ const Architecture& gpt_oss_architecture();
 
 const std::vector<const Architecture*>& architectures() {
   static const std::vector<const Architecture*> all = {
-      &gpt2_architecture(),      &llama_architecture(),  &mistral_architecture(),
-      &qwen2_architecture(),     &qwen3_architecture(),  &olmo2_architecture(),
-      &gemma_architecture(),     &gemma2_architecture(), &gemma3_architecture(),
-      &gpt_neox_architecture(),  &phi3_architecture(),   &mixtral_architecture(),
-      &qwen3_moe_architecture(), &olmoe_architecture(),  &gpt_oss_architecture(),
+      &gpt2_architecture(),    &llama_architecture(),     &mistral_architecture(),
+      &qwen2_architecture(),   &qwen3_architecture(),     &olmo_architecture(),
+      &olmo2_architecture(),   &gemma_architecture(),     &gemma2_architecture(),
+      &gemma3_architecture(),  &gpt_neox_architecture(),  &phi3_architecture(),
+      &mixtral_architecture(), &qwen3_moe_architecture(), &olmoe_architecture(),
+      &gpt_oss_architecture(),
   };
   return all;
 }

@@ -55,6 +55,12 @@ at::Tensor Attention::forward(const at::Tensor& x, ForwardState& st) {
     q = q.transpose(1, 2);
     k = k.transpose(1, 2);
   }
+  if (s_.clip_qkv) {  // out of place: the projections' outputs are what their points captured
+    const double c = *s_.clip_qkv;
+    q = q.clamp(-c, c);
+    k = k.clamp(-c, c);
+    v = v.clamp(-c, c);
+  }
   if (s_.rope) {
     q = s_.rope->apply(q, st);
     k = s_.rope->apply(k, st);

@@ -17,9 +17,12 @@ struct AttentionShape {
   int64_t heads = 0;
   int64_t kv_heads = 0;
   int64_t head_dim = 0;
-  double scale = 0;                  // multiplies q k^T (usually 1 / sqrt(head_dim))
-  std::optional<int64_t> window;     // sliding window of this layer; nullopt = full causal
-  std::optional<double> softcap;     // scores -> softcap * tanh(scores / softcap) (Gemma 2)
+  double scale = 0;               // multiplies q k^T (usually 1 / sqrt(head_dim))
+  std::optional<int64_t> window;  // sliding window of this layer; nullopt = full causal
+  std::optional<double> softcap;  // scores -> softcap * tanh(scores / softcap) (Gemma 2)
+  // q, k and v clamped to [-clip_qkv, clip_qkv] after their projections (and q/k norms), before
+  // RoPE (OLMo, OLMoE). The projection points stay unclamped, as transformers' hooks see them.
+  std::optional<double> clip_qkv;
   std::shared_ptr<const Rope> rope;  // null: no rotary (GPT-2)
   // q_norm / k_norm normalise the whole projection (heads * head_dim) before the head split
   // (OLMo 2), instead of each head; their points are then [heads * head_dim] per token.

@@ -15,17 +15,23 @@ LayerNorm::LayerNorm(const std::string& name, at::Tensor weight, at::Tensor bias
     : Module(name, norm_point(name + ":input", weight), norm_point(name, weight)),
       weight_(std::move(weight)),
       bias_(std::move(bias)),
+      width_(weight_.size(0)),
       eps_(eps) {
   parameter(weight_);
   parameter(bias_);
 }
 
+LayerNorm::LayerNorm(const std::string& name, int64_t width, double eps)
+    : Module(name, hidden_point(name + ":input", width), hidden_point(name, width)),
+      width_(width),
+      eps_(eps) {}
+
 at::Tensor LayerNorm::forward(const at::Tensor& x, ForwardState&) {
   // Norm weights are float32 (vectors are widened at load). A 16-bit input is normalised in
   // float32 and rounded once, as torch's 16-bit layer_norm kernels accumulate in float32.
   if (x.scalar_type() == at::kFloat)
-    return at::layer_norm(x, {weight_.size(0)}, weight_, bias_, eps_, /*cudnn_enable=*/false);
-  return at::layer_norm(x.to(at::kFloat), {weight_.size(0)}, weight_, bias_, eps_, false)
+    return at::layer_norm(x, {width_}, weight_, bias_, eps_, /*cudnn_enable=*/false);
+  return at::layer_norm(x.to(at::kFloat), {width_}, weight_, bias_, eps_, false)
       .to(x.scalar_type());
 }
 

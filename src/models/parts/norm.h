@@ -9,12 +9,15 @@ namespace actcap {
 class LayerNorm : public Module {
  public:
   LayerNorm(const std::string& name, at::Tensor weight, at::Tensor bias, double eps);
+  // Without weight and bias, over `width` (OLMo's OlmoLayerNorm).
+  LayerNorm(const std::string& name, int64_t width, double eps);
 
  protected:
   at::Tensor forward(const at::Tensor& x, ForwardState& st) override;
 
  private:
   at::Tensor weight_, bias_;
+  int64_t width_;
   double eps_;
 };
 
