@@ -41,7 +41,8 @@ Command add_init_model(CLI::App& app) {
       "Size: tiny (tests), small, gpt2-small (GPT-2 124M's shape), or the "
       "architecture's own real shapes (llama-3.1-8b, qwen3-0.6b, olmo-1b, olmo-7b, olmo-2-1b, "
       "gemma-2b, gemma-7b, "
-      "gemma-2-2b, gemma-3-1b, pythia-160m, phi-3-mini, mixtral-8x7b, qwen3-30b-a3b, olmoe-1b-7b, "
+      "gemma-2-2b, gemma-3-1b, pythia-160m, phi-3-mini, mixtral-8x7b, qwen1.5-moe-a2.7b, "
+      "qwen2-57b-a14b, qwen3-30b-a3b, olmoe-1b-7b, "
       "gpt-oss-20b, gpt-oss-120b)");
   sub->add_option("--seed", o->init.seed, "Random seed")->required();
   sub->add_option("--dtype", o->init.dtype, "Stored dtype")

@@ -237,6 +237,17 @@ def config_seeds():
     variant("qwen3_moe_step_window_local_experts.json", qwen3_moe, num_experts=KeyError,
             num_local_experts=5, decoder_sparse_step=2, mlp_only_layers=None,
             use_sliding_window=True, sliding_window=KeyError, head_dim=KeyError)
+    # Qwen2-MoE: transformers 5's saved form (sliding_window 0 without use_sliding_window,
+    # explicit layer_types, qkv_bias) and a windowed one left to the default layer rule.
+    qwen2_moe = dict(QWEN2, architectures=["Qwen2MoeForCausalLM"], model_type="qwen2_moe",
+                     num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24,
+                     shared_expert_intermediate_size=40, norm_topk_prob=False,
+                     decoder_sparse_step=1, mlp_only_layers=[1], qkv_bias=True, sliding_window=0,
+                     layer_types=["full_attention"] * 4)
+    variant("qwen2_moe.json", qwen2_moe)
+    variant("qwen2_moe_window_default_layers.json", qwen2_moe, use_sliding_window=True,
+            sliding_window=8, max_window_layers=3, layer_types=KeyError, decoder_sparse_step=2,
+            mlp_only_layers=None, qkv_bias=False)
     # gpt-oss: the hub's layout (rope_scaling YaRN, layer_types, an mxfp4 quantization_config) and
     # GptOssConfig's defaults (no rope field: YaRN; no head_dim: 64; no window: 128).
     gpt_oss = dict(LLAMA, architectures=["GptOssForCausalLM"], model_type="gpt_oss",

@@ -146,17 +146,24 @@ class SafeCapturer:
         # Points run on every token flattened to [batch * seq, ...] in token order: the direct
         # children of a transformers mixture-of-experts block (a module with `experts` and a
         # router, `gate` or gpt-oss's `router`, as children: the router, the stacked experts,
-        # Qwen2-MoE's shared expert), called on
-        # hidden_states.view(-1, hidden). Modules inside them (an expert's own layers) see the
-        # tokens regrouped by expert, and are not read so.
+        # Qwen2-MoE's shared expert and its gate), called on hidden_states.view(-1, hidden), and
+        # the modules inside the shared expert. Modules inside `experts` (an expert's own
+        # layers) see the tokens regrouped by expert, and are not read so.
         modules = dict(model.named_modules())
+
+        def moe_block(name):
+            m = modules.get(name)  # "" is the model itself
+            kids = dict(m.named_children()) if m is not None else {}
+            return ("gate" in kids or "router" in kids) and "experts" in kids
+
         self._flat_tokens = set()
         for p in self.points:
-            name = p[:-6] if p.endswith(":input") else p
-            parent = modules.get(name.rpartition(".")[0])  # "" is the model itself
-            kids = dict(parent.named_children()) if parent is not None else {}
-            if ("gate" in kids or "router" in kids) and "experts" in kids:
-                self._flat_tokens.add(p)
+            parts = (p[:-6] if p.endswith(":input") else p).split(".")
+            for i in range(len(parts) - 1, -1, -1):  # the point's module, then its ancestors
+                if moe_block(".".join(parts[:i])):
+                    if i == len(parts) - 1 or parts[i] != "experts":
+                        self._flat_tokens.add(p)
+                    break
         self.attention_mask: Optional[torch.Tensor] = None
         self._handles: list = []
         self._closed = False

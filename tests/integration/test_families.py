@@ -49,6 +49,8 @@ FAMILIES = [
     Family("mixtral", "model.layers", "block_sparse_moe.gate.weight", "intermediate_size",
            "intermediate_size"),
     Family("qwen3_moe", "model.layers", "mlp.gate.weight", "hidden_size", "hidden_size"),
+    Family("qwen2_moe", "model.layers", "mlp.shared_expert_gate.weight", "hidden_size",
+           "hidden_size"),
     Family("olmoe", "model.layers", "self_attn.q_norm.weight", "hidden_size", "hidden_size"),
     Family("gpt_oss", "model.layers", "self_attn.sinks", "hidden_size", "hidden_size"),
 ]

@@ -3,11 +3,13 @@
 Written from the semantics of Hugging Face transformers' modeling_gpt2.py, modeling_llama.py,
 modeling_mistral.py, modeling_qwen2.py, modeling_qwen3.py, modeling_olmo.py, modeling_olmo2.py,
 modeling_gemma.py, modeling_gemma2.py, modeling_gemma3.py, modeling_gpt_neox.py, modeling_phi3.py,
-modeling_mixtral.py, modeling_qwen3_moe.py, modeling_olmoe.py, modeling_gpt_oss.py (with
-configuration_mixtral.py, configuration_qwen3_moe.py, configuration_olmo.py, configuration_olmoe.py,
+modeling_mixtral.py, modeling_qwen3_moe.py, modeling_qwen2_moe.py, modeling_olmoe.py,
+modeling_gpt_oss.py (with configuration_mixtral.py, configuration_qwen3_moe.py,
+configuration_qwen2_moe.py, configuration_olmo.py, configuration_olmoe.py,
 configuration_gpt_oss.py, configuration_gemma.py, conversion_mapping.py, integrations/moe.py and
 integrations/mxfp4.py of transformers 5.12) and modeling_rope_utils.py (eager attention, eager
-experts, no padding, no cache, eval mode), using only torch + numpy + the minimal safetensors
+experts (Qwen2-MoE and gpt-oss: transformers 5's default grouped_mm experts), no padding, no cache,
+eval mode), using only torch + numpy + the minimal safetensors
 reader in st.py. config.json may be in transformers 4.x form (rope_theta / rope_scaling,
 torch_dtype) or 5.x form (rope_parameters, layer_types, dtype); the dtype fields are not read.
 
@@ -94,6 +96,28 @@ Hook points (N = layer index):
                    .mlp.{gate,up,down}_proj, .mlp.act_fn as qwen3.
          Mixtral's layers are all sparse. Model.routing(ids) gives the chosen experts, their
          weights and the top-k margin per sparse layer (not hook points).
+  qwen2_moe (Qwen2MoeForCausalLM: Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B): model.embed_tokens,
+         model.layers.N, .input_layernorm, .self_attn, .self_attn.{q,k,v,o}_proj (q / k / v with
+         biases when qkv_bias, the default; o_proj never), .post_attention_layernorm, model.norm,
+         lm_head, and per layer either
+           sparse (Qwen2MoeSparseMoeBlock): .mlp ([T, H] in and out); .mlp.gate, the router (input
+                   [T, H], output the router logits [T, num_experts], the first element of HF's
+                   (logits, scores, indices)); .mlp.shared_expert (a gated MLP of
+                   shared_expert_intermediate_size S: input and output [T, H]) with
+                   .mlp.shared_expert.{gate_proj, up_proj} ([T, S]), .mlp.shared_expert.act_fn
+                   ([T, S] in and out), .mlp.shared_expert.down_proj ([T, S] -> [T, H]); and
+                   .mlp.shared_expert_gate (input [T, H], output [T, 1]: the gate's LOGIT, before
+                   the sigmoid). No per-expert points. HF runs these children on the flattened
+                   [B * T, H] view; for one sequence those are the rows listed here. The block's
+                   output is experts + sigmoid(shared_expert_gate(x)) * shared_expert(x) (see
+                   Model._sparse_moe); or
+           dense (layers in mlp_only_layers or off decoder_sparse_step, or num_experts <= 0;
+                   Qwen2MoeMLP of intermediate_size): .mlp, .mlp.{gate,up,down}_proj, .mlp.act_fn.
+         Sliding windows per layer_types (see Config._qwen2_moe_windows: NOT Qwen2's rule).
+         Model.routing(ids) as for the other MoE families. Checkpoints hold the Hub's per-expert
+         tensors (mlp.experts.E.{gate,up,down}_proj.weight, what transformers 5's save_pretrained
+         writes by default); the fused save_original_format=False layout (experts.gate_up_proj /
+         experts.down_proj) is refused ("checkpoint lacks ...").
   gpt_oss (GptOssForCausalLM): model.embed_tokens, model.layers.N, .input_layernorm, .self_attn,
          .self_attn.{q,k,v,o}_proj (with biases when attention_bias, the default),
          .post_attention_layernorm, .mlp ([T, H] in and out), .mlp.router (input [T, H], output
@@ -120,8 +144,8 @@ import torch.nn.functional as F
 import st
 
 ARCHS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo", "olmo2", "gemma", "gemma2", "gemma3_text",
-         "gemma3", "gpt_neox", "phi3", "mixtral", "qwen3_moe", "olmoe", "gpt_oss")
-MOE_ARCHS = ("mixtral", "qwen3_moe", "olmoe", "gpt_oss")
+         "gemma3", "gpt_neox", "phi3", "mixtral", "qwen3_moe", "qwen2_moe", "olmoe", "gpt_oss")
+MOE_ARCHS = ("mixtral", "qwen3_moe", "qwen2_moe", "olmoe", "gpt_oss")
 
 
 class ReferenceError(ValueError):
@@ -206,6 +230,18 @@ QWEN3_MOE_DEFAULTS = dict(vocab_size=151936, hidden_size=2048, intermediate_size
                           rope_theta=10000.0, attention_bias=False, use_sliding_window=False,
                           sliding_window=4096, decoder_sparse_step=1, moe_intermediate_size=768,
                           num_experts_per_tok=8, num_local_experts=128, norm_topk_prob=False)
+# Qwen2MoeConfig's defaults (configuration_qwen2_moe.py, transformers 5.12, a @strict dataclass:
+# Qwen1.5-MoE-A2.7B's sizes; rope_theta is its default_theta). No head_dim field (a head_dim in
+# config.json is used: getattr(config, "head_dim", hidden // heads)); no attribute_map (num_experts
+# only; a num_local_experts key is an unread extra attribute); num_key_value_heads is Optional but
+# never filled in (null cannot build the attention); sliding_window Optional (see _qwen2_moe);
+# mlp_only_layers None -> [] and layer_types None -> the default rule (__post_init__).
+QWEN2_MOE_DEFAULTS = dict(vocab_size=151936, hidden_size=2048, intermediate_size=5632, num_hidden_layers=24,
+                          num_attention_heads=16, num_key_value_heads=16, hidden_act="silu",
+                          max_position_embeddings=32768, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                          rope_theta=10000.0, use_sliding_window=False, sliding_window=4096, max_window_layers=28,
+                          decoder_sparse_step=1, moe_intermediate_size=1408, shared_expert_intermediate_size=5632,
+                          num_experts_per_tok=4, num_experts=60, norm_topk_prob=False, qkv_bias=True)
 # OlmoeConfig's defaults (configuration_olmoe.py, transformers 5.x): num_key_value_heads None means
 # num_attention_heads (its __post_init__); attribute_map num_local_experts -> num_experts; no head_dim
 # or sliding_window field; clip_qkv None (Optional; see _clip_qkv).
@@ -324,6 +360,8 @@ class Config:
             self._phi3(cfg)
         elif mt == "gpt_oss":
             self._gpt_oss(cfg)
+        elif mt == "qwen2_moe":
+            self._qwen2_moe(cfg)
         elif mt in MOE_ARCHS:
             self._moe(cfg)
         else:
@@ -732,22 +770,112 @@ class Config:
         else:
             self.moe_inner = int(get("moe_intermediate_size"))
             self.norm_topk = bool(get("norm_topk_prob"))
-            mlp_only = cfg.get("mlp_only_layers")
-            mlp_only = [] if mlp_only is None else mlp_only
-            if not isinstance(mlp_only, list):
-                raise ReferenceError("mlp_only_layers must be a list of layer indices")
-            step = int(get("decoder_sparse_step"))
-            self.sparse = []
-            for i in range(self.layers):
-                if i in mlp_only or not self.experts > 0:
-                    self.sparse.append(False)
-                elif step == 0:
-                    raise ReferenceError("decoder_sparse_step 0 (HF's (i + 1) % 0 raises)")
-                else:
-                    self.sparse.append((i + 1) % step == 0)
+            self.sparse = _sparse_layers(self.layers, cfg.get("mlp_only_layers"), self.experts,
+                                         int(get("decoder_sparse_step")))
         if any(self.sparse) and not 1 <= self.top_k <= self.experts:
             raise ReferenceError(
                 f"num_experts_per_tok {self.top_k} must be in 1..num_experts ({self.experts})")
+
+    def _qwen2_moe(self, cfg):
+        """Qwen2MoeConfig (transformers 5.12, a @strict dataclass; QWEN2_MOE_DEFAULTS for absent
+        fields). An explicit null in a non-Optional field fails HF's strict validation and is
+        refused; so is a null num_key_value_heads (Optional, but Qwen2MoeAttention divides by it).
+        - head_dim: config.json's when present (null refused: Qwen2MoeAttention's getattr would
+          return None), else hidden // heads (floored, as HF builds q_proj [heads * head_dim,
+          hidden]); even and >= 2 (RoPE).
+        - biases: q / k / v with qkv_bias (default True; an attention_bias key is not read); o_proj,
+          the router, the experts, the shared expert and its gate never.
+        - experts: num_experts (no alias; num_local_experts is ignored); layer i is a
+          Qwen2MoeSparseMoeBlock iff i not in mlp_only_layers and num_experts > 0 and
+          (i + 1) % decoder_sparse_step == 0 (_sparse_layers), else Qwen2MoeMLP(intermediate_size).
+          Routed experts of moe_intermediate_size, renormalised top-k only with norm_topk_prob; a
+          shared expert of shared_expert_intermediate_size on every sparse layer.
+        - windows: see _qwen2_moe_windows."""
+        d = QWEN2_MOE_DEFAULTS
+
+        def get(k):
+            if k not in cfg:
+                return d[k]
+            if cfg[k] is None:
+                raise ReferenceError(f"qwen2_moe {k} is null (transformers cannot build or run it)")
+            return cfg[k]
+
+        self.vocab_size = int(get("vocab_size"))
+        self.hidden = int(get("hidden_size"))
+        self.layers = int(get("num_hidden_layers"))
+        self.heads = int(get("num_attention_heads"))
+        self.kv_heads = int(get("num_key_value_heads"))
+        self.inner = int(get("intermediate_size"))
+        self.act = get("hidden_act")
+        _act(self.act)  # refuses an activation ACT2FN has not (here rather than at the first forward)
+        self.eps = float(get("rms_norm_eps"))
+        self.tie = bool(get("tie_word_embeddings"))
+        if self.heads < 1 or self.kv_heads < 1 or self.heads % self.kv_heads:
+            raise ReferenceError("num_attention_heads not divisible by num_key_value_heads")
+        if "head_dim" in cfg:
+            if cfg["head_dim"] is None:
+                raise ReferenceError("qwen2_moe head_dim is null (Qwen2MoeAttention cannot build q_proj)")
+            hd = cfg["head_dim"]
+        else:
+            hd = self.hidden // self.heads
+        self.head_dim = int(hd)
+        if self.head_dim < 2 or self.head_dim % 2:
+            raise ReferenceError(f"head_dim {self.head_dim} must be even and >= 2 (RoPE)")
+        self.attention_bias = bool(get("qkv_bias"))  # q, k, v only
+        self.mlp_bias = False
+        get("max_position_embeddings")  # refuses a null
+        self.rope = self._rope(dict(cfg, rope_theta=get("rope_theta"), model_type=self.arch))
+        self.windows = self._qwen2_moe_windows(cfg, get)
+        self.experts = int(get("num_experts"))
+        self.top_k = int(get("num_experts_per_tok"))
+        self.moe_inner = int(get("moe_intermediate_size"))
+        self.shared_inner = int(get("shared_expert_intermediate_size"))
+        self.norm_topk = bool(get("norm_topk_prob"))
+        if self.moe_inner < 0 or self.shared_inner < 0 or self.inner < 0:
+            raise ReferenceError("negative intermediate size")
+        self.sparse = _sparse_layers(self.layers, cfg.get("mlp_only_layers"), self.experts,
+                                     int(get("decoder_sparse_step")))
+        if any(self.sparse) and not 1 <= self.top_k <= self.experts:
+            raise ReferenceError(
+                f"num_experts_per_tok {self.top_k} must be in 1..num_experts ({self.experts})")
+
+    def _qwen2_moe_windows(self, cfg, get):
+        """Qwen2MoeConfig.__post_init__ and Qwen2MoeModel, exactly:
+          sliding_window = config sliding_window (default 4096) if use_sliding_window else 0;
+          layer_types = config layer_types if given (non-null), else layer i is "sliding_attention"
+            iff (i + 1) % 2 (the EVEN layers 0, 2, 4, ...) and i < max_window_layers (default 28)
+            and use_sliding_window, else "full_attention";
+          a "sliding_attention" layer attends to keys j with i - sliding_window < j <= i, a
+            "full_attention" layer causally.
+        NOT Qwen2's rule (there: every layer i >= max_window_layers slides). transformers 5 writes
+        layer_types (and sliding_window 0 when use_sliding_window is false) into config.json, so a
+        saved file carries its own list. Refused: use_sliding_window with a null sliding_window
+        (Qwen2MoeModel builds the sliding mask on every forward, which then raises, even when no
+        layer slides); a sliding layer whose window is < 1 (0 when use_sliding_window is false: HF
+        would mask every key and its eager softmax would spread over all of them, future ones
+        included); layer types other than full / sliding (Qwen2MoeModel has masks for those two
+        only) and a list whose length is not num_hidden_layers."""
+        use = bool(get("use_sliding_window"))
+        mwl = int(get("max_window_layers"))  # non-Optional: a null is refused even when unused
+        sw = cfg["sliding_window"] if "sliding_window" in cfg else QWEN2_MOE_DEFAULTS["sliding_window"]
+        if not use:
+            sw = 0
+        elif sw is None:
+            raise ReferenceError("qwen2_moe use_sliding_window with a null sliding_window (HF's "
+                                 "create_sliding_window_causal_mask raises on every forward)")
+        layer_types = cfg.get("layer_types")
+        if layer_types is None:
+            layer_types = ["sliding_attention" if (i + 1) % 2 and i < mwl and use else "full_attention"
+                           for i in range(self.layers)]
+        if not isinstance(layer_types, list) or len(layer_types) != self.layers:
+            raise ReferenceError(f"layer_types must list {self.layers} layer types")
+        bad = [t for t in layer_types if t not in LAYER_TYPES]
+        if bad:
+            raise ReferenceError(f"unsupported layer type {bad[0]!r}")
+        if "sliding_attention" in layer_types and int(sw) < 1:
+            raise ReferenceError(f"qwen2_moe sliding_attention layers with sliding_window {sw} "
+                                 "(use_sliding_window false gives 0)")
+        return [int(sw) if t == "sliding_attention" else None for t in layer_types]
 
     def _gpt_oss(self, cfg):
         """GptOssConfig (transformers 5.x, a @strict dataclass; GPT_OSS_DEFAULTS for absent fields).
@@ -1022,6 +1150,24 @@ class Config:
         return [None] * self.layers  # llama
 
 
+def _sparse_layers(layers, mlp_only, experts, step):
+    """Qwen3MoeDecoderLayer / Qwen2MoeDecoderLayer: layer i is sparse iff i not in mlp_only_layers
+    and num_experts > 0 and (i + 1) % decoder_sparse_step == 0, evaluated in that order (so step 0
+    raises only where it is reached, as HF's ZeroDivisionError). mlp_only_layers null means []."""
+    mlp_only = [] if mlp_only is None else mlp_only
+    if not isinstance(mlp_only, list):
+        raise ReferenceError("mlp_only_layers must be a list of layer indices")
+    sparse = []
+    for i in range(layers):
+        if i in mlp_only or not experts > 0:
+            sparse.append(False)
+        elif step == 0:
+            raise ReferenceError("decoder_sparse_step 0 (HF's (i + 1) % 0 raises)")
+        else:
+            sparse.append((i + 1) % step == 0)
+    return sparse
+
+
 def _clip_qkv(cfg, arch):
     """OlmoConfig / OlmoeConfig's clip_qkv (Optional float, default None): absent or null -> None
     (no clamp); else a positive finite number, returned as a float. Refused: zero, negatives (HF's
@@ -1169,7 +1315,7 @@ ROPE_FUNCTIONS = {"default": _rope_default, "linear": _rope_linear, "dynamic": _
                   "yarn": _rope_yarn, "longrope": _rope_longrope, "llama3": _rope_llama3}
 ROPE_TYPES = tuple(ROPE_FUNCTIONS)
 MAX_POSITIONS_DEFAULT = {"gemma": 8192, "gemma2": 8192, "gemma3_text": 131072, "llama": 2048, "mistral": 4096 * 32, "qwen2": 32768, "qwen3": 32768,
-                         "gpt_neox": 2048, "phi3": 4096, "mixtral": 4096 * 32, "qwen3_moe": 32768,
+                         "gpt_neox": 2048, "phi3": 4096, "mixtral": 4096 * 32, "qwen3_moe": 32768, "qwen2_moe": 32768,
                          "olmo": 2048, "olmo2": 2048, "olmoe": 4096, "gpt_oss": 131072}
 
 
@@ -1448,7 +1594,7 @@ def expected_shapes(cfg):
                 s[p + "self_attn.q_norm.weight"] = [q]
                 s[p + "self_attn.k_norm.weight"] = [kv]
             s[p + "self_attn.o_proj.weight"] = [H, q]
-            if c.attention_bias and c.arch != "qwen2":
+            if c.attention_bias and c.arch not in ("qwen2", "qwen2_moe"):  # those: q / k / v only
                 s[p + "self_attn.o_proj.bias"] = [H]
             s[p + "post_attention_layernorm.weight"] = [H]
             if c.arch in MOE_ARCHS and c.sparse[i]:
@@ -1462,6 +1608,12 @@ def expected_shapes(cfg):
                     s[f"{m}experts.{e}.{names[0]}.weight"] = [Ie, H]
                     s[f"{m}experts.{e}.{names[1]}.weight"] = [H, Ie]
                     s[f"{m}experts.{e}.{names[2]}.weight"] = [Ie, H]
+                if c.arch == "qwen2_moe":  # Qwen2MoeSparseMoeBlock's shared expert and its gate
+                    S = c.shared_inner
+                    s[m + "shared_expert.gate_proj.weight"] = [S, H]
+                    s[m + "shared_expert.up_proj.weight"] = [S, H]
+                    s[m + "shared_expert.down_proj.weight"] = [H, S]
+                    s[m + "shared_expert_gate.weight"] = [1, H]
                 continue
             s[p + "mlp.gate_proj.weight"] = [I, H]
             s[p + "mlp.up_proj.weight"] = [I, H]
@@ -1576,7 +1728,13 @@ class Model:
             w[emb_key] = src
             w[head_key] = src
         # Shape check against the config (catches reference/config mismatches early).
-        for name, shape in expected_shapes(self.cfg).items():
+        shapes = expected_shapes(self.cfg)
+        if self.cfg.arch == "qwen2_moe":
+            # nn.Linear(bias=False) modules: a stored bias HF has no parameter for (o_proj, or q / k / v
+            # without qkv_bias) is an unexpected key transformers drops; so does the reference (its
+            # linear layers would otherwise pick it up)
+            w = {k: v for k, v in w.items() if not k.endswith(".bias") or k in shapes}
+        for name, shape in shapes.items():
             key = name[len(prefix):] if name.startswith(prefix) and prefix else name
             if key not in w:
                 raise ReferenceError(f"checkpoint lacks {name}")
@@ -1830,28 +1988,40 @@ class Model:
         return pts
 
     def _sparse_moe(self, x, i, rec):
-        """MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock of layer i on x [T, H] (eager experts,
-        eval: no router jitter). Records .mlp.gate (its input x, its output the router logits
-        [T, E]: the first element of HF's (logits, scores, indices)) and .mlp; returns the block's
-        output.
-        Router (MixtralTopKRouter / Qwen3MoeTopKRouter): logits = x @ gate.T; probs = softmax in
-        float32; topk(probs, k) (torch.topk: the k largest, descending); Mixtral divides the k
-        values by their sum always, Qwen3-MoE only with norm_topk_prob (then casts them to the
-        logits' dtype, float32 here).
-        Experts (MixtralExperts / Qwen3MoeExperts.forward, experts_implementation "eager"):
-        final = zeros; for each expert e that some token picked, in ascending e: the (slot,
-        token) pairs with idx[token, slot] == e in row-major order of idx.T (HF's
-        torch.where(one_hot(idx).permute(2, 1, 0)[e])), y = down(act(gate(x_t)) * up(x_t)) times
-        the token's routing weight in that slot, final.index_add_(0, tokens, y). HF computes gate
-        and up in one F.linear with the fused gate_up_proj [w1; w3] (its load-time conversion of
-        the Hub tensors), chunked in two: done the same way here. So each token's output is
-        0 + w_a y_a + w_b y_b ... summed in ascending expert order, which makes the float32 result
-        bit-identical to HF's."""
+        """MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock / Qwen2MoeSparseMoeBlock of layer i on x
+        [T, H] (eval: no router jitter). Records .mlp.gate (its input x, its output the router
+        logits [T, E]: the first element of HF's (logits, scores, indices)) and .mlp (Qwen2-MoE
+        also its shared expert, see below); returns the block's output.
+        Router (MixtralTopKRouter / Qwen3MoeTopKRouter / Qwen2MoeTopKRouter): logits = x @ gate.T;
+        probs = softmax in float32; topk(probs, k) (torch.topk: the k largest, descending); Mixtral
+        divides the k values by their sum always, Qwen3-MoE and Qwen2-MoE only with norm_topk_prob
+        (then casts them to the logits' dtype, float32 here).
+        Experts, Mixtral / Qwen3-MoE (MixtralExperts / Qwen3MoeExperts.forward,
+        experts_implementation "eager"): final = zeros; for each expert e that some token picked,
+        in ascending e: the (slot, token) pairs with idx[token, slot] == e in row-major order of
+        idx.T (HF's torch.where(one_hot(idx).permute(2, 1, 0)[e])), y = down(act(gate(x_t)) *
+        up(x_t)) times the token's routing weight in that slot, final.index_add_(0, tokens, y). HF
+        computes gate and up in one F.linear with the fused gate_up_proj [w1; w3] (its load-time
+        conversion of the Hub tensors), chunked in two: done the same way here. So each token's
+        output is 0 + w_a y_a + w_b y_b ... summed in ascending expert order, which makes the
+        float32 result bit-identical to HF's eager experts.
+        Qwen2-MoE (Qwen2MoeSparseMoeBlock.forward, transformers 5's DEFAULT experts
+        implementation grouped_mm_experts_forward, which is what from_pretrained picks for
+        Qwen2MoeExperts when none is requested), in HF's call order:
+          s = shared_expert(x) = down(act(gate_proj(x)) * up_proj(x)) (shared_expert_intermediate_size);
+          router as above;
+          experts: for each (token, slot) y = down_e(act(g) * u) * weight[token, slot], with g, u the
+            halves of x_t @ [gate_e; up_e].T; routed = sum over the token's k slots in SLOT order
+            (topk order, largest probability first: HF's view(T, k, H).sum(1)), not expert order;
+          z = shared_expert_gate(x) ([T, 1], no bias; the recorded point is this logit);
+          output = routed + sigmoid(z) * s."""
         c, w = self.cfg, self.w
         P = f"model.layers.{i}.mlp"
-        mixtral = c.arch == "mixtral"
+        mixtral, qwen2 = c.arch == "mixtral", c.arch == "qwen2_moe"
         W = f"model.layers.{i}." + ("block_sparse_moe" if mixtral else "mlp")
         g_name, d_name, u_name = ("w1", "w2", "w3") if mixtral else ("gate_proj", "down_proj", "up_proj")
+        if qwen2:
+            shared = self._gated_mlp(x, P + ".shared_expert", rec)  # records its children and itself
         logits = F.linear(x, w[W + ".gate.weight"])
         rec(P + ".gate", x, logits)
         probs = F.softmax(logits.float(), dim=-1)
@@ -1865,6 +2035,23 @@ class Model:
                 torch.full((x.shape[0],), float("inf"))
             self._routes[i] = dict(experts=idx, weights=top, logits=logits, margin=gap)
         act = _act(c.act)
+        if qwen2:
+            per_slot = torch.zeros(x.shape[0], c.top_k, x.shape[1], dtype=x.dtype)
+            for e in range(c.experts):
+                tok, slot = torch.where(idx == e)
+                if tok.numel() == 0:
+                    continue
+                E = f"{W}.experts.{e}."
+                gate_up = torch.cat((w[E + g_name + ".weight"], w[E + u_name + ".weight"]), dim=0)
+                gate, up = torch.matmul(x[tok], gate_up.t()).chunk(2, dim=-1)
+                y = torch.matmul(act(gate) * up, w[E + d_name + ".weight"].t())
+                per_slot[tok, slot] = y * top[tok, slot, None]
+            routed = per_slot.sum(dim=1)
+            z = F.linear(x, w[P + ".shared_expert_gate.weight"])
+            rec(P + ".shared_expert_gate", x, z)
+            out = routed + torch.sigmoid(z) * shared
+            rec(P, x, out)
+            return out
         out = torch.zeros_like(x)
         slot_of = idx.transpose(0, 1)  # [k, T]
         for e in range(c.experts):

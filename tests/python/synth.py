@@ -111,6 +111,20 @@ TINY = {
                             use_sliding_window=False, num_local_experts=6, num_experts_per_tok=3,
                             norm_topk_prob=False, decoder_sparse_step=2, mlp_only_layers=[],
                             tie_word_embeddings=True),
+    # Qwen2-MoE (Qwen2MoeForCausalLM) in the 4.x layout of the Hub's Qwen MoE files (rope_theta at
+    # the top level, num_experts, norm_topk_prob false, decoder_sparse_step 1, use_sliding_window
+    # false beside a sliding_window and max_window_layers, no layer_types): 4 experts of moe_intermediate_size 24, top-2, a shared
+    # expert of 40 (!= 24, != intermediate_size); layer 1 in mlp_only_layers is a dense MLP of
+    # intermediate_size 64, layers 0 and 2 sparse; no qkv_bias key (its default: q / k / v
+    # biases, no o_proj bias); no head_dim (32 / 4 = 8); untied
+    "qwen2_moe": dict(model_type="qwen2_moe", architectures=["Qwen2MoeForCausalLM"], vocab_size=384,
+                      hidden_size=32, intermediate_size=64, moe_intermediate_size=24,
+                      shared_expert_intermediate_size=40, num_hidden_layers=3, num_attention_heads=4,
+                      num_key_value_heads=2, hidden_act="silu", max_position_embeddings=128, rms_norm_eps=1e-6,
+                      rope_theta=1000000.0, use_sliding_window=False, sliding_window=128, max_window_layers=3,
+                      num_experts=4, num_experts_per_tok=2, norm_topk_prob=False, decoder_sparse_step=1,
+                      mlp_only_layers=[1], router_aux_loss_coef=0.001, output_router_logits=False,
+                      tie_word_embeddings=False),
     # As allenai/OLMoE-1B-7B-0924's config.json (no head_dim, bos_token_id null, clip_qkv null): 8
     # experts of intermediate_size 24, top-2, not renormalised; q_norm / k_norm over the whole
     # projections (32 and 16 wide)
@@ -162,6 +176,7 @@ MXFP4_QUANTIZATION_CONFIG = {"modules_to_not_convert": ["model.layers.*.self_att
 
 GEMMA = ("gemma", "gemma2", "gemma3_text", "gemma3")  # norm weights are offsets from one: (1 + w)
 ROUTER_STD = 0.25  # MoE router weights (see random_weights)
+SHARED_GATE_STD = 0.25  # Qwen2-MoE's shared_expert_gate (see random_weights)
 # gpt-oss (see random_weights): sinks, router bias, expert gate_up weights and biases
 GPT_OSS_SINK_STD = 1.0
 GPT_OSS_ROUTER_BIAS_STD = 0.5
@@ -186,6 +201,9 @@ def random_weights(cfg, seed=0):
     tokens far more), against float32 rounding differences of ~1e-6 between implementations;
     while the k-th expert's weight stays visible (>= 0.004). Model.routing(ids)["margin"] gives
     the gap per token for other seeds and sequences.
+    Qwen2-MoE's shared_expert_gate.weight [1, H] ~ N(0, SHARED_GATE_STD): gate logits of std ~1.4,
+    so sigmoid(logit) spreads over ~0.2 .. 0.8 and a missing sigmoid (or gate) shows. (A name no
+    other family has: their draws are unchanged.)
     gpt-oss: router weights (.mlp.router.weight) ~ N(0, ROUTER_STD), its bias ~ N(0, 0.5);
     attention sinks ~ N(0, 1) (a sizeable share of each row next to scores of O(0.3));
     experts.gate_up_proj ~ N(0, 0.25) and gate_up_proj_bias ~ N(0, 3), so that gate / up values
@@ -213,6 +231,8 @@ def random_weights(cfg, seed=0):
             a = 0.5 * rng.standard_normal(shape)
         elif leaf[-2] in ("gate", "router"):  # a MoE router (mlp.gate / block_sparse_moe.gate / mlp.router)
             a = ROUTER_STD * rng.standard_normal(shape)
+        elif leaf[-2] == "shared_expert_gate":  # Qwen2-MoE
+            a = SHARED_GATE_STD * rng.standard_normal(shape)
         else:
             a = 0.02 * rng.standard_normal(shape) * (4.0 if leaf[-2] in ("q_proj", "k_proj", "c_attn", "query_key_value", "qkv_proj") else 1.0)
         out[name] = a.astype(np.float32)
@@ -597,7 +617,10 @@ def to_v5(cfg):
     Qwen3Config do (HF's defaults for absent fields); Qwen3-MoE with num_local_experts for
     num_experts, sliding_window null unless use_sliding_window and mlp_only_layers a list; Mixtral
     with head_dim (null when absent); gpt-oss with its default YaRN written out when the 4.x file
-    had no rope_scaling, layer_types, head_dim and num_local_experts (as GptOssConfig saves them).
+    had no rope_scaling, layer_types, head_dim and num_local_experts (as GptOssConfig saves them);
+    Qwen2-MoE as Qwen2MoeConfig saves it: layer_types by its own rule (even layers below
+    max_window_layers slide when use_sliding_window), sliding_window 0 unless use_sliding_window,
+    mlp_only_layers a list, and qkv_bias written out.
     quantization_config is kept as it is."""
     cfg = dict(cfg)
     if "torch_dtype" in cfg:
@@ -639,6 +662,18 @@ def to_v5(cfg):
             cfg["sliding_window"] = None
         if cfg.get("mlp_only_layers") is None:
             cfg["mlp_only_layers"] = []
+    if cfg.get("model_type") == "qwen2_moe":
+        d = reference.QWEN2_MOE_DEFAULTS
+        use = cfg.get("use_sliding_window", d["use_sliding_window"])
+        if not use:
+            cfg["sliding_window"] = 0  # Qwen2MoeConfig.__post_init__
+        if cfg.get("mlp_only_layers") is None:
+            cfg["mlp_only_layers"] = []
+        cfg.setdefault("qkv_bias", d["qkv_bias"])
+        if cfg.get("layer_types") is None:
+            mwl = cfg.get("max_window_layers", d["max_window_layers"])
+            cfg["layer_types"] = ["sliding_attention" if (i + 1) % 2 and i < mwl and use else "full_attention"
+                                  for i in range(cfg.get("num_hidden_layers", d["num_hidden_layers"]))]
     if cfg.get("model_type") == "mixtral":
         cfg.setdefault("head_dim", None)  # MixtralConfig writes its Optional head_dim
     if cfg.get("model_type") in ("qwen2", "qwen3") and cfg.get("layer_types") is None:

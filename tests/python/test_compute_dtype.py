@@ -14,7 +14,7 @@ import actcap_helpers as H
 import reference
 
 ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3_text", "gpt_neox",
-         "phi3", "mixtral", "qwen3_moe", "olmoe", "gpt_oss", "gemma", "olmo"]
+         "phi3", "mixtral", "qwen3_moe", "olmoe", "gpt_oss", "gemma", "olmo", "qwen2_moe"]
 # docs/execution.md: per point, ||actcap_bf16 - reference_f32|| / ||reference_f32|| <= RMS_TOL and
 # max|diff| / max|reference| <= MAX_TOL (measured on these tiny random models: up to 3.4e-2 and
 # 5.1e-2, OLMo 2's post-norms; bfloat16 keeps 8 significant bits, 2^-9 relative per rounding).

@@ -658,24 +658,31 @@ class SparseBlock(torch.nn.Module):
     put back as [batch, seq, hidden]. The router is `gate` (Mixtral, Qwen3-MoE, OLMoE) or `router`
     (gpt-oss)."""
 
-    def __init__(self, router="gate"):
+    def __init__(self, router="gate", shared=False):
         super().__init__()
         self.router_name = router
         setattr(self, router, torch.nn.Linear(8, 4, bias=False))
         self.experts = Experts()
+        if shared:  # Qwen2-MoE's shared expert (an MLP of its own) and its gate
+            self.shared_expert = torch.nn.Sequential(torch.nn.Linear(8, 6), torch.nn.Linear(6, 8))
+            self.shared_expert_gate = torch.nn.Linear(8, 1, bias=False)
 
     def forward(self, h):
         flat = h.view(-1, h.shape[-1])
+        shared = self.shared_expert(flat) if hasattr(self, "shared_expert") else 0
         weights = torch.softmax(getattr(self, self.router_name)(flat), -1)[:, :1]
-        return (self.experts(flat) * weights).view(h.shape)
+        out = self.experts(flat) * weights
+        if hasattr(self, "shared_expert"):
+            out = out + torch.sigmoid(self.shared_expert_gate(flat)) * shared
+        return out.view(h.shape)
 
 
 class RoutedLM(torch.nn.Module):
-    def __init__(self, router="gate"):
+    def __init__(self, router="gate", shared=False):
         super().__init__()
         torch.manual_seed(0)
         self.embed = torch.nn.Embedding(50, 8)
-        self.mlp = SparseBlock(router)
+        self.mlp = SparseBlock(router, shared)
 
     def forward(self, input_ids, attention_mask=None):
         return self.mlp(self.embed(input_ids))
@@ -724,3 +731,27 @@ def test_token_flattened_points_give_the_real_tokens_rows(ac, router):
     with torch.no_grad(), ac.SafeCapturer(model, ["mlp.experts.proj"]) as inner:
         with pytest.raises(ac.InputError, match=r"mlp.experts.proj.*not \[batch, seq"):
             inner(ids, attention_mask=mask)
+
+
+def test_shared_expert_points_give_the_real_tokens_rows(ac):
+    """Qwen2-MoE's shared expert, its gate and the modules inside the shared expert all run on
+    the flattened tokens in token order: each point gives the real tokens' rows. Inside `experts`
+    the tokens are regrouped, still refused."""
+    model = RoutedLM(shared=True)
+    ids = torch.tensor([[0, 0, 5, 6], [1, 2, 3, 4]])
+    mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])
+    with torch.no_grad():
+        flat = model.embed(ids).view(-1, 8)
+        inner = model.mlp.shared_expert[0](flat)
+        want = {"mlp.shared_expert": model.mlp.shared_expert(flat), "mlp.shared_expert.0": inner,
+                "mlp.shared_expert.1:input": inner,
+                "mlp.shared_expert_gate": model.mlp.shared_expert_gate(flat)}
+    real = mask.reshape(-1).bool()
+    with torch.no_grad(), ac.SafeCapturer(model, list(want)) as cap:
+        cap(ids, attention_mask=mask)
+    for name, t in want.items():
+        assert torch.equal(cap.get(name), t[real]), name
+        assert cap.rows(name)[1].tolist() == [0, 1, 0, 1, 2, 3], name
+    with torch.no_grad(), ac.SafeCapturer(model, ["mlp.experts.proj"]) as regrouped:
+        with pytest.raises(ac.InputError, match=r"mlp.experts.proj.*not \[batch, seq"):
+            regrouped(ids, attention_mask=mask)

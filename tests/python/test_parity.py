@@ -18,7 +18,7 @@ import st
 import synth
 
 ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3_text", "gpt_neox", "phi3",
-         "mixtral", "qwen3_moe", "olmoe", "gpt_oss", "gemma", "olmo"]
+         "mixtral", "qwen3_moe", "olmoe", "gpt_oss", "gemma", "olmo", "qwen2_moe"]
 LLAMA_FAMILY = ["llama", "mistral", "qwen2", "qwen3"]
 
 pytestmark = pytest.mark.usefixtures("actcap_bin")

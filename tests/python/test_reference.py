@@ -11,6 +11,7 @@ sharding, dtypes).
 import json
 import math
 import os
+import types
 
 import numpy as np
 import pytest
@@ -21,7 +22,7 @@ import st
 import synth
 
 ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3"]
-MOE = ["mixtral", "qwen3_moe", "qwen3_moe_step2"]  # synth.TINY keys (the last is a qwen3_moe)
+MOE = ["mixtral", "qwen3_moe", "qwen3_moe_step2", "qwen2_moe"]  # synth.TINY keys (qwen3_moe_step2 is a qwen3_moe)
 
 
 def _ckpt(tmp_path, arch, name="m", seed=0, **overrides):
@@ -1336,11 +1337,11 @@ def test_gemma1_embedding_head_and_bias_layout(tmp_path):
 # clip_qkv clamp of OLMo and OLMoE (modeling_olmoe.py: OlmoeAttention)
 # ---------------------------------------------------------------------------------------------
 
-def _attention64(q, k, v, cfg, hd, causal=True):
+def _attention64(q, k, v, cfg, hd, causal=True, window=None):
     """Eager causal attention in float64 on projections q [T, nh * hd], k / v [T, nkv * hd] (already
     clamped, normed, ...): RoPE as a complex rotation of the pairs (i, i + hd/2) (_inv_freq64 of the
     4.x-form config dict `cfg`), kv head h // groups for query head h, softmax(q k^T / sqrt(hd)) over
-    keys j <= i. Returns the context [T, nh * hd] (o_proj's input)."""
+    keys j <= i (with a window W: i - W < j <= i). Returns the context [T, nh * hd] (o_proj's input)."""
     q, k, v = (np.asarray(t, np.float64) for t in (q, k, v))
     T = q.shape[0]
     nh, nkv = q.shape[1] // hd, k.shape[1] // hd
@@ -1354,7 +1355,10 @@ def _attention64(q, k, v, cfg, hd, causal=True):
     q, k = rope(q), rope(k)
     kv_of = np.arange(nh) // (nh // nkv)
     s = np.einsum("ihd,jhd->hij", q, k[:, kv_of]) * hd ** -0.5
-    s = np.where(np.tril(np.ones((T, T), bool))[None], s, -np.inf)
+    allowed = np.tril(np.ones((T, T), bool))
+    if window is not None:
+        allowed &= np.arange(T)[None, :] > np.arange(T)[:, None] - window
+    s = np.where(allowed[None], s, -np.inf)
     pr = np.exp(s - s.max(-1, keepdims=True))
     pr /= pr.sum(-1, keepdims=True)
     return np.einsum("hij,jhd->ihd", pr, v[:, kv_of]).reshape(T, nh * hd)
@@ -1767,6 +1771,9 @@ def _moe_independent(x, w, blk, names, c, wrong=None):
     (Mixtral always, Qwen3-MoE with norm_topk_prob). Returns (router logits, mixing matrix,
     output).
 
+    Qwen2-MoE adds its shared expert term sigmoid(x @ shared_expert_gate^T) * shared_expert(x)
+    (_qwen2_shared64) to the output.
+
     wrong: one deliberate error, to show the comparison can tell it apart: "flip_norm" (the other
     renormalisation rule), "swap_gate_up" (act on up, times gate), "shift_experts" (expert e runs
     expert (e + 1) % E's weights), "top_k_minus_1" (one expert fewer)."""
@@ -1789,7 +1796,23 @@ def _moe_independent(x, w, blk, names, c, wrong=None):
         if wrong == "swap_gate_up":
             g, u = u, g
         out += mix[:, e:e + 1] * ((_silu64(g) * u) @ W[d_name].T)
+    if c.arch == "qwen2_moe":
+        out += _qwen2_shared64(x, w, blk)[2]
     return logits, mix, out
+
+
+def _qwen2_shared64(x, w, blk, swap=False, gate_x=None):
+    """Qwen2-MoE's shared expert in float64 on rows x [T, H]: s = down(silu(gate_proj x) *
+    up_proj x) (swap: silu on up_proj, times gate_proj), z = gate_x @ shared_expert_gate^T ([T, 1];
+    gate_x defaults to x); returns (s, z, sigmoid(z) * s)."""
+    x = np.asarray(x, np.float64)
+    W = {n: w[f"{blk}.shared_expert.{n}.weight"].astype(np.float64) for n in ("gate_proj", "up_proj", "down_proj")}
+    g, u = x @ W["gate_proj"].T, x @ W["up_proj"].T
+    if swap:
+        g, u = u, g
+    s = (_silu64(g) * u) @ W["down_proj"].T
+    z = np.asarray(x if gate_x is None else gate_x, np.float64) @ w[blk + ".shared_expert_gate.weight"].astype(np.float64).T
+    return s, z, s / (1.0 + np.exp(-z))
 
 
 def _moe_points(c):
@@ -1812,6 +1835,14 @@ def _moe_points(c):
                 out[f".self_attn.{nm}"] = inp[f".self_attn.{nm}"] = [n, c.head_dim]
         if c.sparse[i]:
             out[".mlp.gate"], inp[".mlp.gate"] = [c.experts], [H]
+            if c.arch == "qwen2_moe":  # the shared expert and its gate (a logit per token)
+                S = c.shared_inner
+                out.update({".mlp.shared_expert": [H], ".mlp.shared_expert.gate_proj": [S],
+                            ".mlp.shared_expert.up_proj": [S], ".mlp.shared_expert.act_fn": [S],
+                            ".mlp.shared_expert.down_proj": [H], ".mlp.shared_expert_gate": [1]})
+                inp.update({".mlp.shared_expert": [H], ".mlp.shared_expert.gate_proj": [H],
+                            ".mlp.shared_expert.up_proj": [H], ".mlp.shared_expert.act_fn": [S],
+                            ".mlp.shared_expert.down_proj": [S], ".mlp.shared_expert_gate": [H]})
         else:
             I = c.inner
             out.update({".mlp.gate_proj": [I], ".mlp.up_proj": [I], ".mlp.act_fn": [I], ".mlp.down_proj": [H]})
@@ -1825,13 +1856,14 @@ def _moe_points(c):
 
 @pytest.mark.parametrize("arch", MOE)
 def test_moe_point_names_and_shapes(tmp_path, arch):
-    """Sparse layers: .mlp and .mlp.gate (router logits [E]) only, no expert points; Qwen3-MoE's
-    dense layers: the Qwen3 MLP points with intermediate_size; q_norm / k_norm per head."""
+    """Sparse layers: .mlp and .mlp.gate (router logits [E]), no expert points (Qwen2-MoE: also the
+    shared expert, its children and shared_expert_gate [1]); Qwen3-MoE's / Qwen2-MoE's dense layers:
+    the Qwen3 MLP points with intermediate_size; q_norm / k_norm per head (Qwen3-MoE only)."""
     d = _ckpt(tmp_path, arch)
     c = reference.Config(reference.load_config(str(d)))
     assert dict(reference.points(str(d))) == _moe_points(c)
     assert c.sparse == {"mixtral": [True, True], "qwen3_moe": [True, False, True],
-                        "qwen3_moe_step2": [False, True, False, True]}[arch]
+                        "qwen3_moe_step2": [False, True, False, True], "qwen2_moe": [True, False, True]}[arch]
 
 
 @pytest.mark.parametrize("arch", MOE)
@@ -1860,6 +1892,17 @@ def test_moe_residual_wiring(tmp_path, arch):
             assert eq(r[p + ".mlp.gate:input"], r[p + ".post_attention_layernorm"])
             assert r[p + ".mlp.gate"].dtype == np.float32 and r[p + ".mlp.gate"].shape == (T, c.experts)
             assert p + ".mlp.gate_proj" not in r
+            if c.arch == "qwen2_moe":  # the shared expert: a gated MLP on the block's input
+                S = p + ".mlp.shared_expert"
+                for n in ("", ".gate_proj", ".up_proj"):
+                    assert eq(r[S + n + ":input"], r[p + ".post_attention_layernorm"]), n
+                assert eq(r[p + ".mlp.shared_expert_gate:input"], r[p + ".post_attention_layernorm"])
+                assert r[p + ".mlp.shared_expert_gate"].shape == (T, 1)
+                assert eq(r[S + ".act_fn:input"], r[S + ".gate_proj"])
+                assert eq(r[S + ".down_proj:input"], r[S + ".act_fn"] * r[S + ".up_proj"])
+                assert eq(r[S], r[S + ".down_proj"])
+            else:
+                assert p + ".mlp.shared_expert" not in r
         else:
             assert eq(r[p + ".mlp.act_fn:input"], r[p + ".mlp.gate_proj"])
             assert eq(r[p + ".mlp.down_proj:input"], r[p + ".mlp.act_fn"] * r[p + ".mlp.up_proj"])
@@ -1877,6 +1920,11 @@ MOE_CASES = {
     "qwen3_moe-norm": ("qwen3_moe", {}),
     "qwen3_moe-no-norm": ("qwen3_moe", dict(norm_topk_prob=False)),
     "qwen3_moe_step2-top3-no-norm": ("qwen3_moe_step2", {}),
+    # with the shared expert (_moe_independent adds it); top-2 of 4, not renormalised
+    "qwen2_moe": ("qwen2_moe", {}),
+    # renormalised, decoder_sparse_step 2 (layers 1 and 3 sparse), 6 experts top-3
+    "qwen2_moe-norm-step2-top3": ("qwen2_moe", dict(num_hidden_layers=4, norm_topk_prob=True, decoder_sparse_step=2,
+                                                    mlp_only_layers=None, num_experts=6, num_experts_per_tok=3)),
 }
 
 
@@ -2141,6 +2189,9 @@ def test_moe_v4_and_v5_configs_agree(tmp_path, arch):
     assert "rope_theta" not in v5 and v5["rope_parameters"]["rope_theta"] == 500.0
     if arch.startswith("qwen3_moe"):
         assert "num_experts" not in v5 and v5["num_local_experts"] == reference.Config(v5).experts
+    if arch == "qwen2_moe":  # as Qwen2MoeConfig saves it
+        assert v5["num_experts"] == 4 and v5["sliding_window"] == 0 and v5["qkv_bias"] is True
+        assert v5["layer_types"] == ["full_attention"] * 3
     _same_run_as(tmp_path, d, v5)
 
 
@@ -2158,6 +2209,336 @@ def test_moe_bf16_checkpoint_and_tying(tmp_path):
     r = reference.run(str(d), [[1, 2, 3]])[0]
     emb = st.bf16_bits_to_f32(w["model.embed_tokens.weight"])
     assert _maxdiff(r["lm_head"], r["model.norm"] @ emb.T) < 1e-5
+
+
+# ---------------------------------------------------------------------------------------------
+# Qwen2-MoE (modeling_qwen2_moe.py / configuration_qwen2_moe.py, transformers 5.12.1): the shared
+# expert, q / k / v biases, its own sliding-window rule, independently in float64
+# ---------------------------------------------------------------------------------------------
+
+def _qwen2_moe_layout64(cfg):
+    """(windows, sparse) per layer from a 4.x-form config.json dict with every field present,
+    written from Qwen2MoeConfig.__post_init__ / Qwen2MoeDecoderLayer: without layer_types, layer i
+    slides (window sliding_window) iff use_sliding_window and i is even and i < max_window_layers;
+    sparse iff i not in mlp_only_layers and num_experts > 0 and (i + 1) % decoder_sparse_step == 0."""
+    L = cfg["num_hidden_layers"]
+    use = cfg["use_sliding_window"]
+    windows = [cfg["sliding_window"] if use and i % 2 == 0 and i < cfg["max_window_layers"] else None
+               for i in range(L)]
+    mlp_only = cfg["mlp_only_layers"] or []
+    sparse = [i not in mlp_only and cfg["num_experts"] > 0 and (i + 1) % cfg["decoder_sparse_step"] == 0
+              for i in range(L)]
+    return windows, sparse
+
+
+QWEN2_MOE_BLOCK_WRONGS = ("flip_norm", "no_shared_sigmoid", "shared_gate_minus", "shared_ungated", "no_shared",
+                          "shared_weighted", "shared_gate_on_residual", "shared_swap_gate_up", "gate_point_sigmoid")
+
+
+def _qwen2_moe_block64(x, w, M, c, wrong=None, residual=None):
+    """Qwen2MoeSparseMoeBlock in float64 on rows x [T, H]: the routed experts as _moe_independent's
+    dense mixture plus sigmoid(z) * s, s = shared_expert(x), z = x @ shared_expert_gate^T. Returns
+    its points: .gate (router logits), .shared_expert (s), .shared_expert_gate (the logit z) and the
+    block's output.
+
+    wrong: one deliberate error (QWEN2_MOE_BLOCK_WRONGS): "flip_norm" (norm_topk_prob read the
+    other way), "no_shared_sigmoid" (z * s), "shared_gate_minus" (sigmoid(-z) * s, i.e. (1 -
+    sigmoid(z)) s), "shared_ungated" (+ s), "no_shared" (the shared expert left out),
+    "shared_weighted" (the gated shared term added inside the routed mixture, so scaled by the sum
+    of the k routing weights: no change when they are renormalised), "shared_gate_on_residual" (z
+    from the un-normalised residual stream `residual` instead of the block's input),
+    "shared_swap_gate_up" (silu on the shared expert's up_proj), "gate_point_sigmoid" (the
+    .shared_expert_gate point reported after the sigmoid)."""
+    names = ("gate_proj", "down_proj", "up_proj")
+    logits, mix, full = _moe_independent(x, w, M, names, c, wrong="flip_norm" if wrong == "flip_norm" else None)
+    routed = full - _qwen2_shared64(x, w, M)[2]
+    s, z, term = _qwen2_shared64(x, w, M, swap=wrong == "shared_swap_gate_up",
+                                 gate_x=residual if wrong == "shared_gate_on_residual" else None)
+    gated = {"no_shared_sigmoid": z * s, "shared_gate_minus": s / (1.0 + np.exp(z)), "shared_ungated": s,
+             "no_shared": 0.0 * s, "shared_weighted": mix.sum(-1, keepdims=True) * term}.get(wrong, term)
+    return {M + ".gate": logits, M + ".shared_expert": s,
+            M + ".shared_expert_gate": 1.0 / (1.0 + np.exp(-z)) if wrong == "gate_point_sigmoid" else z,
+            M: routed + gated}
+
+
+def _qwen2_moe_routing64(cfg):
+    """What _moe_independent reads of a config, taken from the config.json dict itself (not from the
+    reference's Config): num_experts, num_experts_per_tok, norm_topk_prob (default false)."""
+    return types.SimpleNamespace(arch="qwen2_moe", experts=cfg["num_experts"], top_k=cfg["num_experts_per_tok"],
+                                 norm_topk=bool(cfg.get("norm_topk_prob", False)))
+
+
+def _qwen2_moe_layer64(x, w, p, cfg, window, sparse, wrong=None):
+    """One Qwen2MoeDecoderLayer in float64 on rows x [T, H] (4.x-form `cfg` with the routing fields
+    present). Returns its points: input_layernorm, q / k / v_proj,
+    o_proj:input, self_attn, post_attention_layernorm, the block's points (sparse) or mlp.act_fn and
+    mlp (dense), and the layer output.
+
+    h = x + o_proj(attn(rms(x))), q / k / v with their biases when stored, o_proj without; the
+    attention within `window` (i - W < j <= i) when not None; out = h + mlp(rms(h)).
+    wrong: _qwen2_moe_block64's, or "no_qkv_bias" (biases dropped), "no_window" (causal only),
+    "window_plus_1" (one key more: i - W <= j)."""
+    x = np.asarray(x, np.float64)
+    nh = cfg["num_attention_heads"]
+    hd = cfg.get("head_dim") or x.shape[1] // nh
+    eps = cfg["rms_norm_eps"]
+    A, M = p + ".self_attn", p + ".mlp"
+
+    def lin(v, name):
+        y = v @ w[f"{name}.weight"].astype(np.float64).T
+        b = w.get(f"{name}.bias")
+        return y if b is None or wrong == "no_qkv_bias" else y + b
+
+    xn = _rms64(x, w[p + ".input_layernorm.weight"], eps)
+    q, k, v = (lin(xn, f"{A}.{nm}") for nm in ("q_proj", "k_proj", "v_proj"))
+    win = None if wrong == "no_window" else window + 1 if wrong == "window_plus_1" and window else window
+    o = _attention64(q, k, v, cfg, hd, window=win)
+    a = lin(o, A + ".o_proj")
+    h = x + a
+    hn = _rms64(h, w[p + ".post_attention_layernorm.weight"], eps)
+    pts = {p + ".input_layernorm": xn, A + ".q_proj": q, A + ".k_proj": k, A + ".v_proj": v, A + ".o_proj:input": o,
+           A: a, p + ".post_attention_layernorm": hn}
+    if sparse:
+        pts.update(_qwen2_moe_block64(hn, w, M, _qwen2_moe_routing64(cfg), wrong=wrong, residual=h))
+    else:
+        g = hn @ w[M + ".gate_proj.weight"].astype(np.float64).T
+        u = hn @ w[M + ".up_proj.weight"].astype(np.float64).T
+        pts[M + ".act_fn"] = _silu64(g)
+        pts[M] = (_silu64(g) * u) @ w[M + ".down_proj.weight"].astype(np.float64).T
+    pts[p] = h + pts[M]
+    return pts
+
+
+QWEN2_MOE_CASES = {
+    # synth's tiny model: q / k / v biases (qkv_bias's default), top-2 of 4 not renormalised, layer 1
+    # dense (mlp_only_layers), no window
+    "tiny": {},
+    # renormalised top-3 of 6, decoder_sparse_step 2 (layers 1 and 3 sparse), windows of 3 on the
+    # even layers below max_window_layers 3 (0 and 2: Qwen2's rule would give layer 3), linear RoPE
+    "norm-step2-window": dict(num_hidden_layers=4, norm_topk_prob=True, decoder_sparse_step=2, mlp_only_layers=None,
+                              num_experts=6, num_experts_per_tok=3, use_sliding_window=True, sliding_window=3,
+                              max_window_layers=3, rope_scaling={"type": "linear", "factor": 2.0}),
+    # no q / k / v biases, head_dim 16 != 32 / 4, MHA, tied, every layer sparse, window 5 on layer 0
+    "nobias-head16-tied-window": dict(qkv_bias=False, head_dim=16, num_key_value_heads=4, tie_word_embeddings=True,
+                                      mlp_only_layers=[], use_sliding_window=True, sliding_window=5,
+                                      max_window_layers=1),
+}
+
+
+@pytest.mark.parametrize("case", list(QWEN2_MOE_CASES))
+def test_qwen2_moe_model_matches_float64_formula(tmp_path, case):
+    """The whole Qwen2-MoE model against _qwen2_moe_layer64 chained in float64 from the embedding to
+    the logits: every layer's norms, q / k / v_proj (biases), o_proj input, self_attn, the sparse
+    block's .gate / .shared_expert / .shared_expert_gate (the logit) / .mlp, the dense layers' MLP,
+    the layer outputs, model.norm and lm_head, within 1e-5 relative; the layout (windows, sparse
+    layers) from the config by the rule written out in _qwen2_moe_layout64. Then each listed
+    mistake, made on the float64 side from the reference's own layer input, must move some point of
+    that layer far outside the tolerance.
+    The routing fields come from the config.json dict (_qwen2_moe_routing64), not from the
+    reference's Config.
+    (Checked the other way round too, by mutating a copy of reference.py: the sigmoid dropped,
+    sigmoid(-z), the shared expert ungated, left out or with gate_proj / up_proj swapped,
+    norm_topk_prob ignored or always applied, the .shared_expert_gate point recorded after the
+    sigmoid, Qwen2's window rule, every layer below max_window_layers sliding, q / k / v biases
+    dropped, an o_proj bias, mlp_only_layers ignored: each fails a case here or one of the other
+    qwen2_moe tests. Not caught by a float64 tolerance: the float32 order of the routed sum (slot
+    order, HF's default grouped_mm experts, against ascending expert order, its eager experts); that
+    was checked against transformers 5.12.1 itself.)"""
+    d = tmp_path / "m"
+    cfg = synth.tiny_config("qwen2_moe", **QWEN2_MOE_CASES[case])
+    w = synth.write_checkpoint(str(d), cfg, seed=4)
+    c = reference.Config(reference.load_config(str(d)))
+    windows, sparse = _qwen2_moe_layout64(cfg)
+    assert c.windows == windows and c.sparse == sparse and any(sparse)
+    assert c.attention_bias == cfg.get("qkv_bias", True) == any(k.endswith(".bias") for k in w)
+    assert not any(k.endswith("o_proj.bias") for k in reference.expected_shapes(c))
+    T = 20
+    seq = [int(t) for t in np.random.default_rng(8).integers(0, c.vocab_size, T)]
+    r = reference.run(str(d), [seq])[0]
+
+    def tol(name):
+        return 1e-5 * max(1.0, float(np.abs(r[name]).max()))
+
+    emb = w["model.embed_tokens.weight"].astype(np.float64)
+    h = emb[seq]
+    for i in range(c.layers):
+        p = f"model.layers.{i}"
+        want = _qwen2_moe_layer64(h, w, p, cfg, windows[i], sparse[i])
+        for name, v in want.items():
+            assert _maxdiff(r[name], v) < tol(name), (name, _maxdiff(r[name], v))
+        h = want[p]
+    hn = _rms64(h, w["model.norm.weight"], cfg["rms_norm_eps"])
+    assert _maxdiff(r["model.norm"], hn) < tol("model.norm")
+    head = emb if cfg["tie_word_embeddings"] else w["lm_head.weight"].astype(np.float64)
+    assert _maxdiff(r["lm_head"], hn @ head.T) < tol("lm_head")
+    # the shared gate spreads (sigmoid well inside (0, 1)) and the shared term is of the routed size
+    i = sparse.index(True)
+    M = f"model.layers.{i}.mlp"
+    z = r[M + ".shared_expert_gate"]
+    assert z.min() < -0.5 and z.max() > 0.5
+    # power: on the first sparse layer (block mistakes) and the first sliding layer (window mistakes),
+    # from the reference's own layer input; block points are O(1e-3), so an absolute bound there
+    wrongs = list(QWEN2_MOE_BLOCK_WRONGS)
+    if cfg["norm_topk_prob"]:
+        wrongs.remove("shared_weighted")  # the k weights sum to 1: the same output
+    if cfg.get("qkv_bias", True):
+        wrongs.append("no_qkv_bias")
+    layers = {wr: i for wr in wrongs}
+    if any(windows):
+        j = next(n for n, win in enumerate(windows) if win)
+        layers.update(no_window=j, window_plus_1=j)
+    for wrong, n in layers.items():
+        p = f"model.layers.{n}"
+        right = _qwen2_moe_layer64(r[p + ":input"], w, p, cfg, windows[n], sparse[n])
+        got = _qwen2_moe_layer64(r[p + ":input"], w, p, cfg, windows[n], sparse[n], wrong=wrong)
+        base = max(_maxdiff(r[k], v) for k, v in right.items())
+        worst = max(_maxdiff(r[k], v) for k, v in got.items())
+        assert base < 1e-6 and worst > 1e-4, (wrong, base, worst)
+
+
+def test_qwen2_moe_window_rule(tmp_path):
+    """Qwen2MoeConfig.__post_init__: sliding_window = sliding_window (default 4096) if
+    use_sliding_window else 0; without layer_types, layer i slides iff (i + 1) % 2 and i <
+    max_window_layers (default 28) and use_sliding_window: the even layers below max_window_layers
+    (Qwen2's rule would slide the layers >= max_window_layers); an explicit layer_types (what
+    transformers 5 saves) overrides. Refused: use_sliding_window with a null window (HF builds the
+    sliding mask on every forward, which raises), sliding layers with a window < 1 (0 when
+    use_sliding_window is false), other layer types, a wrong length. Then the locality: a token
+    outside layer 0's window does not reach it, it does reach the full layer 1."""
+    cfg = synth.tiny_config("qwen2_moe", num_hidden_layers=6, use_sliding_window=True, sliding_window=4,
+                            max_window_layers=4)
+    W = lambda **kw: reference.Config(dict(cfg, **kw)).windows  # noqa: E731
+    assert W() == [4, None, 4, None, None, None]
+    assert W(max_window_layers=5) == [4, None, 4, None, 4, None]
+    assert W(max_window_layers=0) == [None] * 6
+    assert W(max_window_layers=28) == [4, None, 4, None, 4, None]
+    assert W(use_sliding_window=False) == [None] * 6
+    assert W(layer_types=["full_attention", "sliding_attention"] * 3) == [None, 4, None, 4, None, 4]
+    assert W(use_sliding_window=False, layer_types=["full_attention"] * 6) == [None] * 6
+    no_mwl = {k: v for k, v in cfg.items() if k not in ("max_window_layers", "sliding_window")}
+    assert reference.Config(no_mwl).windows == [4096, None, 4096, None, 4096, None]  # defaults 28 and 4096
+    assert reference.Config(dict(no_mwl, use_sliding_window=False)).windows == [None] * 6
+    assert reference.Config({"model_type": "qwen2_moe", "use_sliding_window": True}).windows == \
+        [4096 if i % 2 == 0 else None for i in range(24)]
+    for bad, msg in [(dict(sliding_window=None), "null sliding_window"),
+                     (dict(sliding_window=None, max_window_layers=0), "null sliding_window"),
+                     (dict(use_sliding_window=False, layer_types=["sliding_attention"] * 6), "sliding_window 0"),
+                     (dict(sliding_window=0), "sliding_window 0"),
+                     (dict(max_window_layers=None), "null"),
+                     (dict(use_sliding_window=None), "null"),
+                     (dict(layer_types=["full_attention"] * 5), "6 layer types"),
+                     (dict(layer_types=["full_attention"] * 5 + ["chunked_attention"]), "chunked_attention")]:
+        with pytest.raises(reference.ReferenceError, match=msg):
+            W(**bad)
+    # locality: window 4 on layer 0, full layer 1
+    d = _ckpt(tmp_path, "qwen2_moe", use_sliding_window=True, sliding_window=4, max_window_layers=1)
+    assert reference.Config(reference.load_config(str(d))).windows == [4, None, None]
+    base = list(range(40, 54))
+    j = 3
+    alt = list(base)
+    alt[j] = 300
+    a, b = reference.run(str(d), [base, alt])
+    A0 = "model.layers.0.self_attn"
+    for i in range(len(base)):
+        same = np.array_equal(a[A0][i], b[A0][i])
+        assert same == (i < j or i >= j + 4), i  # keys i - 3 .. i
+    assert not np.allclose(a["model.layers.1.self_attn"][j + 4:], b["model.layers.1.self_attn"][j + 4:], atol=1e-6)
+
+
+def test_qwen2_moe_config_defaults_and_refusals():
+    """Qwen2MoeConfig's defaults (Qwen1.5-MoE-A2.7B's sizes); qkv_bias (not attention_bias) gives q /
+    k / v biases, never o_proj's; head_dim from config.json else hidden // heads; num_experts only
+    (num_local_experts is not an alias); the sparse-layer rule; what transformers cannot build or
+    run is refused."""
+    c = reference.Config({"model_type": "qwen2_moe"})
+    assert (c.vocab_size, c.hidden, c.inner, c.layers, c.heads, c.kv_heads, c.head_dim) == (
+        151936, 2048, 5632, 24, 16, 16, 128)
+    assert (c.act, c.eps, c.tie, c.attention_bias, c.mlp_bias) == ("silu", 1e-6, False, True, False)
+    assert (c.experts, c.top_k, c.moe_inner, c.shared_inner, c.norm_topk) == (60, 4, 1408, 5632, False)
+    assert c.rope == {"rope_type": "default", "rope_theta": 10000.0, "max_position_embeddings": 32768,
+                      "partial_rotary_factor": 1.0}
+    assert c.windows == [None] * 24 and c.sparse == [True] * 24
+    base = synth.tiny_config("qwen2_moe")
+    Q = lambda **kw: reference.Config(dict(base, **kw))  # noqa: E731
+    assert Q().attention_bias and not Q(qkv_bias=False).attention_bias
+    assert Q(attention_bias=False).attention_bias and not Q(qkv_bias=False, attention_bias=True).attention_bias
+    shapes = reference.expected_shapes(Q())
+    assert [k for k in shapes if k.startswith("model.layers.0.") and k.endswith(".bias")] == [
+        f"model.layers.0.self_attn.{n}_proj.bias" for n in "qkv"]
+    assert not any(k.endswith(".bias") for k in reference.expected_shapes(Q(qkv_bias=False)))
+    assert Q(head_dim=16).head_dim == 16 and Q().head_dim == 8
+    assert Q(hidden_size=40, num_attention_heads=6, num_key_value_heads=3).head_dim == 6  # floored, as HF
+    assert Q(num_local_experts=7).experts == 4  # an unread extra key
+    assert Q(mlp_only_layers=None).sparse == [True] * 3
+    assert Q(mlp_only_layers=[0, 2, 9]).sparse == [False, True, False]
+    assert Q(decoder_sparse_step=2, mlp_only_layers=[]).sparse == [False, True, False]
+    assert Q(num_experts=0).sparse == [False] * 3
+    assert Q(decoder_sparse_step=0, mlp_only_layers=[0, 1, 2]).sparse == [False] * 3  # never evaluated
+    assert reference.Config({"model_type": "qwen2_moe", "rope_parameters": {"rope_type": "default",
+                                                                             "rope_theta": 1e6}}).rope["rope_theta"] == 1e6
+    # the shapes of one sparse layer: the Hub's per-expert names, the shared expert and its gate
+    s = reference.expected_shapes(Q())
+    m = "model.layers.0.mlp."
+    assert {k[len(m):]: v for k, v in s.items() if k.startswith(m)} == {
+        "gate.weight": [4, 32], **{f"experts.{e}.{n}.weight": ([32, 24] if n == "down_proj" else [24, 32])
+                                   for e in range(4) for n in ("gate_proj", "down_proj", "up_proj")},
+        "shared_expert.gate_proj.weight": [40, 32], "shared_expert.up_proj.weight": [40, 32],
+        "shared_expert.down_proj.weight": [32, 40], "shared_expert_gate.weight": [1, 32]}
+    assert {k: v for k, v in s.items() if k.startswith("model.layers.1.mlp.")} == {
+        "model.layers.1.mlp.gate_proj.weight": [64, 32], "model.layers.1.mlp.up_proj.weight": [64, 32],
+        "model.layers.1.mlp.down_proj.weight": [32, 64]}
+    bad = [dict(num_key_value_heads=None), dict(num_key_value_heads=3), dict(head_dim=None), dict(head_dim=9),
+           dict(hidden_size=36, num_attention_heads=4), dict(num_experts_per_tok=None), dict(num_experts_per_tok=0),
+           dict(num_experts_per_tok=5), dict(num_experts=None), dict(norm_topk_prob=None), dict(qkv_bias=None),
+           dict(decoder_sparse_step=None), dict(decoder_sparse_step=0), dict(moe_intermediate_size=None),
+           dict(shared_expert_intermediate_size=None), dict(rms_norm_eps=None), dict(rope_theta=None),
+           dict(max_position_embeddings=None), dict(mlp_only_layers=1), dict(hidden_act="gelu_foo"),
+           dict(partial_rotary_factor=0.5)]
+    for kw in bad:
+        with pytest.raises(reference.ReferenceError):
+            reference.Config(dict(base, **kw))
+
+
+def test_qwen2_moe_parameter_counts():
+    """Qwen/Qwen1.5-MoE-A2.7B's and Qwen/Qwen2-57B-A14B's sizes: the tensors expected_shapes lists
+    add up to the parameter counts transformers 5.12.1's Qwen2MoeForCausalLM reports for them on
+    the meta device; without the unchosen experts, the "A2.7B" and "A14B" active counts."""
+    cfgs = {"A2.7B": dict(model_type="qwen2_moe", vocab_size=151936, hidden_size=2048, intermediate_size=5632,
+                          num_hidden_layers=24, num_attention_heads=16, num_key_value_heads=16, num_experts=60,
+                          num_experts_per_tok=4, moe_intermediate_size=1408, shared_expert_intermediate_size=5632,
+                          max_position_embeddings=8192, tie_word_embeddings=False),
+            "57B-A14B": dict(model_type="qwen2_moe", vocab_size=151936, hidden_size=3584, intermediate_size=18944,
+                             num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4, num_experts=64,
+                             num_experts_per_tok=8, moe_intermediate_size=2560, shared_expert_intermediate_size=20480,
+                             max_position_embeddings=32768, rope_theta=1000000.0, tie_word_embeddings=False)}
+    counts, active = {}, {}
+    for name, cfg in cfgs.items():
+        c = reference.Config(cfg)
+        assert c.head_dim == 128 and all(c.sparse) and not c.tie
+        shapes = reference.expected_shapes(c)
+        counts[name] = sum(int(np.prod(s)) for s in shapes.values())
+        active[name] = counts[name] - c.layers * (c.experts - c.top_k) * 3 * c.moe_inner * c.hidden
+    assert counts == {"A2.7B": 14_315_784_192, "57B-A14B": 57_408_658_944}
+    assert active == {"A2.7B": 2_689_173_504, "57B-A14B": 14_249_270_784}
+    assert reference.Config(cfgs["57B-A14B"]).rope["rope_theta"] == 1e6
+    assert reference.expected_shapes(reference.Config({"model_type": "qwen2_moe"})) == reference.expected_shapes(
+        reference.Config(dict(cfgs["A2.7B"], max_position_embeddings=32768)))
+
+
+def test_qwen2_moe_stray_biases_ignored(tmp_path):
+    """An o_proj bias (Qwen2MoeAttention's o_proj has none) or q / k / v biases under qkv_bias false
+    in the checkpoint are unexpected keys transformers drops (checked against 5.12.1: the logits do
+    not move); the reference ignores them too."""
+    d = _ckpt(tmp_path, "qwen2_moe", qkv_bias=False)
+    w = st.load_checkpoint(str(d))
+    d2 = tmp_path / "b"
+    os.makedirs(d2)
+    (d2 / "config.json").write_bytes((d / "config.json").read_bytes())
+    for i in range(3):
+        for nm, n in (("q_proj", 32), ("k_proj", 16), ("v_proj", 16), ("o_proj", 32)):
+            w[f"model.layers.{i}.self_attn.{nm}.bias"] = np.full(n, 0.7, np.float32)
+    st.save(str(d2 / "model.safetensors"), w)
+    _same_run(d, d2)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -49,8 +49,8 @@ if int(transformers.__version__.split(".")[0]) < 5:
 pytestmark = pytest.mark.usefixtures("actcap_bin", "no_reexec")
 
 ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo", "olmo2", "gemma", "gemma2",
-         "gemma3_text",
-         "gemma3", "gpt_neox", "phi3", "mixtral", "qwen3_moe", "olmoe", "gpt_oss"]
+         "gemma3_text", "gemma3", "gpt_neox", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe",
+         "gpt_oss"]
 LENGTHS = [9, 5, 12]  # 12 > the windows (4 or 8) of the windowed variants
 REL = 1e-5  # measured with transformers 5.12 on torch 2.14: most points bit-identical, the largest 1.1e-7
 TRANSPOSED = (".self_attn.q_norm", ".self_attn.k_norm")  # Gemma 3's [B, heads, T, hd] views
@@ -96,10 +96,14 @@ def hf_points(model, names, seqs, attentions=False):
             h.remove()
     heads_first = model.config.model_type in ("gemma3", "gemma3_text")
     for name in list(rec):
-        # A mixture of experts' router runs on the batch flattened to [B * T, hidden] (its output
-        # is a tuple whose first element is the logits): back to [B, T, ...] as actcap's rows.
+        # A mixture of experts' router, Qwen2-MoE's shared expert (and the layers inside it) and
+        # its gate run on the batch flattened to [B * T, hidden] (the router's output is a tuple
+        # whose first element is the logits): back to [B, T, ...] as actcap's rows.
         t = rec[name]
-        if t.dim() == 2 and t.shape[0] == ids.numel() and name.split(":")[0].endswith((".mlp.gate", ".mlp.router")):
+        module = name.split(":")[0]
+        flat = module.endswith((".mlp.gate", ".mlp.router", ".mlp.shared_expert_gate")) or \
+            ".mlp.shared_expert." in module + "."
+        if t.dim() == 2 and t.shape[0] == ids.numel() and flat:
             rec[name] = t.view(*ids.shape, t.shape[1])
         if heads_first and name.split(":")[0].endswith(TRANSPOSED):
             rec[name] = rec[name].transpose(1, 2)  # [B, heads, T, hd] -> [B, T, heads, hd]
@@ -251,6 +255,14 @@ VARIANTS = {
                                     moe_intermediate_size=40, mlp_only_layers=[1])),
     "olmoe": ("olmoe", dict(LLAMA, num_experts=6, num_experts_per_tok=2, attention_bias=True,
                             pad_token_id=0, eos_token_id=2)),
+    "qwen2_moe": ("qwen2_moe", dict(LLAMA, num_experts=4, num_experts_per_tok=2,
+                                    moe_intermediate_size=24, shared_expert_intermediate_size=40,
+                                    mlp_only_layers=[1])),
+    # transformers 5's default windows: the even layers below max_window_layers
+    "qwen2_moe-norm-step-window-nobias": ("qwen2_moe", dict(
+        LLAMA, num_experts=5, num_experts_per_tok=3, moe_intermediate_size=24,
+        shared_expert_intermediate_size=32, norm_topk_prob=True, decoder_sparse_step=2,
+        qkv_bias=False, use_sliding_window=True, sliding_window=4, max_window_layers=2)),
     "olmoe-clip": ("olmoe", dict(LLAMA, num_experts=4, num_experts_per_tok=2, clip_qkv=0.05,
                                  attention_bias=True, pad_token_id=0, eos_token_id=2)),
     "olmoe-norm-topk": ("olmoe", dict(LLAMA, num_experts=4, num_experts_per_tok=3,
@@ -352,7 +364,7 @@ def test_gemma_released_activation_fields(tmp_path):
             assert theirs > 1e-6 and theirs > 100 * ours, (n, i, ours, theirs)
 
 
-@pytest.mark.parametrize("variant", ["mixtral", "qwen3_moe", "olmoe"])
+@pytest.mark.parametrize("variant", ["mixtral", "qwen2_moe", "qwen3_moe", "olmoe"])
 def test_transformers_stacked_experts_checkpoint_matches(tmp_path, variant):
     """save_pretrained(save_original_format=False) writes the experts as transformers holds them
     (mlp.experts.gate_up_proj [E, 2I, H], mlp.experts.down_proj, router mlp.gate, Mixtral's too):
@@ -415,8 +427,8 @@ def hf_greedy(model, prompt, max_new, eos=None):
 
 @pytest.mark.parametrize("variant", ["gpt2", "llama-rope-llama3", "mistral-window", "qwen3",
                                      "gemma", "gemma2-softcaps", "olmo-bias-clip-tied", "gemma3_text", "gpt_neox-partial-rotary",
-                                     "phi3-window", "mixtral-window-top3", "qwen3_moe",
-                                     "olmoe", "gpt_oss"])
+                                     "phi3-window", "mixtral-window-top3", "qwen2_moe",
+                                     "qwen3_moe", "olmoe", "gpt_oss"])
 def test_generate_matches_transformers(tmp_path, variant):
     """Greedy decoding with the KV cache past the sliding windows: the same tokens as
     transformers' generate. A step where transformers' best two logits are within 1e-4 of each

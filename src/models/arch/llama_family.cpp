@@ -114,8 +114,11 @@ std::optional<double> parse_clip_qkv(const ConfigReader& f) {
 void parse_qwen_windows(const ConfigReader& f, const ModelConfig& c, LlamaParams& p) {
   p.windows = LlamaParams::Windows::kQwen;
   p.use_sliding_window = f.boolean({"use_sliding_window"}, false);
-  // Absent: HF's default 4096. null: no window on any layer (HF sets sliding_window None).
-  if (f.has("sliding_window"))
+  // Absent: HF's default 4096. null: no window on any layer (HF sets sliding_window None). 0
+  // without use_sliding_window: none (Qwen2-MoE's config writes 0 then).
+  if (f.has("sliding_window") && !p.use_sliding_window && f.integer({"sliding_window"}, 0) == 0)
+    p.sliding_window = std::nullopt;
+  else if (f.has("sliding_window"))
     p.sliding_window = f.positive({"sliding_window"}, std::nullopt);
   else
     p.sliding_window =
@@ -322,9 +325,9 @@ AttentionShape llama_attention_shape(const ModelConfig& c, int64_t layer,
 }
 
 std::unique_ptr<Module> llama_gated_mlp(const ModelConfig& c, WeightSource m,
-                                        const std::string& act) {
+                                        const std::string& act, int64_t inner) {
   const auto& p = c.params<LlamaParams>();
-  const int64_t H = c.hidden_size, I = p.intermediate_size;
+  const int64_t H = c.hidden_size, I = inner > 0 ? inner : p.intermediate_size;
   auto gate = linear_layer(m, "gate_proj", H, I, p.mlp_bias);
   auto fn = std::make_unique<Activation>(m.path() + ".act_fn", act, I);
   auto up = linear_layer(m, "up_proj", H, I, p.mlp_bias);

@@ -166,9 +166,10 @@ AttentionParts llama_attention_projections(const ModelConfig& c, WeightSource a)
 // The attention of `layer`: the config's sizes, scale head_dim^-0.5, its window, `rope`.
 AttentionShape llama_attention_shape(const ModelConfig& c, int64_t layer,
                                      std::shared_ptr<const Rope> rope);
-// gate_proj, act_fn (activation `act`), up_proj, down_proj under `m` (mlp).
+// gate_proj, act_fn (activation `act`), up_proj, down_proj under `m` (mlp), `inner` wide (0:
+// intermediate_size).
 std::unique_ptr<Module> llama_gated_mlp(const ModelConfig& c, WeightSource m,
-                                        const std::string& act);
+                                        const std::string& act, int64_t inner = 0);
 // Gemma's decoder layer (GemmaParams): four (1 + w) RMSNorms around attention and the GeGLU MLP
 // (SublayerNormBlock), attention scaled by query_pre_attn_scalar^-0.5, its window as p.sliding()
 // says, rotated by `rope`; scores soft-capped when `attn_softcap` and the config sets a cap (Gemma

@@ -1,6 +1,7 @@
 #include "models/arch/moe_family.h"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 #include "models/config_reader.h"
 #include "models/parts/moe.h"
@@ -32,6 +33,33 @@ void parse_expert_counts(const ConfigReader& f, std::initializer_list<const char
     throw InputError(concat(f.origin(), ": num_experts_per_tok=", p.top_k, " exceeds ", experts_key,
                             "=", p.num_experts,
                             "; a token cannot choose more experts than there are"));
+}
+
+void parse_qwen_moe_fields(const ConfigReader& f, int64_t inner_default, MoeParams& p) {
+  p.moe_intermediate_size = f.positive({"moe_intermediate_size"}, inner_default);
+  p.norm_topk_prob = f.boolean({"norm_topk_prob"}, false);
+  p.decoder_sparse_step = f.positive({"decoder_sparse_step"}, 1);
+  const nlohmann::json* only = f.find({"mlp_only_layers"});
+  if (!only) return;
+  if (!only->is_array())
+    throw InputError(
+        concat(f.origin(), ": field 'mlp_only_layers' must be a list of layer indices"));
+  // Entries that are no layer (a model cut to fewer layers) name nothing, as in transformers.
+  for (const nlohmann::json& v : *only) {
+    if (!v.is_number_integer())
+      throw InputError(concat(f.origin(), ": field 'mlp_only_layers' holds ", v.dump(),
+                              "; each entry must be a layer index"));
+    p.mlp_only_layers.push_back(v.get<int64_t>());
+  }
+}
+
+void write_qwen_moe_fields(const MoeParams& p, nlohmann::json& j) {
+  j["num_experts"] = p.num_experts;
+  j["num_experts_per_tok"] = p.top_k;
+  j["moe_intermediate_size"] = p.moe_intermediate_size;
+  j["norm_topk_prob"] = p.norm_topk_prob;
+  j["decoder_sparse_step"] = p.decoder_sparse_step;
+  j["mlp_only_layers"] = p.mlp_only_layers;
 }
 
 ModelConfig moe_preset(const std::string& arch, const std::string& preset, int64_t experts,
@@ -79,8 +107,13 @@ std::unique_ptr<Module> build_sparse_moe(const ModelConfig& c, WeightSource laye
   o.top_k = p.top_k;
   o.normalize_top_k = p.norm_topk_prob;
   o.weights_in_compute_dtype = names.weights_in_compute_dtype;
-  return std::make_unique<SparseMoe>(name, H, std::move(router), std::move(experts), p.hidden_act,
-                                     o);
+  auto moe =
+      std::make_unique<SparseMoe>(name, H, std::move(router), std::move(experts), p.hidden_act, o);
+  if (p.shared_expert_intermediate_size > 0)
+    moe->set_shared_expert(llama_gated_mlp(c, block.pp("shared_expert"), p.hidden_act,
+                                           p.shared_expert_intermediate_size),
+                           linear_layer(block, "shared_expert_gate", H, 1, /*bias=*/false));
+  return moe;
 }
 
 BuiltModel build_moe_family(const ModelConfig& c, WeightSource& w, const MoeNames& names,
@@ -95,10 +128,11 @@ BuiltModel build_moe_family(const ModelConfig& c, WeightSource& w, const MoeName
   BuiltModel m = build_llama_family(c, w, b);
   m.mlp_width = 0;
   for (int64_t i = 0; i < c.num_hidden_layers; ++i)
-    m.mlp_width = std::max(m.mlp_width, p.sparse(i) ? SparseMoe::width_per_token(
-                                                          c.hidden_size, p.moe_intermediate_size,
-                                                          p.num_experts, p.top_k)
-                                                    : p.intermediate_size);
+    m.mlp_width = std::max(m.mlp_width,
+                           p.sparse(i) ? SparseMoe::width_per_token(
+                                             c.hidden_size, p.moe_intermediate_size, p.num_experts,
+                                             p.top_k, p.shared_expert_intermediate_size)
+                                       : p.intermediate_size);
   return m;
 }
 

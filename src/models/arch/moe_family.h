@@ -21,6 +21,8 @@ struct MoeParams : LlamaParams {
   // decoder_sparse_step; the others run a dense MLP of intermediate_size.
   int64_t decoder_sparse_step = 1;
   std::vector<int64_t> mlp_only_layers;
+  // Qwen2-MoE: each sparse block's shared expert, a gated MLP this wide (0: none).
+  int64_t shared_expert_intermediate_size = 0;
 
   bool sparse(int64_t layer) const;
   std::unique_ptr<ArchParams> clone() const override { return std::make_unique<MoeParams>(*this); }
@@ -35,8 +37,10 @@ struct MoeNames {
 
 // Layer `layer`'s sparse block: the module is named `<layer>.mlp` (transformers 5's name for both
 // architectures; transformers 4 called Mixtral's `block_sparse_moe`), its router
-// `<layer>.mlp.gate`. Weights per expert under `names`, or stacked as transformers 5 holds them in
-// memory (`mlp.experts.gate_up_proj`, `mlp.experts.down_proj`) when the checkpoint has those.
+// `<layer>.mlp.gate`, with p.shared_expert_intermediate_size its shared expert
+// `<layer>.mlp.shared_expert` and `<layer>.mlp.shared_expert_gate`. Weights per expert under
+// `names`, or stacked as transformers 5 holds them in memory (`mlp.experts.gate_up_proj`,
+// `mlp.experts.down_proj`) when the checkpoint has those.
 std::unique_ptr<Module> build_sparse_moe(const ModelConfig& c, WeightSource layer,
                                          const MoeNames& names);
 
@@ -50,6 +54,12 @@ BuiltModel build_moe_family(const ModelConfig& c, WeightSource& w, const MoeName
 // experts choosing `top_k`, each `inner` wide.
 ModelConfig moe_preset(const std::string& arch, const std::string& preset, int64_t experts,
                        int64_t top_k, int64_t inner);
+
+// The Qwen MoEs' expert fields after the counts: moe_intermediate_size (absent:
+// `inner_default`), norm_topk_prob (false), decoder_sparse_step (1) and mlp_only_layers (a list of
+// layer indices; absent or null: none); and writing them with the counts.
+void parse_qwen_moe_fields(const ConfigReader& f, int64_t inner_default, MoeParams& p);
+void write_qwen_moe_fields(const MoeParams& p, nlohmann::json& j);
 
 // Reads num_experts_per_tok and the expert count, under the first of `experts_keys` config.json
 // has (transformers maps num_experts to num_local_experts for both architectures, and which wins

@@ -45,22 +45,7 @@ class Qwen3Moe : public LlamaFamilyArchitecture {
         p->sliding_window = 4096;
     }
     parse_expert_counts(f, {"num_local_experts", "num_experts"}, 128, 8, *p);
-    p->moe_intermediate_size = f.positive({"moe_intermediate_size"}, 768);
-    p->norm_topk_prob = f.boolean({"norm_topk_prob"}, false);
-    p->decoder_sparse_step = f.positive({"decoder_sparse_step"}, 1);
-    if (const nlohmann::json* only = f.find({"mlp_only_layers"})) {
-      if (!only->is_array())
-        throw InputError(concat(f.origin(),
-                                ": field 'mlp_only_layers' must be a list of layer "
-                                "indices"));
-      // Entries that are no layer (a model cut to fewer layers) name nothing, as in transformers.
-      for (const nlohmann::json& v : *only) {
-        if (!v.is_number_integer())
-          throw InputError(concat(f.origin(), ": field 'mlp_only_layers' holds ", v.dump(),
-                                  "; each entry must be a layer index"));
-        p->mlp_only_layers.push_back(v.get<int64_t>());
-      }
-    }
+    parse_qwen_moe_fields(f, 768, *p);
     c.arch_params = std::move(p);
   }
 
@@ -70,12 +55,7 @@ class Qwen3Moe : public LlamaFamilyArchitecture {
     j["attention_bias"] = p.attention_bias;
     j["use_sliding_window"] = p.use_sliding_window;
     j["sliding_window"] = p.sliding_window ? nlohmann::json(*p.sliding_window) : nlohmann::json();
-    j["num_experts"] = p.num_experts;
-    j["num_experts_per_tok"] = p.top_k;
-    j["moe_intermediate_size"] = p.moe_intermediate_size;
-    j["norm_topk_prob"] = p.norm_topk_prob;
-    j["decoder_sparse_step"] = p.decoder_sparse_step;
-    j["mlp_only_layers"] = p.mlp_only_layers;
+    write_qwen_moe_fields(p, j);
   }
 
   std::vector<std::string> presets() const override {

@@ -19,6 +19,7 @@ const Architecture& gemma3_architecture();
 const Architecture& gpt_neox_architecture();
 const Architecture& phi3_architecture();
 const Architecture& mixtral_architecture();
+const Architecture& qwen2_moe_architecture();
 const Architecture& qwen3_moe_architecture();
 const Architecture& olmoe_architecture();
 const Architecture& gpt_oss_architecture();
@@ -29,8 +30,8 @@ const std::vector<const Architecture*>& architectures() {
       &qwen2_architecture(),   &qwen3_architecture(),     &olmo_architecture(),
       &olmo2_architecture(),   &gemma_architecture(),     &gemma2_architecture(),
       &gemma3_architecture(),  &gpt_neox_architecture(),  &phi3_architecture(),
-      &mixtral_architecture(), &qwen3_moe_architecture(), &olmoe_architecture(),
-      &gpt_oss_architecture(),
+      &mixtral_architecture(), &qwen2_moe_architecture(), &qwen3_moe_architecture(),
+      &olmoe_architecture(),   &gpt_oss_architecture(),
   };
   return all;
 }

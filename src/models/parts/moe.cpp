@@ -59,8 +59,15 @@ void SparseMoe::check_top_k(int64_t experts) const {
                             "the number of experts (", experts, ")"));
 }
 
-int64_t SparseMoe::width_per_token(int64_t hidden, int64_t inner, int64_t experts, int64_t top_k) {
-  return inner + ((4 * top_k + 1) * hidden + 4 * experts + 2) / 3;
+void SparseMoe::set_shared_expert(std::unique_ptr<Module> mlp, std::unique_ptr<Module> gate) {
+  shared_ = add(std::move(mlp));
+  shared_gate_ = add(std::move(gate));
+}
+
+int64_t SparseMoe::width_per_token(int64_t hidden, int64_t inner, int64_t experts, int64_t top_k,
+                                   int64_t shared_inner) {
+  const int64_t routed = inner + ((4 * top_k + 1) * hidden + 4 * experts + 2) / 3;
+  return shared_inner > 0 ? std::max(routed, shared_inner) + (hidden + 2) / 3 : routed;
 }
 
 at::Tensor SparseMoe::expert(int64_t e, const at::Tensor& in, ForwardState& st) const {
@@ -90,6 +97,14 @@ at::Tensor SparseMoe::expert(int64_t e, const at::Tensor& in, ForwardState& st) 
 }
 
 at::Tensor SparseMoe::forward(const at::Tensor& x, ForwardState& st) {
+  // Qwen2-MoE: the shared expert runs first, as in transformers; its gate after the experts.
+  at::Tensor shared = shared_ ? shared_->call(x, st) : at::Tensor();
+  at::Tensor out = routed(x, st);
+  if (shared_) out = out + at::sigmoid(shared_gate_->call(x, st)) * shared;
+  return out;
+}
+
+at::Tensor SparseMoe::routed(const at::Tensor& x, ForwardState& st) {
   const int64_t E = static_cast<int64_t>(clamped_.empty() ? experts_.size() : clamped_.size());
   const int64_t k = o_.top_k;
   at::Tensor logits = router_->call(x, st);  // [B, T, E], the router's hook point

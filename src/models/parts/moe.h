@@ -8,10 +8,12 @@
 //     down(act(gate(x)) * up(x)).
 //   - gpt-oss: the router is `router` (with a bias); the k largest logits, softmaxed among
 //     themselves; each expert GptOssExperts' clamped SwiGLU with biases (ClampedExpertWeights).
+//   - Qwen2-MoE adds a shared expert every token runs (set_shared_expert).
 //
 // Hook points: the block (NAME, NAME:input, [hidden] per token) and the router (NAME.gate or
-// NAME.router: its logits, [experts] per token, the first element of transformers' router output).
-// The experts are not points: each sees a different number of tokens.
+// NAME.router: its logits, [experts] per token, the first element of transformers' router output);
+// with a shared expert, NAME.shared_expert (and its own points) and NAME.shared_expert_gate ([1]
+// per token). The experts are not points: each sees a different number of tokens.
 #pragma once
 
 #include "models/module.h"
@@ -61,11 +63,19 @@ class SparseMoe : public Module {
   SparseMoe(const std::string& name, int64_t width, std::unique_ptr<Module> router,
             std::vector<ClampedExpertWeights> experts, SparseMoeOptions o);
 
+  // Qwen2-MoE's shared expert: every token also runs `mlp` (NAME.shared_expert, a gated MLP),
+  // before the router as transformers does; the block's output is the routed sum plus
+  // sigmoid(gate(x)) * mlp(x), with `gate` NAME.shared_expert_gate (Linear hidden -> 1), in the
+  // compute dtype.
+  void set_shared_expert(std::unique_ptr<Module> mlp, std::unique_ptr<Module> gate);
+
   // The working memory of a forward, in elements per token as the planner counts an MLP's inner
   // width (three intermediates of that width, in the compute dtype): the k weighted outputs of each
   // token (float32 whatever the compute dtype: counted twice for a 16-bit one) and their sum, the
-  // router's float32 logits and probabilities, and an expert's rows and intermediates.
-  static int64_t width_per_token(int64_t hidden, int64_t inner, int64_t experts, int64_t top_k);
+  // router's float32 logits and probabilities, and an expert's rows and intermediates; with a
+  // shared expert of `shared_inner`, its intermediates or those, and its output held meanwhile.
+  static int64_t width_per_token(int64_t hidden, int64_t inner, int64_t experts, int64_t top_k,
+                                 int64_t shared_inner = 0);
   // With MXFP4 experts, also the largest decoded matrix (each is decoded into the scratch).
   int64_t widen_elements(at::ScalarType compute) const override;
 
@@ -73,12 +83,16 @@ class SparseMoe : public Module {
   at::Tensor forward(const at::Tensor& x, ForwardState& st) override;
 
  private:
+  // The routed experts' weighted sum, [B, T, width] in the compute dtype.
+  at::Tensor routed(const at::Tensor& x, ForwardState& st);
   // Expert e's output for its rows `in` (compute dtype).
   at::Tensor expert(int64_t e, const at::Tensor& in, ForwardState& st) const;
   void check_top_k(int64_t experts) const;
 
   int64_t width_;
   Module* router_;
+  Module* shared_ = nullptr;                   // Qwen2-MoE's shared expert and
+  Module* shared_gate_ = nullptr;              // its gate
   std::vector<ExpertWeights> experts_;         // gated experts, or
   std::vector<ClampedExpertWeights> clamped_;  // gpt-oss's
   std::unique_ptr<Activation> act_;            // not a child: no hook point
