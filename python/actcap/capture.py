@@ -143,12 +143,14 @@ class SafeCapturer:
                 for pat, s in select.items():
                     if _core.match_point(pat, p):
                         self._select[p] = s
-        # Points run on every token flattened to [batch * seq, ...] in token order: the direct
-        # children of a transformers mixture-of-experts block (a module with `experts` and a
-        # router, `gate` or gpt-oss's `router`, as children: the router, the stacked experts,
+        # Points that may run on every token flattened to [batch * seq, ...] in token order: the
+        # direct children of a transformers mixture-of-experts block (a module with `experts` and
+        # a router, `gate` or gpt-oss's `router`, as children: the router, the stacked experts,
         # Qwen2-MoE's shared expert and its gate), called on hidden_states.view(-1, hidden), and
-        # the modules inside the shared expert. Modules inside `experts` (an expert's own
-        # layers) see the tokens regrouped by expert, and are not read so.
+        # every module below those children except under `experts` (the layers inside Qwen2-MoE's
+        # shared expert). Modules inside `experts` (an expert's own layers) see the tokens
+        # regrouped by expert, and are not read so. A point here whose tensor is not flattened
+        # (DeepSeek-style shared experts run on [batch, seq, hidden]) is read as it comes.
         modules = dict(model.named_modules())
 
         def moe_block(name):

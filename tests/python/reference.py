@@ -530,13 +530,13 @@ class Config:
         - activation, OUR RULE (shared with actcap's C++): hidden_activation when config.json has it
           non-null, else hidden_act, else gelu_pytorch_tanh. transformers 5.12's GemmaMLP reads
           only hidden_act (GemmaConfig has no hidden_activation field; it stays an extra
-          attribute); transformers 4.38-4.4x's (from huggingface/transformers#29402) read
+          attribute); transformers 4.x's after huggingface/transformers#29402 read
           hidden_activation, falling back to gelu_pytorch_tanh (with a warning) and ignoring
           hidden_act. So a config with only "hidden_act": "gelu" runs exact gelu here and in
-          transformers 5, the tanh approximation in 4.4x. Google's released Gemma 1
-          configs carry the legacy "hidden_act": "gelu" next to "hidden_activation":
-          "gelu_pytorch_tanh", the activation the models were trained with: transformers 5.12
-          runs them with exact gelu, this rule with the tanh approximation. Where the two fields
+          transformers 5, the tanh approximation in 4.4x. Gemma 1 configs may carry the
+          legacy "hidden_act": "gelu" next to "hidden_activation": "gelu_pytorch_tanh", the
+          activation the models were trained with: transformers 5.12 runs such a config with
+          exact gelu, this rule with the tanh approximation. Where the two fields
           are equal (what actcap's init-model writes) every version agrees."""
         d = GEMMA_DEFAULTS
 

@@ -482,9 +482,9 @@ OLMO2_1B_CONFIG = {
 }
 
 
-# google/gemma-2b's config.json (Gemma 1, transformers 4.38 layout): what `actcap init-model --arch
-# gemma --preset gemma-2b` must reproduce. As the brief for the Gemma 1 work quotes the released file
-# (not re-read from the Hub here): the legacy "hidden_act": "gelu" next to "hidden_activation":
+# A config of google/gemma-2b's sizes (Gemma 1, transformers 4.38 layout), which `actcap init-model
+# --arch gemma --preset gemma-2b` must reproduce. Written from memory and third-party reports, not
+# copied from the Hub: the legacy "hidden_act": "gelu" next to "hidden_activation":
 # "gelu_pytorch_tanh" (the activation it was trained with, which actcap's rule picks; transformers
 # 5.12 would run exact gelu), MQA (one kv head), head_dim 256 = 2048 / 8, no tie_word_embeddings key
 # (GemmaConfig: tied).

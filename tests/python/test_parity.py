@@ -504,6 +504,32 @@ def test_parity_clip_qkv_bites(actcap_bin, tmp_path, arch, dtype):
     assert np.abs(got[q]).max() > 0.5
 
 
+def test_gemma_activation_fields_that_differ_are_named(models, tmp_path):
+    """A Gemma config with the legacy hidden_act "gelu" beside hidden_activation
+    "gelu_pytorch_tanh" runs the latter (the reference's rule too) and says so on stderr, naming
+    both and what transformers 5 runs instead."""
+    m = with_config(models("gemma"), tmp_path / "m", hidden_act="gelu",
+                    hidden_activation="gelu_pytorch_tanh")
+    p = H.actcap("run", m, "--tokens", "1,2,3", "--capture", "lm_head", "--out", tmp_path / "o")
+    assert p.returncode == 0, p.stderr
+    assert "hidden_activation 'gelu_pytorch_tanh' runs, not hidden_act 'gelu'" in p.stderr, p.stderr
+    check_parity(m, tokens_for(m, [9, 4], seed=75), tmp_path / "out")
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3", "qwen2_moe"])
+def test_qwen_sliding_window_zero_without_use_sliding_window_is_none(models, tmp_path, arch):
+    """transformers 5 saves Qwen2-MoE's sliding_window as 0 when use_sliding_window is false (and
+    ignores the field then, as for Qwen2 and Qwen3): read as no window, the same captures as
+    without the field."""
+    seqs = tokens_for(models(arch), [12, 5], seed=76)
+    zero = with_config(models(arch), tmp_path / "zero", use_sliding_window=False, sliding_window=0)
+    null = with_config(models(arch), tmp_path / "null", use_sliding_window=False,
+                       sliding_window=None)
+    _, a, _ = check_parity(zero, seqs, tmp_path / "out0", ref_dir=null)
+    _, b, _ = check_parity(null, seqs, tmp_path / "out1")
+    _bit_identical(a, b)
+
+
 def _gemma2_synth(tmp_path, name, seed=70, dtype="f32", **changes):
     """A synth.py Gemma 2 (3 layers, layers 0 and 2 slide with window 4, head_dim 16 != 32 / 4)."""
     m = tmp_path / name
@@ -817,6 +843,15 @@ BAD_CONFIGS = {
     "gemma3_heads": ("gemma3_text", dict(num_key_value_heads=3)),
     # transformers 4.x reads a legacy `type` as the rope type, 5.x's merge keeps the entry's default
     "gemma3_legacy_type": ("gemma3_text", dict(rope_scaling={"type": "linear", "factor": 8.0})),
+    "gemma_bidirectional": ("gemma", dict(use_bidirectional_attention=True)),
+    "gemma_activation": ("gemma", dict(hidden_activation="tanhish")),
+    "gemma_kv_default": ("gemma", dict(num_key_value_heads=None)),  # absent: 16, not 4's divisor
+    "olmo_clip_zero": ("olmo", dict(clip_qkv=0)),
+    "olmo_clip_negative": ("olmo", dict(clip_qkv=-8.0)),
+    "olmo_clip_string": ("olmo", dict(clip_qkv="8")),
+    "olmoe_clip_negative": ("olmoe", dict(clip_qkv=-1.0)),
+    "qwen2_moe_null_window": ("qwen2_moe", dict(use_sliding_window=True, sliding_window=None)),
+    "qwen2_moe_null_kv_heads": ("qwen2_moe", dict(num_key_value_heads="null")),
 }
 
 
@@ -826,8 +861,10 @@ def test_bad_config_is_one_line_exit_2(models, tmp_path, case):
     m = H.copy_model(models(arch), tmp_path / "m")
     cfg = H.load_config(m)
     for k, v in changes.items():
-        if v is None and k == "hidden_size":
+        if v is None and k in ("hidden_size", "num_key_value_heads"):
             cfg.pop(k)  # absent (Gemma 3: Gemma3TextConfig's default, which the weights contradict)
+        elif v == "null":
+            cfg[k] = None
         else:
             cfg[k] = v
     H.save_config(m, cfg)

@@ -337,9 +337,9 @@ def test_gpt_oss_mxfp4_checkpoint_matches_transformers(tmp_path):
 
 
 def test_gemma_released_activation_fields(tmp_path):
-    """Google's Gemma configs carry the legacy "hidden_act": "gelu" beside "hidden_activation":
-    "gelu_pytorch_tanh", the activation the models were trained with (transformers 4.38-4.4x ran
-    it). actcap runs hidden_activation: the model transformers builds with hidden_act
+    """Gemma configs may carry the legacy "hidden_act": "gelu" beside "hidden_activation":
+    "gelu_pytorch_tanh", the activation the models were trained with (transformers 4.x ran it
+    after its Gemma fixes). actcap runs hidden_activation: the model transformers builds with hidden_act
     gelu_pytorch_tanh. transformers 5 reads only hidden_act and runs exact GELU on that config:
     its act_fn outputs differ from the tanh model's by far more than actcap's do."""
     tanh = build_hf_model("gemma", VARIANTS["gemma"][1], tmp_path / "tanh")

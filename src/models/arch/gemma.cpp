@@ -5,15 +5,17 @@
 //   - the embedding is multiplied by sqrt(hidden_size) rounded to the activation dtype; the
 //     `model.embed_tokens` point is the scaled embedding (HF's GemmaTextScaledWordEmbedding);
 //   - GeGLU: the MLP's activation is hidden_activation when config.json has it, else hidden_act,
-//     else gelu_pytorch_tanh. Google's configs carry the legacy "hidden_act": "gelu" beside
+//     else gelu_pytorch_tanh. Gemma configs may carry the legacy "hidden_act": "gelu" beside
 //     "hidden_activation": "gelu_pytorch_tanh", the activation the models were trained with, which
-//     transformers 4.38-4.4x ran; transformers 5 reads only hidden_act and runs exact GELU there;
+//     transformers 4.x ran after its Gemma fixes (#29402); transformers 5 reads only hidden_act and
+//     runs exact GELU there. A warning names the two when they differ;
 //   - head_dim 256 and num_key_value_heads 16 when absent (GemmaConfig's defaults), q/k/v/o biases
 //     with attention_bias, tied by default, bos 2, eos 1.
 // Unlike Gemma 2: two norms per layer, attention scaled by head_dim^-0.5, no soft-caps, no windows.
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "actcap/diagnostics.h"
 #include "models/arch/llama_family.h"
 #include "models/config_reader.h"
 
@@ -34,16 +36,17 @@ class Gemma : public Architecture {
     d.num_key_value_heads = 16, d.config_class = "GemmaConfig";
     parse_llama_family(f, d, c, *p);
     if (f.has("hidden_activation")) {
-      p->hidden_act = f.string({"hidden_activation"}, p->hidden_act);
-      check_activation(p->hidden_act, "hidden_activation", f.origin());
+      const std::string act = f.string({"hidden_activation"}, p->hidden_act);
+      check_activation(act, "hidden_activation", f.origin());
+      if (act != p->hidden_act)
+        warn(concat(f.origin(), ": hidden_activation '", act, "' runs, not hidden_act '",
+                    p->hidden_act, "' (transformers 5 runs hidden_act on this config)"));
+      p->hidden_act = act;
     }
     c.tie_word_embeddings = f.boolean({"tie_word_embeddings"}, true);
     p->attention_bias = f.boolean({"attention_bias"}, false);  // q, k, v and o
     p->qkv_bias = p->o_bias = p->attention_bias;
-    if (f.boolean({"use_bidirectional_attention"}, false))
-      throw InputError(concat(f.origin(),
-                              ": use_bidirectional_attention is true; only causal attention "
-                              "is supported"));
+    refuse_bidirectional_attention(f);
     c.arch_params = std::move(p);
   }
 

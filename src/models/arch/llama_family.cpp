@@ -102,6 +102,17 @@ void parse_llama_family(const ConfigReader& f, const LlamaDefaults& d, ModelConf
   c.eos_token_id = f.token_id("eos_token_id", d.eos_token_id);
 }
 
+void refuse_bidirectional_attention(const ConfigReader& f) {
+  if (f.boolean({"use_bidirectional_attention"}, false))
+    throw InputError(concat(f.origin(),
+                            ": use_bidirectional_attention is true; only causal attention "
+                            "is supported"));
+}
+
+nlohmann::json clip_qkv_json(const LlamaParams& p) {
+  return p.clip_qkv ? nlohmann::json(*p.clip_qkv) : nlohmann::json(nullptr);
+}
+
 std::optional<double> parse_clip_qkv(const ConfigReader& f) {
   if (!f.has("clip_qkv")) return std::nullopt;
   const double v = f.number({"clip_qkv"}, 0);
@@ -206,10 +217,7 @@ void parse_gemma_fields(const ConfigReader& f, ModelConfig& c, GemmaParams& p,
   p.query_pre_attn_scalar = scalar;
   p.attn_logit_softcapping = optional_cap(f, "attn_logit_softcapping", attn_softcap);
   p.final_logit_softcapping = optional_cap(f, "final_logit_softcapping", final_softcap);
-  if (f.boolean({"use_bidirectional_attention"}, false))
-    throw InputError(concat(f.origin(),
-                            ": use_bidirectional_attention is true; only causal attention "
-                            "is supported"));
+  refuse_bidirectional_attention(f);
   // Absent: 4096. null: no window, which a sliding layer cannot run with.
   if (f.has("sliding_window"))
     p.sliding_window = f.positive({"sliding_window"}, std::nullopt);
@@ -408,7 +416,8 @@ BuiltModel build_llama_family(const ModelConfig& c, WeightSource& w, const Llama
   else
     m.stages.push_back({StageKind::kEmbeddings, std::make_unique<Embedding>(embed_name, embed)});
   // One table for every layer: these architectures rotate all layers alike.
-  auto rope = std::make_shared<const Rope>(p.rope, p.head_dim, c.max_position_embeddings);
+  auto rope = std::make_shared<const Rope>(p.rope, p.head_dim, c.max_position_embeddings,
+                                           p.rope_in_float32);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     WeightSource layer = model.pp("layers").pp(i);
     m.stages.push_back({StageKind::kBlock, b.layer ? b.layer(c, layer, i, rope)

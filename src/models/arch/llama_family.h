@@ -1,4 +1,5 @@
-// What the Llama-style decoders share (Llama, Mistral, Qwen2, Qwen3): the config fields
+// What the Llama-style decoders share (Llama, Mistral, Qwen2, Qwen3, and the others built on it:
+// OLMo, OLMo 2, Gemma 1-3, the mixtures of experts): the config fields
 // (LlamaParams), reading and writing them, three shared presets, and the builder composing
 // RMSNorm, RoPE, grouped-query attention (optional biases, per-head q/k norms, per-layer windows)
 // and the gated MLP. Each architecture's file sets its HF defaults and its own fields, then calls
@@ -37,6 +38,8 @@ struct LlamaParams : ArchParams {
   // unrounded under a float16 compute dtype (gpt-oss's norms stay float32 there): RMSNormOptions.
   bool norms_scale_in_float32 = false;
   bool norms_kept_float32 = false;
+  // RoPE rotates in float32 under a 16-bit compute dtype, rounded once (OLMo, OLMo 2): Rope.
+  bool rope_in_float32 = false;
 
   // Sliding-window attention: key j is visible from query i iff i - window < j <= i.
   enum class Windows {
@@ -89,15 +92,18 @@ struct LlamaDefaults {
   const char* config_class = "";
 };
 
-// Gemma 2 and 3's: head_dim 256, bos 2, eos 1, and their context.
+// The Gemmas': head_dim 256, bos 2, eos 1, and their context.
 LlamaDefaults gemma_defaults(int64_t max_position_embeddings);
 
 // Reads the shared fields into c and p (sizes, kv heads, head_dim, activation, eps, RoPE, tying,
 // token ids). Biases and windows are the architecture's to read.
 void parse_llama_family(const ConfigReader& f, const LlamaDefaults& d, ModelConfig& c,
                         LlamaParams& p);
-// config.json's clip_qkv: null or absent (none) or a positive number.
+// config.json's clip_qkv: null or absent (none) or a positive number; and as written back.
 std::optional<double> parse_clip_qkv(const ConfigReader& f);
+nlohmann::json clip_qkv_json(const LlamaParams& p);
+// Gemma's use_bidirectional_attention: true is refused (exit 2).
+void refuse_bidirectional_attention(const ConfigReader& f);
 // Reads Qwen2/Qwen3's window fields (use_sliding_window, sliding_window, max_window_layers,
 // layer_types) and sets p.windows = kQwen.
 void parse_qwen_windows(const ConfigReader& f, const ModelConfig& c, LlamaParams& p);

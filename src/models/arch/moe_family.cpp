@@ -107,13 +107,14 @@ std::unique_ptr<Module> build_sparse_moe(const ModelConfig& c, WeightSource laye
   o.top_k = p.top_k;
   o.normalize_top_k = p.norm_topk_prob;
   o.weights_in_compute_dtype = names.weights_in_compute_dtype;
-  auto moe =
-      std::make_unique<SparseMoe>(name, H, std::move(router), std::move(experts), p.hidden_act, o);
-  if (p.shared_expert_intermediate_size > 0)
-    moe->set_shared_expert(llama_gated_mlp(c, block.pp("shared_expert"), p.hidden_act,
-                                           p.shared_expert_intermediate_size),
-                           linear_layer(block, "shared_expert_gate", H, 1, /*bias=*/false));
-  return moe;
+  SharedExpert shared;
+  if (p.shared_expert_intermediate_size > 0) {
+    shared.mlp = llama_gated_mlp(c, block.pp("shared_expert"), p.hidden_act,
+                                 p.shared_expert_intermediate_size);
+    shared.gate = linear_layer(block, "shared_expert_gate", H, 1, /*bias=*/false);
+  }
+  return std::make_unique<SparseMoe>(name, H, std::move(router), std::move(experts), p.hidden_act,
+                                     o, std::move(shared));
 }
 
 BuiltModel build_moe_family(const ModelConfig& c, WeightSource& w, const MoeNames& names,

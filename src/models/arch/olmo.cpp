@@ -6,6 +6,7 @@
 //   - clip_qkv: when set, q, k and v are clamped to [-clip_qkv, clip_qkv] after their projections,
 //     before RoPE. The q_proj / k_proj / v_proj points are the projections as they returned,
 //     unclamped (transformers clamps their outputs in place after its hooks ran);
+//   - RoPE in float32 under a 16-bit compute dtype (float32 cos/sin, rounded once, as OLMo 2);
 //   - q, k, v and o biases with attention_bias; untied unless config.json ties; no BOS token
 //     (bos_token_id None: it stands as the EOS id, as for OLMo 2).
 #include <nlohmann/json.hpp>
@@ -39,6 +40,7 @@ class Olmo : public LlamaFamilyArchitecture {
     p->attention_bias = f.boolean({"attention_bias"}, false);  // q, k, v and o
     p->qkv_bias = p->o_bias = p->attention_bias;
     p->clip_qkv = parse_clip_qkv(f);
+    p->rope_in_float32 = true;  // float32 cos/sin: q and k rotated in float32
     c.arch_params = std::move(p);
   }
 
@@ -49,7 +51,7 @@ class Olmo : public LlamaFamilyArchitecture {
     // OlmoConfig has no head_dim field (transformers reads one it is given, as an extra attribute)
     if (p.head_dim * c.num_attention_heads == c.hidden_size) j.erase("head_dim");
     j["attention_bias"] = p.attention_bias;
-    j["clip_qkv"] = p.clip_qkv ? nlohmann::json(*p.clip_qkv) : nlohmann::json(nullptr);
+    j["clip_qkv"] = clip_qkv_json(p);
     if (c.bos_token_id == c.eos_token_id) j.erase("bos_token_id");  // None, as parse() reads it
   }
 
@@ -61,6 +63,7 @@ class Olmo : public LlamaFamilyArchitecture {
     const bool real = name == "olmo-1b" || name == "olmo-7b";
     ModelConfig c = LlamaFamilyArchitecture::preset(real ? "tiny" : name);
     auto& p = c.params<LlamaParams>();
+    p.rope_in_float32 = true;
     if (!real) return c;
     // OLMo 1B's and 7B's sizes (1B ties its embeddings).
     c.vocab_size = 50304, c.max_position_embeddings = 2048, p.rope.rope_theta = 10000.0;

@@ -3,8 +3,9 @@
 // post_feedforward_layernorm on the sublayer outputs before the residual add
 // (h = x + norm1(attn(x)), out = h + norm2(mlp(h))), and q_norm / k_norm RMSNorms over the whole
 // q / k projection (heads * head_dim, hook points [heads * head_dim]) before the head split and
-// RoPE. Its RMSNorms scale by the weight in float32 and round last. attention_bias gives q, k, v
-// and o biases; no MLP bias; untied unless config.json ties.
+// RoPE. Its RMSNorms scale by the weight in float32 and round last, and q and k are rotated in
+// float32 (its rotary module returns float32 cos/sin) and rounded once. attention_bias gives q, k,
+// v and o biases; no MLP bias; untied unless config.json ties.
 #include <nlohmann/json.hpp>
 
 #include "models/arch/llama_family.h"
@@ -53,6 +54,7 @@ class Olmo2 : public LlamaFamilyArchitecture {
     p->attention_bias = f.boolean({"attention_bias"}, false);  // q, k, v and o
     p->qkv_bias = p->o_bias = p->attention_bias;
     p->norms_scale_in_float32 = true;  // Olmo2RMSNorm: (weight * x).to(input_dtype)
+    p->rope_in_float32 = true;         // float32 cos/sin: q and k rotated in float32
     c.arch_params = std::move(p);
   }
 
@@ -74,6 +76,7 @@ class Olmo2 : public LlamaFamilyArchitecture {
     auto& p = c.params<LlamaParams>();
     p.rms_norm_eps = 1e-6;
     p.norms_scale_in_float32 = true;
+    p.rope_in_float32 = true;
     if (!real) return c;
     // allenai/OLMo-2-0425-1B's config.json (no bos_token_id: see parse()).
     c.vocab_size = 100352, c.hidden_size = 2048, p.intermediate_size = 8192;

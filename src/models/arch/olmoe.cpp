@@ -75,7 +75,7 @@ class Olmoe : public LlamaFamilyArchitecture {
     write_llama_family(c, j);
     j.erase("head_dim");  // OlmoeConfig has none: hidden_size / num_attention_heads
     j["attention_bias"] = p.attention_bias;
-    j["clip_qkv"] = p.clip_qkv ? nlohmann::json(*p.clip_qkv) : nlohmann::json(nullptr);
+    j["clip_qkv"] = clip_qkv_json(p);
     j["num_experts"] = p.num_experts;
     j["num_experts_per_tok"] = p.top_k;
     j["norm_topk_prob"] = p.norm_topk_prob;

@@ -34,9 +34,18 @@ class Qwen2Moe : public LlamaFamilyArchitecture {
     d.max_position_embeddings = 32768;
     d.bos_token_id = d.eos_token_id = 151643;
     d.num_key_value_heads = 16, d.config_class = "Qwen2MoeConfig";
+    const nlohmann::json* kv =
+        f.root().contains("num_key_value_heads") ? &f.root()["num_key_value_heads"] : nullptr;
+    if (kv && kv->is_null())  // Qwen2MoeConfig keeps the None, and its attention cannot run it
+      throw InputError(
+          concat(f.origin(), ": num_key_value_heads is null; give the number of key/value heads"));
     parse_llama_family(f, d, c, *p);
     p->qkv_bias = f.boolean({"qkv_bias"}, true);
     parse_qwen_windows(f, c, *p);
+    if (p->use_sliding_window && !p->sliding_window)  // transformers' sliding mask needs one
+      throw InputError(concat(f.origin(),
+                              ": use_sliding_window is true but sliding_window is null; set "
+                              "sliding_window or use_sliding_window false"));
     if (p->layer_types.empty() && p->use_sliding_window)  // Qwen2MoeConfig.__post_init__
       for (int64_t i = 0; i < c.num_hidden_layers; ++i)
         p->layer_types.push_back((i + 1) % 2 != 0 && i < p->max_window_layers ? "sliding_attention"

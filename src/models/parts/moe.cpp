@@ -8,12 +8,16 @@
 namespace actcap {
 
 SparseMoe::SparseMoe(const std::string& name, int64_t width, std::unique_ptr<Module> router,
-                     std::vector<ExpertWeights> experts, const std::string& act, SparseMoeOptions o)
+                     std::vector<ExpertWeights> experts, const std::string& act, SparseMoeOptions o,
+                     SharedExpert shared)
     : Module(name, hidden_point(name + ":input", width), hidden_point(name, width)),
       width_(width),
-      router_(add(std::move(router))),
       experts_(std::move(experts)),
       o_(o) {
+  // Children in execution order (the points list): the shared expert runs before the router.
+  if (shared.mlp) shared_ = add(std::move(shared.mlp));
+  router_ = add(std::move(router));
+  if (shared.gate) shared_gate_ = add(std::move(shared.gate));
   const int64_t n = static_cast<int64_t>(experts_.size());
   check_top_k(n);
   const int64_t inner = n > 0 ? experts_[0].down.size(1) : 0;
@@ -57,11 +61,6 @@ void SparseMoe::check_top_k(int64_t experts) const {
   if (o_.top_k < 1 || o_.top_k > experts)
     throw InputError(concat(name(), ": num_experts_per_tok=", o_.top_k, " must be between 1 and ",
                             "the number of experts (", experts, ")"));
-}
-
-void SparseMoe::set_shared_expert(std::unique_ptr<Module> mlp, std::unique_ptr<Module> gate) {
-  shared_ = add(std::move(mlp));
-  shared_gate_ = add(std::move(gate));
 }
 
 int64_t SparseMoe::width_per_token(int64_t hidden, int64_t inner, int64_t experts, int64_t top_k,

@@ -8,7 +8,7 @@
 //     down(act(gate(x)) * up(x)).
 //   - gpt-oss: the router is `router` (with a bias); the k largest logits, softmaxed among
 //     themselves; each expert GptOssExperts' clamped SwiGLU with biases (ClampedExpertWeights).
-//   - Qwen2-MoE adds a shared expert every token runs (set_shared_expert).
+//   - Qwen2-MoE adds a shared expert every token runs (SharedExpert).
 //
 // Hook points: the block (NAME, NAME:input, [hidden] per token) and the router (NAME.gate or
 // NAME.router: its logits, [experts] per token, the first element of transformers' router output);
@@ -41,6 +41,14 @@ struct ClampedExpertWeights {
   at::Tensor down_bias;  // [hidden]
 };
 
+// Qwen2-MoE's shared expert: every token also runs `mlp` (NAME.shared_expert, a gated MLP), before
+// the router as transformers does; the block's output is the routed sum plus
+// sigmoid(gate(x)) * mlp(x), with `gate` NAME.shared_expert_gate (Linear hidden -> 1), each step in
+// the compute dtype. Both null: none.
+struct SharedExpert {
+  std::unique_ptr<Module> mlp, gate;
+};
+
 struct SparseMoeOptions {
   int64_t top_k = 2;
   // Mixtral's order: softmax over every expert, then the k most probable. gpt-oss's: the k largest
@@ -58,16 +66,11 @@ class SparseMoe : public Module {
  public:
   // `router`: the Linear named NAME.gate; `act`: the experts' activation (HF ACT2FN name).
   SparseMoe(const std::string& name, int64_t width, std::unique_ptr<Module> router,
-            std::vector<ExpertWeights> experts, const std::string& act, SparseMoeOptions o);
+            std::vector<ExpertWeights> experts, const std::string& act, SparseMoeOptions o,
+            SharedExpert shared = {});
   // gpt-oss's experts (o.top_k_before_softmax is set).
   SparseMoe(const std::string& name, int64_t width, std::unique_ptr<Module> router,
             std::vector<ClampedExpertWeights> experts, SparseMoeOptions o);
-
-  // Qwen2-MoE's shared expert: every token also runs `mlp` (NAME.shared_expert, a gated MLP),
-  // before the router as transformers does; the block's output is the routed sum plus
-  // sigmoid(gate(x)) * mlp(x), with `gate` NAME.shared_expert_gate (Linear hidden -> 1), in the
-  // compute dtype.
-  void set_shared_expert(std::unique_ptr<Module> mlp, std::unique_ptr<Module> gate);
 
   // The working memory of a forward, in elements per token as the planner counts an MLP's inner
   // width (three intermediates of that width, in the compute dtype): the k weighted outputs of each
@@ -90,7 +93,7 @@ class SparseMoe : public Module {
   void check_top_k(int64_t experts) const;
 
   int64_t width_;
-  Module* router_;
+  Module* router_ = nullptr;
   Module* shared_ = nullptr;                   // Qwen2-MoE's shared expert and
   Module* shared_gate_ = nullptr;              // its gate
   std::vector<ExpertWeights> experts_;         // gated experts, or

@@ -86,8 +86,12 @@ double longrope_attention_factor(const RopeConfig& r) {
 
 }  // namespace
 
-Rope::Rope(const RopeConfig& config, int64_t head_dim, int64_t max_position_embeddings)
-    : c_(config), dim_(head_dim), max_positions_(max_position_embeddings) {
+Rope::Rope(const RopeConfig& config, int64_t head_dim, int64_t max_position_embeddings,
+           bool rotate_in_float32)
+    : c_(config),
+      dim_(head_dim),
+      max_positions_(max_position_embeddings),
+      rotate_in_float32_(rotate_in_float32) {
   const std::string& t = c_.rope_type;
   if (t == "linear") {
     inv_freq_ = default_inv_freq(c_.rope_theta, dim_) / c_.factor;
@@ -143,8 +147,9 @@ const std::vector<at::Tensor>& Rope::cos_sin(ForwardState& st) const {
       cos.mul_(attention_factor_);
       sin.mul_(attention_factor_);
     }
-    // Computed in float32, used in the compute dtype (HF: cos.to(dtype=x.dtype)).
-    if (st.compute != at::kFloat) cos = cos.to(st.compute), sin = sin.to(st.compute);
+    // Computed in float32, used in the compute dtype (HF: cos.to(dtype=x.dtype)), or kept.
+    if (st.compute != at::kFloat && !rotate_in_float32_)
+      cos = cos.to(st.compute), sin = sin.to(st.compute);
     return std::vector<at::Tensor>{cos, sin};
   });
 }
@@ -159,12 +164,18 @@ at::Tensor rotate_half(const at::Tensor& x) {
 
 at::Tensor Rope::apply(const at::Tensor& x, ForwardState& st) const {
   const auto& t = cos_sin(st);  // [T, rotary dim], broadcast over [B, heads]
-  if (x.size(-1) == dim_) return x * t[0] + rotate_half(x) * t[1];
+  auto rotate = [&](const at::Tensor& r) {
+    if (r.scalar_type() == t[0].scalar_type()) return r * t[0] + rotate_half(r) * t[1];
+    // OLMo: a 16-bit r times float32 cos/sin promotes to float32; rounded once at the end.
+    const at::Tensor f = r.to(at::kFloat);
+    return (f * t[0] + rotate_half(f) * t[1]).to(r.scalar_type());
+  };
+  if (x.size(-1) == dim_) return rotate(x);
   // Partial rotary: the first dim_ features rotate, the rest pass through (HF's
   // apply_rotary_pos_emb with rotary_ndims < head_dim).
   auto rot = x.narrow(-1, 0, dim_);
   auto pass = x.narrow(-1, dim_, x.size(-1) - dim_);
-  return at::cat({rot * t[0] + rotate_half(rot) * t[1], pass}, -1);
+  return at::cat({rotate(rot), pass}, -1);
 }
 
 namespace {

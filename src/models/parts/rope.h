@@ -30,7 +30,11 @@ class Rope {
  public:
   // head_dim: the rotated width (the head's, or less for partial rotary); max_position_embeddings:
   // the config's (dynamic scaling starts past it). The config was validated by parse_config.
-  Rope(const RopeConfig& config, int64_t head_dim, int64_t max_position_embeddings);
+  // rotate_in_float32: under a 16-bit compute dtype, cos/sin stay float32 and the rotation runs in
+  // float32, rounded once (OLMo's and OLMo 2's apply_rotary_pos_emb); otherwise cos/sin are
+  // rounded to the compute dtype and the rotation runs in it (every other transformers model).
+  Rope(const RopeConfig& config, int64_t head_dim, int64_t max_position_embeddings,
+       bool rotate_in_float32 = false);
 
   // inv_freq [head_dim / 2] float32 for a forward over positions 0..seq_len-1, as a fresh HF
   // rotary module computes it in that forward (dynamic_rope_update sees seq_len = the largest
@@ -56,6 +60,7 @@ class Rope {
   at::Tensor inv_freq_;       // the table a forward uses unless the cases above apply
   at::Tensor long_inv_freq_;  // longrope: long_factor's table
   double attention_factor_ = 1.0;
+  bool rotate_in_float32_ = false;
 };
 
 }  // namespace actcap
