@@ -1,6 +1,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -168,6 +169,33 @@ TEST(Model, StageCostsLeaveOutTheLogitsOfASkippedHead) {
 INSTANTIATE_TEST_SUITE_P(Archs, EveryArch,
                          ::testing::Values("gpt2", "llama", "mistral", "qwen2", "olmo", "olmo2",
                                            "gemma", "gemma2", "gemma3_text"));
+
+class EveryFamily : public ::testing::TestWithParam<std::string> {};
+
+// points() lists the points in the order a forward reaches them: each module's `:input` when its
+// forward starts (pre-order), so a caller can rely on the list's order (Qwen2-MoE's shared expert
+// runs before the router, Gemma 3's q/k norms after all three projections, ...).
+TEST_P(EveryFamily, PointsAreListedInTheOrderTheForwardReachesThem) {
+  auto m = tiny(GetParam());
+  std::vector<std::string> reached;
+  auto h = m->register_forward_pre_hook("**", [&](const HookContext& ctx, const at::Tensor&) {
+    if (std::find(reached.begin(), reached.end(), ctx.point) == reached.end())
+      reached.push_back(ctx.point);
+  });
+  m->forward(batch_of(*m, {{3, 1, 4, 1, 5, 9, 2, 6}, {2, 7}}));
+  std::vector<std::string> listed;
+  for (const PointInfo& p : m->points())
+    if (std::find(reached.begin(), reached.end(), p.name) != reached.end())
+      listed.push_back(p.name);
+  EXPECT_EQ(listed, reached);
+  EXPECT_GT(reached.size(), 10u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, EveryFamily,
+                         ::testing::Values("gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo",
+                                           "olmo2", "gemma", "gemma2", "gemma3_text", "gemma3",
+                                           "gpt_neox", "phi3", "mixtral", "qwen2_moe", "qwen3_moe",
+                                           "olmoe", "gpt_oss"));
 
 // Gemma 3's final_logit_softcapping (off by default) caps the model's logits after the head; the
 // lm_head point stays the uncapped projection, as transformers' module returns it.

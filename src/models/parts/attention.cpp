@@ -8,12 +8,16 @@ Attention::Attention(const std::string& name, AttentionShape shape, AttentionPar
     : Module(name, hidden_point(name + ":input", shape.hidden), hidden_point(name, shape.hidden)),
       s_(std::move(shape)) {
   auto take = [&](std::unique_ptr<Module>& m) { return m ? add(std::move(m)) : nullptr; };
+  // Children in the order the forward runs them (the points list): each norm after its own
+  // projection, or all three projections first (Gemma 3).
+  const bool norms_last = s_.qk_norms_last && !s_.qk_norm_whole;
   qkv_ = take(p.qkv);
   q_ = take(p.q);
-  q_norm_ = take(p.q_norm);
+  if (!norms_last) q_norm_ = take(p.q_norm);
   k_ = take(p.k);
-  k_norm_ = take(p.k_norm);
+  if (!norms_last) k_norm_ = take(p.k_norm);
   v_ = take(p.v);
+  if (norms_last) q_norm_ = take(p.q_norm), k_norm_ = take(p.k_norm);
   // After the projections, before o_proj: the order the forward shows them in. The key length is
   // the run's (CaptureOptions::attention_keys), 0 here.
   taps_.scores = add(std::make_unique<Tap>(name + ":scores", std::vector<int64_t>{s_.heads, 0}));
