@@ -146,7 +146,8 @@ struct LlamaBuild {
   std::function<std::unique_ptr<Module>(const ModelConfig& c, WeightSource w, int64_t layer)> mlp;
   bool unit_offset_norms = false;
   // The pre-norm layer's two norms and the final norm, `name` under `w` (null: RMSNorms with the
-  // config's eps; OLMo's are non-parametric LayerNorms).
+  // config's eps, (1 + w) with unit_offset_norms, which a set `norm` replaces; OLMo's are
+  // non-parametric LayerNorms).
   std::function<std::unique_ptr<Module>(const ModelConfig& c, WeightSource w,
                                         const std::string& name, int64_t width)>
       norm;
