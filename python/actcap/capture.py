@@ -152,11 +152,14 @@ class SafeCapturer:
         # regrouped by expert, and are not read so. A point here whose tensor is not flattened
         # (DeepSeek-style shared experts run on [batch, seq, hidden]) is read as it comes.
         modules = dict(model.named_modules())
+        blocks = {}  # module name -> whether it is a mixture-of-experts block
 
         def moe_block(name):
-            m = modules.get(name)  # "" is the model itself
-            kids = dict(m.named_children()) if m is not None else {}
-            return ("gate" in kids or "router" in kids) and "experts" in kids
+            if name not in blocks:
+                m = modules.get(name)  # "" is the model itself
+                kids = dict(m.named_children()) if m is not None else {}
+                blocks[name] = ("gate" in kids or "router" in kids) and "experts" in kids
+            return blocks[name]
 
         self._flat_tokens = set()
         for p in self.points:

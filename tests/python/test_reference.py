@@ -282,6 +282,13 @@ def _inv_freq64(cfg, hd):
     return np.array(out)
 
 
+def _rope64(t, cfg, hd):
+    """t [T, heads, hd] rotated as complex pairs (i, i + hd/2) at positions 0..T-1, float64."""
+    rot = np.exp(1j * np.arange(t.shape[0])[:, None] * _inv_freq64(cfg, hd)[None, :])[:, None, :]
+    z = (t[..., : hd // 2] + 1j * t[..., hd // 2:]) * rot
+    return np.concatenate([z.real, z.imag], axis=-1)
+
+
 def _llama_attention_independent(x, w, p, cfg, window, wrong=None):
     """Returns (o_proj input [T, nh*hd], attention output [T, hidden]) in float64.
 
@@ -322,11 +329,8 @@ def _llama_attention_independent(x, w, p, cfg, window, wrong=None):
         rcfg.pop("rope_scaling", None)
     if wrong == "theta":
         rcfg["rope_theta"] = 10000.0 if float(cfg.get("rope_theta", 10000.0)) != 10000.0 else 500.0
-    rot = np.exp(1j * np.arange(T)[:, None] * _inv_freq64(rcfg, hd)[None, :])[:, None, :]  # [T, 1, hd/2]
-
     def rope(t):
-        z = (t[..., : hd // 2] + 1j * t[..., hd // 2:]) * rot
-        return np.concatenate([z.real, z.imag], axis=-1)
+        return _rope64(t, rcfg, hd)
 
     q = rope(q)
     if wrong != "no_rope_k":
@@ -1121,23 +1125,9 @@ def _gemma1_layer64(x, w, p, cfg, wrong=None):
 
     A = p + ".self_attn"
     xn = norm(x, "input_layernorm")
-    q = lin(xn, A + ".q_proj").reshape(T, nh, hd)
-    k = lin(xn, A + ".k_proj").reshape(T, nkv, hd)
-    v = lin(xn, A + ".v_proj").reshape(T, nkv, hd)
-    rot = np.exp(1j * np.arange(T)[:, None] * _inv_freq64(cfg, hd)[None, :])[:, None, :]
-
-    def rope(t):
-        z = (t[..., : hd // 2] + 1j * t[..., hd // 2:]) * rot
-        return np.concatenate([z.real, z.imag], axis=-1)
-
-    q, k = rope(q), rope(k)
-    kv_of = np.arange(nh) // (nh // nkv)
     scale = (H // nh if wrong == "scale_hidden" else hd) ** -0.5
-    s = np.einsum("ihd,jhd->hij", q, k[:, kv_of]) * scale
-    s = np.where(np.tril(np.ones((T, T), bool))[None], s, -np.inf)
-    pr = np.exp(s - s.max(-1, keepdims=True))
-    pr /= pr.sum(-1, keepdims=True)
-    o = np.einsum("hij,jhd->ihd", pr, v[:, kv_of]).reshape(T, nh * hd)
+    o = _attention64(lin(xn, A + ".q_proj"), lin(xn, A + ".k_proj"), lin(xn, A + ".v_proj"), cfg, hd,
+                     scale=scale)
     a = lin(o, A + ".o_proj")
     if wrong == "sandwich":
         h = x + norm(a, "post_attention_layernorm")
@@ -1337,24 +1327,19 @@ def test_gemma1_embedding_head_and_bias_layout(tmp_path):
 # clip_qkv clamp of OLMo and OLMoE (modeling_olmoe.py: OlmoeAttention)
 # ---------------------------------------------------------------------------------------------
 
-def _attention64(q, k, v, cfg, hd, causal=True, window=None):
+def _attention64(q, k, v, cfg, hd, window=None, scale=None):
     """Eager causal attention in float64 on projections q [T, nh * hd], k / v [T, nkv * hd] (already
-    clamped, normed, ...): RoPE as a complex rotation of the pairs (i, i + hd/2) (_inv_freq64 of the
-    4.x-form config dict `cfg`), kv head h // groups for query head h, softmax(q k^T / sqrt(hd)) over
-    keys j <= i (with a window W: i - W < j <= i). Returns the context [T, nh * hd] (o_proj's input)."""
+    clamped, normed, ...): RoPE as a complex rotation of the pairs (i, i + hd/2) (_rope64 of the
+    4.x-form config dict `cfg`), kv head h // groups for query head h, softmax(q k^T * scale) with
+    scale 1 / sqrt(hd) unless given, over keys j <= i (with a window W: i - W < j <= i). Returns the
+    context [T, nh * hd] (o_proj's input)."""
     q, k, v = (np.asarray(t, np.float64) for t in (q, k, v))
     T = q.shape[0]
     nh, nkv = q.shape[1] // hd, k.shape[1] // hd
     q, k, v = q.reshape(T, nh, hd), k.reshape(T, nkv, hd), v.reshape(T, nkv, hd)
-    rot = np.exp(1j * np.arange(T)[:, None] * _inv_freq64(cfg, hd)[None, :])[:, None, :]
-
-    def rope(t):
-        z = (t[..., : hd // 2] + 1j * t[..., hd // 2:]) * rot
-        return np.concatenate([z.real, z.imag], axis=-1)
-
-    q, k = rope(q), rope(k)
+    q, k = _rope64(q, cfg, hd), _rope64(k, cfg, hd)
     kv_of = np.arange(nh) // (nh // nkv)
-    s = np.einsum("ihd,jhd->hij", q, k[:, kv_of]) * hd ** -0.5
+    s = np.einsum("ihd,jhd->hij", q, k[:, kv_of]) * (hd ** -0.5 if scale is None else scale)
     allowed = np.tril(np.ones((T, T), bool))
     if window is not None:
         allowed &= np.arange(T)[None, :] > np.arange(T)[:, None] - window

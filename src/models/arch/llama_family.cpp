@@ -127,10 +127,10 @@ void parse_qwen_windows(const ConfigReader& f, const ModelConfig& c, LlamaParams
   p.use_sliding_window = f.boolean({"use_sliding_window"}, false);
   // Absent: HF's default 4096. null: no window on any layer (HF sets sliding_window None). 0
   // without use_sliding_window: none (Qwen2-MoE's config writes 0 then).
-  if (f.has("sliding_window") && !p.use_sliding_window && f.integer({"sliding_window"}, 0) == 0)
-    p.sliding_window = std::nullopt;
-  else if (f.has("sliding_window"))
-    p.sliding_window = f.positive({"sliding_window"}, std::nullopt);
+  if (f.has("sliding_window"))
+    p.sliding_window = !p.use_sliding_window && f.integer({"sliding_window"}, 0) == 0
+                           ? std::nullopt
+                           : std::optional<int64_t>(f.positive({"sliding_window"}, std::nullopt));
   else
     p.sliding_window =
         f.root().contains("sliding_window") ? std::nullopt : std::optional<int64_t>(4096);
@@ -375,16 +375,20 @@ std::unique_ptr<Module> gemma_decoder_layer(const ModelConfig& c, WeightSource w
 
 namespace {
 
+// The pre-norm layer's norms and the final norm: the architecture's (b.norm) or the RMSNorm.
+std::unique_ptr<Module> family_norm(const ModelConfig& c, const LlamaBuild& b, WeightSource w,
+                                    const char* name, int64_t width) {
+  return b.norm ? b.norm(c, w, name, width)
+                : llama_rms_norm(c.params<LlamaParams>(), w, name, width, 0, b.unit_offset_norms);
+}
+
 std::unique_ptr<Module> decoder_layer(const ModelConfig& c, WeightSource w, int64_t layer,
                                       const std::shared_ptr<const Rope>& rope,
                                       const LlamaBuild& b) {
   const auto& p = c.params<LlamaParams>();
   const int64_t H = c.hidden_size, D = p.head_dim;
   const std::string name = w.path();
-  auto norm = [&](const char* n) -> std::unique_ptr<Module> {
-    return b.norm ? b.norm(c, w, n, H) : llama_rms_norm(p, w, n, H, 0, b.unit_offset_norms);
-  };
-  auto in_norm = norm("input_layernorm");
+  auto in_norm = family_norm(c, b, w, "input_layernorm", H);
   WeightSource a = w.pp("self_attn");
   AttentionParts parts = llama_attention_projections(c, a);
   if (p.qk_norm) parts.q_norm = llama_rms_norm(p, a, "q_norm", D, c.num_attention_heads);
@@ -392,7 +396,7 @@ std::unique_ptr<Module> decoder_layer(const ModelConfig& c, WeightSource w, int6
   if (b.attention_sinks) parts.sinks = a.get("sinks", {c.num_attention_heads}, Init::kBias);
   auto attn = std::make_unique<Attention>(a.path(), llama_attention_shape(c, layer, rope),
                                           std::move(parts));
-  auto post_norm = norm("post_attention_layernorm");
+  auto post_norm = family_norm(c, b, w, "post_attention_layernorm", H);
   auto mlp = b.mlp ? b.mlp(c, w, layer) : llama_gated_mlp(c, w.pp("mlp"), p.hidden_act);
   return std::make_unique<PreNormBlock>(name, H, std::move(in_norm), std::move(attn),
                                         std::move(post_norm), std::move(mlp));
@@ -423,10 +427,7 @@ BuiltModel build_llama_family(const ModelConfig& c, WeightSource& w, const Llama
     m.stages.push_back({StageKind::kBlock, b.layer ? b.layer(c, layer, i, rope)
                                                    : decoder_layer(c, layer, i, rope, b)});
   }
-  m.stages.push_back(
-      {StageKind::kFinalNorm,
-       b.norm ? b.norm(c, model, "norm", c.hidden_size)
-              : llama_rms_norm(p, model, "norm", c.hidden_size, 0, b.unit_offset_norms)});
+  m.stages.push_back({StageKind::kFinalNorm, family_norm(c, b, model, "norm", c.hidden_size)});
   BuiltStage head = head_stage(c, w, embed);
   if (b.logit_softcap)
     head.module =
