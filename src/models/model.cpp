@@ -289,13 +289,14 @@ std::unique_ptr<Model> Model::from_tensors(const ModelConfig& config,
 
 std::vector<PointInfo> Model::points() const {
   std::vector<PointInfo> out;
-  // Modules declare float32 points; every floating activation is in the compute dtype.
+  // Modules declare float32 points; every floating activation is in the compute dtype, but for
+  // the outputs a module keeps float32.
   auto computed = [&](PointInfo p) {
     if (at::isFloatingType(p.dtype)) p.dtype = compute_dtype_;
     return p;
   };
   for (Module* m : impl_->modules) {
-    out.push_back(computed(m->output_point()));
+    out.push_back(m->float32_output() ? m->output_point() : computed(m->output_point()));
     if (!m->is_tap()) out.push_back(computed(m->input_point()));
   }
   return out;
@@ -389,6 +390,7 @@ std::vector<StageCost> Model::stage_costs(int64_t batch, int64_t seq, bool logit
   const uint64_t BT = static_cast<uint64_t>(batch * seq), f = c10::elementSize(compute_dtype_);
   const uint64_t H = config_.hidden_size, V = config_.vocab_size;
   const uint64_t heads = config_.num_attention_heads, inner = impl_->built.mlp_width;
+  const uint64_t attn = impl_->built.attention_width > 0 ? impl_->built.attention_width : 4 * H;
   auto modules = stage_modules();
   std::vector<StageCost> out;
   for (size_t i = 0; i < stages_.size(); ++i) {
@@ -398,7 +400,7 @@ std::vector<StageCost> Model::stage_costs(int64_t batch, int64_t seq, bool logit
     if (stage_kinds_[i] == StageKind::kBlock) {
       // scores + probabilities [B, heads, T, T], q/k/v and context, MLP intermediates, residuals
       c.workspace_bytes =
-          f * (2 * batch * heads * seq * seq + 4 * BT * H + 3 * BT * inner + 2 * BT * H);
+          f * (2 * batch * heads * seq * seq + BT * attn + 3 * BT * inner + 2 * BT * H);
     } else if (stage_kinds_[i] == StageKind::kHead) {
       c.workspace_bytes = logits ? f * BT * V : 0;
       if (impl_->built.head_shares_embedding) {

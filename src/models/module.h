@@ -103,6 +103,9 @@ class Module {
   // A point that is no Hugging Face module (an attention module's `:scores` / `:probs`, Tap): it
   // has no `:input` and is not named in device maps.
   virtual bool is_tap() const { return false; }
+  // The output is float32 whatever the compute dtype (DeepSeek-V3's router logits, as in
+  // transformers); other floating outputs are in the compute dtype.
+  virtual bool float32_output() const { return false; }
 
   at::Tensor call(const at::Tensor& x, ForwardState& st) {
     if (!hooks_) return forward(x, st);

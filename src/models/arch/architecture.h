@@ -31,6 +31,9 @@ struct BuiltModel {
   // both stages share a device.
   bool head_shares_embedding = false;
   int64_t mlp_width = 0;  // the MLP's inner width (the planner's workspace estimate)
+  // Elements per token the attention holds for its queries, keys, values and context (the
+  // planner's estimate; 0: four hidden-wide tensors).
+  int64_t attention_width = 0;
 };
 
 class Architecture {

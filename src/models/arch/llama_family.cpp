@@ -390,12 +390,17 @@ std::unique_ptr<Module> decoder_layer(const ModelConfig& c, WeightSource w, int6
   const std::string name = w.path();
   auto in_norm = family_norm(c, b, w, "input_layernorm", H);
   WeightSource a = w.pp("self_attn");
-  AttentionParts parts = llama_attention_projections(c, a);
-  if (p.qk_norm) parts.q_norm = llama_rms_norm(p, a, "q_norm", D, c.num_attention_heads);
-  if (p.qk_norm) parts.k_norm = llama_rms_norm(p, a, "k_norm", D, p.num_key_value_heads);
-  if (b.attention_sinks) parts.sinks = a.get("sinks", {c.num_attention_heads}, Init::kBias);
-  auto attn = std::make_unique<Attention>(a.path(), llama_attention_shape(c, layer, rope),
-                                          std::move(parts));
+  std::unique_ptr<Module> attn;
+  if (b.attention) {
+    attn = b.attention(c, a, layer, rope);
+  } else {
+    AttentionParts parts = llama_attention_projections(c, a);
+    if (p.qk_norm) parts.q_norm = llama_rms_norm(p, a, "q_norm", D, c.num_attention_heads);
+    if (p.qk_norm) parts.k_norm = llama_rms_norm(p, a, "k_norm", D, p.num_key_value_heads);
+    if (b.attention_sinks) parts.sinks = a.get("sinks", {c.num_attention_heads}, Init::kBias);
+    attn = std::make_unique<Attention>(a.path(), llama_attention_shape(c, layer, rope),
+                                       std::move(parts));
+  }
   auto post_norm = family_norm(c, b, w, "post_attention_layernorm", H);
   auto mlp = b.mlp ? b.mlp(c, w, layer) : llama_gated_mlp(c, w.pp("mlp"), p.hidden_act);
   return std::make_unique<PreNormBlock>(name, H, std::move(in_norm), std::move(attn),

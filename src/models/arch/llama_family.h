@@ -144,6 +144,11 @@ struct LlamaBuild {
   // The Llama pre-norm layer's feed-forward part, given the layer's weights (null: the gated MLP
   // under `mlp`); a mixture of experts sets it.
   std::function<std::unique_ptr<Module>(const ModelConfig& c, WeightSource w, int64_t layer)> mlp;
+  // The pre-norm layer's attention, given its weights (`self_attn`) and the model's RoPE (null:
+  // grouped-query Attention); DeepSeek-V3's latent attention sets it.
+  std::function<std::unique_ptr<Module>(const ModelConfig& c, WeightSource a, int64_t layer,
+                                        const std::shared_ptr<const Rope>& rope)>
+      attention;
   bool unit_offset_norms = false;
   // The pre-norm layer's two norms and the final norm, `name` under `w` (null: RMSNorms with the
   // config's eps, (1 + w) with unit_offset_norms, which a set `norm` replaces; OLMo's are

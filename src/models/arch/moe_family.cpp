@@ -9,7 +9,7 @@
 namespace actcap {
 
 bool MoeParams::sparse(int64_t layer) const {
-  if (num_experts <= 0) return false;
+  if (num_experts <= 0 || layer < first_k_dense_replace) return false;
   if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end())
     return false;
   return (layer + 1) % decoder_sparse_step == 0;
@@ -74,35 +74,45 @@ ModelConfig moe_preset(const std::string& arch, const std::string& preset, int64
   return c;
 }
 
+WeightSource moe_block(WeightSource layer, const MoeNames& names) {
+  // transformers 5's own layout (save_pretrained(save_original_format=False), or a save with an
+  // adapter loaded): the block under `mlp` with the experts stacked.
+  WeightSource fused = layer.pp("mlp");
+  return fused.has("experts.gate_up_proj") ? fused : layer.pp(names.block);
+}
+
+std::vector<ExpertWeights> expert_weights(const ModelConfig& c, WeightSource block,
+                                          const MoeNames& names) {
+  const auto& p = c.params<MoeParams>();
+  const int64_t H = c.hidden_size, I = p.moe_intermediate_size, E = p.num_experts;
+  std::vector<ExpertWeights> experts;
+  experts.reserve(static_cast<size_t>(E));
+  if (block.has("experts.gate_up_proj")) {
+    // gate_up_proj [E, 2I, H] (each expert's gate rows, then its up rows) and down_proj [E, H, I];
+    // each expert's matrices are views of those.
+    at::Tensor gate_up = block.get("experts.gate_up_proj", {E, 2 * I, H});
+    at::Tensor down = block.get("experts.down_proj", {E, H, I});
+    for (int64_t e = 0; e < E; ++e)
+      experts.push_back({gate_up[e].narrow(0, 0, I), gate_up[e].narrow(0, I, I), down[e]});
+    return experts;
+  }
+  for (int64_t e = 0; e < E; ++e) {
+    WeightSource x = block.pp("experts").pp(e);
+    experts.push_back({x.pp(names.gate).get("weight", {I, H}), x.pp(names.up).get("weight", {I, H}),
+                       x.pp(names.down).get("weight", {H, I})});
+  }
+  return experts;
+}
+
 std::unique_ptr<Module> build_sparse_moe(const ModelConfig& c, WeightSource layer,
                                          const MoeNames& names) {
   const auto& p = c.params<MoeParams>();
-  const int64_t H = c.hidden_size, I = p.moe_intermediate_size, E = p.num_experts;
+  const int64_t H = c.hidden_size, E = p.num_experts;
   const std::string name = layer.path() + ".mlp";
-  // transformers 5's own layout (save_pretrained(save_original_format=False), or a save with an
-  // adapter loaded): the block under `mlp` with the experts stacked, gate_up_proj [E, 2I, H]
-  // (each expert's gate rows, then its up rows) and down_proj [E, H, I]. Each expert's matrices
-  // are views of those.
-  WeightSource fused = layer.pp("mlp");
-  const bool stacked = fused.has("experts.gate_up_proj");
-  WeightSource block = stacked ? fused : layer.pp(names.block);
+  WeightSource block = moe_block(layer, names);
   auto router = std::make_unique<Linear>(name + ".gate", block.pp("gate").get("weight", {E, H}),
                                          at::Tensor());
-  std::vector<ExpertWeights> experts;
-  experts.reserve(static_cast<size_t>(E));
-  if (stacked) {
-    at::Tensor gate_up = fused.get("experts.gate_up_proj", {E, 2 * I, H});
-    at::Tensor down = fused.get("experts.down_proj", {E, H, I});
-    for (int64_t e = 0; e < E; ++e)
-      experts.push_back({gate_up[e].narrow(0, 0, I), gate_up[e].narrow(0, I, I), down[e]});
-  } else {
-    for (int64_t e = 0; e < E; ++e) {
-      WeightSource x = block.pp("experts").pp(e);
-      experts.push_back({x.pp(names.gate).get("weight", {I, H}),
-                         x.pp(names.up).get("weight", {I, H}),
-                         x.pp(names.down).get("weight", {H, I})});
-    }
-  }
+  std::vector<ExpertWeights> experts = expert_weights(c, block, names);
   SparseMoeOptions o;
   o.top_k = p.top_k;
   o.normalize_top_k = p.norm_topk_prob;
@@ -120,7 +130,7 @@ std::unique_ptr<Module> build_sparse_moe(const ModelConfig& c, WeightSource laye
 BuiltModel build_moe_family(const ModelConfig& c, WeightSource& w, const MoeNames& names,
                             LlamaBuild b) {
   const auto& p = c.params<MoeParams>();
-  if (!b.layer)
+  if (!b.layer && !b.mlp)
     b.mlp = [&names](const ModelConfig& c, WeightSource layer, int64_t i) {
       const auto& p = c.params<MoeParams>();
       return p.sparse(i) ? build_sparse_moe(c, layer, names)

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "models/arch/llama_family.h"
+#include "models/parts/moe.h"
 
 namespace actcap {
 
@@ -21,7 +22,10 @@ struct MoeParams : LlamaParams {
   // decoder_sparse_step; the others run a dense MLP of intermediate_size.
   int64_t decoder_sparse_step = 1;
   std::vector<int64_t> mlp_only_layers;
-  // Qwen2-MoE: each sparse block's shared expert, a gated MLP this wide (0: none).
+  // DeepSeek-V3: the layers below this one are dense.
+  int64_t first_k_dense_replace = 0;
+  // Qwen2-MoE's shared expert, DeepSeek-V3's shared experts: each sparse block also runs a gated
+  // MLP this wide on every token (0: none).
   int64_t shared_expert_intermediate_size = 0;
 
   bool sparse(int64_t layer) const;
@@ -35,6 +39,15 @@ struct MoeNames {
   bool weights_in_compute_dtype = false;  // see SparseMoeOptions
 };
 
+// Where a layer's sparse block keeps its weights: `mlp` when the experts are stacked as
+// transformers 5 holds them (`mlp.experts.gate_up_proj`), else names.block.
+WeightSource moe_block(WeightSource layer, const MoeNames& names);
+// The experts' matrices under `block`: stacked (experts.gate_up_proj [E, 2I, H], each expert's
+// gate rows then its up rows, and experts.down_proj [E, H, I]; views of those) or one tensor each
+// (experts.E.<names.gate>.weight ...).
+std::vector<ExpertWeights> expert_weights(const ModelConfig& c, WeightSource block,
+                                          const MoeNames& names);
+
 // Layer `layer`'s sparse block: the module is named `<layer>.mlp` (transformers 5's name for both
 // architectures; transformers 4 called Mixtral's `block_sparse_moe`), its router
 // `<layer>.mlp.gate`, with p.shared_expert_intermediate_size its shared expert
@@ -46,7 +59,8 @@ std::unique_ptr<Module> build_sparse_moe(const ModelConfig& c, WeightSource laye
 
 // The Llama family's model with each layer's MLP as p.sparse() says: the sparse block (weights as
 // `names` says) or the dense gated MLP under `mlp`; when `b.layer` is set, it builds whole layers
-// instead (OLMoE's). The planner's MLP width covers both kinds.
+// instead (OLMoE's), when `b.mlp` is, that builds each layer's MLP (DeepSeek-V3's). The planner's
+// MLP width covers both kinds.
 BuiltModel build_moe_family(const ModelConfig& c, WeightSource& w, const MoeNames& names,
                             LlamaBuild b = {});
 

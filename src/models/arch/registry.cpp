@@ -23,6 +23,7 @@ const Architecture& qwen2_moe_architecture();
 const Architecture& qwen3_moe_architecture();
 const Architecture& olmoe_architecture();
 const Architecture& gpt_oss_architecture();
+const Architecture& deepseek_v3_architecture();
 
 const std::vector<const Architecture*>& architectures() {
   static const std::vector<const Architecture*> all = {
@@ -31,7 +32,7 @@ const std::vector<const Architecture*>& architectures() {
       &olmo2_architecture(),   &gemma_architecture(),     &gemma2_architecture(),
       &gemma3_architecture(),  &gpt_neox_architecture(),  &phi3_architecture(),
       &mixtral_architecture(), &qwen2_moe_architecture(), &qwen3_moe_architecture(),
-      &olmoe_architecture(),   &gpt_oss_architecture(),
+      &olmoe_architecture(),   &gpt_oss_architecture(),   &deepseek_v3_architecture(),
   };
   return all;
 }

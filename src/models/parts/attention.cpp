@@ -69,39 +69,43 @@ at::Tensor Attention::forward(const at::Tensor& x, ForwardState& st) {
     q = s_.rope->apply(q, st);
     k = s_.rope->apply(k, st);
   }
-  if (st.kv) {  // generation: keep this step's keys and values, attend over the cached ones
-    KvCache::Entry& e = st.kv->entry(this);
-    if (!e.k.defined()) {
-      // Zeroed, not empty: the masked slots past a row's position are still multiplied (by a
-      // probability of exactly 0), and 0 * NaN from stale memory would be NaN.
-      e.k = at::zeros({B, s_.kv_heads, st.kv->capacity, D}, k.options());
-      e.v = at::zeros({B, s_.kv_heads, st.kv->capacity, D}, v.options());
-    }
-    if (!st.row_positions.defined()) {  // the prompt pass: positions 0..T-1, attends as without
-      e.k.narrow(2, 0, T).copy_(k);
-      e.v.narrow(2, 0, T).copy_(v);
-    } else {
-      auto at_row = st.row_positions.view({B, 1, T, 1}).expand({B, s_.kv_heads, T, D});
-      e.k.scatter_(2, at_row, k);
-      e.v.scatter_(2, at_row, v);
-      k = e.k.narrow(2, 0, st.kv_len);
-      v = e.v.narrow(2, 0, st.kv_len);
-    }
-  }
+  cache_keys_values(this, k, v, st);
   auto ctx = attention(q, k, v, st.bias(s_.window), s_.scale, s_.softcap, &taps_, &st,
                        st.in_compute(sinks_));
   return o_->call(ctx, st);
+}
+
+void cache_keys_values(const void* owner, at::Tensor& k, at::Tensor& v, ForwardState& st) {
+  if (!st.kv) return;  // generation: keep this step's keys and values, attend over the cached ones
+  const int64_t B = k.size(0), Hkv = k.size(1), T = k.size(2), D = k.size(3), Dv = v.size(3);
+  KvCache::Entry& e = st.kv->entry(owner);
+  if (!e.k.defined()) {
+    // Zeroed, not empty: the masked slots past a row's position are still multiplied (by a
+    // probability of exactly 0), and 0 * NaN from stale memory would be NaN.
+    e.k = at::zeros({B, Hkv, st.kv->capacity, D}, k.options());
+    e.v = at::zeros({B, Hkv, st.kv->capacity, Dv}, v.options());
+  }
+  if (!st.row_positions.defined()) {  // the prompt pass: positions 0..T-1, attends as without
+    e.k.narrow(2, 0, T).copy_(k);
+    e.v.narrow(2, 0, T).copy_(v);
+    return;
+  }
+  auto at_row = st.row_positions.view({B, 1, T, 1});
+  e.k.scatter_(2, at_row.expand({B, Hkv, T, D}), k);
+  e.v.scatter_(2, at_row.expand({B, Hkv, T, Dv}), v);
+  k = e.k.narrow(2, 0, st.kv_len);
+  v = e.v.narrow(2, 0, st.kv_len);
 }
 
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                      const at::Tensor& bias, double scale, std::optional<double> softcap,
                      const AttentionTaps* taps, ForwardState* st, const at::Tensor& sinks) {
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
-  const int64_t Hkv = k.size(1), K = k.size(2);
+  const int64_t Hkv = k.size(1), K = k.size(2), Dv = v.size(3);
   at::Tensor kk = k, vv = v;
   if (Hkv != H) {  // repeat_kv: each kv head serves H / Hkv consecutive query heads
     kk = k.unsqueeze(2).expand({B, Hkv, H / Hkv, K, D}).reshape({B, H, K, D});
-    vv = v.unsqueeze(2).expand({B, Hkv, H / Hkv, K, D}).reshape({B, H, K, D});
+    vv = v.unsqueeze(2).expand({B, Hkv, H / Hkv, K, Dv}).reshape({B, H, K, Dv});
   }
   // A per-row bias (cached decoding) broadcast over the heads.
   const at::Tensor mask = bias.dim() == 4 ? bias.expand({B, H, T, K}).reshape({B * H, T, K}) : bias;
@@ -135,8 +139,8 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
                 : at::softmax(scores, -1, at::kFloat).to(scores.scalar_type());
   }
   if (taps) show(taps->probs, probs);
-  auto ctx = at::bmm(probs, vv.reshape({B * H, K, D}));  // [B*H, T, D]
-  return ctx.view({B, H, T, D}).transpose(1, 2).reshape({B, T, H * D});
+  auto ctx = at::bmm(probs, vv.reshape({B * H, K, Dv}));  // [B*H, T, Dv]
+  return ctx.view({B, H, T, Dv}).transpose(1, 2).reshape({B, T, H * Dv});
 }
 
 }  // namespace actcap

@@ -71,13 +71,19 @@ class Attention : public Module {
          *v_ = nullptr, *o_ = nullptr;
 };
 
-// softmax(q k^T * scale + bias) v with grouped-query heads: q [B, H, T, D], k/v [B, Hkv, K, D]
-// (K = T, or the cached positions when decoding), bias [T, K] or [B, 1, T, K]. Returns
-// [B, T, H * D]. `softcap` caps the scores before the bias, as Gemma 2. `sinks` ([H], optional):
-// each head's sink logit joins its row as one more key with no value (gpt-oss): the softmax runs
-// over the keys and the sink, in the scores' dtype after the row's maximum is subtracted, and the
-// sink's share is dropped, so a row's probabilities sum to less than 1. `taps` (with `st`) are
-// shown the scores (without the sink) and the probabilities when hooked.
+// Generation (st.kv set): stores this step's keys k [B, Hkv, T, D] and values v [B, Hkv, T, Dv]
+// in `owner`'s cache entry at the rows' positions and, when decoding, points k and v at every
+// cached position; without a cache, nothing.
+void cache_keys_values(const void* owner, at::Tensor& k, at::Tensor& v, ForwardState& st);
+
+// softmax(q k^T * scale + bias) v with grouped-query heads: q [B, H, T, D], k [B, Hkv, K, D], v
+// [B, Hkv, K, Dv] (K = T, or the cached positions when decoding; Dv = D except in DeepSeek's
+// multi-head latent attention), bias [T, K] or [B, 1, T, K]. Returns [B, T, H * Dv]. `softcap` caps
+// the scores before the bias, as Gemma 2. `sinks` ([H], optional): each head's sink logit joins its
+// row as one more key with no value (gpt-oss): the softmax runs over the keys and the sink, in the
+// scores' dtype after the row's maximum is subtracted, and the sink's share is dropped, so a row's
+// probabilities sum to less than 1. `taps` (with `st`) are shown the scores (without the sink) and
+// the probabilities when hooked.
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                      const at::Tensor& bias, double scale, std::optional<double> softcap = {},
                      const AttentionTaps* taps = nullptr, ForwardState* st = nullptr,

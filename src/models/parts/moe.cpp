@@ -1,6 +1,7 @@
 #include "models/parts/moe.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "actcap/error.h"
 #include "util/strings.h"
@@ -14,10 +15,14 @@ SparseMoe::SparseMoe(const std::string& name, int64_t width, std::unique_ptr<Mod
       width_(width),
       experts_(std::move(experts)),
       o_(o) {
-  // Children in execution order (the points list): the shared expert runs before the router.
-  if (shared.mlp) shared_ = add(std::move(shared.mlp));
+  // Children in execution order (the points list): Qwen2-MoE's shared expert runs before the
+  // router, DeepSeek-V3's after the routed experts.
+  shared_after_ = shared.after_routed;
+  if (shared.mlp && !shared_after_) shared_ = add(std::move(shared.mlp));
   router_ = add(std::move(router));
   if (shared.gate) shared_gate_ = add(std::move(shared.gate));
+  if (shared.mlp && shared_after_) shared_ = add(std::move(shared.mlp));
+  parameter(o_.grouped.correction, /*widened=*/false);
   const int64_t n = static_cast<int64_t>(experts_.size());
   check_top_k(n);
   const int64_t inner = n > 0 ? experts_[0].down.size(1) : 0;
@@ -47,6 +52,18 @@ SparseMoe::SparseMoe(const std::string& name, int64_t width, std::unique_ptr<Mod
     parameter(e.down_mxfp4.scales, false);
     parameter(e.down_bias);
   }
+}
+
+Float32Router::Float32Router(const std::string& name, at::Tensor weight)
+    : Module(name, hidden_point(name + ":input", weight.size(1)),
+             hidden_point(name, weight.size(0))),
+      weight_(std::move(weight)) {
+  parameter(weight_);
+}
+
+at::Tensor Float32Router::forward(const at::Tensor& x, ForwardState& st) {
+  // transformers holds the weight in the model's dtype and widens it: round, then widen.
+  return at::linear(x.to(at::kFloat), st.in_compute(weight_).to(at::kFloat));
 }
 
 int64_t SparseMoe::widen_elements(at::ScalarType compute) const {
@@ -97,10 +114,47 @@ at::Tensor SparseMoe::expert(int64_t e, const at::Tensor& in, ForwardState& st) 
 
 at::Tensor SparseMoe::forward(const at::Tensor& x, ForwardState& st) {
   // Qwen2-MoE: the shared expert runs first, as in transformers; its gate after the experts.
-  at::Tensor shared = shared_ ? shared_->call(x, st) : at::Tensor();
+  // DeepSeek-V3: the shared experts after the routed ones, unscaled.
+  at::Tensor shared = shared_ && !shared_after_ ? shared_->call(x, st) : at::Tensor();
   at::Tensor out = routed(x, st);
+  if (shared_after_) return out + shared_->call(x, st);
   if (shared_) out = out + at::sigmoid(shared_gate_->call(x, st)) * shared;
   return out;
+}
+
+std::pair<at::Tensor, at::Tensor> SparseMoe::route(const at::Tensor& logits) const {
+  const int64_t N = logits.size(0), E = logits.size(1), k = o_.top_k;
+  const GroupedSigmoidRouting& g = o_.grouped;
+  if (g.groups > 0) {
+    // DeepseekV3MoE.route_tokens_to_experts, op for op in float32.
+    at::Tensor scores = logits.sigmoid();
+    at::Tensor choice = scores + g.correction;
+    at::Tensor group_scores =
+        std::get<0>(choice.view({N, g.groups, E / g.groups}).topk(2, -1)).sum(-1);
+    at::Tensor kept = std::get<1>(at::topk(group_scores, g.top_groups, -1, /*largest=*/true,
+                                           /*sorted=*/false));
+    at::Tensor group_mask = at::zeros_like(group_scores).scatter_(1, kept, 1);
+    at::Tensor score_mask =
+        group_mask.unsqueeze(-1).expand({N, g.groups, E / g.groups}).reshape({N, E});
+    choice = choice.masked_fill(score_mask.logical_not(), -std::numeric_limits<float>::infinity());
+    at::Tensor chosen = std::get<1>(at::topk(choice, k, -1, /*largest=*/true, /*sorted=*/false));
+    at::Tensor weight = scores.gather(1, chosen);
+    if (o_.normalize_top_k) weight = weight / (weight.sum(-1, /*keepdim=*/true) + 1e-20);
+    return {chosen, weight * g.scale};
+  }
+  if (o_.top_k_before_softmax) {
+    // gpt-oss: the k largest logits (ties to the lower expert index, as topk), softmax over them
+    // in the logits' dtype.
+    auto top = at::topk(logits, k, -1);
+    return {std::get<1>(top), at::softmax(std::get<0>(top), -1)};
+  }
+  // transformers: softmax in float32, the k largest, optionally renormalised.
+  at::Tensor probs = at::softmax(logits, -1, at::kFloat);
+  auto top = at::topk(probs, k, -1);
+  at::Tensor weight = std::get<0>(top);
+  if (o_.normalize_top_k) weight = weight / weight.sum(-1, /*keepdim=*/true);
+  if (o_.weights_in_compute_dtype) weight = weight.to(logits.scalar_type());
+  return {std::get<1>(top), weight};
 }
 
 at::Tensor SparseMoe::routed(const at::Tensor& x, ForwardState& st) {
@@ -110,20 +164,7 @@ at::Tensor SparseMoe::routed(const at::Tensor& x, ForwardState& st) {
   at::Tensor flat = x.reshape({-1, width_});
   const int64_t N = flat.size(0);
   if (N == 0) return at::zeros_like(x);
-  at::Tensor weight, chosen;  // [N, k]
-  if (o_.top_k_before_softmax) {
-    // gpt-oss: the k largest logits (ties to the lower expert index, as topk), softmax over them
-    // in the logits' dtype.
-    auto top = at::topk(logits.reshape({N, E}), k, -1);
-    weight = at::softmax(std::get<0>(top), -1), chosen = std::get<1>(top);
-  } else {
-    // transformers: softmax in float32, the k largest, optionally renormalised.
-    at::Tensor probs = at::softmax(logits.reshape({N, E}), -1, at::kFloat);
-    auto top = at::topk(probs, k, -1);
-    weight = std::get<0>(top), chosen = std::get<1>(top);
-    if (o_.normalize_top_k) weight = weight / weight.sum(-1, /*keepdim=*/true);
-    if (o_.weights_in_compute_dtype) weight = weight.to(logits.scalar_type());
-  }
+  auto [chosen, weight] = route(logits.reshape({N, E}));  // [N, k] each
 
   // Every (token, slot) pair, entry n * k + s, grouped by expert (transformers 5's default
   // experts path, grouped_mm: sort by expert, one GEMM per expert's rows).

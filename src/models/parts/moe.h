@@ -9,11 +9,14 @@
 //   - gpt-oss: the router is `router` (with a bias); the k largest logits, softmaxed among
 //     themselves; each expert GptOssExperts' clamped SwiGLU with biases (ClampedExpertWeights).
 //   - Qwen2-MoE adds a shared expert every token runs (SharedExpert).
+//   - DeepSeek-V3: a float32 router (Float32Router), grouped sigmoid routing
+//     (GroupedSigmoidRouting) and ungated shared experts after the routed ones.
 //
 // Hook points: the block (NAME, NAME:input, [hidden] per token) and the router (NAME.gate or
 // NAME.router: its logits, [experts] per token, the first element of transformers' router output);
 // with a shared expert, NAME.shared_expert (and its own points) and NAME.shared_expert_gate ([1]
-// per token). The experts are not points: each sees a different number of tokens.
+// per token), or DeepSeek-V3's NAME.shared_experts. The experts are not points: each sees a
+// different number of tokens.
 #pragma once
 
 #include "models/module.h"
@@ -44,9 +47,40 @@ struct ClampedExpertWeights {
 // Qwen2-MoE's shared expert: every token also runs `mlp` (NAME.shared_expert, a gated MLP), before
 // the router as transformers does; the block's output is the routed sum plus
 // sigmoid(gate(x)) * mlp(x), with `gate` NAME.shared_expert_gate (Linear hidden -> 1), each step in
-// the compute dtype. Both null: none.
+// the compute dtype. DeepSeek-V3's shared experts (NAME.shared_experts): no gate, run after the
+// routed experts, their output added to the routed sum. Both null: none.
 struct SharedExpert {
   std::unique_ptr<Module> mlp, gate;
+  bool after_routed = false;
+};
+
+// DeepSeek-V3's router (DeepseekV3TopkRouter, NAME.gate): float32 logits F.linear(x.float(),
+// W.float()) whatever the compute dtype (the weight as the compute dtype holds it, widened), so its
+// point is float32.
+class Float32Router : public Module {
+ public:
+  Float32Router(const std::string& name, at::Tensor weight);
+  bool float32_output() const override { return true; }
+
+ protected:
+  at::Tensor forward(const at::Tensor& x, ForwardState& st) override;
+
+ private:
+  at::Tensor weight_;
+};
+
+// DeepSeek-V3's routing (DeepseekV3MoE.route_tokens_to_experts), in float32 on the router's
+// logits: scores = sigmoid(logits); the choice adds `correction` (the router's
+// e_score_correction_bias, float32 as transformers keeps it); the experts fall into `groups` equal
+// groups, each ranked by the sum of its two best choice scores, and the `top_groups` best are
+// kept; the k best experts among them (topk unsorted, as there: its order is the slots' order);
+// their weights are the uncorrected scores, divided by their sum + 1e-20 when normalize_top_k,
+// times `scale` (routed_scaling_factor), kept float32.
+struct GroupedSigmoidRouting {
+  int64_t groups = 0;  // 0: the softmax routing
+  int64_t top_groups = 0;
+  double scale = 1.0;
+  at::Tensor correction;  // [experts] float32
 };
 
 struct SparseMoeOptions {
@@ -60,6 +94,7 @@ struct SparseMoeOptions {
   // Round the routing weights to the compute dtype before they scale the expert outputs
   // (Qwen3-MoE, OLMoE); Mixtral keeps them float32 and rounds the product.
   bool weights_in_compute_dtype = false;
+  GroupedSigmoidRouting grouped;  // DeepSeek-V3 (groups > 0): replaces the softmax routing
 };
 
 class SparseMoe : public Module {
@@ -88,6 +123,9 @@ class SparseMoe : public Module {
  private:
   // The routed experts' weighted sum, [B, T, width] in the compute dtype.
   at::Tensor routed(const at::Tensor& x, ForwardState& st);
+  // The k experts of each of the N tokens and their weights ([N, k] each), from the router's
+  // logits [N, E].
+  std::pair<at::Tensor, at::Tensor> route(const at::Tensor& logits) const;
   // Expert e's output for its rows `in` (compute dtype).
   at::Tensor expert(int64_t e, const at::Tensor& in, ForwardState& st) const;
   void check_top_k(int64_t experts) const;
@@ -95,7 +133,8 @@ class SparseMoe : public Module {
   int64_t width_;
   Module* router_ = nullptr;
   Module* shared_ = nullptr;                   // Qwen2-MoE's shared expert and
-  Module* shared_gate_ = nullptr;              // its gate
+  Module* shared_gate_ = nullptr;              // its gate (null: unscaled, DeepSeek-V3's)
+  bool shared_after_ = false;                  // the shared expert runs after the routed ones
   std::vector<ExpertWeights> experts_;         // gated experts, or
   std::vector<ClampedExpertWeights> clamped_;  // gpt-oss's
   std::unique_ptr<Activation> act_;            // not a child: no hook point
