@@ -4,12 +4,12 @@ Written from the semantics of Hugging Face transformers' modeling_gpt2.py, model
 modeling_mistral.py, modeling_qwen2.py, modeling_qwen3.py, modeling_olmo.py, modeling_olmo2.py,
 modeling_gemma.py, modeling_gemma2.py, modeling_gemma3.py, modeling_gpt_neox.py, modeling_phi3.py,
 modeling_mixtral.py, modeling_qwen3_moe.py, modeling_qwen2_moe.py, modeling_olmoe.py,
-modeling_gpt_oss.py (with configuration_mixtral.py, configuration_qwen3_moe.py,
+modeling_gpt_oss.py, modeling_deepseek_v3.py (with configuration_mixtral.py, configuration_qwen3_moe.py,
 configuration_qwen2_moe.py, configuration_olmo.py, configuration_olmoe.py,
-configuration_gpt_oss.py, configuration_gemma.py, conversion_mapping.py, integrations/moe.py and
-integrations/mxfp4.py of transformers 5.12) and modeling_rope_utils.py (eager attention, eager
-experts (Qwen2-MoE and gpt-oss: transformers 5's default grouped_mm experts), no padding, no cache,
-eval mode), using only torch + numpy + the minimal safetensors
+configuration_gpt_oss.py, configuration_gemma.py, configuration_deepseek_v3.py, conversion_mapping.py,
+integrations/moe.py and integrations/mxfp4.py of transformers 5.12) and modeling_rope_utils.py (eager
+attention, eager experts (Qwen2-MoE, gpt-oss and DeepSeek-V3: transformers 5's default grouped_mm
+experts), no padding, no cache, eval mode), using only torch + numpy + the minimal safetensors
 reader in st.py. config.json may be in transformers 4.x form (rope_theta / rope_scaling,
 torch_dtype) or 5.x form (rope_parameters, layer_types, dtype); the dtype fields are not read.
 
@@ -131,6 +131,27 @@ Hook points (N = layer index):
          Model.routing(ids) works as for the other MoE families (its margin is between logits). An
          MXFP4 checkpoint (quantization_config quant_method "mxfp4") stores the experts'
          gate_up_proj / down_proj as _blocks / _scales, dequantized at load (mxfp4_dequantize).
+  deepseek_v3 (DeepseekV3ForCausalLM: DeepSeek-V3 / R1, Moonlight, Kimi-K2's shape): model.embed_tokens,
+         model.layers.N, .input_layernorm, .self_attn (multi-head latent attention) with, in forward
+         order, either .self_attn.q_proj ([heads * qk_head_dim], q_lora_rank null) or
+         .self_attn.q_a_proj ([q_lora_rank]), .q_a_layernorm, .q_b_proj ([heads * qk_head_dim]);
+         then .self_attn.kv_a_proj_with_mqa ([kv_lora_rank + qk_rope_head_dim]), .kv_a_layernorm
+         (input and output [kv_lora_rank]: the first part of kv_a_proj_with_mqa's output),
+         .kv_b_proj ([heads * (qk_nope_head_dim + v_head_dim)]), .o_proj (input [heads *
+         v_head_dim]); .post_attention_layernorm, .mlp, model.norm, lm_head; per layer either
+           dense (N < first_k_dense_replace): .mlp.gate_proj, .mlp.act_fn, .mlp.up_proj,
+                   .mlp.down_proj (intermediate_size), in that (HF's call) order; or
+           sparse: .mlp.gate, the router: input [T, H], output the float32 router logits [T,
+                   n_routed_experts] (before the sigmoid and the correction bias); then
+                   .mlp.shared_experts ([T, H] in and out, run after the routed experts) with
+                   .mlp.shared_experts.{gate_proj, act_fn, up_proj, down_proj} (width
+                   moe_intermediate_size * n_shared_experts); no per-expert points.
+         :scores / :probs of .self_attn as the other families ([T, heads, T]; the scale is
+         qk_head_dim ** -0.5, times YaRN's mscale_all_dim factor squared). See
+         Config._deepseek_v3, Model._deepseek_v3_attention and Model._deepseek_v3_moe;
+         Model.routing(ids) works as for the other MoE families (its margin in sigmoid-score units,
+         the group choice's included). Checkpoints: the Hub's per-expert tensors or transformers 5's
+         stacked experts.gate_up_proj / down_proj; the MTP layer (layer num_hidden_layers) ignored.
 """
 import json
 import math
@@ -144,8 +165,8 @@ import torch.nn.functional as F
 import st
 
 ARCHS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo", "olmo2", "gemma", "gemma2", "gemma3_text",
-         "gemma3", "gpt_neox", "phi3", "mixtral", "qwen3_moe", "qwen2_moe", "olmoe", "gpt_oss")
-MOE_ARCHS = ("mixtral", "qwen3_moe", "qwen2_moe", "olmoe", "gpt_oss")
+         "gemma3", "gpt_neox", "phi3", "mixtral", "qwen3_moe", "qwen2_moe", "olmoe", "gpt_oss", "deepseek_v3")
+MOE_ARCHS = ("mixtral", "qwen3_moe", "qwen2_moe", "olmoe", "gpt_oss", "deepseek_v3")
 
 
 class ReferenceError(ValueError):
@@ -314,6 +335,27 @@ PHI3_DEFAULTS = dict(vocab_size=32064, hidden_size=3072, intermediate_size=8192,
                      num_attention_heads=32, hidden_act="silu", max_position_embeddings=4096,
                      original_max_position_embeddings=4096, rms_norm_eps=1e-5,
                      tie_word_embeddings=False)
+# DeepseekV3Config's defaults (configuration_deepseek_v3.py, transformers 5.12, a @strict dataclass:
+# DeepSeek-V3's sizes). num_key_value_heads is 128 when ABSENT (a field default, not
+# num_attention_heads); only an explicit null becomes num_attention_heads (__post_init__).
+# attribute_map: num_local_experts -> n_routed_experts. head_dim is set to qk_rope_head_dim and
+# qk_head_dim to qk_nope_head_dim + qk_rope_head_dim in __post_init__, but a head_dim / qk_head_dim
+# key of config.json is set AFTER that (the extra kwargs), so it wins (see Config._deepseek_v3).
+DEEPSEEK_V3_DEFAULTS = dict(vocab_size=129280, hidden_size=7168, intermediate_size=18432, moe_intermediate_size=2048,
+                            num_hidden_layers=61, num_attention_heads=128, num_key_value_heads=128,
+                            n_shared_experts=1, n_routed_experts=256, routed_scaling_factor=2.5, kv_lora_rank=512,
+                            q_lora_rank=1536, qk_rope_head_dim=64, v_head_dim=128, qk_nope_head_dim=128, n_group=8,
+                            topk_group=4, num_experts_per_tok=8, first_k_dense_replace=3, norm_topk_prob=True,
+                            hidden_act="silu", max_position_embeddings=4096, rms_norm_eps=1e-6,
+                            tie_word_embeddings=False, rope_interleave=True, attention_bias=False)
+# Fields typed Optional (null passes the strict check); every other null is refused.
+DEEPSEEK_V3_OPTIONAL = ("num_key_value_heads", "q_lora_rank", "v_head_dim", "n_group", "topk_group",
+                        "num_experts_per_tok", "first_k_dense_replace", "norm_topk_prob", "rope_interleave")
+# DeepseekV3RMSNorm's class default eps: q_a_layernorm and kv_a_layernorm are built without an eps
+# argument, so they use it whatever rms_norm_eps is (only the layer and final norms read rms_norm_eps).
+DEEPSEEK_V3_LORA_NORM_EPS = 1e-6
+# DeepseekV3MoE.route_tokens_to_experts: added to the sum of the k gathered weights before dividing.
+DEEPSEEK_V3_NORM_EPS = 1e-20
 
 
 class Config:
@@ -362,6 +404,8 @@ class Config:
             self._gpt_oss(cfg)
         elif mt == "qwen2_moe":
             self._qwen2_moe(cfg)
+        elif mt == "deepseek_v3":
+            self._deepseek_v3(cfg)
         elif mt in MOE_ARCHS:
             self._moe(cfg)
         else:
@@ -972,6 +1016,153 @@ class Config:
             raise ReferenceError(f"unsupported quantization_config {q!r} (only mxfp4)")
         self.mxfp4 = q is not None
 
+    def _deepseek_v3(self, cfg):
+        """DeepseekV3Config (transformers 5.12, a @strict dataclass; DEEPSEEK_V3_DEFAULTS for absent
+        fields). A null in a non-Optional field is refused (strict validation); of the Optional ones
+        (DEEPSEEK_V3_OPTIONAL) null means: num_key_value_heads -> num_attention_heads; q_lora_rank ->
+        a plain q_proj; norm_topk_prob and rope_interleave -> false (read as truthiness); v_head_dim
+        and first_k_dense_replace cannot build the model, n_group / topk_group / num_experts_per_tok
+        cannot run a sparse layer: refused (the latter three only when some layer is sparse).
+        - attention (MLA): q = q_proj(x) (q_lora_rank null) or q_b_proj(q_a_layernorm(q_a_proj(x)));
+          [kv_lora_rank | qk_rope_head_dim] = kv_a_proj_with_mqa(x); heads of qk_head_dim =
+          qk_nope_head_dim + qk_rope_head_dim for q and k, v_head_dim for v. attention_bias gives
+          q_a_proj, kv_a_proj_with_mqa and o_proj biases (q_proj, q_b_proj, kv_b_proj never).
+          num_key_value_heads must equal num_attention_heads: kv_b_proj already gives every head its
+          keys, and HF's repeat_kv(num_attention_heads // num_key_value_heads) would repeat them
+          again (any other value cannot run). Softmax scale attn_scale: qk_head_dim ** -0.5, times
+          m * m with m = 0.1 * mscale_all_dim * ln(factor) + 1 (1 for factor <= 1) when the rope
+          type is not default and the rope dict's mscale_all_dim is truthy (any rope type: HF
+          reads rope_parameters["factor"], so a non-default type without a factor is refused).
+        - RoPE over qk_rope_head_dim (HF's config.head_dim): a head_dim / qk_head_dim key in
+          config.json overrides the derived value in HF, so one that differs from qk_rope_head_dim /
+          qk_nope_head_dim + qk_rope_head_dim (or is null) is refused (HF's rotary tables or
+          projections would not match). rope_interleave: pairs (2i, 2i + 1) instead of (i, i + d/2).
+          rope_theta from the rope dict or the top level, default 10000; rope_scaling (4.x, the
+          Hub's files: {"type": "yarn", "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0, ...}) or
+          rope_parameters (5.x); a partial_rotary_factor is ignored with the default type (as HF's
+          default table does) and refused with the others.
+        - integers in float fields (routed_scaling_factor, rms_norm_eps) are read as floats, as
+          transformers 4.x does; transformers 5.12's strict validation refuses them.
+        - layers: i < first_k_dense_replace a dense MLP of intermediate_size, else DeepseekV3MoE:
+          n_routed_experts (num_local_experts wins when both are present, as its attribute_map
+          makes the later setattr overwrite) experts of moe_intermediate_size; shared experts: one
+          gated MLP of moe_intermediate_size * n_shared_experts; sigmoid routing limited to
+          topk_group of n_group groups (see Model._deepseek_v3_moe). Refused where HF raises or is
+          ill-defined: n_group not dividing n_routed_experts, groups of < 2 experts (HF's top-2
+          per group), topk_group outside 1..n_group, num_experts_per_tok outside 1..topk_group *
+          group size (more would pick masked experts in torch.topk's tie order).
+        - quantization_config (DeepSeek-V3's / Kimi-K2's FP8 files) is refused.
+        Not read (transformers ignores them): moe_layer_freq, topk_method, scoring_func, ep_size,
+        aux_loss_alpha, seq_aux, num_nextn_predict_layers (the MTP layer's tensors, stored as layer
+        num_hidden_layers, are ignored: _norm_deepseek_v3_names), pretraining_tp, mlp_bias."""
+        d = DEEPSEEK_V3_DEFAULTS
+
+        def get(k):
+            if k not in cfg:
+                return d[k]
+            if cfg[k] is None and k not in DEEPSEEK_V3_OPTIONAL:
+                raise ReferenceError(f"deepseek_v3 {k} is null (transformers' strict config refuses it)")
+            return cfg[k]
+
+        if cfg.get("quantization_config") is not None:
+            raise ReferenceError("deepseek_v3 quantization_config (FP8 checkpoints) is not supported")
+        self.vocab_size = int(get("vocab_size"))
+        self.hidden = int(get("hidden_size"))
+        self.layers = int(get("num_hidden_layers"))
+        self.heads = int(get("num_attention_heads"))
+        kv = get("num_key_value_heads")
+        self.kv_heads = self.heads if kv is None else int(kv)
+        if self.heads < 1 or self.kv_heads != self.heads:
+            raise ReferenceError(f"deepseek_v3 num_key_value_heads {self.kv_heads} != num_attention_heads "
+                                 f"{self.heads} (HF's repeat_kv cannot run it)")
+        self.inner = int(get("intermediate_size"))
+        self.moe_inner = int(get("moe_intermediate_size"))
+        self.shared_inner = self.moe_inner * int(get("n_shared_experts"))
+        self.act = get("hidden_act")
+        _act(self.act)
+        self.eps = float(get("rms_norm_eps"))
+        self.tie = bool(get("tie_word_embeddings"))
+        self.attention_bias = bool(get("attention_bias"))
+        self.mlp_bias = False
+        q_lora = get("q_lora_rank")
+        self.q_lora_rank = None if q_lora is None else int(q_lora)
+        self.kv_lora_rank = int(get("kv_lora_rank"))
+        self.qk_nope = int(get("qk_nope_head_dim"))
+        self.qk_rope = int(get("qk_rope_head_dim"))
+        v = get("v_head_dim")
+        if v is None:
+            raise ReferenceError("deepseek_v3 v_head_dim is null (DeepseekV3Attention cannot build kv_b_proj)")
+        self.v_head_dim = int(v)
+        self.qk_head_dim = self.qk_nope + self.qk_rope
+        if self.qk_rope < 2 or self.qk_rope % 2 or self.qk_nope < 0 or self.v_head_dim < 1 or \
+                self.kv_lora_rank < 1 or (self.q_lora_rank is not None and self.q_lora_rank < 1):
+            raise ReferenceError("deepseek_v3: qk_rope_head_dim must be even >= 2, qk_nope_head_dim >= 0, "
+                                 "v_head_dim, kv_lora_rank and q_lora_rank >= 1")
+        if "head_dim" in cfg and cfg["head_dim"] != self.qk_rope:
+            raise ReferenceError(f"deepseek_v3 head_dim {cfg['head_dim']!r} != qk_rope_head_dim {self.qk_rope} "
+                                 "(HF's rotary embedding would use head_dim)")
+        if "qk_head_dim" in cfg and cfg["qk_head_dim"] != self.qk_head_dim:
+            raise ReferenceError(f"deepseek_v3 qk_head_dim {cfg['qk_head_dim']!r} != qk_nope_head_dim + "
+                                 f"qk_rope_head_dim ({self.qk_head_dim})")
+        self.head_dim = self.qk_rope  # HF's config.head_dim: the rotary width
+        self.rope_interleave = bool(get("rope_interleave"))
+        get("max_position_embeddings")  # refuses a null
+        rs, rp = cfg.get("rope_scaling"), cfg.get("rope_parameters")
+        rd = rs if isinstance(rs, dict) and rs else rp if isinstance(rp, dict) else {}
+        if "rope_theta" in cfg and cfg["rope_theta"] is None and rd.get("rope_theta") is None:
+            raise ReferenceError("deepseek_v3 rope_theta is null")
+        rcfg = dict(cfg, model_type="deepseek_v3")
+        if (rd.get("rope_type", rd.get("type")) or "default") == "default":
+            # DeepseekV3RotaryEmbedding.compute_default_rope_parameters never reads
+            # partial_rotary_factor (the other types do, and are refused with one)
+            rcfg.pop("partial_rotary_factor", None)
+            for key in ("rope_scaling", "rope_parameters"):
+                if isinstance(rcfg.get(key), dict):
+                    rcfg[key] = {k: v for k, v in rcfg[key].items() if k != "partial_rotary_factor"}
+        self.rope = self._rope(rcfg)
+        scale = self.qk_head_dim ** (-0.5)
+        if self.rope["rope_type"] != "default":
+            if self.rope.get("factor") is None:
+                raise ReferenceError(f"deepseek_v3 rope type {self.rope['rope_type']!r} without a factor "
+                                     "(DeepseekV3Attention reads rope_parameters['factor'])")
+            mscale_all_dim = self.rope.get("mscale_all_dim", 0)
+            if mscale_all_dim:
+                m = _yarn_mscale(self.rope["factor"], mscale_all_dim)
+                scale = scale * m * m  # as HF: Python floats, (s * m) * m
+        self.attn_scale = scale
+        self.windows = [None] * self.layers
+        # experts
+        fk = get("first_k_dense_replace")
+        if fk is None:
+            raise ReferenceError("deepseek_v3 first_k_dense_replace is null (DeepseekV3DecoderLayer compares "
+                                 "the layer index with it)")
+        self.first_k_dense = int(fk)
+        self.sparse = [i >= self.first_k_dense for i in range(self.layers)]
+        if "num_local_experts" in cfg:
+            E = cfg["num_local_experts"]
+            if E is None:
+                raise ReferenceError("deepseek_v3 num_local_experts is null")
+        else:
+            E = get("n_routed_experts")
+        self.experts = int(E)
+        self.routed_scale = float(get("routed_scaling_factor"))
+        self.norm_topk = bool(get("norm_topk_prob"))
+        self.n_group, self.topk_group, self.top_k = (get(k) for k in ("n_group", "topk_group", "num_experts_per_tok"))
+        if any(self.sparse):
+            if None in (self.n_group, self.topk_group, self.top_k):
+                raise ReferenceError("deepseek_v3 n_group / topk_group / num_experts_per_tok is null "
+                                     "(DeepseekV3MoE cannot route)")
+            self.n_group, self.topk_group, self.top_k = int(self.n_group), int(self.topk_group), int(self.top_k)
+            E, G = self.experts, self.n_group
+            if G < 1 or E % G or E // G < 2:
+                raise ReferenceError(f"deepseek_v3 n_group {G} must divide n_routed_experts {E} into groups "
+                                     "of >= 2 experts")
+            if not 1 <= self.topk_group <= G:
+                raise ReferenceError(f"deepseek_v3 topk_group {self.topk_group} must be in 1..n_group ({G})")
+            if not 1 <= self.top_k <= self.topk_group * (E // G):
+                raise ReferenceError(f"deepseek_v3 num_experts_per_tok {self.top_k} must be in 1.."
+                                     f"{self.topk_group * (E // G)} (the experts of the topk_group kept groups)")
+
     # -- RoPE ----------------------------------------------------------------------------------
     def _gpt_neox(self, cfg):
         """GPTNeoXConfig: every field has a default (gpt-neox-20b's sizes); hidden_act gelu (exact);
@@ -1316,7 +1507,7 @@ ROPE_FUNCTIONS = {"default": _rope_default, "linear": _rope_linear, "dynamic": _
 ROPE_TYPES = tuple(ROPE_FUNCTIONS)
 MAX_POSITIONS_DEFAULT = {"gemma": 8192, "gemma2": 8192, "gemma3_text": 131072, "llama": 2048, "mistral": 4096 * 32, "qwen2": 32768, "qwen3": 32768,
                          "gpt_neox": 2048, "phi3": 4096, "mixtral": 4096 * 32, "qwen3_moe": 32768, "qwen2_moe": 32768,
-                         "olmo": 2048, "olmo2": 2048, "olmoe": 4096, "gpt_oss": 131072}
+                         "olmo": 2048, "olmo2": 2048, "olmoe": 4096, "gpt_oss": 131072, "deepseek_v3": 4096}
 
 
 def rope_parameters(rope, head_dim, seq_len=None):
@@ -1366,6 +1557,18 @@ def apply_rope(x, cos, sin):
         return (x * cos) + (rotate_half(x) * sin)
     xr, xp = x[..., :rd], x[..., rd:]
     return torch.cat(((xr * cos) + (rotate_half(xr) * sin), xp), dim=-1)
+
+
+def apply_rope_interleaved(x, cos, sin):
+    """DeepSeek's apply_rotary_pos_emb_interleave on x [..., T, d] with cos / sin [T, d] (the
+    cat(freqs, freqs) tables): the pairs (x[2i], x[2i + 1]) rotate by frequency i, and the result is
+    laid out [all rotated evens, all rotated odds] (rotate-half layout), i.e.
+    cat(x1 cos - x2 sin, x2 cos + x1 sin) with x1 = x[0::2], x2 = x[1::2] and the first half of cos /
+    sin. The layout does not change q . k (q and k come out alike); the pairing does."""
+    d = cos.shape[-1] // 2
+    c, s = cos[..., :d], sin[..., :d]
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1541,6 +1744,50 @@ def expected_shapes(cfg):
             s[p + "mlp.experts.down_proj"] = [E, I, H]
             s[p + "mlp.experts.down_proj_bias"] = [E, H]
         s["model.norm.weight"] = [H]
+    elif c.arch == "deepseek_v3":
+        # the Hub's layout (what transformers 5 also saves): per-expert tensors (on load HF stacks
+        # them into experts.gate_up_proj [E, 2I, H] (gate rows first) and experts.down_proj [E, H, I];
+        # a checkpoint stored that way is read too: _norm_deepseek_v3_names), the router's float32
+        # e_score_correction_bias buffer beside its weight
+        nh, qk, r_kv, E, Ie, S = c.heads, c.qk_head_dim, c.kv_lora_rank, c.experts, c.moe_inner, c.shared_inner
+        s["model.embed_tokens.weight"] = [V, H]
+        for i in range(c.layers):
+            p = f"model.layers.{i}."
+            A = p + "self_attn."
+            s[p + "input_layernorm.weight"] = [H]
+            if c.q_lora_rank is None:
+                s[A + "q_proj.weight"] = [nh * qk, H]
+            else:
+                s[A + "q_a_proj.weight"] = [c.q_lora_rank, H]
+                if c.attention_bias:
+                    s[A + "q_a_proj.bias"] = [c.q_lora_rank]
+                s[A + "q_a_layernorm.weight"] = [c.q_lora_rank]
+                s[A + "q_b_proj.weight"] = [nh * qk, c.q_lora_rank]
+            s[A + "kv_a_proj_with_mqa.weight"] = [r_kv + c.qk_rope, H]
+            if c.attention_bias:
+                s[A + "kv_a_proj_with_mqa.bias"] = [r_kv + c.qk_rope]
+            s[A + "kv_a_layernorm.weight"] = [r_kv]
+            s[A + "kv_b_proj.weight"] = [nh * (c.qk_nope + c.v_head_dim), r_kv]
+            s[A + "o_proj.weight"] = [H, nh * c.v_head_dim]
+            if c.attention_bias:
+                s[A + "o_proj.bias"] = [H]
+            s[p + "post_attention_layernorm.weight"] = [H]
+            m = p + "mlp."
+            if c.sparse[i]:
+                s[m + "gate.weight"] = [E, H]
+                s[m + "gate.e_score_correction_bias"] = [E]
+                for e in range(E):
+                    s[f"{m}experts.{e}.gate_proj.weight"] = [Ie, H]
+                    s[f"{m}experts.{e}.up_proj.weight"] = [Ie, H]
+                    s[f"{m}experts.{e}.down_proj.weight"] = [H, Ie]
+                m += "shared_experts."
+                I_m = S
+            else:
+                I_m = I
+            s[m + "gate_proj.weight"] = [I_m, H]
+            s[m + "up_proj.weight"] = [I_m, H]
+            s[m + "down_proj.weight"] = [H, I_m]
+        s["model.norm.weight"] = [H]
     elif c.arch == "olmo":
         # OlmoLayerNorm has no parameters: no norm tensors at all
         q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
@@ -1694,6 +1941,39 @@ def _norm_gpt_oss_names(w, cfg):
     return out
 
 
+def _norm_deepseek_v3_names(w, cfg):
+    """DeepSeek-V3 checkpoints as transformers reads them:
+    - the tensors of layers >= num_hidden_layers (the multi-token-prediction layer the Hub's files
+      store as model.layers.61.*: DeepseekV3PreTrainedModel._keys_to_ignore_on_load_unexpected) are
+      dropped, as are stray biases HF has no parameter for (unexpected keys it drops);
+    - transformers 5's stacked experts (mlp.experts.gate_up_proj [E, 2I, H], gate rows first, and
+      mlp.experts.down_proj [E, H, I], what save_pretrained(save_original_format=False) writes and
+      what HF's parameters are) are split into the Hub's per-expert tensors. A layer holding both
+      forms is refused."""
+    shapes = expected_shapes(cfg)
+    out = {}
+    for k, v in w.items():
+        layer = k.split(".")[2] if k.startswith("model.layers.") else ""
+        if (layer.isdigit() and int(layer) >= cfg.layers) or (k.endswith(".bias") and k not in shapes):
+            continue
+        if k.endswith((".mlp.experts.gate_up_proj", ".mlp.experts.down_proj")):
+            m = k.rsplit(".", 1)[0]  # model.layers.L.mlp.experts
+            E, Ie, H = cfg.experts, cfg.moe_inner, cfg.hidden
+            want = [E, 2 * Ie, H] if k.endswith("gate_up_proj") else [E, H, Ie]
+            if f"{m}.0.down_proj.weight" in w or f"{m}.0.gate_proj.weight" in w:
+                raise ReferenceError(f"{m}: both stacked and per-expert tensors")
+            if list(v.shape) != want:
+                raise ReferenceError(f"{k}: shape {list(v.shape)} != {want}")
+            for e in range(E):
+                if k.endswith("gate_up_proj"):
+                    out[f"{m}.{e}.gate_proj.weight"], out[f"{m}.{e}.up_proj.weight"] = v[e].chunk(2, dim=0)
+                else:
+                    out[f"{m}.{e}.down_proj.weight"] = v[e]
+            continue
+        out[k] = v
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # model
 # ---------------------------------------------------------------------------------------------
@@ -1716,6 +1996,8 @@ class Model:
             w = _norm_llama_names(w)
             if self.cfg.arch == "gpt_oss":
                 w = _norm_gpt_oss_names(w, self.cfg)
+            if self.cfg.arch == "deepseek_v3":
+                w = _norm_deepseek_v3_names(w, self.cfg)
             if getattr(self.cfg, "multimodal", False):
                 w = _norm_gemma3_multimodal_names(w)
             emb_key = getattr(self.cfg, "prefix", "model") + ".embed_tokens.weight"
@@ -1771,6 +2053,8 @@ class Model:
                 pts = self._phi3(ids, rope_seq_len)
             elif self.cfg.arch == "gpt_oss":
                 pts = self._gpt_oss(ids, rope_seq_len)
+            elif self.cfg.arch == "deepseek_v3":
+                pts = self._deepseek_v3(ids, rope_seq_len)
             else:
                 pts = self._llama(ids, rope_seq_len)
         return OrderedDict((k, v.detach().cpu().contiguous().numpy()) for k, v in pts.items())
@@ -2071,7 +2355,8 @@ class Model:
         arrays: experts [T, k] int64 (torch.topk's order), weights [T, k] float32 (after the
         renormalisation, if any), logits [T, E], margin [T] float32 (the k-th largest router
         logit minus the (k+1)-th: how far the token is from a top-k tie, to set against the float32
-        rounding of another implementation's logits; inf when k = E)."""
+        rounding of another implementation's logits; inf when k = E; DeepSeek-V3: in biased-score
+        units, the smaller of the expert and the group gaps, see _deepseek_v3_moe)."""
         if self.cfg.arch not in MOE_ARCHS:
             raise ReferenceError(f"{self.cfg.arch} has no router")
         self._routes = OrderedDict()
@@ -2615,6 +2900,168 @@ class Model:
             y = torch.matmul((up + 1) * glu, dn_w[e]) + dn_b[e]
             per_slot[tok, slot] = y * weights[tok, slot, None]
         out = per_slot.sum(dim=1)
+        rec(P, x, out)
+        return out
+
+    def _deepseek_v3(self, ids, rope_seq_len=None):
+        """DeepseekV3Model / DeepseekV3DecoderLayer (eager attention, the default grouped_mm
+        experts), all float32: pre-norm layers h = x + self_attn(input_layernorm(x)); out = h +
+        mlp(post_attention_layernorm(h)), the mlp a gated MLP of intermediate_size below
+        first_k_dense_replace, else _deepseek_v3_moe; RMSNorm weight * (x * rsqrt(mean(x^2) + eps)).
+        Points per layer, in the order HF's forward reaches the modules: input_layernorm, self_attn's
+        q_proj | q_a_proj, q_a_layernorm, q_b_proj, then kv_a_proj_with_mqa, kv_a_layernorm,
+        kv_b_proj, o_proj, self_attn; post_attention_layernorm; mlp's children (see
+        _deepseek_v3_moe; dense: gate_proj, act_fn, up_proj, down_proj), mlp; the layer."""
+        c, w = self.cfg, self.w
+        T = ids.shape[0]
+        pts = OrderedDict()
+
+        def rec(name, inp, out):
+            pts[name + ":input"] = inp
+            pts[name] = out
+
+        def rms(x, p, eps):
+            var = x.pow(2).mean(-1, keepdim=True)
+            return w[p + ".weight"] * (x * torch.rsqrt(var + eps))
+
+        # cos / sin [T, qk_rope_head_dim] (with YaRN's attention factor), HF's rotary module on
+        # config.head_dim = qk_rope_head_dim
+        cos, sin = rope_cos_sin(c.rope, c.qk_rope, T, seq_len=rope_seq_len)
+        h = F.embedding(ids, w["model.embed_tokens.weight"])
+        rec("model.embed_tokens", ids, h)
+        for i in range(c.layers):
+            p = f"model.layers.{i}"
+            layer_in = h
+            x = rms(h, p + ".input_layernorm", c.eps)
+            rec(p + ".input_layernorm", h, x)
+            a = self._deepseek_v3_attention(x, p + ".self_attn", cos, sin, rec, rms, pts)
+            h = layer_in + a
+            x2 = rms(h, p + ".post_attention_layernorm", c.eps)
+            rec(p + ".post_attention_layernorm", h, x2)
+            if c.sparse[i]:
+                m = self._deepseek_v3_moe(x2, i, rec)
+            else:
+                m = self._gated_mlp(x2, p + ".mlp", rec)
+            h = h + m
+            rec(p, layer_in, h)
+        hn = rms(h, "model.norm", c.eps)
+        rec("model.norm", h, hn)
+        rec("lm_head", hn, F.linear(hn, w["lm_head.weight"]))
+        return pts
+
+    def _deepseek_v3_attention(self, x, A, cos, sin, rec, rms, pts):
+        """DeepseekV3Attention (multi-head latent attention) on x [T, H]; returns o_proj's output.
+        q [T, heads * qk_head_dim] from q_proj, or q_b_proj(q_a_layernorm(q_a_proj(x))); each head
+        split [qk_nope_head_dim | qk_rope_head_dim]. kv_a_proj_with_mqa(x) split [kv_lora_rank |
+        qk_rope_head_dim]: the first part through kv_a_layernorm and kv_b_proj, viewed per head
+        [qk_nope_head_dim | v_head_dim] (k_nope, v); the second part is ONE rotary key shared by every
+        head. q_a_layernorm / kv_a_layernorm use eps 1e-6 (DeepseekV3RMSNorm's default), not
+        rms_norm_eps. RoPE (interleaved pairs when rope_interleave, else rotate-half) on q_rot and
+        k_rot only; query = cat(q_nope, q_rot), key = cat(k_nope, k_rot); scores * attn_scale
+        (Config._deepseek_v3), causal, softmax in float32, times v ([heads, T, v_head_dim]), merged
+        [T, heads * v_head_dim] into o_proj."""
+        c, lin = self.cfg, self._lin
+        T, nh = x.shape[0], c.heads
+        if c.q_lora_rank is None:
+            q = lin(x, A + ".q_proj")
+            rec(A + ".q_proj", x, q)
+        else:
+            qa = lin(x, A + ".q_a_proj")
+            rec(A + ".q_a_proj", x, qa)
+            qn = rms(qa, A + ".q_a_layernorm", DEEPSEEK_V3_LORA_NORM_EPS)
+            rec(A + ".q_a_layernorm", qa, qn)
+            q = lin(qn, A + ".q_b_proj")
+            rec(A + ".q_b_proj", qn, q)
+        q = q.view(T, nh, c.qk_head_dim).transpose(0, 1)  # [heads, T, qk_head_dim]
+        q_pass, q_rot = torch.split(q, [c.qk_nope, c.qk_rope], dim=-1)
+        ckv = lin(x, A + ".kv_a_proj_with_mqa")
+        rec(A + ".kv_a_proj_with_mqa", x, ckv)
+        k_pass, k_rot = torch.split(ckv, [c.kv_lora_rank, c.qk_rope], dim=-1)
+        kn = rms(k_pass, A + ".kv_a_layernorm", DEEPSEEK_V3_LORA_NORM_EPS)
+        rec(A + ".kv_a_layernorm", k_pass, kn)
+        kv = lin(kn, A + ".kv_b_proj")
+        rec(A + ".kv_b_proj", kn, kv)
+        kv = kv.view(T, nh, c.qk_nope + c.v_head_dim).transpose(0, 1)
+        k_pass, v = torch.split(kv, [c.qk_nope, c.v_head_dim], dim=-1)
+        k_rot = k_rot.view(1, T, c.qk_rope)
+        rope = apply_rope_interleaved if c.rope_interleave else apply_rope
+        q_rot, k_rot = rope(q_rot, cos, sin), rope(k_rot, cos, sin)
+        k_rot = k_rot.expand(nh, T, c.qk_rope)
+        query = torch.cat((q_pass, q_rot), dim=-1)
+        key = torch.cat((k_pass, k_rot), dim=-1)
+        att = torch.matmul(query, key.transpose(1, 2)) * c.attn_scale
+        allowed = torch.ones(T, T, dtype=torch.bool).tril()
+        scores = att
+        att = torch.where(allowed, att, torch.tensor(torch.finfo(torch.float32).min))
+        att = F.softmax(att, dim=-1, dtype=torch.float32)
+        self._pattern(pts, A, scores, allowed, att)
+        o = torch.matmul(att, v).transpose(0, 1).contiguous().view(T, nh * c.v_head_dim)
+        a = lin(o, A + ".o_proj")
+        rec(A + ".o_proj", o, a)
+        rec(A, x, a)
+        return a
+
+    def _deepseek_v3_moe(self, x, i, rec):
+        """DeepseekV3MoE of layer i on x [T, H]; records .mlp.gate, the shared experts' points and
+        .mlp; returns the block's output. In HF's order:
+        - router (DeepseekV3TopkRouter, the .mlp.gate point): logits = F.linear(x.float(),
+          W.float()), float32 [T, E] (HF flattens the batch: [B * T, E]);
+        - route_tokens_to_experts: s = sigmoid(logits); c = s + e_score_correction_bias (for the
+          choice only); group score = sum of the 2 largest c of each of n_group groups of E / n_group
+          consecutive experts; the topk_group best groups kept, the other experts' c set to -inf;
+          the k = num_experts_per_tok experts of largest c (torch.topk(..., sorted=False): SLOT
+          ORDER is torch's, see below); weights = s (NOT c) at those experts, divided by their sum
+          + 1e-20 when norm_topk_prob, times routed_scaling_factor;
+        - experts (transformers 5's default grouped_mm_experts_forward): per (token, slot) y =
+          down_e(act(g) * u) with [g; u] = x_t @ gate_up_proj[e].T (gate rows first), times the
+          slot's weight; routed = sum over the k slots in SLOT order (HF's view(T, k, H).sum(1));
+        - output = routed + shared_experts(x) (a gated MLP of moe_intermediate_size *
+          n_shared_experts on the same input, run after the routed experts).
+        torch.topk(sorted=False) on CPU returns the top k in the order its selection leaves them
+        (std::nth_element when k * 64 > E, else partial_sort, i.e. descending); the same call is
+        made here, so the float32 sums (the weights' denominator, the routed sum) add in HF's order.
+        Another order changes only their rounding."""
+        c, w = self.cfg, self.w
+        P = f"model.layers.{i}.mlp"
+        logits = F.linear(x.float(), w[P + ".gate.weight"].float())
+        rec(P + ".gate", x, logits)
+        E, G = c.experts, c.n_group
+        scores = logits.sigmoid()
+        choice = scores + w[P + ".gate.e_score_correction_bias"]
+        group_scores = choice.view(-1, G, E // G).topk(2, dim=-1)[0].sum(dim=-1)
+        group_idx = torch.topk(group_scores, k=c.topk_group, dim=-1, sorted=False)[1]
+        group_mask = torch.zeros_like(group_scores).scatter_(1, group_idx, 1)
+        score_mask = group_mask.unsqueeze(-1).expand(-1, G, E // G).reshape(-1, E)
+        masked = choice.masked_fill(~score_mask.bool(), float("-inf"))
+        idx = torch.topk(masked, k=c.top_k, dim=-1, sorted=False)[1]  # [T, k]
+        weights = scores.gather(1, idx)
+        if c.norm_topk:
+            weights = weights / (weights.sum(dim=-1, keepdim=True) + DEEPSEEK_V3_NORM_EPS)
+        weights = weights * c.routed_scale
+        if getattr(self, "_routes", None) is not None:
+            # margins in score units (sigmoid + bias): the k-th largest kept score minus the next one
+            # (inf when none), and the topk_group-th group score minus the next (inf when all kept)
+            srt = masked.sort(dim=-1, descending=True).values
+            nxt = srt[:, c.top_k] if c.top_k < E else torch.full_like(srt[:, 0], float("-inf"))
+            gap = srt[:, c.top_k - 1] - nxt
+            gs = group_scores.sort(dim=-1, descending=True).values
+            if c.topk_group < G:
+                gap = torch.minimum(gap, gs[:, c.topk_group - 1] - gs[:, c.topk_group])
+            self._routes[i] = dict(experts=idx, weights=weights, logits=logits, margin=gap)
+        act = _act(c.act)
+        per_slot = torch.zeros(x.shape[0], c.top_k, x.shape[1], dtype=x.dtype)
+        for e in range(E):
+            tok, slot = torch.where(idx == e)
+            if tok.numel() == 0:
+                continue
+            X = f"{P}.experts.{e}."
+            gate_up = torch.cat((w[X + "gate_proj.weight"], w[X + "up_proj.weight"]), dim=0)
+            gate, up = torch.matmul(x[tok], gate_up.t()).chunk(2, dim=-1)
+            y = torch.matmul(act(gate) * up, w[X + "down_proj.weight"].t())
+            per_slot[tok, slot] = y * weights[tok, slot, None]
+        routed = per_slot.sum(dim=1)
+        shared = self._gated_mlp(x, P + ".shared_experts", rec)
+        out = routed + shared
         rec(P, x, out)
         return out
 

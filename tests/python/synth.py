@@ -166,6 +166,42 @@ TINY = {
                           quantization_config=dict(quant_method="mxfp4", modules_to_not_convert=[
                               "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
                               "lm_head"])),
+    # DeepSeek-V3 (DeepseekV3ForCausalLM) in the Hub's 4.x layout (rope_theta at the top level, the
+    # unread topk_method / scoring_func / moe_layer_freq / num_nextn_predict_layers): MLA with
+    # q_lora_rank 16 and kv_lora_rank 16, heads of qk_nope 8 + qk_rope 4 = 12 for q / k but v_head_dim
+    # 6 (!= 12 on purpose), interleaved RoPE; layer 0 dense (intermediate_size 48), layers 1 and 2
+    # sparse: 8 routed experts of 12 in 4 groups of 2, the 2 best groups kept, top-3, renormalised,
+    # times 2.5, plus 2 shared experts (one gated MLP of 2 * 12 = 24). See DEEPSEEK_V3_VARIANTS.
+    "deepseek_v3": dict(model_type="deepseek_v3", architectures=["DeepseekV3ForCausalLM"], vocab_size=384,
+                        hidden_size=32, intermediate_size=48, moe_intermediate_size=12, num_hidden_layers=3,
+                        num_attention_heads=4, num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=16,
+                        qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=6, n_routed_experts=8, n_group=4,
+                        topk_group=2, num_experts_per_tok=3, n_shared_experts=2, first_k_dense_replace=1,
+                        routed_scaling_factor=2.5, norm_topk_prob=True, hidden_act="silu",
+                        max_position_embeddings=128, rms_norm_eps=1e-6, rope_theta=10000.0, rope_scaling=None,
+                        rope_interleave=True, attention_bias=False, tie_word_embeddings=False, bos_token_id=0,
+                        eos_token_id=1, topk_method="noaux_tc", scoring_func="sigmoid", moe_layer_freq=1,
+                        num_nextn_predict_layers=0),
+}
+
+# DeepSeek-V3 YaRN as the Hub's files write it (4.x rope_scaling with "type"), scaled down: factor 4
+# over 32 original positions (max_position_embeddings 128 = 4 * 32); with qk_rope_head_dim 4 the ramp
+# keeps frequency 0 and divides frequency 1 by 4. mscale 0.707 != mscale_all_dim 1.0, so both
+# effects show: cos / sin times (0.1 * 0.707 ln 4 + 1) / (0.1 ln 4 + 1) and the softmax scale times
+# (0.1 ln 4 + 1) ** 2.
+DEEPSEEK_V3_YARN = {"type": "yarn", "factor": 4.0, "mscale": 0.707, "mscale_all_dim": 1.0,
+                    "original_max_position_embeddings": 32, "beta_fast": 32, "beta_slow": 1}
+# tiny_config("deepseek_v3", **DEEPSEEK_V3_VARIANTS[name]); the stacked-experts layout is
+# write_checkpoint(..., stacked_experts=True) instead.
+DEEPSEEK_V3_VARIANTS = {
+    "tiny": {},
+    "q_proj": dict(q_lora_rank=None),  # Moonlight's / DeepSeek-V2-Lite's plain q_proj
+    "rotate_half": dict(rope_interleave=False),
+    "yarn": dict(rope_scaling=DEEPSEEK_V3_YARN),
+    "attention_bias": dict(attention_bias=True),
+    "no_norm": dict(norm_topk_prob=False),
+    "all_kept": dict(num_experts_per_tok=4),  # k = every expert of the 2 kept groups of 2
+    "one_group": dict(n_group=1, topk_group=1, num_experts_per_tok=2),  # Moonlight's / Kimi-K2's routing
 }
 
 # openai/gpt-oss-20b's quantization_config
@@ -182,6 +218,9 @@ GPT_OSS_SINK_STD = 1.0
 GPT_OSS_ROUTER_BIAS_STD = 0.5
 GPT_OSS_GATE_UP_STD = 0.25
 GPT_OSS_GATE_UP_BIAS_STD = 3.0
+# DeepSeek-V3 (see random_weights): the router's e_score_correction_bias, and the MLA projections
+DEEPSEEK_V3_SCORE_BIAS_STD = 0.15
+DEEPSEEK_V3_MLA_STD = 0.25
 
 
 def tiny_config(arch, **overrides):
@@ -209,7 +248,13 @@ def random_weights(cfg, seed=0):
     experts.gate_up_proj ~ N(0, 0.25) and gate_up_proj_bias ~ N(0, 3), so that gate / up values
     of std ~3.5 cross the SwiGLU clamps (gate > 7, |up| > 7) a few percent of the time;
     experts.down_proj ~ N(0, 0.02), down_proj_bias ~ N(0, 0.1). (Names no other family has: the
-    other families' draws are unchanged.)"""
+    other families' draws are unchanged.)
+    DeepSeek-V3: the router's e_score_correction_bias ~ N(0, DEEPSEEK_V3_SCORE_BIAS_STD), next to
+    sigmoid scores that spread over ~0.2 .. 0.8, so the bias changes the chosen experts (or groups)
+    of a good share of the tokens (test_reference checks it); q_proj, q_a_proj, q_b_proj,
+    kv_a_proj_with_mqa and kv_b_proj ~ N(0, DEEPSEEK_V3_MLA_STD): their inputs are normalised rows,
+    so q, k (the shared rotary key included) and v come out O(1) and the attention is far from
+    uniform. (Names no other family has.)"""
     rng = np.random.default_rng(seed)
     out = {}
     for name, shape in reference.expected_shapes(cfg).items():
@@ -217,6 +262,11 @@ def random_weights(cfg, seed=0):
         if any(s in name for s in ("ln_", "layernorm", "norm.weight")) and name.endswith(".weight"):
             # Gemma's norm weights are offsets from one (it scales by 1 + w)
             a = (0.0 if cfg.get("model_type") in GEMMA else 1.0) + 0.1 * rng.standard_normal(shape)
+        elif name.endswith(".e_score_correction_bias"):
+            a = DEEPSEEK_V3_SCORE_BIAS_STD * rng.standard_normal(shape)
+        elif leaf[-2] in ("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj") or (
+                leaf[-2] == "q_proj" and cfg.get("model_type") == "deepseek_v3"):
+            a = (DEEPSEEK_V3_MLA_STD if leaf[-1] == "weight" else 0.1) * rng.standard_normal(shape)
         elif name.endswith(".self_attn.sinks"):
             a = GPT_OSS_SINK_STD * rng.standard_normal(shape)
         elif name.endswith(".mlp.router.bias"):
@@ -381,9 +431,33 @@ def write_unquantized_twin(src_dir, dst_dir, w):
     st.save(os.path.join(dst_dir, "model.safetensors"), mxfp4_unpacked(w), metadata={"format": "pt"})
 
 
-def write_checkpoint(ckpt_dir, cfg, seed=0, dtype="f32", sharded=0):
+def stack_experts(w):
+    """DeepSeek-V3's per-expert tensors (mlp.experts.E.{gate,up,down}_proj.weight) of each sparse
+    layer replaced by transformers 5's stacked parameters: mlp.experts.gate_up_proj [E, 2I, H] (each
+    expert's gate_proj rows, then its up_proj rows) and mlp.experts.down_proj [E, H, I]."""
+    out, layers = {}, {}
+    for k, v in w.items():
+        head, sep, tail = k.partition(".mlp.experts.")
+        if not sep:
+            out[k] = v
+            continue
+        e, name = tail.split(".", 1)
+        layers.setdefault(head, {})[(int(e), name)] = v
+    for head, t in layers.items():
+        E = 1 + max(e for e, _ in t)
+        m = head + ".mlp.experts."
+        out[m + "gate_up_proj"] = np.stack([np.concatenate([t[(e, "gate_proj.weight")], t[(e, "up_proj.weight")]])
+                                            for e in range(E)])
+        out[m + "down_proj"] = np.stack([t[(e, "down_proj.weight")] for e in range(E)])
+    return out
+
+
+def write_checkpoint(ckpt_dir, cfg, seed=0, dtype="f32", sharded=0, stacked_experts=False):
     """Writes config.json + model.safetensors (or `sharded` shards + index). Returns the tensors
     as written (float32 numpy, after rounding to the storage dtype; bf16 as uint16 bits).
+
+    stacked_experts (deepseek_v3): the experts stored stacked, as transformers 5's parameters
+    (stack_experts), instead of the Hub's per-expert tensors.
 
     A gpt_oss config with quantization_config mxfp4 (TINY["gpt_oss_mxfp4"], mxfp4_config) gets
     MXFP4 experts (_mxfp4_experts): their _blocks / _scales are stored uint8 whatever `dtype`, and
@@ -399,6 +473,8 @@ def write_checkpoint(ckpt_dir, cfg, seed=0, dtype="f32", sharded=0):
         w = _gemma3_layout(w, layout, np.random.default_rng(seed + 1))
     if c.arch == "gpt_oss" and _is_mxfp4(cfg):
         w = _mxfp4_experts(w, seed)
+    if stacked_experts:
+        w = stack_experts(w)
     dtype_names = {}
     if dtype == "f16":
         w = {k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in w.items()}

@@ -18,7 +18,7 @@ import st
 import synth
 
 ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3_text", "gpt_neox", "phi3",
-         "mixtral", "qwen3_moe", "olmoe", "gpt_oss", "gemma", "olmo", "qwen2_moe"]
+         "mixtral", "qwen3_moe", "olmoe", "gpt_oss", "gemma", "olmo", "qwen2_moe", "deepseek_v3"]
 LLAMA_FAMILY = ["llama", "mistral", "qwen2", "qwen3"]
 
 pytestmark = pytest.mark.usefixtures("actcap_bin")
@@ -852,6 +852,19 @@ BAD_CONFIGS = {
     "olmoe_clip_negative": ("olmoe", dict(clip_qkv=-1.0)),
     "qwen2_moe_null_window": ("qwen2_moe", dict(use_sliding_window=True, sliding_window=None)),
     "qwen2_moe_null_kv_heads": ("qwen2_moe", dict(num_key_value_heads="null")),
+    # DeepSeek-V3: what transformers cannot run (or runs wrong), and FP8 checkpoints
+    "deepseek_v3_kv_default": ("deepseek_v3", dict(num_key_value_heads=None)),  # absent: 128
+    "deepseek_v3_kv_heads": ("deepseek_v3", dict(num_key_value_heads=2)),
+    "deepseek_v3_head_dim": ("deepseek_v3", dict(head_dim=6)),
+    "deepseek_v3_qk_head_dim": ("deepseek_v3", dict(qk_head_dim=12)),
+    "deepseek_v3_odd_rope": ("deepseek_v3", dict(qk_rope_head_dim=7)),
+    "deepseek_v3_groups": ("deepseek_v3", dict(n_group=3)),
+    "deepseek_v3_groups_of_one": ("deepseek_v3", dict(n_group=8)),
+    "deepseek_v3_topk_group": ("deepseek_v3", dict(topk_group=5)),
+    "deepseek_v3_top_k_beyond_kept": ("deepseek_v3", dict(num_experts_per_tok=5)),
+    "deepseek_v3_no_experts": ("deepseek_v3", dict(n_routed_experts=0)),
+    "deepseek_v3_fp8": ("deepseek_v3", dict(quantization_config={
+        "quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]})),
 }
 
 
@@ -1559,7 +1572,7 @@ def test_phi3_bad_config_is_one_line_exit_2(models, tmp_path, case):
     assert needle in _one_line_exit_2(m, tmp_path)
 
 
-@pytest.mark.parametrize("arch", ["mixtral", "qwen3_moe", "olmoe"])
+@pytest.mark.parametrize("arch", ["mixtral", "qwen3_moe", "olmoe", "deepseek_v3"])
 def test_moe_stacked_experts_layout_runs_the_same_model(models, tmp_path, arch):
     """transformers 5's own layout (save_pretrained(save_original_format=False)): the router under
     `mlp.gate`, each layer's experts stacked as `mlp.experts.gate_up_proj` [E, 2I, H] (gate rows,
@@ -1589,6 +1602,83 @@ def test_moe_stacked_experts_layout_runs_the_same_model(models, tmp_path, arch):
     _, b, _ = H.run_capture(m, tmp_path / "v5", seqs)
     assert set(a) == set(b) and all(np.array_equal(a[k], b[k]) for k in a), \
         [k for k in a if not np.array_equal(a[k], b[k])][:5]
+
+
+# ---------------------------------------------------------------------------------------------
+# DeepSeek-V3: latent attention, grouped sigmoid routing, shared experts
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("variant", sorted(synth.DEEPSEEK_V3_VARIANTS))
+def test_deepseek_v3_variants_match_the_reference(actcap_bin, tmp_path, variant):
+    """synth.py's DeepSeek-V3 checkpoints (the Hub's layout, values narrower than queries, routing
+    biases that change the chosen experts): q_proj or the q bottleneck, interleaved or rotate-half
+    RoPE, YaRN whose mscale_all_dim scales the softmax, biases, unnormalised weights, every expert
+    of the kept groups chosen, one group. Every point of a two-sequence batch."""
+    m = tmp_path / "m"
+    synth.write_checkpoint(str(m), synth.tiny_config("deepseek_v3", **synth.DEEPSEEK_V3_VARIANTS[variant]),
+                           seed=11)
+    check_parity(m, tokens_for(m, [11, 6], seed=12), tmp_path / "out", rel_tol=1e-5)
+
+
+def test_deepseek_v3_features_bite(actcap_bin, tmp_path):
+    """The variants above are not the tiny model under other names: the reference's outputs move
+    with the interleaved rotation, the softmax's mscale and the routing bias."""
+    seqs = [[5, 9, 2, 77, 31, 8, 150, 3]]
+    base = tmp_path / "base"
+    synth.write_checkpoint(str(base), synth.tiny_config("deepseek_v3"), seed=11)
+    for name, changes in [("rotate_half", dict(rope_interleave=False)),
+                          ("no_mscale", dict(rope_scaling=dict(synth.DEEPSEEK_V3_YARN, mscale_all_dim=0.0)))]:
+        a, b = tmp_path / f"{name}-a", tmp_path / f"{name}-b"
+        if name == "no_mscale":
+            synth.write_checkpoint(str(a), synth.tiny_config("deepseek_v3", **synth.DEEPSEEK_V3_VARIANTS["yarn"]),
+                                   seed=11)
+            synth.write_checkpoint(str(b), synth.tiny_config("deepseek_v3", **changes), seed=11)
+        else:
+            a = base
+            synth.write_checkpoint(str(b), synth.tiny_config("deepseek_v3", **changes), seed=11)
+        assert ref_differs(a, b, seqs), name
+    tensors, meta = st.load(str(base / "model.safetensors"))
+    zeroed = H.copy_model(base, tmp_path / "nobias")
+    st.save(str(zeroed / "model.safetensors"),
+            {k: (np.zeros_like(v) if k.endswith("e_score_correction_bias") else v) for k, v in tensors.items()},
+            metadata=meta)
+    assert ref_differs(base, zeroed, seqs), "e_score_correction_bias"
+
+
+def test_deepseek_v3_multi_token_prediction_layer_is_not_run(actcap_bin, tmp_path):
+    """The Hub's checkpoints store the multi-token-prediction module as one more layer
+    (model.layers.<num_hidden_layers>.*, num_nextn_predict_layers of them): not run, not reported,
+    as transformers ignores it; without num_nextn_predict_layers the same tensors are reported as
+    unused (a warning), and the model still equals the reference."""
+    m = tmp_path / "m"
+    cfg = synth.tiny_config("deepseek_v3", num_nextn_predict_layers=1)
+    synth.write_checkpoint(str(m), cfg, seed=11)
+    tensors, meta = st.load(str(m / "model.safetensors"))
+    last = cfg["num_hidden_layers"] - 1
+    extra = {k.replace(f"model.layers.{last}.", f"model.layers.{last + 1}."): v
+             for k, v in tensors.items() if k.startswith(f"model.layers.{last}.")}
+    st.save(str(m / "model.safetensors"), {**tensors, **extra}, metadata=meta)
+    seqs = tokens_for(m, [7], seed=13)
+    p = H.actcap("run", m, "--tokens", H.tokens_arg(seqs), "--capture", "lm_head", "--out", tmp_path / "o1")
+    assert p.returncode == 0 and "does not use" not in p.stderr, p.stderr
+    check_parity(m, seqs, tmp_path / "o2")
+    H.save_config(m, dict(cfg, num_nextn_predict_layers=0))
+    p = H.actcap("run", m, "--tokens", H.tokens_arg(seqs), "--capture", "lm_head", "--out", tmp_path / "o3")
+    assert p.returncode == 0 and "does not use" in p.stderr and f"model.layers.{last + 1}." in p.stderr, p.stderr
+
+
+def test_deepseek_v3_router_is_float32_under_bf16_compute(models, tmp_path):
+    """transformers' DeepseekV3TopkRouter computes its logits in float32 whatever the model's
+    dtype: under --compute-dtype bf16 the router points are float32 (and equal the float32 logits of
+    the bf16 inputs), every other point bfloat16."""
+    m = models("deepseek_v3")
+    H.actcap("run", m, "--tokens", H.tokens_arg(tokens_for(m, [9], seed=14)), "--capture", "**",
+             "--out", tmp_path / "out", "--compute-dtype", "bf16", check=True)
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    dtypes = {k: v["dtype"] for k, v in manifest["points"].items()}
+    routers = [k for k in dtypes if k.endswith(".mlp.gate")]
+    assert routers and all(dtypes[k] == "F32" for k in routers), {k: dtypes[k] for k in routers}
+    assert {v for k, v in dtypes.items() if k not in routers and v != "I64"} == {"BF16"}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -644,7 +644,7 @@ def test_rope_config_forms_agree():
 # ---------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("arch", ARCHS + ["olmo", "olmo-clip", "olmo2", "gemma", "gemma2", "gemma3_text"] + MOE
-                         + ["olmoe", "olmoe-clip"])
+                         + ["olmoe", "olmoe-clip", "deepseek_v3"])
 def test_causality(tmp_path, arch):
     if arch.endswith("-clip"):  # clip_qkv small enough to bite
         arch, extra = arch[:-5], dict(clip_qkv=0.2)
@@ -2579,3 +2579,598 @@ def test_gpt_oss_block_matches_independent_mixture(tmp_path, arch):
     for wrong in ("softmax_all", "halves", "no_clamp"):
         _, out = _gpt_oss_block(r[p + ":input"], w, p, c, wrong=wrong)
         assert _maxdiff(r[p], out) > 100 * tol, wrong
+
+
+# ---------------------------------------------------------------------------------------------
+# DeepSeek-V3 (modeling_deepseek_v3.py / configuration_deepseek_v3.py, transformers 5.12.1): MLA,
+# interleaved RoPE, sigmoid group-limited routing with a correction bias, shared experts,
+# independently in float64 from the config.json dict
+# ---------------------------------------------------------------------------------------------
+
+def _dsv3_mscale64(s, m):
+    return 0.1 * m * math.log(s) + 1.0 if s > 1 else 1.0
+
+
+def _dsv3_rope_params64(cfg):
+    """(inv_freq [d/2], attention factor on cos / sin, softmax scale) of a 4.x-form config dict:
+    d = qk_rope_head_dim; plain RoPE or YaRN (_yarn64); scale (qk_nope + qk_rope) ** -0.5, for YaRN
+    times mscale(factor, mscale_all_dim) ** 2; the cos / sin factor mscale(factor, mscale) /
+    mscale(factor, mscale_all_dim) (both given), else mscale(factor, 1)."""
+    d = cfg["qk_rope_head_dim"]
+    theta = float(cfg.get("rope_theta", 10000.0))
+    scale = (cfg["qk_nope_head_dim"] + d) ** -0.5
+    rs = cfg.get("rope_scaling") or {}
+    if not rs:
+        return theta ** -(np.arange(0, d, 2, dtype=np.float64) / d), 1.0, scale
+    assert rs["type"] == "yarn"
+    s, L = rs["factor"], rs["original_max_position_embeddings"]
+    inv = _yarn64(d, theta, s, L, rs.get("beta_fast", 32), rs.get("beta_slow", 1))
+    m, m_all = rs.get("mscale"), rs.get("mscale_all_dim")
+    af = _dsv3_mscale64(s, m) / _dsv3_mscale64(s, m_all) if m and m_all else _dsv3_mscale64(s, 1)
+    if m_all:
+        scale *= _dsv3_mscale64(s, m_all) ** 2
+    return inv, af, scale
+
+
+def _dsv3_rot64(t, inv, af, interleave):
+    """t [T, n, d] rotated at positions 0..T-1 as complex numbers on the pairs (2i, 2i + 1)
+    (interleave) or (i, i + d/2), times af; returned as [real parts, imaginary parts] (any layout
+    serves: only dot products of two such vectors are taken)."""
+    z = t[..., 0::2] + 1j * t[..., 1::2] if interleave else t[..., : t.shape[-1] // 2] + 1j * t[..., t.shape[-1] // 2:]
+    z = z * np.exp(1j * np.arange(t.shape[0])[:, None, None] * inv[None, None, :]) * af
+    return np.concatenate([z.real, z.imag], axis=-1)
+
+
+DSV3_ATTENTION_WRONGS = ("scale_rope_dim", "scale_v_dim", "rope_pairs", "q_rot_first", "k_rot_first",
+                         "kv_split_global", "no_kv_norm", "k_rot_per_head_zero")
+
+
+def _dsv3_attention64(x, w, A, cfg, wrong=None):
+    """DeepseekV3Attention in float64 on normalised rows x [T, H]: returns its points (the
+    projections, the two LoRA norms, o_proj:input, :scores (causal, -inf above the diagonal) and the
+    output). Written from the modeling code: q from q_proj or q_b_proj(rms(q_a_proj x)) (eps 1e-6),
+    heads [nope | rope]; kv_a_proj_with_mqa x = [c (kv_lora_rank) | k_rot (qk_rope, one for all
+    heads)]; kv_b_proj(rms(c)) per head [k_nope | v]; scores = (q_nope k_nope + rot(q_rot) rot(k_rot))
+    * scale; biases on q_a_proj, kv_a_proj_with_mqa, o_proj when attention_bias.
+    wrong: "lora_eps" (the LoRA norms with rms_norm_eps), "scale_rope_dim" (qk_rope ** -0.5, HF's
+    config.head_dim), "scale_v_dim" (v_head_dim ** -0.5), "no_mscale" (YaRN's scale factor left out),
+    "no_attention_factor" (cos / sin unscaled), "rope_pairs" (the other RoPE pairing),
+    "q_rot_first" (each q head split [rope | nope]), "k_rot_first" (k_rot from the first qk_rope
+    columns of kv_a_proj_with_mqa), "kv_split_global" (kv_b_proj split [all heads' k_nope | all
+    heads' v] instead of per head), "no_kv_norm" (kv_a_layernorm skipped), "k_rot_per_head_zero"
+    (no rotary key: the position part of the keys dropped)."""
+    x = np.asarray(x, np.float64)
+    T = x.shape[0]
+    nh, nope, rope, vd = (cfg[k] for k in ("num_attention_heads", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"))
+    r_kv, eps = cfg["kv_lora_rank"], (cfg["rms_norm_eps"] if wrong == "lora_eps" else 1e-6)
+    inv, af, scale = _dsv3_rope_params64(cfg)
+    af = 1.0 if wrong == "no_attention_factor" else af
+    if wrong in ("scale_rope_dim", "scale_v_dim", "no_mscale"):
+        scale = {"scale_rope_dim": rope, "scale_v_dim": vd, "no_mscale": nope + rope}[wrong] ** -0.5
+    interleave = cfg["rope_interleave"] != (wrong == "rope_pairs")
+
+    def lin(v, name):
+        y = v @ w[f"{A}.{name}.weight"].astype(np.float64).T
+        b = w.get(f"{A}.{name}.bias")
+        return y if b is None else y + b
+
+    pts = {}
+    if cfg["q_lora_rank"] is None:
+        q = pts[A + ".q_proj"] = lin(x, "q_proj")
+    else:
+        qa = pts[A + ".q_a_proj"] = lin(x, "q_a_proj")
+        qn = pts[A + ".q_a_layernorm"] = _rms64(qa, w[A + ".q_a_layernorm.weight"], eps)
+        q = pts[A + ".q_b_proj"] = lin(qn, "q_b_proj")
+    ckv = pts[A + ".kv_a_proj_with_mqa"] = lin(x, "kv_a_proj_with_mqa")
+    if wrong == "k_rot_first":
+        k_rot, c = ckv[:, :rope], ckv[:, rope:]
+    else:
+        c, k_rot = ckv[:, :r_kv], ckv[:, r_kv:]
+    cn = pts[A + ".kv_a_layernorm"] = c if wrong == "no_kv_norm" else _rms64(c, w[A + ".kv_a_layernorm.weight"], eps)
+    kv = pts[A + ".kv_b_proj"] = lin(cn, "kv_b_proj")
+    if wrong == "kv_split_global":
+        k_nope, v = kv[:, :nh * nope].reshape(T, nh, nope), kv[:, nh * nope:].reshape(T, nh, vd)
+    else:
+        kv = kv.reshape(T, nh, nope + vd)
+        k_nope, v = kv[..., :nope], kv[..., nope:]
+    q = q.reshape(T, nh, nope + rope)
+    q_nope, q_rot = (q[..., rope:], q[..., :rope]) if wrong == "q_rot_first" else (q[..., :nope], q[..., nope:])
+    qr = _dsv3_rot64(q_rot, inv, af, interleave)  # [T, nh, rope]
+    kr = _dsv3_rot64(k_rot[:, None, :], inv, af, interleave)[:, 0]  # [T, rope], shared by the heads
+    s = np.einsum("ihd,jhd->hij", q_nope, k_nope)
+    if wrong != "k_rot_per_head_zero":
+        s = s + np.einsum("ihd,jd->hij", qr, kr)
+    s = s * scale
+    causal = np.tril(np.ones((T, T), bool))
+    s = np.where(causal[None], s, -np.inf)
+    pts[A + ":scores"] = s.transpose(1, 0, 2)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    o = pts[A + ".o_proj:input"] = np.einsum("hij,jhd->ihd", p, v).reshape(T, nh * vd)
+    pts[A] = lin(o, "o_proj")
+    return pts
+
+
+DSV3_MOE_WRONGS = ("no_bias", "biased_weights", "group_max", "group_unbiased", "no_groups", "flip_norm",
+                   "no_scaling", "softmax_scores", "no_shared", "shared_scaled", "gate_point_sigmoid")
+
+
+def _dsv3_routing64(logits, bias, cfg, wrong=None):
+    """The [T, E] mixing matrix of DeepseekV3MoE.route_tokens_to_experts in float64 from router
+    logits: s = sigmoid(logits) (softmax_scores: softmax), c = s + bias; group score = the sum of
+    the two largest c of the group; the topk_group best of n_group groups kept; the
+    num_experts_per_tok largest c among the kept experts chosen; weights s (not c) at them,
+    divided by their sum when norm_topk_prob, times routed_scaling_factor.
+    wrong: "no_bias" (choice on s), "biased_weights" (weights from c), "group_max" (group score =
+    its largest c), "group_unbiased" (group scores from s), "no_groups" (every group kept),
+    "flip_norm", "no_scaling"."""
+    E, G, kg, k = cfg["n_routed_experts"], cfg["n_group"], cfg["topk_group"], cfg["num_experts_per_tok"]
+    if wrong == "softmax_scores":
+        s = np.exp(logits - logits.max(-1, keepdims=True))
+        s /= s.sum(-1, keepdims=True)
+    else:
+        s = 1.0 / (1.0 + np.exp(-logits))
+    c = s if wrong == "no_bias" else s + bias
+    gsrc = s if wrong == "group_unbiased" else c
+    mix = np.zeros_like(s)
+    for t in range(s.shape[0]):
+        per = np.sort(gsrc[t].reshape(G, E // G), axis=-1)[:, ::-1]
+        gscore = per[:, 0] if wrong == "group_max" else per[:, 0] + per[:, 1]
+        kept = np.arange(G) if wrong == "no_groups" else np.argsort(-gscore, kind="stable")[:kg]
+        cand = np.concatenate([np.arange(g * (E // G), (g + 1) * (E // G)) for g in kept])
+        chosen = cand[np.argsort(-c[t, cand], kind="stable")[:k]]
+        wt = (c if wrong == "biased_weights" else s)[t, chosen]
+        if cfg["norm_topk_prob"] != (wrong == "flip_norm"):
+            wt = wt / wt.sum()
+        mix[t, chosen] = wt * (1.0 if wrong == "no_scaling" else cfg["routed_scaling_factor"])
+    return mix
+
+
+def _dsv3_mlp64(x, w, m, inner=None):
+    """A gated MLP down(silu(gate x) * up x) in float64; returns (act_fn output, output)."""
+    W = {n: w[f"{m}.{n}.weight"].astype(np.float64) for n in ("gate_proj", "up_proj", "down_proj")}
+    g = _silu64(x @ W["gate_proj"].T)
+    return g, (g * (x @ W["up_proj"].T)) @ W["down_proj"].T
+
+
+def _dsv3_moe64(x, w, M, cfg, wrong=None):
+    """DeepseekV3MoE in float64 as a DENSE mixture (every expert on every token, weighted by
+    _dsv3_routing64's matrix) plus the shared experts; returns its points and the mixing matrix.
+    wrong: _dsv3_routing64's, or "no_shared", "shared_scaled" (the shared experts times
+    routed_scaling_factor), "gate_point_sigmoid" (.mlp.gate reported after the sigmoid)."""
+    x = np.asarray(x, np.float64)
+    logits = x @ w[M + ".gate.weight"].astype(np.float64).T
+    mix = _dsv3_routing64(logits, w[M + ".gate.e_score_correction_bias"].astype(np.float64), cfg, wrong)
+    routed = np.zeros_like(x)
+    for e in range(cfg["n_routed_experts"]):
+        routed += mix[:, e:e + 1] * _dsv3_mlp64(x, w, f"{M}.experts.{e}")[1]
+    shared = _dsv3_mlp64(x, w, M + ".shared_experts")[1]
+    term = {"no_shared": 0.0, "shared_scaled": cfg["routed_scaling_factor"]}.get(wrong, 1.0) * shared
+    pts = {M + ".gate": 1.0 / (1.0 + np.exp(-logits)) if wrong == "gate_point_sigmoid" else logits,
+           M + ".shared_experts": shared, M: routed + term}
+    return pts, mix
+
+
+def _dsv3_layer64(x, w, p, cfg, sparse, wrong=None):
+    """One DeepseekV3DecoderLayer in float64 on rows x [T, H]: h = x + attn(rms(x)); out = h +
+    mlp(rms(h)) (rms_norm_eps), the mlp dense (intermediate_size) or _dsv3_moe64. Returns its points
+    (and the mixing matrix of a sparse layer, else None)."""
+    x = np.asarray(x, np.float64)
+    eps = cfg["rms_norm_eps"]
+    xn = _rms64(x, w[p + ".input_layernorm.weight"], eps)
+    pts = {p + ".input_layernorm": xn}
+    pts.update(_dsv3_attention64(xn, w, p + ".self_attn", cfg, wrong))
+    h = x + pts[p + ".self_attn"]
+    hn = pts[p + ".post_attention_layernorm"] = _rms64(h, w[p + ".post_attention_layernorm.weight"], eps)
+    mix = None
+    if sparse:
+        moe, mix = _dsv3_moe64(hn, w, p + ".mlp", cfg, wrong)
+        pts.update(moe)
+    else:
+        pts[p + ".mlp.act_fn"], pts[p + ".mlp"] = _dsv3_mlp64(hn, w, p + ".mlp")
+    pts[p] = h + pts[p + ".mlp"]
+    return pts, mix
+
+
+def _dsv3_diff(got, want):
+    """max |got - want| over the finite entries (masked scores are -inf on both sides)."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    assert np.array_equal(np.isinf(got), np.isinf(want))
+    fin = np.isfinite(want)
+    return float(np.max(np.abs(got[fin] - want[fin]))) if fin.any() else 0.0
+
+
+DSV3_CASES = {
+    # synth's tiny model: q LoRA, interleaved RoPE, v_head_dim 6 != 12, layer 0 dense, top-3 of the 4
+    # experts in the 2 best of 4 groups, renormalised, times 2.5, 2 shared experts
+    "tiny": {},
+    # plain q_proj (Moonlight), rotate-half RoPE, q_a / kv_a / o_proj biases
+    "q_proj-rotate_half-bias": dict(q_lora_rank=None, rope_interleave=False, attention_bias=True),
+    # YaRN with mscale != mscale_all_dim, weights not renormalised, rms_norm_eps 1e-2 (so the LoRA
+    # norms' fixed 1e-6 shows), 4 layers with 2 dense
+    "yarn-no_norm-eps": dict(rope_scaling=synth.DEEPSEEK_V3_YARN, norm_topk_prob=False, rms_norm_eps=1e-2,
+                             num_hidden_layers=4, first_k_dense_replace=2),
+    # one group (Moonlight / Kimi-K2's routing), tied, every layer sparse
+    "one_group-tied-all_sparse": dict(n_group=1, topk_group=1, num_experts_per_tok=2, tie_word_embeddings=True,
+                                      first_k_dense_replace=0),
+    # k = every expert of the kept groups: only the group choice selects
+    "all_kept": dict(num_experts_per_tok=4),
+}
+
+
+@pytest.mark.parametrize("case", list(DSV3_CASES))
+def test_deepseek_v3_model_matches_float64_formula(tmp_path, case):
+    """The whole DeepSeek-V3 model against _dsv3_layer64 chained in float64 from the embedding to the
+    logits: every layer's norms, the MLA projections and LoRA norms, the attention scores, o_proj's
+    input, self_attn, the dense MLP's act_fn / mlp, the sparse block's .mlp.gate (float32 logits),
+    .mlp.shared_experts and .mlp, the layer outputs, model.norm and lm_head, within 1e-5 relative;
+    the experts the reference chose (Model.routing, as sets) are the float64 rule's, and so are
+    their weights. Then each listed mistake, made on the float64 side from the reference's own
+    layer input, must move some point of that layer far outside the tolerance.
+    (Not caught by a float64 tolerance: the float32 order of the routed sum and of the weights'
+    denominator (torch.topk(sorted=False)'s slot order, HF's grouped_mm experts); checked against
+    transformers 5.12.1 itself: bit-identical on every point for a single sequence.)"""
+    d = tmp_path / "m"
+    cfg = synth.tiny_config("deepseek_v3", **DSV3_CASES[case])
+    w = synth.write_checkpoint(str(d), cfg, seed=4)
+    c = reference.Config(reference.load_config(str(d)))
+    sparse = [i >= cfg["first_k_dense_replace"] for i in range(cfg["num_hidden_layers"])]
+    assert c.sparse == sparse and any(sparse)
+    T = 20
+    seq = [int(t) for t in np.random.default_rng(8).integers(0, c.vocab_size, T)]
+    m = reference.Model(str(d))
+    r = m.forward(seq, patterns=True)
+    routes = m.routing(seq)
+
+    def tol(name):
+        return 1e-5 * max(1.0, float(np.abs(r[name][np.isfinite(r[name])]).max()))
+
+    emb = w["model.embed_tokens.weight"].astype(np.float64)
+    h = emb[seq]
+    for i in range(c.layers):
+        p = f"model.layers.{i}"
+        want, mix = _dsv3_layer64(h, w, p, cfg, sparse[i])
+        for name, v in want.items():
+            assert _dsv3_diff(r[name], v) < tol(name), (name, _dsv3_diff(r[name], v))
+        if sparse[i]:
+            ro = routes[i]
+            for t in range(T):
+                assert sorted(ro["experts"][t]) == sorted(np.nonzero(mix[t])[0]), (i, t)
+                assert np.abs(ro["weights"][t] - mix[t, ro["experts"][t]]).max() < 1e-5
+            assert ro["margin"].min() > 1e-5  # no near-tie the float32 rounding could flip
+        h = want[p]
+    hn = _rms64(h, w["model.norm.weight"], cfg["rms_norm_eps"])
+    assert _maxdiff(r["model.norm"], hn) < tol("model.norm")
+    head = emb if cfg["tie_word_embeddings"] else w["lm_head.weight"].astype(np.float64)
+    assert _maxdiff(r["lm_head"], hn @ head.T) < tol("lm_head")
+    # power: attention mistakes on layer 0, block mistakes on every sparse layer, from the reference's
+    # own layer inputs; some point must move by more than 10 tolerances (so by > 1e-4)
+    wrongs = {wr: [0] for wr in DSV3_ATTENTION_WRONGS}
+    wrongs.update({wr: [i for i in range(c.layers) if sparse[i]] for wr in DSV3_MOE_WRONGS})
+    if cfg["rms_norm_eps"] != 1e-6 and cfg["q_lora_rank"] is not None:
+        wrongs["lora_eps"] = [0]
+    if cfg["rope_scaling"]:
+        wrongs.update(no_mscale=[0], no_attention_factor=[0])
+    if cfg["n_group"] == cfg["topk_group"]:  # every group kept: the group rule cannot show
+        for wr in ("group_max", "group_unbiased", "no_groups"):
+            del wrongs[wr]
+    for wrong, layers in wrongs.items():
+        worst = 0.0
+        for n in layers:
+            p = f"model.layers.{n}"
+            right, _ = _dsv3_layer64(r[p + ":input"], w, p, cfg, sparse[n])
+            got, _ = _dsv3_layer64(r[p + ":input"], w, p, cfg, sparse[n], wrong=wrong)
+            assert all(_dsv3_diff(r[k], v) < tol(k) for k, v in right.items())
+            worst = max(worst, max(_dsv3_diff(r[k], v) / tol(k) for k, v in got.items()))
+        assert worst > 10, (wrong, worst)
+
+
+def test_deepseek_v3_routing_rule(tmp_path):
+    """Model.routing on synth's tiny model: every chosen expert lies in the topk_group groups of
+    largest (top-2-sum) biased score; the weights are the UNbiased sigmoid scores, renormalised,
+    times routed_scaling_factor (so they sum to 2.5); synth's e_score_correction_bias changes the
+    chosen set of a good share of the tokens (so a reader that ignores it fails the formula test)."""
+    d = _ckpt(tmp_path, "deepseek_v3")
+    m = reference.Model(str(d))
+    c = m.cfg
+    seq = [int(t) for t in np.random.default_rng(5).integers(0, c.vocab_size, 32)]
+    routes = m.routing(seq)
+    assert list(routes) == [1, 2]
+    changed = 0
+    for i, ro in routes.items():
+        bias = m.w[f"model.layers.{i}.mlp.gate.e_score_correction_bias"].double().numpy()
+        s = 1.0 / (1.0 + np.exp(-ro["logits"].astype(np.float64)))
+        for t in range(len(seq)):
+            sc = (s[t] + bias).reshape(c.n_group, -1)
+            kept = np.argsort(-np.sort(sc, -1)[:, -2:].sum(-1))[:c.topk_group]
+            assert set(ro["experts"][t] // 2) <= set(kept)
+            want = s[t, ro["experts"][t]] / s[t, ro["experts"][t]].sum() * 2.5
+            assert np.abs(ro["weights"][t] - want).max() < 1e-6
+            plain = _dsv3_routing64(ro["logits"][t:t + 1].astype(np.float64), bias, synth.TINY["deepseek_v3"],
+                                    wrong="no_bias")
+            changed += sorted(np.nonzero(plain[0])[0]) != sorted(ro["experts"][t])
+        assert abs(ro["weights"].sum(-1) - 2.5).max() < 1e-5
+    assert 0.1 < changed / (2 * len(seq)) < 0.9, changed
+
+
+@pytest.mark.parametrize("variant", list(synth.DEEPSEEK_V3_VARIANTS))
+def test_deepseek_v3_synth_routing_has_no_near_ties(tmp_path, variant):
+    """synth's DeepSeek-V3 routers (weights N(0, ROUTER_STD), correction bias N(0, 0.15)) keep every
+    choice apart (>= 2e-5 in biased-score units, against float32 rounding of ~1e-7 between
+    implementations) for these seeds and sequences; Model.routing's margin is the smaller of the
+    k-th minus (k+1)-th biased score among the kept groups' experts (inf when they are all chosen)
+    and the topk_group-th minus the (topk_group+1)-th group score (inf when every group is kept)."""
+    for seed in range(4):
+        d = _ckpt(tmp_path, "deepseek_v3", name=f"s{seed}", seed=seed, **synth.DEEPSEEK_V3_VARIANTS[variant])
+        m = reference.Model(str(d))
+        c = m.cfg
+        for seq in ([5, 17, 2, 99, 3, 3, 250], list(range(3, 30)),
+                    [int(t) for t in np.random.default_rng(1).integers(0, 384, 24)]):
+            for i, ro in m.routing(seq).items():
+                bias = m.w[f"model.layers.{i}.mlp.gate.e_score_correction_bias"].numpy()
+                sc = 1.0 / (1.0 + np.exp(-ro["logits"].astype(np.float64))) + bias
+                for t in range(len(seq)):
+                    groups = sc[t].reshape(c.n_group, -1)
+                    gs = np.sort(groups, -1)[:, -2:].sum(-1)
+                    g = np.sort(gs)[::-1]
+                    cand = np.sort(groups[np.argsort(-gs)[:c.topk_group]].ravel())[::-1]
+                    gaps = [g[c.topk_group - 1] - g[c.topk_group]] if c.topk_group < c.n_group else []
+                    gaps += [cand[c.top_k - 1] - cand[c.top_k]] if c.top_k < cand.size else []
+                    assert np.isclose(ro["margin"][t], min(gaps, default=np.inf), rtol=0, atol=1e-6)
+                assert ro["margin"].min() >= 2e-5, (seed, i, seq, ro["margin"].min())
+                assert len({tuple(sorted(e)) for e in ro["experts"].tolist()}) > 1  # routing varies
+
+
+def _dsv3_points(c):
+    """The exact point catalogue (in order) of a DeepSeek-V3 config: name -> (per-token shape, dtype)."""
+    H, V, nh = c.hidden, c.vocab_size, c.heads
+    want = [("model.embed_tokens:input", []), ("model.embed_tokens", [H])]
+
+    def mod(name, inp, out):
+        want.extend([(name + ":input", inp), (name, out)])
+
+    for i in range(c.layers):
+        p = f"model.layers.{i}"
+        A = p + ".self_attn"
+        mod(p + ".input_layernorm", [H], [H])
+        if c.q_lora_rank is None:
+            mod(A + ".q_proj", [H], [nh * c.qk_head_dim])
+        else:
+            mod(A + ".q_a_proj", [H], [c.q_lora_rank])
+            mod(A + ".q_a_layernorm", [c.q_lora_rank], [c.q_lora_rank])
+            mod(A + ".q_b_proj", [c.q_lora_rank], [nh * c.qk_head_dim])
+        mod(A + ".kv_a_proj_with_mqa", [H], [c.kv_lora_rank + c.qk_rope])
+        mod(A + ".kv_a_layernorm", [c.kv_lora_rank], [c.kv_lora_rank])
+        mod(A + ".kv_b_proj", [c.kv_lora_rank], [nh * (c.qk_nope + c.v_head_dim)])
+        mod(A + ".o_proj", [nh * c.v_head_dim], [H])
+        mod(A, [H], [H])
+        mod(p + ".post_attention_layernorm", [H], [H])
+        M = p + ".mlp"
+        if c.sparse[i]:
+            mod(M + ".gate", [H], [c.experts])
+            M2, I = M + ".shared_experts", c.shared_inner
+        else:
+            M2, I = M, c.inner
+        mod(M2 + ".gate_proj", [H], [I])
+        mod(M2 + ".act_fn", [I], [I])
+        mod(M2 + ".up_proj", [H], [I])
+        mod(M2 + ".down_proj", [I], [H])
+        if c.sparse[i]:
+            mod(M2, [H], [H])
+        mod(M, [H], [H])
+        mod(p, [H], [H])
+    mod("model.norm", [H], [H])
+    mod("lm_head", [H], [V])
+    return [(k, (s, "I64" if k == "model.embed_tokens:input" else "F32")) for k, s in want]
+
+
+@pytest.mark.parametrize("variant", ["tiny", "q_proj"])
+def test_deepseek_v3_point_names_order_and_shapes(tmp_path, variant):
+    """The points in the order HF's forward completes the modules (checked against transformers'
+    own hooks: q_a_proj, q_a_layernorm, q_b_proj, then kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj;
+    gate_proj, act_fn, up_proj, down_proj; the router before the shared experts), with
+    v_head_dim (6) apart from qk_head_dim (12) in kv_b_proj and o_proj's input."""
+    d = _ckpt(tmp_path, "deepseek_v3", **synth.DEEPSEEK_V3_VARIANTS[variant])
+    c = reference.Config(reference.load_config(str(d)))
+    assert list(reference.points(str(d)).items()) == _dsv3_points(c)
+
+
+def test_deepseek_v3_config_defaults_and_refusals():
+    """DeepseekV3Config's defaults (DeepSeek-V3's sizes) and what transformers cannot build or run."""
+    c = reference.Config({"model_type": "deepseek_v3"})
+    assert (c.vocab_size, c.hidden, c.inner, c.moe_inner, c.layers, c.heads, c.kv_heads) == (
+        129280, 7168, 18432, 2048, 61, 128, 128)
+    assert (c.q_lora_rank, c.kv_lora_rank, c.qk_nope, c.qk_rope, c.v_head_dim, c.qk_head_dim, c.head_dim) == (
+        1536, 512, 128, 64, 128, 192, 64)
+    assert (c.experts, c.n_group, c.topk_group, c.top_k, c.shared_inner, c.routed_scale, c.norm_topk) == (
+        256, 8, 4, 8, 2048, 2.5, True)
+    assert (c.act, c.eps, c.tie, c.attention_bias, c.rope_interleave) == ("silu", 1e-6, False, False, True)
+    assert c.sparse == [False] * 3 + [True] * 58 and c.attn_scale == 192 ** -0.5
+    assert c.rope == {"rope_type": "default", "rope_theta": 10000.0, "max_position_embeddings": 4096,
+                      "partial_rotary_factor": 1.0}
+    base = synth.tiny_config("deepseek_v3")
+    D = lambda **kw: reference.Config(dict(base, **kw))  # noqa: E731
+    # nulls HF reads as something
+    assert D(num_key_value_heads=None).kv_heads == 4 and D(q_lora_rank=None).q_lora_rank is None
+    assert not D(norm_topk_prob=None).norm_topk and not D(rope_interleave=None).rope_interleave
+    assert D(n_group=None, first_k_dense_replace=3).n_group is None  # no sparse layer: never read
+    # num_local_experts (attribute_map) wins; head_dim / qk_head_dim keys that agree are fine
+    assert D(num_local_experts=16, n_routed_experts=5).experts == 16
+    assert D(head_dim=4, qk_head_dim=12).head_dim == 4
+    assert D(first_k_dense_replace=-1).sparse == [True] * 3 and D(first_k_dense_replace=9).sparse == [False] * 3
+    assert D(partial_rotary_factor=0.5).rope["partial_rotary_factor"] == 1.0  # unread by the default table
+    # YaRN: the softmax scale takes mscale(factor, mscale_all_dim) ** 2, for any non-default type
+    y = D(rope_scaling=synth.DEEPSEEK_V3_YARN)
+    assert abs(y.attn_scale - 12 ** -0.5 * (0.1 * math.log(4.0) + 1) ** 2) < 1e-15
+    assert D(rope_scaling=dict(synth.DEEPSEEK_V3_YARN, mscale_all_dim=0)).attn_scale == 12 ** -0.5
+    lin = D(rope_scaling={"type": "linear", "factor": 2.0, "mscale_all_dim": 1.0})
+    assert abs(lin.attn_scale - 12 ** -0.5 * (0.1 * math.log(2.0) + 1) ** 2) < 1e-15
+    v3 = reference.Config({"model_type": "deepseek_v3", "max_position_embeddings": 163840, "rope_theta": 10000,
+                           "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
+                                            "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096,
+                                            "type": "yarn"}})
+    assert abs(v3.attn_scale - 192 ** -0.5 * (0.1 * math.log(40) + 1) ** 2) < 1e-15
+    assert reference.rope_parameters(v3.rope, v3.qk_rope)[1] == 1.0  # mscale == mscale_all_dim
+    # shapes of a dense and a sparse layer (the Hub's names), v_head_dim in kv_b_proj / o_proj
+    s = reference.expected_shapes(reference.Config(base))
+    assert {k: v for k, v in s.items() if k.startswith("model.layers.0.")} == {
+        "model.layers.0.input_layernorm.weight": [32], "model.layers.0.self_attn.q_a_proj.weight": [16, 32],
+        "model.layers.0.self_attn.q_a_layernorm.weight": [16], "model.layers.0.self_attn.q_b_proj.weight": [48, 16],
+        "model.layers.0.self_attn.kv_a_proj_with_mqa.weight": [20, 32],
+        "model.layers.0.self_attn.kv_a_layernorm.weight": [16], "model.layers.0.self_attn.kv_b_proj.weight": [56, 16],
+        "model.layers.0.self_attn.o_proj.weight": [32, 24], "model.layers.0.post_attention_layernorm.weight": [32],
+        "model.layers.0.mlp.gate_proj.weight": [48, 32], "model.layers.0.mlp.up_proj.weight": [48, 32],
+        "model.layers.0.mlp.down_proj.weight": [32, 48]}
+    m = "model.layers.1.mlp."
+    assert {k[len(m):]: v for k, v in s.items() if k.startswith(m)} == {
+        "gate.weight": [8, 32], "gate.e_score_correction_bias": [8],
+        **{f"experts.{e}.{n}.weight": ([32, 12] if n == "down_proj" else [12, 32])
+           for e in range(8) for n in ("gate_proj", "up_proj", "down_proj")},
+        "shared_experts.gate_proj.weight": [24, 32], "shared_experts.up_proj.weight": [24, 32],
+        "shared_experts.down_proj.weight": [32, 24]}
+    sb = reference.expected_shapes(D(attention_bias=True))
+    assert [k for k in sb if k.startswith("model.layers.0.") and k.endswith(".bias")] == [
+        f"model.layers.0.self_attn.{n}.bias" for n in ("q_a_proj", "kv_a_proj_with_mqa", "o_proj")]
+    assert "model.layers.0.self_attn.q_proj.weight" in reference.expected_shapes(D(q_lora_rank=None))
+    bad = [dict(num_key_value_heads=2), dict(num_key_value_heads=8), {"num_key_value_heads": "absent"},
+           dict(head_dim=8), dict(head_dim=None), dict(qk_head_dim=10), dict(v_head_dim=None),
+           dict(first_k_dense_replace=None), dict(n_group=None), dict(topk_group=None), dict(num_experts_per_tok=None),
+           dict(n_group=3), dict(n_group=8, topk_group=4), dict(topk_group=5), dict(topk_group=0),
+           dict(num_experts_per_tok=5), dict(num_experts_per_tok=0), dict(num_local_experts=None),
+           dict(kv_lora_rank=None), dict(qk_rope_head_dim=None), dict(qk_rope_head_dim=3), dict(q_lora_rank=0),
+           dict(routed_scaling_factor=None), dict(rms_norm_eps=None), dict(attention_bias=None),
+           dict(n_shared_experts=None), dict(hidden_act="gelu_foo"), dict(rope_theta=None),
+           dict(rope_scaling={"type": "yarn", "original_max_position_embeddings": 32}),
+           dict(rope_scaling=dict(synth.DEEPSEEK_V3_YARN, partial_rotary_factor=0.5)),
+           dict(quantization_config={"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]})]
+    for kw in bad:
+        cfg = dict(base, **kw)
+        if kw == {"num_key_value_heads": "absent"}:
+            del cfg["num_key_value_heads"]  # absent: 128 (a field default), not num_attention_heads
+        with pytest.raises(reference.ReferenceError):
+            reference.Config(cfg)
+
+
+def test_deepseek_v3_parameter_counts():
+    """DeepSeek-V3's, Moonlight-16B-A3B's and Kimi-K2's sizes (their config.json values): the
+    tensors expected_shapes lists (the MTP layer not included) add up to the state_dict sizes
+    transformers 5.12.1's DeepseekV3ForCausalLM has for them on the meta device (parameters plus
+    the e_score_correction_bias buffers): 671B, 16B and 1.03T; without the unchosen routed experts,
+    the "37B", "A3B" and "32B" active counts."""
+    common = dict(model_type="deepseek_v3", kv_lora_rank=512, qk_rope_head_dim=64, v_head_dim=128,
+                  qk_nope_head_dim=128, norm_topk_prob=True, tie_word_embeddings=False)
+    yarn = dict(beta_fast=32, beta_slow=1, factor=40, mscale=1.0, mscale_all_dim=1.0,
+                original_max_position_embeddings=4096, type="yarn")
+    cfgs = {"DeepSeek-V3": dict(common, vocab_size=129280, hidden_size=7168, intermediate_size=18432,
+                                moe_intermediate_size=2048, num_hidden_layers=61, num_attention_heads=128,
+                                num_key_value_heads=128, n_shared_experts=1, n_routed_experts=256,
+                                routed_scaling_factor=2.5, q_lora_rank=1536, n_group=8, topk_group=4,
+                                num_experts_per_tok=8, first_k_dense_replace=3, max_position_embeddings=163840,
+                                rms_norm_eps=1e-6, rope_theta=10000, rope_scaling=yarn),
+            "Moonlight-16B-A3B": dict(common, vocab_size=163840, hidden_size=2048, intermediate_size=11264,
+                                      moe_intermediate_size=1408, num_hidden_layers=27, num_attention_heads=16,
+                                      num_key_value_heads=16, n_shared_experts=2, n_routed_experts=64,
+                                      routed_scaling_factor=2.446, q_lora_rank=None, n_group=1, topk_group=1,
+                                      num_experts_per_tok=6, first_k_dense_replace=1, max_position_embeddings=8192,
+                                      rms_norm_eps=1e-5, rope_theta=50000.0, rope_scaling=None),
+            "Kimi-K2": dict(common, vocab_size=163840, hidden_size=7168, intermediate_size=18432,
+                            moe_intermediate_size=2048, num_hidden_layers=61, num_attention_heads=64,
+                            num_key_value_heads=64, n_shared_experts=1, n_routed_experts=384,
+                            routed_scaling_factor=2.827, q_lora_rank=1536, n_group=1, topk_group=1,
+                            num_experts_per_tok=8, first_k_dense_replace=1, max_position_embeddings=131072,
+                            rms_norm_eps=1e-6, rope_theta=50000.0,
+                            rope_scaling=dict(yarn, factor=32.0, beta_fast=1.0, beta_slow=1.0))}
+    counts, active = {}, {}
+    for name, cfg in cfgs.items():
+        c = reference.Config(cfg)
+        shapes = reference.expected_shapes(c)
+        counts[name] = sum(int(np.prod(s)) for s in shapes.values())
+        active[name] = counts[name] - sum(c.sparse) * (c.experts - c.top_k) * 3 * c.moe_inner * c.hidden
+    assert counts == {"DeepSeek-V3": 671_026_419_200, "Moonlight-16B-A3B": 15_960_110_208,
+                      "Kimi-K2": 1_026_408_232_448}
+    assert active == {"DeepSeek-V3": 37_552_297_472, "Moonlight-16B-A3B": 2_914_776_192,
+                      "Kimi-K2": 32_861_500_928}
+    assert reference.expected_shapes(reference.Config({"model_type": "deepseek_v3"})) == reference.expected_shapes(
+        reference.Config(dict(cfgs["DeepSeek-V3"], max_position_embeddings=4096, rope_scaling=None)))
+
+
+def test_deepseek_v3_checkpoint_layouts(tmp_path):
+    """Equivalent checkpoints run the same: transformers 5's stacked experts (gate_up_proj [E, 2I, H],
+    down_proj [E, H, I]); the MTP layer's tensors (layer num_hidden_layers, incl. its embed_tokens /
+    enorm / hnorm / eh_proj / shared_head) and biases of projections that have none are ignored (as
+    transformers 5.12.1 drops them: checked, logits unchanged); a v5 config.json (rope_parameters).
+    Refused: a layer holding both expert layouts, a stacked tensor of the wrong shape."""
+    cfg = synth.tiny_config("deepseek_v3", rope_scaling=synth.DEEPSEEK_V3_YARN)
+    d = tmp_path / "hub"
+    w = synth.write_checkpoint(str(d), cfg, seed=2)
+    ds = tmp_path / "stacked"
+    ws = synth.write_checkpoint(str(ds), cfg, seed=2, stacked_experts=True)
+    assert "model.layers.1.mlp.experts.gate_up_proj" in ws and not any(".experts.0." in k for k in ws)
+    assert list(ws["model.layers.1.mlp.experts.gate_up_proj"].shape) == [8, 24, 32]
+    _same_run(d, ds)
+    # MTP layer and stray biases
+    dm = tmp_path / "mtp"
+    os.makedirs(dm)
+    (dm / "config.json").write_bytes((d / "config.json").read_bytes())
+    wm = dict(w)
+    for k, v in w.items():
+        if k.startswith("model.layers.2."):
+            wm[k.replace("model.layers.2.", "model.layers.3.")] = v * 3.0
+    for k in ("embed_tokens.weight", "shared_head.head.weight"):
+        wm["model.layers.3." + k] = w["model.embed_tokens.weight"]
+    for k in ("enorm.weight", "hnorm.weight", "shared_head.norm.weight"):
+        wm["model.layers.3." + k] = np.ones(32, np.float32)
+    wm["model.layers.3.eh_proj.weight"] = np.ones((32, 64), np.float32)
+    for nm, n in (("q_b_proj", 48), ("kv_b_proj", 56), ("o_proj", 32), ("q_a_proj", 16)):
+        wm[f"model.layers.0.self_attn.{nm}.bias"] = np.full(n, 0.5, np.float32)
+    st.save(str(dm / "model.safetensors"), wm)
+    _same_run(d, dm)
+    # v5 config form
+    dv = tmp_path / "v5"
+    os.makedirs(dv)
+    (dv / "config.json").write_text(json.dumps(synth.to_v5(cfg)))
+    os.symlink(d / "model.safetensors", dv / "model.safetensors")
+    rope = lambda c: {k: v for k, v in c.rope.items() if k != "type"}  # noqa: E731 (4.x's key, kept)
+    assert rope(reference.Config(reference.load_config(str(dv)))) == rope(reference.Config(cfg))
+    _same_run(d, dv)
+    # both layouts in one layer; a mis-shaped stacked tensor
+    for name, extra in (("both", {"model.layers.1.mlp.experts.0.gate_proj.weight": w[
+                            "model.layers.1.mlp.experts.0.gate_proj.weight"]}),
+                        ("shape", {"model.layers.2.mlp.experts.down_proj": np.zeros((8, 12, 32), np.float32)})):
+        db = tmp_path / name
+        os.makedirs(db)
+        (db / "config.json").write_bytes((d / "config.json").read_bytes())
+        st.save(str(db / "model.safetensors"), dict(ws, **extra))
+        with pytest.raises(reference.ReferenceError):
+            reference.Model(str(db))
+
+
+def test_deepseek_v3_interleaved_rope_is_a_column_permutation(tmp_path):
+    """rope_interleave pairs the rotary dims (2i, 2i + 1); rotate-half pairs (i, i + d/2). So an
+    interleaved model equals the rotate-half model whose rotary columns of q (each head's last
+    qk_rope_head_dim rows of q_b_proj) and of k_rot (the last rows of kv_a_proj_with_mqa) are
+    permuted evens-then-odds: same scores, same outputs; without the permutation they differ."""
+    cfg = synth.tiny_config("deepseek_v3")
+    d = tmp_path / "inter"
+    w = synth.write_checkpoint(str(d), cfg, seed=3)
+    c = reference.Config(cfg)
+    perm = np.concatenate([np.arange(0, c.qk_rope, 2), np.arange(1, c.qk_rope, 2)])
+    wp = dict(w)
+    for i in range(c.layers):
+        A = f"model.layers.{i}.self_attn."
+        q = w[A + "q_b_proj.weight"].reshape(c.heads, c.qk_head_dim, -1).copy()
+        q[:, c.qk_nope:] = q[:, c.qk_nope + perm]
+        wp[A + "q_b_proj.weight"] = q.reshape(c.heads * c.qk_head_dim, -1)
+        kv = w[A + "kv_a_proj_with_mqa.weight"].copy()
+        kv[c.kv_lora_rank:] = kv[c.kv_lora_rank + perm]
+        wp[A + "kv_a_proj_with_mqa.weight"] = kv
+    seq = list(range(30, 48))
+    for name, tensors in (("perm", wp), ("plain", w)):
+        dd = tmp_path / name
+        os.makedirs(dd)
+        (dd / "config.json").write_text(json.dumps(dict(cfg, rope_interleave=False)))
+        st.save(str(dd / "model.safetensors"), tensors)
+    a, b, p = (reference.run(str(x), [seq], patterns=True)[0] for x in (d, tmp_path / "perm", tmp_path / "plain"))
+    A = "model.layers.2.self_attn"
+    assert _dsv3_diff(a[A + ":scores"], b[A + ":scores"]) < 1e-5 and _maxdiff(a["lm_head"], b["lm_head"]) < 1e-5
+    assert _dsv3_diff(a[A + ":scores"], p[A + ":scores"]) > 1e-3

@@ -50,7 +50,7 @@ pytestmark = pytest.mark.usefixtures("actcap_bin", "no_reexec")
 
 ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo", "olmo2", "gemma", "gemma2",
          "gemma3_text", "gemma3", "gpt_neox", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe",
-         "gpt_oss"]
+         "gpt_oss", "deepseek_v3"]
 LENGTHS = [9, 5, 12]  # 12 > the windows (4 or 8) of the windowed variants
 REL = 1e-5  # measured with transformers 5.12 on torch 2.14: most points bit-identical, the largest 1.1e-7
 TRANSPOSED = (".self_attn.q_norm", ".self_attn.k_norm")  # Gemma 3's [B, heads, T, hd] views
@@ -282,6 +282,23 @@ VARIANTS = {
                                                  rope_parameters=dict(rope_type="default",
                                                                       rope_theta=10000.0),
                                                  pad_token_id=0, eos_token_id=2)),
+    # latent attention: q through a bottleneck, values (12) narrower than queries/keys (8 + 4);
+    # one dense layer, then 8 experts in 4 groups (2 kept), 3 chosen, 2 shared experts
+    "deepseek_v3": ("deepseek_v3", dict(LLAMA, num_key_value_heads=4, q_lora_rank=16,
+                                        kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4,
+                                        v_head_dim=12, n_routed_experts=8, n_group=4, topk_group=2,
+                                        num_experts_per_tok=3, n_shared_experts=2,
+                                        moe_intermediate_size=24, first_k_dense_replace=1)),
+    # one q_proj, rotate-half RoPE (YaRN, whose mscale_all_dim scales the softmax), biases, no
+    # renormalisation, 2 groups (1 kept), first layer sparse
+    "deepseek_v3-qproj-yarn-bias": ("deepseek_v3", dict(
+        LLAMA, num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=24, qk_nope_head_dim=12,
+        qk_rope_head_dim=8, v_head_dim=16, n_routed_experts=6, n_group=2, topk_group=1,
+        num_experts_per_tok=2, n_shared_experts=1, moe_intermediate_size=32,
+        first_k_dense_replace=0, rope_interleave=False, attention_bias=True, norm_topk_prob=False,
+        routed_scaling_factor=1.7, rope_parameters=dict(
+            rope_type="yarn", factor=4.0, original_max_position_embeddings=16, mscale=1.0,
+            mscale_all_dim=0.8, rope_theta=10000.0))),
     "phi3-longrope-partial": ("phi3", dict(LLAMA, max_position_embeddings=64,
                                            original_max_position_embeddings=8,
                                            partial_rotary_factor=0.5, pad_token_id=0,
@@ -303,6 +320,9 @@ def build_hf_model(model_type, fields, out_dir, seed=0, original_format=True):
         for name, p in model.named_parameters():
             if p.dim() == 1:  # norms and biases: not their identity initialisation
                 p.add_(torch.randn_like(p) * 0.1)
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):  # DeepSeek-V3's: zero at init
+                b.add_(torch.randn_like(b) * 0.02)
     model.save_pretrained(str(out_dir), **({} if original_format else
                                             dict(save_original_format=False)))
     return out_dir
@@ -364,7 +384,7 @@ def test_gemma_released_activation_fields(tmp_path):
             assert theirs > 1e-6 and theirs > 100 * ours, (n, i, ours, theirs)
 
 
-@pytest.mark.parametrize("variant", ["mixtral", "qwen2_moe", "qwen3_moe", "olmoe"])
+@pytest.mark.parametrize("variant", ["mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v3"])
 def test_transformers_stacked_experts_checkpoint_matches(tmp_path, variant):
     """save_pretrained(save_original_format=False) writes the experts as transformers holds them
     (mlp.experts.gate_up_proj [E, 2I, H], mlp.experts.down_proj, router mlp.gate, Mixtral's too):
@@ -428,7 +448,8 @@ def hf_greedy(model, prompt, max_new, eos=None):
 @pytest.mark.parametrize("variant", ["gpt2", "llama-rope-llama3", "mistral-window", "qwen3",
                                      "gemma", "gemma2-softcaps", "olmo-bias-clip-tied", "gemma3_text", "gpt_neox-partial-rotary",
                                      "phi3-window", "mixtral-window-top3", "qwen2_moe",
-                                     "qwen3_moe", "olmoe", "gpt_oss"])
+                                     "qwen3_moe", "olmoe", "gpt_oss", "deepseek_v3",
+                                     "deepseek_v3-qproj-yarn-bias"])
 def test_generate_matches_transformers(tmp_path, variant):
     """Greedy decoding with the KV cache past the sliding windows: the same tokens as
     transformers' generate. A step where transformers' best two logits are within 1e-4 of each
@@ -487,7 +508,7 @@ def presets_of(arch):
 def test_every_preset_is_the_model_transformers_builds(tmp_path, arch):
     """`init-model --config-only` for every preset (the real shapes the GPU benchmark runs
     included): transformers builds the class the config names (on the meta device: no memory)
-    with exactly the parameter count init-model reports."""
+    with exactly the parameter count init-model reports (its parameters and the buffers it saves)."""
     for preset in presets_of(arch):
         out = tmp_path / preset
         proc = H.actcap("init-model", "--arch", arch, "--preset", preset, "--seed", "0",
@@ -497,7 +518,10 @@ def test_every_preset_is_the_model_transformers_builds(tmp_path, arch):
         with torch.device("meta"):
             model = transformers.AutoModelForCausalLM.from_config(cfg)
         assert type(model).__name__ == H.load_config(out)["architectures"][0], (arch, preset)
-        count = sum(p.numel() for p in model.parameters())
+        # and the buffers the checkpoint stores (DeepSeek-V3's e_score_correction_bias)
+        saved = model.state_dict()
+        count = sum(p.numel() for p in model.parameters()) + sum(
+            b.numel() for n, b in model.named_buffers() if n in saved)
         assert count == reported, f"{arch} {preset}: transformers builds {count} parameters, " \
                                   f"init-model reports {reported}"
 
@@ -508,7 +532,7 @@ def test_every_preset_is_the_model_transformers_builds(tmp_path, arch):
 
 @pytest.mark.parametrize("variant", ["gpt2", "llama-rope-llama3", "gemma", "gemma2-softcaps",
                                      "gemma3_text", "olmo-bias-clip-tied", "olmo2",
-                                     "phi3-longrope-partial"])
+                                     "phi3-longrope-partial", "deepseek_v3"])
 def test_bf16_compute_is_as_accurate_as_transformers_in_bf16(tmp_path, variant):
     """`--compute-dtype bf16` against transformers' model cast to bfloat16, both measured against
     transformers' float32 forward: at every hook point actcap's largest error (relative to the

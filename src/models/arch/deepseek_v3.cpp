@@ -35,6 +35,7 @@ struct DeepseekParams : MoeParams {
   int64_t n_group = 8;
   int64_t topk_group = 4;
   bool rope_interleave = true;
+  double mscale_all_dim = 0;             // of a scaled RoPE's dict: scales the softmax (0: not set)
   int64_t num_nextn_predict_layers = 0;  // stored after the last layer, not run
   std::unique_ptr<ArchParams> clone() const override {
     return std::make_unique<DeepseekParams>(*this);
@@ -44,16 +45,38 @@ struct DeepseekParams : MoeParams {
 const MoeNames kNames{"mlp", "gate_proj", "up_proj", "down_proj",
                       /*weights_in_compute_dtype=*/false};
 
-// The softmax scale: qk_head_dim^-0.5, times mscale^2 when a scaled RoPE sets mscale_all_dim
-// (DeepseekV3Attention; mscale = 0.1 * mscale_all_dim * ln(factor) + 1 for factor > 1).
+// The softmax scale: qk_head_dim^-0.5, times mscale^2 when a scaled RoPE (any type but default)
+// sets mscale_all_dim (DeepseekV3Attention; mscale = 0.1 * mscale_all_dim * ln(factor) + 1 for
+// factor > 1).
 double attention_scale(const DeepseekParams& p) {
   double scale = 1.0 / std::sqrt(static_cast<double>(p.qk_nope_head_dim + p.qk_rope_head_dim));
   const RopeConfig& r = p.rope;
-  if (r.rope_type != "default" && r.mscale_all_dim && *r.mscale_all_dim != 0 && r.factor > 1) {
-    const double m = 0.1 * *r.mscale_all_dim * std::log(r.factor) + 1.0;
+  if (r.rope_type != "default" && p.mscale_all_dim != 0 && r.factor > 1) {
+    const double m = 0.1 * p.mscale_all_dim * std::log(r.factor) + 1.0;
     scale *= m * m;
   }
   return scale;
+}
+
+// mscale_all_dim of the RoPE dict parse_rope reads (a non-empty rope_scaling, else
+// rope_parameters), whatever its type; 0 when absent.
+double rope_mscale_all_dim(const ConfigReader& f) {
+  const json* dict = nullptr;
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    const json* d = f.find({key});
+    if (d && d->is_object() && !(dict && d->empty())) dict = d;
+  }
+  if (!dict) return 0;
+  const double v = ConfigReader(*dict, f.origin()).number({"mscale_all_dim"}, 0);
+  if (!std::isfinite(v))
+    throw InputError(concat(f.origin(), ": rope field 'mscale_all_dim' must be finite"));
+  return v;
+}
+
+// A boolean whose null transformers reads as false (DeepseekV3Config keeps the None and tests it).
+bool flag(const ConfigReader& f, const char* key, bool absent) {
+  if (f.root().contains(key) && f.root()[key].is_null()) return false;
+  return f.boolean({key}, absent);
 }
 
 LatentAttentionShape shape(const ModelConfig& c, std::shared_ptr<const Rope> rope) {
@@ -139,31 +162,44 @@ class DeepseekV3 : public LlamaFamilyArchitecture {
     if (p->qk_rope_head_dim % 2 != 0)
       throw InputError(
           concat(f.origin(), ": qk_rope_head_dim=", p->qk_rope_head_dim, " must be even for RoPE"));
+    p->qk_nope_head_dim = f.positive({"qk_nope_head_dim"}, 128);
+    // transformers 5 saves the derived head_dim and qk_head_dim, and reads them back over its
+    // derivation: a file where they differ from it cannot run there.
+    const std::pair<const char*, int64_t> derived[] = {
+        {"head_dim", p->qk_rope_head_dim},
+        {"qk_head_dim", p->qk_nope_head_dim + p->qk_rope_head_dim}};
+    for (const auto& [key, want] : derived)
+      if (f.has(key) && f.integer({key}, 0) != want)
+        throw InputError(concat(f.origin(), ": field '", key, "' is ", root[key].dump(),
+                                " but DeepSeek-V3 derives ", want,
+                                " (qk_rope_head_dim, qk_nope_head_dim); remove it or set it so"));
     LlamaDefaults d;
     d.max_position_embeddings = 4096;
     d.head_dim = p->qk_rope_head_dim;
     d.bos_token_id = 0, d.eos_token_id = 1;
+    // An absent field is DeepseekV3Config's default, 128; only a null means num_attention_heads.
+    d.num_key_value_heads = 128;
     d.config_class = "DeepseekV3Config";
-    json without_head_dim = root;  // config.json's head_dim is not read
-    without_head_dim.erase("head_dim");
-    parse_llama_family(ConfigReader(without_head_dim, f.origin()), d, c, *p);
+    parse_llama_family(f, d, c, *p);
     if (p->num_key_value_heads != c.num_attention_heads)
-      throw InputError(concat(f.origin(), ": num_key_value_heads=", p->num_key_value_heads,
-                              " differs from num_attention_heads=", c.num_attention_heads,
-                              "; DeepSeek-V3's latent attention gives every head its own keys "
-                              "(set them equal)"));
+      throw InputError(concat(
+          f.origin(), ": num_key_value_heads=", p->num_key_value_heads,
+          root.contains("num_key_value_heads") ? "" : " (absent: DeepseekV3Config's default)",
+          " differs from num_attention_heads=", c.num_attention_heads,
+          "; DeepSeek-V3's latent attention gives every head its own keys "
+          "(set them equal)"));
     p->attention_bias = f.boolean({"attention_bias"}, false);
     if (root.contains("q_lora_rank") && root["q_lora_rank"].is_null())
       p->q_lora_rank.reset();
     else
       p->q_lora_rank = f.positive({"q_lora_rank"}, 1536);
     p->kv_lora_rank = f.positive({"kv_lora_rank"}, 512);
-    p->qk_nope_head_dim = f.positive({"qk_nope_head_dim"}, 128);
     p->v_head_dim = f.positive({"v_head_dim"}, 128);
-    p->rope_interleave = f.boolean({"rope_interleave"}, true);
+    p->rope_interleave = flag(f, "rope_interleave", true);
+    p->mscale_all_dim = rope_mscale_all_dim(f);
 
-    // transformers maps num_local_experts to n_routed_experts.
-    parse_expert_counts(f, {"n_routed_experts", "num_local_experts"}, 256, 8, *p);
+    // transformers maps num_local_experts to n_routed_experts; with both, num_local_experts wins.
+    parse_expert_counts(f, {"num_local_experts", "n_routed_experts"}, 256, 8, *p);
     if (p->num_experts == 0)
       throw InputError(concat(f.origin(),
                               ": n_routed_experts is 0; DeepSeek-V3's sparse layers "
@@ -175,7 +211,7 @@ class DeepseekV3 : public LlamaFamilyArchitecture {
     p->routed_scaling_factor = f.number({"routed_scaling_factor"}, 2.5);
     if (!std::isfinite(p->routed_scaling_factor))
       throw InputError(concat(f.origin(), ": field 'routed_scaling_factor' must be finite"));
-    p->norm_topk_prob = f.boolean({"norm_topk_prob"}, true);
+    p->norm_topk_prob = flag(f, "norm_topk_prob", true);
     p->n_group = f.positive({"n_group"}, 8);
     p->topk_group = f.positive({"topk_group"}, 4);
     if (p->num_experts % p->n_group != 0 || p->num_experts / p->n_group < 2)
@@ -186,6 +222,12 @@ class DeepseekV3 : public LlamaFamilyArchitecture {
     if (p->topk_group > p->n_group)
       throw InputError(
           concat(f.origin(), ": topk_group=", p->topk_group, " exceeds n_group=", p->n_group));
+    // More would choose experts of groups not kept (transformers then takes masked ones).
+    if (p->top_k > p->topk_group * (p->num_experts / p->n_group))
+      throw InputError(concat(f.origin(), ": num_experts_per_tok=", p->top_k, " exceeds the ",
+                              p->topk_group * (p->num_experts / p->n_group),
+                              " experts of the topk_group=", p->topk_group,
+                              " groups kept; raise topk_group or lower num_experts_per_tok"));
     p->first_k_dense_replace = f.integer({"first_k_dense_replace"}, 3);
     if (p->first_k_dense_replace < 0)
       throw InputError(concat(f.origin(), ": field 'first_k_dense_replace' must be >= 0"));
@@ -258,6 +300,7 @@ class DeepseekV3 : public LlamaFamilyArchitecture {
     q.routed_scaling_factor = 2.5, q.first_k_dense_replace = 3;
     q.rope.rope_type = "yarn", q.rope.factor = 40, q.rope.original_max_position_embeddings = 4096;
     q.rope.beta_fast = 32, q.rope.beta_slow = 1, q.rope.mscale = 1.0, q.rope.mscale_all_dim = 1.0;
+    q.mscale_all_dim = 1.0;
     return c;
   }
 
