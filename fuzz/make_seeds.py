@@ -263,7 +263,26 @@ def config_seeds():
     variant("gpt_oss_defaults.json", gpt_oss, rope_theta=KeyError, rope_scaling=KeyError,
             head_dim=KeyError, sliding_window=KeyError, layer_types=KeyError,
             quantization_config=KeyError, num_local_experts=KeyError, num_experts=6)
+    # DeepSeek-V3: actcap's init-model form (q bottleneck, interleaved RoPE, one dense layer) and
+    # the Hub's (plain q_proj, YaRN with mscale_all_dim, one group, the fields transformers ignores,
+    # saved head_dim / qk_head_dim).
+    deepseek_v3 = {k: v for k, v in LLAMA.items() if k not in ("head_dim", "mlp_bias")}
+    deepseek_v3.update(architectures=["DeepseekV3ForCausalLM"], model_type="deepseek_v3",
+                       num_key_value_heads=4, q_lora_rank=32, kv_lora_rank=32,
+                       qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=16, n_routed_experts=8,
+                       num_experts_per_tok=2, moe_intermediate_size=40, n_shared_experts=1,
+                       routed_scaling_factor=2.5, norm_topk_prob=True, n_group=4, topk_group=2,
+                       first_k_dense_replace=1, rope_interleave=True, attention_bias=False)
+    variant("deepseek_v3.json", deepseek_v3)
+    variant("deepseek_v3_hub.json", deepseek_v3, q_lora_rank=None, rope_interleave=KeyError,
+            n_group=1, topk_group=1, head_dim=8, qk_head_dim=16, topk_method="noaux_tc",
+            scoring_func="sigmoid", moe_layer_freq=1, num_nextn_predict_layers=1,
+            max_position_embeddings=256, rope_scaling={"type": "yarn", "factor": 4.0,
+                                                       "original_max_position_embeddings": 64,
+                                                       "mscale": 1.0, "mscale_all_dim": 1.0,
+                                                       "beta_fast": 32, "beta_slow": 1})
     # Near-valid.
+    variant("bad_deepseek_v3_groups.json", deepseek_v3, n_group=3)
     variant("bad_gpt_oss_quantization.json", gpt_oss, quantization_config={"quant_method": "gptq"})
     variant("bad_missing_vocab.json", GPT2, vocab_size=KeyError)
     variant("bad_clip_qkv.json", olmo, clip_qkv=-1.0)

@@ -14,7 +14,7 @@ import actcap_helpers as H
 import reference
 
 ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3_text", "gpt_neox",
-         "phi3", "mixtral", "qwen3_moe", "olmoe", "gpt_oss", "gemma", "olmo", "qwen2_moe"]
+         "phi3", "mixtral", "qwen3_moe", "olmoe", "gpt_oss", "gemma", "olmo", "qwen2_moe", "deepseek_v3"]
 # docs/execution.md: per point, ||actcap_bf16 - reference_f32|| / ||reference_f32|| <= RMS_TOL and
 # max|diff| / max|reference| <= MAX_TOL (measured on these tiny random models: up to 3.4e-2 and
 # 5.1e-2, OLMo 2's post-norms; bfloat16 keeps 8 significant bits, 2^-9 relative per rounding).
@@ -35,29 +35,67 @@ def cpu_has_half_gemm():
 LAYER = re.compile(r"\.layers\.(\d+)(\.|:|$)")
 
 
-def routing_flip(ref, got, k, failures, label):
+def top_k_choice(k):
+    """The experts a softmax / top-k router chooses from its logits [T, E] (as sorted sets [T, k])
+    and each token's distance from a tie (the k-th largest logit minus the next)."""
+    def choose(name, logits):
+        top = -np.sort(-logits, axis=1)
+        gap = top[:, k - 1] - top[:, k] if k < logits.shape[1] else np.full(len(logits), np.inf)
+        return np.sort(np.argsort(-logits, axis=1)[:, :k], axis=1), gap
+    return choose
+
+
+def deepseek_v3_choice(model_dir):
+    """DeepSeek-V3's choice from the router's logits (config.json and the checkpoint's
+    e_score_correction_bias; the rule of DeepseekV3MoE.route_tokens_to_experts): sigmoid plus the
+    bias, the topk_group groups of largest top-2 sum kept, the k largest among them; the distance
+    from a tie is the smaller of the expert and the group gaps (in score units, which sigmoid
+    compresses: a logit error moves a score by at most a quarter of it)."""
+    cfg = H.load_config(model_dir)
+    k, G, kept = cfg["num_experts_per_tok"], cfg["n_group"], cfg["topk_group"]
+    bias = {n: t.numpy().astype(np.float64) for n, t in reference.load_weights(str(model_dir)).items()
+            if n.endswith("e_score_correction_bias")}
+
+    def choose(name, logits):
+        T, E = logits.shape
+        c = 1 / (1 + np.exp(-logits)) + bias[name + ".e_score_correction_bias"]
+        groups = -np.sort(-c.reshape(T, G, E // G), axis=2)[:, :, :2].sum(axis=2)
+        order = np.argsort(-groups, axis=1)
+        masked = np.full_like(c, -np.inf)
+        for t in range(T):
+            for g in order[t, :kept]:
+                masked[t, g * (E // G):(g + 1) * (E // G)] = c[t, g * (E // G):(g + 1) * (E // G)]
+        top = -np.sort(-masked, axis=1)
+        gap = top[:, k - 1] - top[:, k] if k < E else np.full(T, np.inf)
+        if kept < G:
+            gs = -np.sort(-groups, axis=1)
+            gap = np.minimum(gap, gs[:, kept - 1] - gs[:, kept])
+        return np.sort(np.argsort(-masked, axis=1)[:, :k], axis=1), gap
+    return choose
+
+
+def routing_flip(ref, got, choose, failures, label):
     """A mixture of experts in bfloat16 may route a token to other experts than float32 does where
     two experts' router logits are closer than the bfloat16 error: that token's later activations
-    are then another computation, not an error. Finds the first sparse layer where some token's top
-    k (as a set) differs; each such token must be such a tie (its float32 gap between the k-th and
-    (k+1)-th logit at most twice its largest logit error, the only way rounding can reorder them;
-    else a failure). Returns None when no token changed experts, else a predicate naming the points
-    computed from that layer's experts on (skipped: the block's MLP and output, later layers, the
-    final norm and the head)."""
+    are then another computation, not an error. Finds the first sparse layer where some token's
+    experts (as a set: `choose(router point, logits)` -> sets and distances from a tie) differ;
+    each such token must be such a tie (its float32 distance at most twice its largest logit error,
+    the only way rounding can reorder them; else a failure). Returns None when no token changed
+    experts, else a predicate naming the points computed from that layer's experts on (skipped: the
+    block's MLP and output, later layers, the final norm and the head)."""
     for name in sorted((n for n in ref if n.endswith(".mlp.gate")),
                        key=lambda n: int(LAYER.search(n).group(1))):
         r, g = ref[name].astype(np.float64), got[name].astype(np.float64)
-        want = np.sort(np.argsort(-r, axis=1)[:, :k], axis=1)
-        have = np.sort(np.argsort(-g, axis=1)[:, :k], axis=1)
+        want, gaps = choose(name, r)
+        have, _ = choose(name, g)
         flipped = np.nonzero(np.any(want != have, axis=1))[0]
         if not len(flipped):
             continue
         for t in flipped:
-            top = np.sort(r[t])[::-1]
-            gap, err = top[k - 1] - top[k], np.max(np.abs(g[t] - r[t]))
+            gap, err = gaps[t], np.max(np.abs(g[t] - r[t]))
             if not gap <= 2 * err:
                 failures.append(f"{label}{name}: token {t} chose other experts with a float32 gap "
-                                f"of {gap:.3g} between the k-th and next logit, its error {err:.3g}")
+                                f"of {gap:.3g} between the k-th and next choice, its error {err:.3g}")
         layer = int(LAYER.search(name).group(1))
 
         def after(point):
@@ -82,13 +120,17 @@ def test_bf16_compute_against_the_f32_reference(models, tmp_path, arch):
                                          extra=("--compute-dtype", "bf16", "--devices", "2"))
     refs = reference.run(str(model), seqs)
     assert set(tensors) - H.ROWS == set(refs[0])
-    for name, info in manifest["points"].items():  # kept in the compute dtype; ids stay int64
-        assert info["dtype"] == ("I64" if refs[0][name].dtype == np.int64 else "BF16"), name
+    # kept in the compute dtype; ids stay int64; DeepSeek-V3's routers are float32 as in transformers
+    for name, info in manifest["points"].items():
+        want = "I64" if refs[0][name].dtype == np.int64 else \
+            "F32" if arch == "deepseek_v3" and name.endswith(".mlp.gate") else "BF16"
+        assert info["dtype"] == want, name
     failures, largest = [], 0.0
     top_k = H.load_config(model).get("num_experts_per_tok")
+    choose = deepseek_v3_choice(model) if arch == "deepseek_v3" else top_k_choice(top_k)
     for i in range(len(seqs)):
         sel = tensors[H.ROWS_SEQ] == i
-        after = routing_flip(refs[i], {n: tensors[n][sel] for n in refs[i]}, top_k, failures,
+        after = routing_flip(refs[i], {n: tensors[n][sel] for n in refs[i]}, choose, failures,
                              f"seq {i} ") if top_k else None
         for name, r in refs[i].items():
             if after and after(name):

@@ -84,18 +84,20 @@ def test_safe_capture_of_transformers_models_equals_clones_in_the_same_forward(a
     cap.verify()
 
 
-@pytest.mark.parametrize("variant", ["mixtral-window-top3", "qwen3_moe", "qwen2_moe"])
+@pytest.mark.parametrize("variant", ["mixtral-window-top3", "qwen3_moe", "qwen2_moe", "deepseek_v3"])
 def test_safe_capture_of_a_transformers_mixture_of_experts(ac, tmp_path, variant):
-    """The router (`mlp.gate`: a tuple whose logits are [batch * seq, experts]), the experts
-    (`mlp.experts`: [batch * seq, hidden]), Qwen2-MoE's shared expert, a layer inside it and its
-    gate, and the block (`mlp`) of every sparse layer: rows of the real tokens equal clones taken
-    in the same forward, bit for bit."""
+    """The router (`mlp.gate`: a tuple whose logits are [batch * seq, experts]; DeepSeek-V3's a
+    float32 tensor), the experts (`mlp.experts`: [batch * seq, hidden]), Qwen2-MoE's shared expert,
+    a layer inside it and its gate (flattened like the router), DeepSeek-V3's shared experts and a
+    layer inside them ([batch, seq, hidden]: not flattened), and the block (`mlp`) of every sparse
+    layer: rows of the real tokens equal clones taken in the same forward, bit for bit."""
     model, _, _ = model_of(variant, tmp_path)
     ids, mask = batch()
     mods = dict(model.named_modules())
     points = sorted(n for n in mods if n.endswith((".mlp.gate", ".mlp.experts", ".mlp.shared_expert",
                                                    ".mlp.shared_expert.up_proj",
-                                                   ".mlp.shared_expert_gate"))
+                                                   ".mlp.shared_expert_gate", ".mlp.shared_experts",
+                                                   ".mlp.shared_experts.up_proj"))
                     or n.endswith(".mlp") and n + ".gate" in mods)
     assert len(points) >= 6, points
     clones = {}
