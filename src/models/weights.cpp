@@ -178,9 +178,16 @@ at::Tensor WeightSource::get(const std::string& relative, const std::vector<int6
     }
     s.used.insert(*found);
     const at::Tensor& t = s.tensors->at(*found);
-    if (!at::isFloatingType(t.scalar_type()))
+    // 8-bit floats (an FP8 checkpoint with its quantization_config removed) hold values only
+    // their block scales make weights of: refused rather than run as garbage.
+    const bool float8 =
+        at::isFloatingType(t.scalar_type()) && c10::elementSize(t.scalar_type()) == 1;
+    if (!at::isFloatingType(t.scalar_type()) || float8)
       throw InputError(concat(s.origin, ": tensor ", *found, " has dtype ", t.scalar_type(),
-                              "; weights must be floating point (F32, F16, BF16, F64)"));
+                              float8 ? "; 8-bit float weights need the block scales of their "
+                                       "quantization, which actcap does not apply: run a BF16 or "
+                                       "F32 conversion of the checkpoint"
+                                     : "; weights must be floating point (F32, F16, BF16, F64)"));
     if (t.sizes() != at::IntArrayRef(shape))
       throw InputError(concat(s.origin, ": tensor ", *found, " has shape ", concat(t.sizes()),
                               " but config.json implies ", concat(at::IntArrayRef(shape))));

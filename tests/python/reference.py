@@ -4,12 +4,13 @@ Written from the semantics of Hugging Face transformers' modeling_gpt2.py, model
 modeling_mistral.py, modeling_qwen2.py, modeling_qwen3.py, modeling_olmo.py, modeling_olmo2.py,
 modeling_gemma.py, modeling_gemma2.py, modeling_gemma3.py, modeling_gpt_neox.py, modeling_phi3.py,
 modeling_mixtral.py, modeling_qwen3_moe.py, modeling_qwen2_moe.py, modeling_olmoe.py,
-modeling_gpt_oss.py, modeling_deepseek_v3.py (with configuration_mixtral.py, configuration_qwen3_moe.py,
-configuration_qwen2_moe.py, configuration_olmo.py, configuration_olmoe.py,
-configuration_gpt_oss.py, configuration_gemma.py, configuration_deepseek_v3.py, conversion_mapping.py,
-integrations/moe.py and integrations/mxfp4.py of transformers 5.12) and modeling_rope_utils.py (eager
-attention, eager experts (Qwen2-MoE, gpt-oss and DeepSeek-V3: transformers 5's default grouped_mm
-experts), no padding, no cache, eval mode), using only torch + numpy + the minimal safetensors
+modeling_gpt_oss.py, modeling_deepseek_v3.py, modeling_deepseek_v2.py (with configuration_mixtral.py,
+configuration_qwen3_moe.py, configuration_qwen2_moe.py, configuration_olmo.py, configuration_olmoe.py,
+configuration_gpt_oss.py, configuration_gemma.py, configuration_deepseek_v3.py,
+configuration_deepseek_v2.py, conversion_mapping.py, integrations/moe.py and integrations/mxfp4.py of
+transformers 5.12) and modeling_rope_utils.py (eager attention, eager experts (Qwen2-MoE, gpt-oss and
+DeepSeek-V3 / V2: transformers 5's default grouped_mm experts), no padding, no cache, eval mode),
+using only torch + numpy + the minimal safetensors
 reader in st.py. config.json may be in transformers 4.x form (rope_theta / rope_scaling,
 torch_dtype) or 5.x form (rope_parameters, layer_types, dtype); the dtype fields are not read.
 
@@ -152,6 +153,23 @@ Hook points (N = layer index):
          Model.routing(ids) works as for the other MoE families (its margin in sigmoid-score units,
          the group choice's included). Checkpoints: the Hub's per-expert tensors or transformers 5's
          stacked experts.gate_up_proj / down_proj; the MTP layer (layer num_hidden_layers) ignored.
+  deepseek_v2 (DeepseekV2ForCausalLM: DeepSeek-V2, V2-Lite, DeepSeek-Coder-V2(-Lite)): exactly
+         deepseek_v3's points (q_proj when q_lora_rank is null, as in V2-Lite, else q_a_proj,
+         q_a_layernorm, q_b_proj; the dense MLP's and the shared experts' children), with
+           .mlp.gate: input [T, H], output the float32 router logits [T, n_routed_experts] (before the
+                   softmax). NOT a transformers hook output: DeepseekV2Moe uses the gate's weight
+                   functionally (F.linear(x.float(), gate.weight.float())), so a hook on the module
+                   never fires; the point holds those logits all the same;
+           .mlp.shared_experts (+ its 4 children): always present (n_shared_experts 0 gives
+                   zero-width [T, 0] children and a [T, H] output of 0, or down_proj's bias).
+         Differences from DeepSeek-V3, all in Config._deepseek_v2 / Model._deepseek_v2_moe /
+         apply_rope_complex: RoPE on the interleaved pairs as complex numbers, the result left
+         interleaved (rounded as torch's complex64 product is on x86-64 CPU: fused multiply-adds),
+         cos / sin from torch.polar; softmax scale qk_head_dim ** -0.5 even with YaRN; softmax
+         routing, greedy or group-limited (group score = the group's largest probability, the other
+         groups' probabilities masked to 0.0), weights times routed_scaling_factor, never
+         renormalised; mlp_bias on the dense MLP and the shared experts. Model.routing's margin is in
+         probability units. Checkpoints as deepseek_v3's (no e_score_correction_bias).
 """
 import json
 import math
@@ -165,8 +183,9 @@ import torch.nn.functional as F
 import st
 
 ARCHS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo", "olmo2", "gemma", "gemma2", "gemma3_text",
-         "gemma3", "gpt_neox", "phi3", "mixtral", "qwen3_moe", "qwen2_moe", "olmoe", "gpt_oss", "deepseek_v3")
-MOE_ARCHS = ("mixtral", "qwen3_moe", "qwen2_moe", "olmoe", "gpt_oss", "deepseek_v3")
+         "gemma3", "gpt_neox", "phi3", "mixtral", "qwen3_moe", "qwen2_moe", "olmoe", "gpt_oss", "deepseek_v3",
+         "deepseek_v2")
+MOE_ARCHS = ("mixtral", "qwen3_moe", "qwen2_moe", "olmoe", "gpt_oss", "deepseek_v3", "deepseek_v2")
 
 
 class ReferenceError(ValueError):
@@ -358,6 +377,28 @@ DEEPSEEK_V3_LORA_NORM_EPS = 1e-6
 DEEPSEEK_V3_NORM_EPS = 1e-20
 
 
+# DeepseekV2Config's defaults (configuration_deepseek_v2.py, transformers 5.12, a @strict dataclass).
+# Unlike DeepseekV3Config: num_key_value_heads defaults to None (-> num_attention_heads), head_dim is
+# always overwritten with qk_rope_head_dim in __post_init__, there is no qk_head_dim field and no
+# attribute_map (num_local_experts is ignored), num_experts_per_tok defaults to None.
+DEEPSEEK_V2_DEFAULTS = dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                            num_attention_heads=32, num_key_value_heads=None, hidden_act="silu",
+                            max_position_embeddings=2048, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                            attention_bias=False, mlp_bias=False, first_k_dense_replace=0, kv_lora_rank=512,
+                            q_lora_rank=1536, n_group=None, n_routed_experts=64, n_shared_experts=2,
+                            qk_nope_head_dim=128, qk_rope_head_dim=64, routed_scaling_factor=1.0, topk_group=None,
+                            topk_method="greedy", v_head_dim=128, num_experts_per_tok=None,
+                            moe_intermediate_size=1407)
+# Fields typed Optional (null passes the strict check); every other null is refused.
+DEEPSEEK_V2_OPTIONAL = ("num_key_value_heads", "q_lora_rank", "n_group", "topk_group", "topk_method",
+                        "num_experts_per_tok", "norm_topk_prob", "head_dim", "pad_token_id", "bos_token_id",
+                        "eos_token_id", "pretraining_tp", "attention_dropout", "rope_parameters")
+# DeepseekV2Moe.route_tokens_to_experts's branches (anything else leaves it without weights)
+DEEPSEEK_V2_TOPK_METHODS = ("greedy", "group_limited_greedy")
+# DeepseekV2RMSNorm's class default eps, which q_a_layernorm and kv_a_layernorm use (as DeepSeek-V3's)
+DEEPSEEK_V2_LORA_NORM_EPS = 1e-6
+
+
 class Config:
     """Resolved hyper-parameters, with HF defaults for optional fields."""
 
@@ -406,6 +447,8 @@ class Config:
             self._qwen2_moe(cfg)
         elif mt == "deepseek_v3":
             self._deepseek_v3(cfg)
+        elif mt == "deepseek_v2":
+            self._deepseek_v2(cfg)
         elif mt in MOE_ARCHS:
             self._moe(cfg)
         else:
@@ -1084,47 +1127,17 @@ class Config:
         self.tie = bool(get("tie_word_embeddings"))
         self.attention_bias = bool(get("attention_bias"))
         self.mlp_bias = False
-        q_lora = get("q_lora_rank")
-        self.q_lora_rank = None if q_lora is None else int(q_lora)
-        self.kv_lora_rank = int(get("kv_lora_rank"))
-        self.qk_nope = int(get("qk_nope_head_dim"))
-        self.qk_rope = int(get("qk_rope_head_dim"))
-        v = get("v_head_dim")
-        if v is None:
-            raise ReferenceError("deepseek_v3 v_head_dim is null (DeepseekV3Attention cannot build kv_b_proj)")
-        self.v_head_dim = int(v)
-        self.qk_head_dim = self.qk_nope + self.qk_rope
-        if self.qk_rope < 2 or self.qk_rope % 2 or self.qk_nope < 0 or self.v_head_dim < 1 or \
-                self.kv_lora_rank < 1 or (self.q_lora_rank is not None and self.q_lora_rank < 1):
-            raise ReferenceError("deepseek_v3: qk_rope_head_dim must be even >= 2, qk_nope_head_dim >= 0, "
-                                 "v_head_dim, kv_lora_rank and q_lora_rank >= 1")
+        self._deepseek_mla(cfg, get, "deepseek_v3")
         if "head_dim" in cfg and cfg["head_dim"] != self.qk_rope:
             raise ReferenceError(f"deepseek_v3 head_dim {cfg['head_dim']!r} != qk_rope_head_dim {self.qk_rope} "
                                  "(HF's rotary embedding would use head_dim)")
         if "qk_head_dim" in cfg and cfg["qk_head_dim"] != self.qk_head_dim:
             raise ReferenceError(f"deepseek_v3 qk_head_dim {cfg['qk_head_dim']!r} != qk_nope_head_dim + "
                                  f"qk_rope_head_dim ({self.qk_head_dim})")
-        self.head_dim = self.qk_rope  # HF's config.head_dim: the rotary width
         self.rope_interleave = bool(get("rope_interleave"))
-        get("max_position_embeddings")  # refuses a null
-        rs, rp = cfg.get("rope_scaling"), cfg.get("rope_parameters")
-        rd = rs if isinstance(rs, dict) and rs else rp if isinstance(rp, dict) else {}
-        if "rope_theta" in cfg and cfg["rope_theta"] is None and rd.get("rope_theta") is None:
-            raise ReferenceError("deepseek_v3 rope_theta is null")
-        rcfg = dict(cfg, model_type="deepseek_v3")
-        if (rd.get("rope_type", rd.get("type")) or "default") == "default":
-            # DeepseekV3RotaryEmbedding.compute_default_rope_parameters never reads
-            # partial_rotary_factor (the other types do, and are refused with one)
-            rcfg.pop("partial_rotary_factor", None)
-            for key in ("rope_scaling", "rope_parameters"):
-                if isinstance(rcfg.get(key), dict):
-                    rcfg[key] = {k: v for k, v in rcfg[key].items() if k != "partial_rotary_factor"}
-        self.rope = self._rope(rcfg)
+        self.rope_style = "interleave" if self.rope_interleave else "half"
         scale = self.qk_head_dim ** (-0.5)
         if self.rope["rope_type"] != "default":
-            if self.rope.get("factor") is None:
-                raise ReferenceError(f"deepseek_v3 rope type {self.rope['rope_type']!r} without a factor "
-                                     "(DeepseekV3Attention reads rope_parameters['factor'])")
             mscale_all_dim = self.rope.get("mscale_all_dim", 0)
             if mscale_all_dim:
                 m = _yarn_mscale(self.rope["factor"], mscale_all_dim)
@@ -1162,6 +1175,164 @@ class Config:
             if not 1 <= self.top_k <= self.topk_group * (E // G):
                 raise ReferenceError(f"deepseek_v3 num_experts_per_tok {self.top_k} must be in 1.."
                                      f"{self.topk_group * (E // G)} (the experts of the topk_group kept groups)")
+
+    def _deepseek_mla(self, cfg, get, arch):
+        """The multi-head latent attention widths and the RoPE dict, read alike by DeepseekV3Config
+        and DeepseekV2Config (get: the family's null-checking field reader): q_lora_rank (null: a
+        plain q_proj), kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim (even >= 2: the rotary width,
+        HF's config.head_dim), v_head_dim; qk_head_dim = qk_nope + qk_rope. RoPE: rope_theta from the
+        rope dict or the top level (default 10000; null refused), rope_scaling (4.x) or
+        rope_parameters (5.x); a partial_rotary_factor is dropped with the default type (the
+        families' compute_default_rope_parameters never reads it) and refused with the others; a
+        non-default type needs a factor (HF's rope functions read rope_parameters["factor"])."""
+        q_lora = get("q_lora_rank")
+        self.q_lora_rank = None if q_lora is None else int(q_lora)
+        self.kv_lora_rank = int(get("kv_lora_rank"))
+        self.qk_nope = int(get("qk_nope_head_dim"))
+        self.qk_rope = int(get("qk_rope_head_dim"))
+        v = get("v_head_dim")
+        if v is None:
+            raise ReferenceError(f"{arch} v_head_dim is null (the attention cannot build kv_b_proj)")
+        self.v_head_dim = int(v)
+        self.qk_head_dim = self.qk_nope + self.qk_rope
+        if self.qk_rope < 2 or self.qk_rope % 2 or self.qk_nope < 0 or self.v_head_dim < 1 or \
+                self.kv_lora_rank < 1 or (self.q_lora_rank is not None and self.q_lora_rank < 1):
+            raise ReferenceError(f"{arch}: qk_rope_head_dim must be even >= 2, qk_nope_head_dim >= 0, "
+                                 "v_head_dim, kv_lora_rank and q_lora_rank >= 1")
+        self.head_dim = self.qk_rope  # HF's config.head_dim: the rotary width
+        get("max_position_embeddings")  # refuses a null
+        rs, rp = cfg.get("rope_scaling"), cfg.get("rope_parameters")
+        rd = rs if isinstance(rs, dict) and rs else rp if isinstance(rp, dict) else {}
+        if "rope_theta" in cfg and cfg["rope_theta"] is None and rd.get("rope_theta") is None:
+            raise ReferenceError(f"{arch} rope_theta is null")
+        rcfg = dict(cfg, model_type=arch)
+        if (rd.get("rope_type", rd.get("type")) or "default") == "default":
+            # compute_default_rope_parameters of DeepseekV3RotaryEmbedding / DeepseekV2RotaryEmbedding
+            # never reads partial_rotary_factor (the other types do, and are refused with one)
+            rcfg.pop("partial_rotary_factor", None)
+            for key in ("rope_scaling", "rope_parameters"):
+                if isinstance(rcfg.get(key), dict):
+                    rcfg[key] = {k: v for k, v in rcfg[key].items() if k != "partial_rotary_factor"}
+        self.rope = self._rope(rcfg)
+        if self.rope["rope_type"] != "default" and self.rope.get("factor") is None:
+            raise ReferenceError(f"{arch} rope type {self.rope['rope_type']!r} without a factor "
+                                 "(HF reads rope_parameters['factor'])")
+
+    def _deepseek_v2(self, cfg):
+        """DeepseekV2Config (transformers 5.12, a @strict dataclass; DEEPSEEK_V2_DEFAULTS for absent
+        fields). A null in a non-Optional field is refused (strict validation: n_shared_experts,
+        first_k_dense_replace, v_head_dim, kv_lora_rank, rms_norm_eps, ...); of the Optional ones
+        (DEEPSEEK_V2_OPTIONAL) null means: num_key_value_heads -> num_attention_heads (also when
+        absent: its default is None); q_lora_rank -> a plain q_proj; topk_method / num_experts_per_tok
+        / n_group / topk_group cannot route: refused when a sparse layer needs them.
+        - hidden_size must be a multiple of num_attention_heads (validate_architecture raises).
+        - attention (MLA, see Config._deepseek_mla and Model._deepseek_v3_attention): as DeepSeek-V3's
+          but RoPE as complex numbers on the INTERLEAVED pairs (2i, 2i + 1) whose result stays
+          interleaved (rope_style "complex", apply_rope_complex), cos / sin being torch.polar's
+          (rope_polar); softmax scale qk_head_dim ** -0.5 times mscale(factor, mscale_all_dim) ** 2
+          for a non-default rope with mscale_all_dim, as DeepseekV3Attention, DeepSeek's own V2
+          modeling code and transformers from pull request 47435 on (merged after 5.12.1, whose
+          DeepseekV2Attention leaves the factor out: 1.59 with DeepSeek-V2-Lite's YaRN, factor 40,
+          mscale_all_dim 0.707); YaRN's attention factor (mscale / mscale_all_dim) multiplies
+          cos and sin as usual (exactly 1 for the Hub's configs, whose two mscales are equal). num_key_value_heads must equal
+          num_attention_heads (HF's eager repeat_kv cannot run anything else). A head_dim key is
+          ignored (__post_init__ sets head_dim = qk_rope_head_dim over it), and so is a qk_head_dim key
+          (the attention computes its own). attention_bias: q_a_proj, kv_a_proj_with_mqa, o_proj.
+        - mlp_bias: biases on the dense MLP's and the shared experts' gate_proj / up_proj / down_proj
+          (DeepseekV2MLP); never on the routed experts or the router.
+        - layers: i < first_k_dense_replace a dense MLP of intermediate_size, else DeepseekV2Moe
+          (moe_layer_freq is not read): n_routed_experts (num_local_experts is NOT an alias here:
+          ignored) experts of moe_intermediate_size; shared experts: one gated MLP of
+          moe_intermediate_size * n_shared_experts, ALWAYS run (DeepseekV2Moe.forward calls it
+          unconditionally; n_shared_experts 0 gives a zero-width MLP: its output is 0, or
+          down_proj's bias with mlp_bias); softmax routing (Model._deepseek_v2_moe) by topk_method
+          "greedy" or "group_limited_greedy" (any other value, null included, leaves HF's
+          route_tokens_to_experts without weights: refused). num_experts_per_tok in 1..E;
+          group_limited_greedy: n_group dividing n_routed_experts, topk_group in 1..n_group (k may
+          exceed the kept experts: the extra slots take masked experts of weight 0). transformers
+          5.12.1's group_limited_greedy reads self.num_experts, which DeepseekV2Moe never sets
+          (AttributeError: HF cannot run DeepSeek-V2 / Coder-V2 236B); the reference runs the evident
+          intent (num_experts = n_routed_experts), checked against HF with that attribute supplied.
+        - integers in float fields (routed_scaling_factor, rms_norm_eps) are read as floats, as
+          transformers 4.x does; transformers 5.12's strict validation refuses them.
+        - quantization_config is refused.
+        Not read (transformers ignores them): norm_topk_prob (no renormalisation whatever it says),
+        scoring_func, moe_layer_freq, aux_loss_alpha, seq_aux, ep_size, num_local_experts, head_dim,
+        qk_head_dim, pretraining_tp, the token ids."""
+        d = DEEPSEEK_V2_DEFAULTS
+
+        def get(k):
+            if k not in cfg:
+                return d[k]
+            if cfg[k] is None and k not in DEEPSEEK_V2_OPTIONAL:
+                raise ReferenceError(f"deepseek_v2 {k} is null (transformers' strict config refuses it)")
+            return cfg[k]
+
+        if cfg.get("quantization_config") is not None:
+            raise ReferenceError("deepseek_v2 quantization_config is not supported")
+        self.vocab_size = int(get("vocab_size"))
+        self.hidden = int(get("hidden_size"))
+        self.layers = int(get("num_hidden_layers"))
+        self.heads = int(get("num_attention_heads"))
+        if self.heads < 1 or self.hidden % self.heads:
+            raise ReferenceError(f"deepseek_v2 hidden_size {self.hidden} is not a multiple of num_attention_heads "
+                                 f"{self.heads} (DeepseekV2Config.validate_architecture)")
+        kv = get("num_key_value_heads")
+        self.kv_heads = self.heads if kv is None else int(kv)
+        if self.kv_heads != self.heads:
+            raise ReferenceError(f"deepseek_v2 num_key_value_heads {self.kv_heads} != num_attention_heads "
+                                 f"{self.heads} (HF's repeat_kv cannot run it)")
+        self.inner = int(get("intermediate_size"))
+        self.moe_inner = int(get("moe_intermediate_size"))
+        self.n_shared = int(get("n_shared_experts"))
+        if self.n_shared < 0:
+            raise ReferenceError(f"deepseek_v2 n_shared_experts {self.n_shared} < 0")
+        self.shared_inner = self.moe_inner * self.n_shared
+        self.act = get("hidden_act")
+        _act(self.act)
+        self.eps = float(get("rms_norm_eps"))
+        self.tie = bool(get("tie_word_embeddings"))
+        self.attention_bias = bool(get("attention_bias"))
+        self.mlp_bias = bool(get("mlp_bias"))
+        self._deepseek_mla(cfg, get, "deepseek_v2")
+        self.rope_interleave = True  # the pairs (2i, 2i + 1); the result stays interleaved
+        self.rope_style = "complex"
+        scale = self.qk_head_dim ** (-0.5)  # DeepseekV2Attention.scaling, with PR 47435's factor
+        if self.rope["rope_type"] != "default":
+            mscale_all_dim = self.rope.get("mscale_all_dim", 0)
+            if mscale_all_dim:
+                m = _yarn_mscale(self.rope["factor"], mscale_all_dim)
+                scale = scale * m * m  # as HF: Python floats, (s * m) * m
+        self.attn_scale = scale
+        self.windows = [None] * self.layers
+        # experts
+        self.first_k_dense = int(get("first_k_dense_replace"))
+        self.sparse = [i >= self.first_k_dense for i in range(self.layers)]
+        self.experts = int(get("n_routed_experts"))
+        self.routed_scale = float(get("routed_scaling_factor"))
+        self.norm_topk = False  # norm_topk_prob is not read
+        self.topk_method = get("topk_method")
+        self.n_group, self.topk_group, self.top_k = (get(k) for k in ("n_group", "topk_group", "num_experts_per_tok"))
+        if any(self.sparse):
+            E = self.experts
+            if self.topk_method not in DEEPSEEK_V2_TOPK_METHODS:
+                raise ReferenceError(f"deepseek_v2 topk_method {self.topk_method!r} (DeepseekV2Moe knows "
+                                     f"{' / '.join(DEEPSEEK_V2_TOPK_METHODS)} only)")
+            if self.top_k is None:
+                raise ReferenceError("deepseek_v2 num_experts_per_tok is null (DeepseekV2Moe cannot route)")
+            self.top_k = int(self.top_k)
+            if E < 1 or not 1 <= self.top_k <= E:
+                raise ReferenceError(f"deepseek_v2 num_experts_per_tok {self.top_k} must be in 1..n_routed_experts "
+                                     f"({E})")
+            if self.topk_method == "group_limited_greedy":
+                if self.n_group is None or self.topk_group is None:
+                    raise ReferenceError("deepseek_v2 group_limited_greedy with a null n_group / topk_group")
+                self.n_group, self.topk_group = int(self.n_group), int(self.topk_group)
+                G = self.n_group
+                if G < 1 or E % G:
+                    raise ReferenceError(f"deepseek_v2 n_group {G} must divide n_routed_experts {E}")
+                if not 1 <= self.topk_group <= G:
+                    raise ReferenceError(f"deepseek_v2 topk_group {self.topk_group} must be in 1..n_group ({G})")
 
     # -- RoPE ----------------------------------------------------------------------------------
     def _gpt_neox(self, cfg):
@@ -1507,7 +1678,8 @@ ROPE_FUNCTIONS = {"default": _rope_default, "linear": _rope_linear, "dynamic": _
 ROPE_TYPES = tuple(ROPE_FUNCTIONS)
 MAX_POSITIONS_DEFAULT = {"gemma": 8192, "gemma2": 8192, "gemma3_text": 131072, "llama": 2048, "mistral": 4096 * 32, "qwen2": 32768, "qwen3": 32768,
                          "gpt_neox": 2048, "phi3": 4096, "mixtral": 4096 * 32, "qwen3_moe": 32768, "qwen2_moe": 32768,
-                         "olmo": 2048, "olmo2": 2048, "olmoe": 4096, "gpt_oss": 131072, "deepseek_v3": 4096}
+                         "olmo": 2048, "olmo2": 2048, "olmoe": 4096, "gpt_oss": 131072, "deepseek_v3": 4096,
+                         "deepseek_v2": 2048}
 
 
 def rope_parameters(rope, head_dim, seq_len=None):
@@ -1569,6 +1741,58 @@ def apply_rope_interleaved(x, cos, sin):
     c, s = cos[..., :d], sin[..., :d]
     x1, x2 = x[..., 0::2], x[..., 1::2]
     return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
+
+
+def rope_polar(rope, dim, T, seq_len=None):
+    """DeepseekV2RotaryEmbedding's table for positions 0..T-1: freqs_cis = torch.polar(1, freqs) *
+    attention_scaling (complex64, freqs [T, dim/2] = position * inv_freq in float32), returned as
+    (cos, sin) = (real, imaginary parts) [T, dim/2]. torch.polar on CPU takes std::cos / std::sin of
+    each float32 angle (glibc's cosf / sinf), which differ from torch.cos / torch.sin (vectorised) in
+    the last bit for a good share of the angles, so the table is made the same way here. seq_len: as
+    rope_cos_sin's."""
+    inv_freq, attention_scaling = rope_parameters(rope, dim, T if seq_len is None else seq_len)
+    pos = torch.arange(T, dtype=torch.int64).float()
+    freqs = (inv_freq[:, None] @ pos[None, :]).transpose(0, 1)  # [T, dim/2]
+    freqs_cis = torch.polar(torch.ones_like(freqs), freqs) * attention_scaling
+    return freqs_cis.real.contiguous(), freqs_cis.imag.contiguous()
+
+
+def fma32(a, b, c):
+    """a * b + c on float32 tensors rounded ONCE (a fused multiply-add): the product exactly in
+    float64, the sum by TwoSum, its rounding to float32 corrected where the float64 sum lands exactly
+    halfway between two float32 values (the only case double rounding gets wrong)."""
+    p = a.double() * b.double()  # exact: 24 + 24 significant bits
+    q = c.double()
+    s = p + q
+    t = s - p
+    err = (p - (s - t)) + (q - t)  # s + err == p + q exactly
+    r = s.float()
+    lo = torch.where(r.double() > s, torch.nextafter(r, torch.full_like(r, -math.inf)), r)
+    hi = torch.nextafter(lo, torch.full_like(lo, math.inf))
+    tie = (lo.double() + hi.double() == 2 * s) & (err != 0)
+    return torch.where(tie, torch.where(err > 0, hi, lo), r)
+
+
+def apply_rope_complex(x, cos, sin, fused=True):
+    """DeepSeek-V2's apply_rotary_emb on x [..., T, d] with rope_polar's cos / sin [T, d/2]: the pairs
+    (x[2i], x[2i + 1]) read as complex numbers a + ib, multiplied by c + is = freqs_cis, and written
+    back INTERLEAVED (view_as_real(...).flatten): out[2i] = a c - b s, out[2i + 1] = a s + b c.
+    Rounding as torch's complex64 product computes it there (transformers 5.12.1 on x86-64 CPU,
+    checked bit for bit): freqs_cis is a transposed table (stride T along the pairs), so torch's
+    elementwise loop cannot vectorise and runs c10::complex's scalar operator*, which the compiler
+    contracts into fused multiply-adds: out[2i] = fma(a, c, -(b s)), out[2i + 1] = fma(a, s, b c),
+    each product b s / b c rounded first. (At position 0 both forms agree. torch's vectorised
+    product, fused=False here, rounds both products before the sum: last-bit differences; a GPU or
+    another compiler may round either way.)"""
+    a, b = x[..., 0::2], x[..., 1::2]
+    if fused:
+        re, im = fma32(a, cos, -(b * sin)), fma32(a, sin, b * cos)
+    else:
+        re, im = a * cos - b * sin, a * sin + b * cos
+    return torch.stack((re, im), dim=-1).flatten(-2)
+
+
+ROPE_STYLES = {"half": apply_rope, "interleave": apply_rope_interleaved, "complex": apply_rope_complex}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1744,11 +1968,13 @@ def expected_shapes(cfg):
             s[p + "mlp.experts.down_proj"] = [E, I, H]
             s[p + "mlp.experts.down_proj_bias"] = [E, H]
         s["model.norm.weight"] = [H]
-    elif c.arch == "deepseek_v3":
+    elif c.arch in ("deepseek_v3", "deepseek_v2"):
         # the Hub's layout (what transformers 5 also saves): per-expert tensors (on load HF stacks
         # them into experts.gate_up_proj [E, 2I, H] (gate rows first) and experts.down_proj [E, H, I];
-        # a checkpoint stored that way is read too: _norm_deepseek_v3_names), the router's float32
-        # e_score_correction_bias buffer beside its weight
+        # a checkpoint stored that way is read too: _norm_deepseek_v3_names); DeepSeek-V3: the
+        # router's float32 e_score_correction_bias buffer beside its weight; DeepSeek-V2: no such
+        # buffer, and with mlp_bias the dense MLP's and the shared experts' biases (n_shared_experts 0:
+        # zero-width shared experts, [0, H] / [H, 0] tensors a checkpoint may leave out)
         nh, qk, r_kv, E, Ie, S = c.heads, c.qk_head_dim, c.kv_lora_rank, c.experts, c.moe_inner, c.shared_inner
         s["model.embed_tokens.weight"] = [V, H]
         for i in range(c.layers):
@@ -1775,7 +2001,8 @@ def expected_shapes(cfg):
             m = p + "mlp."
             if c.sparse[i]:
                 s[m + "gate.weight"] = [E, H]
-                s[m + "gate.e_score_correction_bias"] = [E]
+                if c.arch == "deepseek_v3":
+                    s[m + "gate.e_score_correction_bias"] = [E]
                 for e in range(E):
                     s[f"{m}experts.{e}.gate_proj.weight"] = [Ie, H]
                     s[f"{m}experts.{e}.up_proj.weight"] = [Ie, H]
@@ -1787,6 +2014,10 @@ def expected_shapes(cfg):
             s[m + "gate_proj.weight"] = [I_m, H]
             s[m + "up_proj.weight"] = [I_m, H]
             s[m + "down_proj.weight"] = [H, I_m]
+            if c.mlp_bias:  # DeepSeek-V2's DeepseekV2MLP (dense MLP and shared experts)
+                s[m + "gate_proj.bias"] = [I_m]
+                s[m + "up_proj.bias"] = [I_m]
+                s[m + "down_proj.bias"] = [H]
         s["model.norm.weight"] = [H]
     elif c.arch == "olmo":
         # OlmoLayerNorm has no parameters: no norm tensors at all
@@ -1949,7 +2180,11 @@ def _norm_deepseek_v3_names(w, cfg):
     - transformers 5's stacked experts (mlp.experts.gate_up_proj [E, 2I, H], gate rows first, and
       mlp.experts.down_proj [E, H, I], what save_pretrained(save_original_format=False) writes and
       what HF's parameters are) are split into the Hub's per-expert tensors. A layer holding both
-      forms is refused."""
+      forms is refused.
+    DeepSeek-V2 checkpoints the same way (DeepseekV2PreTrainedModel has no
+    _keys_to_ignore_on_load_unexpected, but from_pretrained drops unexpected keys all the same);
+    besides, an expected tensor with no elements (the zero-width shared experts of
+    n_shared_experts 0) may be absent: HF's missing-key initialisation of it is a no-op."""
     shapes = expected_shapes(cfg)
     out = {}
     for k, v in w.items():
@@ -1971,6 +2206,9 @@ def _norm_deepseek_v3_names(w, cfg):
                     out[f"{m}.{e}.down_proj.weight"] = v[e]
             continue
         out[k] = v
+    for k, shape in shapes.items():
+        if k not in out and 0 in shape:
+            out[k] = torch.zeros(shape)
     return out
 
 
@@ -1996,7 +2234,7 @@ class Model:
             w = _norm_llama_names(w)
             if self.cfg.arch == "gpt_oss":
                 w = _norm_gpt_oss_names(w, self.cfg)
-            if self.cfg.arch == "deepseek_v3":
+            if self.cfg.arch in ("deepseek_v3", "deepseek_v2"):
                 w = _norm_deepseek_v3_names(w, self.cfg)
             if getattr(self.cfg, "multimodal", False):
                 w = _norm_gemma3_multimodal_names(w)
@@ -2053,7 +2291,7 @@ class Model:
                 pts = self._phi3(ids, rope_seq_len)
             elif self.cfg.arch == "gpt_oss":
                 pts = self._gpt_oss(ids, rope_seq_len)
-            elif self.cfg.arch == "deepseek_v3":
+            elif self.cfg.arch in ("deepseek_v3", "deepseek_v2"):
                 pts = self._deepseek_v3(ids, rope_seq_len)
             else:
                 pts = self._llama(ids, rope_seq_len)
@@ -2356,7 +2594,8 @@ class Model:
         renormalisation, if any), logits [T, E], margin [T] float32 (the k-th largest router
         logit minus the (k+1)-th: how far the token is from a top-k tie, to set against the float32
         rounding of another implementation's logits; inf when k = E; DeepSeek-V3: in biased-score
-        units, the smaller of the expert and the group gaps, see _deepseek_v3_moe)."""
+        units, the smaller of the expert and the group gaps, see _deepseek_v3_moe; DeepSeek-V2: in
+        probability units, likewise, see _deepseek_v2_moe)."""
         if self.cfg.arch not in MOE_ARCHS:
             raise ReferenceError(f"{self.cfg.arch} has no router")
         self._routes = OrderedDict()
@@ -2908,6 +3147,8 @@ class Model:
         experts), all float32: pre-norm layers h = x + self_attn(input_layernorm(x)); out = h +
         mlp(post_attention_layernorm(h)), the mlp a gated MLP of intermediate_size below
         first_k_dense_replace, else _deepseek_v3_moe; RMSNorm weight * (x * rsqrt(mean(x^2) + eps)).
+        DeepseekV2Model / DeepseekV2DecoderLayer the same way, with rope_polar / apply_rope_complex
+        for the RoPE, _deepseek_v2_moe for the sparse blocks and mlp_bias's biases in the MLPs.
         Points per layer, in the order HF's forward reaches the modules: input_layernorm, self_attn's
         q_proj | q_a_proj, q_a_layernorm, q_b_proj, then kv_a_proj_with_mqa, kv_a_layernorm,
         kv_b_proj, o_proj, self_attn; post_attention_layernorm; mlp's children (see
@@ -2925,8 +3166,16 @@ class Model:
             return w[p + ".weight"] * (x * torch.rsqrt(var + eps))
 
         # cos / sin [T, qk_rope_head_dim] (with YaRN's attention factor), HF's rotary module on
-        # config.head_dim = qk_rope_head_dim
-        cos, sin = rope_cos_sin(c.rope, c.qk_rope, T, seq_len=rope_seq_len)
+        # config.head_dim = qk_rope_head_dim; DeepSeek-V2: torch.polar's [T, qk_rope_head_dim / 2]
+        if c.rope_style == "complex":
+            cos, sin = rope_polar(c.rope, c.qk_rope, T, seq_len=rope_seq_len)
+        else:
+            cos, sin = rope_cos_sin(c.rope, c.qk_rope, T, seq_len=rope_seq_len)
+        rope = ROPE_STYLES[c.rope_style]
+
+        def rot(t):
+            return rope(t, cos, sin)
+
         h = F.embedding(ids, w["model.embed_tokens.weight"])
         rec("model.embed_tokens", ids, h)
         for i in range(c.layers):
@@ -2934,12 +3183,12 @@ class Model:
             layer_in = h
             x = rms(h, p + ".input_layernorm", c.eps)
             rec(p + ".input_layernorm", h, x)
-            a = self._deepseek_v3_attention(x, p + ".self_attn", cos, sin, rec, rms, pts)
+            a = self._deepseek_v3_attention(x, p + ".self_attn", rot, rec, rms, pts)
             h = layer_in + a
             x2 = rms(h, p + ".post_attention_layernorm", c.eps)
             rec(p + ".post_attention_layernorm", h, x2)
             if c.sparse[i]:
-                m = self._deepseek_v3_moe(x2, i, rec)
+                m = (self._deepseek_v2_moe if c.arch == "deepseek_v2" else self._deepseek_v3_moe)(x2, i, rec)
             else:
                 m = self._gated_mlp(x2, p + ".mlp", rec)
             h = h + m
@@ -2949,7 +3198,7 @@ class Model:
         rec("lm_head", hn, F.linear(hn, w["lm_head.weight"]))
         return pts
 
-    def _deepseek_v3_attention(self, x, A, cos, sin, rec, rms, pts):
+    def _deepseek_v3_attention(self, x, A, rot, rec, rms, pts):
         """DeepseekV3Attention (multi-head latent attention) on x [T, H]; returns o_proj's output.
         q [T, heads * qk_head_dim] from q_proj, or q_b_proj(q_a_layernorm(q_a_proj(x))); each head
         split [qk_nope_head_dim | qk_rope_head_dim]. kv_a_proj_with_mqa(x) split [kv_lora_rank |
@@ -2959,16 +3208,19 @@ class Model:
         rms_norm_eps. RoPE (interleaved pairs when rope_interleave, else rotate-half) on q_rot and
         k_rot only; query = cat(q_nope, q_rot), key = cat(k_nope, k_rot); scores * attn_scale
         (Config._deepseek_v3), causal, softmax in float32, times v ([heads, T, v_head_dim]), merged
-        [T, heads * v_head_dim] into o_proj."""
+        [T, heads * v_head_dim] into o_proj. rot: the family's RoPE on [..., T, qk_rope_head_dim]
+        (DeepseekV2Attention: apply_rope_complex, q_a_layernorm / kv_a_layernorm with eps 1e-6 too,
+        DEEPSEEK_V2_LORA_NORM_EPS; scale Config._deepseek_v2's)."""
         c, lin = self.cfg, self._lin
         T, nh = x.shape[0], c.heads
+        lora_eps = DEEPSEEK_V2_LORA_NORM_EPS if c.arch == "deepseek_v2" else DEEPSEEK_V3_LORA_NORM_EPS
         if c.q_lora_rank is None:
             q = lin(x, A + ".q_proj")
             rec(A + ".q_proj", x, q)
         else:
             qa = lin(x, A + ".q_a_proj")
             rec(A + ".q_a_proj", x, qa)
-            qn = rms(qa, A + ".q_a_layernorm", DEEPSEEK_V3_LORA_NORM_EPS)
+            qn = rms(qa, A + ".q_a_layernorm", lora_eps)
             rec(A + ".q_a_layernorm", qa, qn)
             q = lin(qn, A + ".q_b_proj")
             rec(A + ".q_b_proj", qn, q)
@@ -2977,15 +3229,14 @@ class Model:
         ckv = lin(x, A + ".kv_a_proj_with_mqa")
         rec(A + ".kv_a_proj_with_mqa", x, ckv)
         k_pass, k_rot = torch.split(ckv, [c.kv_lora_rank, c.qk_rope], dim=-1)
-        kn = rms(k_pass, A + ".kv_a_layernorm", DEEPSEEK_V3_LORA_NORM_EPS)
+        kn = rms(k_pass, A + ".kv_a_layernorm", lora_eps)
         rec(A + ".kv_a_layernorm", k_pass, kn)
         kv = lin(kn, A + ".kv_b_proj")
         rec(A + ".kv_b_proj", kn, kv)
         kv = kv.view(T, nh, c.qk_nope + c.v_head_dim).transpose(0, 1)
         k_pass, v = torch.split(kv, [c.qk_nope, c.v_head_dim], dim=-1)
         k_rot = k_rot.view(1, T, c.qk_rope)
-        rope = apply_rope_interleaved if c.rope_interleave else apply_rope
-        q_rot, k_rot = rope(q_rot, cos, sin), rope(k_rot, cos, sin)
+        q_rot, k_rot = rot(q_rot), rot(k_rot)
         k_rot = k_rot.expand(nh, T, c.qk_rope)
         query = torch.cat((q_pass, q_rot), dim=-1)
         key = torch.cat((k_pass, k_rot), dim=-1)
@@ -3048,9 +3299,21 @@ class Model:
             if c.topk_group < G:
                 gap = torch.minimum(gap, gs[:, c.topk_group - 1] - gs[:, c.topk_group])
             self._routes[i] = dict(experts=idx, weights=weights, logits=logits, margin=gap)
+        routed = self._deepseek_routed(x, P, idx, weights)
+        shared = self._gated_mlp(x, P + ".shared_experts", rec)
+        out = routed + shared
+        rec(P, x, out)
+        return out
+
+    def _deepseek_routed(self, x, P, idx, weights):
+        """The routed experts of DeepSeek-V3 / V2 (transformers 5's default grouped_mm_experts_forward
+        over the stacked gate_up_proj / down_proj) on x [T, H] with idx / weights [T, k]: per (token,
+        slot) y = down_e(act(g) * u), [g; u] = x_t @ [gate_e; up_e].T in one product, times the slot's
+        weight; summed over the k slots in SLOT order (HF's view(T, k, H).sum(1))."""
+        c, w = self.cfg, self.w
         act = _act(c.act)
-        per_slot = torch.zeros(x.shape[0], c.top_k, x.shape[1], dtype=x.dtype)
-        for e in range(E):
+        per_slot = torch.zeros(x.shape[0], idx.shape[1], x.shape[1], dtype=x.dtype)
+        for e in range(c.experts):
             tok, slot = torch.where(idx == e)
             if tok.numel() == 0:
                 continue
@@ -3059,7 +3322,56 @@ class Model:
             gate, up = torch.matmul(x[tok], gate_up.t()).chunk(2, dim=-1)
             y = torch.matmul(act(gate) * up, w[X + "down_proj.weight"].t())
             per_slot[tok, slot] = y * weights[tok, slot, None]
-        routed = per_slot.sum(dim=1)
+        return per_slot.sum(dim=1)
+
+    def _deepseek_v2_moe(self, x, i, rec):
+        """DeepseekV2Moe of layer i on x [T, H]; records .mlp.gate, the shared experts' points and
+        .mlp; returns the block's output. In HF's order:
+        - router: logits = F.linear(x.float(), gate.weight.float()), float32 [T, E] (HF flattens the
+          batch: [B * T, E]). The .mlp.gate point is these logits, though transformers never calls the
+          gate module (its weight is used functionally, so a hook on it never fires);
+        - route_tokens_to_experts: p = softmax(logits) in float32; topk_method
+            greedy: the k = num_experts_per_tok largest p (torch.topk(..., sorted=False));
+            group_limited_greedy: group score = the LARGEST p of each of n_group groups of E / n_group
+              consecutive experts; torch.topk(sorted=False) of topk_group groups kept; the other
+              experts' p set to 0.0 (not -inf: with k above the kept experts, the extra slots take
+              masked experts of weight 0, in torch.topk's tie order); the k largest of that;
+          weights = the chosen p times routed_scaling_factor (no renormalisation: norm_topk_prob is
+          not read);
+        - experts: _deepseek_routed (slot order, torch.topk(sorted=False)'s);
+        - output = routed + shared_experts(x) (run after the routed experts, always: n_shared_experts
+          0 is a zero-width MLP).
+        Model.routing's margin: in probability units, the k-th largest (kept) p minus the next (inf
+        when k covers every candidate), and for group_limited_greedy also the topk_group-th group
+        score minus the next (inf when every group is kept); the smaller."""
+        c, w = self.cfg, self.w
+        P = f"model.layers.{i}.mlp"
+        logits = F.linear(x.float(), w[P + ".gate.weight"].float())
+        rec(P + ".gate", x, logits)
+        E, T = c.experts, x.shape[0]
+        probs = logits.softmax(dim=-1, dtype=torch.float32)
+        group_scores = None
+        if c.topk_method == "greedy":
+            cand = probs
+            top, idx = torch.topk(probs, k=c.top_k, dim=-1, sorted=False)
+        else:
+            G = c.n_group
+            group_scores = probs.view(T, G, E // G).max(dim=-1).values
+            group_idx = torch.topk(group_scores, k=c.topk_group, dim=-1, sorted=False)[1]
+            group_mask = torch.zeros_like(group_scores).scatter_(1, group_idx, 1)
+            score_mask = group_mask.unsqueeze(-1).expand(T, G, E // G).reshape(T, -1)
+            cand = probs.masked_fill(~score_mask.bool(), 0.0)
+            top, idx = torch.topk(cand, k=c.top_k, dim=-1, sorted=False)
+        weights = top * c.routed_scale
+        if getattr(self, "_routes", None) is not None:
+            n_cand = E if group_scores is None else c.topk_group * (E // c.n_group)
+            srt = cand.sort(dim=-1, descending=True).values
+            gap = srt[:, c.top_k - 1] - srt[:, c.top_k] if c.top_k < n_cand else torch.full((T,), float("inf"))
+            if group_scores is not None and c.topk_group < c.n_group:
+                gs = group_scores.sort(dim=-1, descending=True).values
+                gap = torch.minimum(gap, gs[:, c.topk_group - 1] - gs[:, c.topk_group])
+            self._routes[i] = dict(experts=idx, weights=weights, logits=logits, margin=gap)
+        routed = self._deepseek_routed(x, P, idx, weights)
         shared = self._gated_mlp(x, P + ".shared_experts", rec)
         out = routed + shared
         rec(P, x, out)

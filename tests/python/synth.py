@@ -182,6 +182,23 @@ TINY = {
                         rope_interleave=True, attention_bias=False, tie_word_embeddings=False, bos_token_id=0,
                         eos_token_id=1, topk_method="noaux_tc", scoring_func="sigmoid", moe_layer_freq=1,
                         num_nextn_predict_layers=0),
+    # DeepSeek-V2 (DeepseekV2ForCausalLM) in the Hub's 4.x layout, DeepSeek-V2-Lite's shape scaled down
+    # (its unread scoring_func / moe_layer_freq / norm_topk_prob / aux_loss_alpha / seq_aux, and n_group
+    # / topk_group 1, which greedy routing never reads): MLA with a plain q_proj (q_lora_rank null) and
+    # kv_lora_rank 16, heads of qk_nope 8 + qk_rope 4 = 12 for q / k but v_head_dim 6, RoPE on the
+    # interleaved pairs; layer 0 dense (intermediate_size 48), layers 1 and 2 sparse: the top-3 of 8
+    # softmax-routed experts of 12, weights times 1.5 (no renormalisation), plus 2 shared experts
+    # (one gated MLP of 2 * 12 = 24). See DEEPSEEK_V2_VARIANTS.
+    "deepseek_v2": dict(model_type="deepseek_v2", architectures=["DeepseekV2ForCausalLM"], vocab_size=384,
+                        hidden_size=32, intermediate_size=48, moe_intermediate_size=12, num_hidden_layers=3,
+                        num_attention_heads=4, num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=16,
+                        qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=6, n_routed_experts=8,
+                        num_experts_per_tok=3, n_shared_experts=2, first_k_dense_replace=1,
+                        routed_scaling_factor=1.5, topk_method="greedy", n_group=1, topk_group=1,
+                        norm_topk_prob=False, scoring_func="softmax", moe_layer_freq=1, aux_loss_alpha=0.001,
+                        seq_aux=True, hidden_act="silu", max_position_embeddings=128, rms_norm_eps=1e-6,
+                        rope_theta=10000.0, rope_scaling=None, attention_bias=False, tie_word_embeddings=False,
+                        bos_token_id=0, eos_token_id=1),
 }
 
 # DeepSeek-V3 YaRN as the Hub's files write it (4.x rope_scaling with "type"), scaled down: factor 4
@@ -202,6 +219,32 @@ DEEPSEEK_V3_VARIANTS = {
     "no_norm": dict(norm_topk_prob=False),
     "all_kept": dict(num_experts_per_tok=4),  # k = every expert of the 2 kept groups of 2
     "one_group": dict(n_group=1, topk_group=1, num_experts_per_tok=2),  # Moonlight's / Kimi-K2's routing
+}
+
+# DeepSeek-V2-Lite's YaRN (4.x rope_scaling with "type": factor 40, mscale = mscale_all_dim = 0.707, so
+# the cos / sin factor is exactly 1), scaled down as DEEPSEEK_V3_YARN: factor 4 over 32 original
+# positions. DeepseekV2Attention's softmax scale stays qk_head_dim ** -0.5 (DeepSeek's own code and
+# DeepseekV3Attention would multiply it by (0.1 * 0.707 ln 4 + 1) ** 2, about 1.21).
+DEEPSEEK_V2_YARN = {"type": "yarn", "factor": 4.0, "mscale": 0.707, "mscale_all_dim": 0.707,
+                    "original_max_position_embeddings": 32, "beta_fast": 32, "beta_slow": 1}
+# tiny_config("deepseek_v2", **DEEPSEEK_V2_VARIANTS[name]); the stacked-experts layout is
+# write_checkpoint(..., stacked_experts=True) instead.
+DEEPSEEK_V2_VARIANTS = {
+    "tiny": {},  # DeepSeek-V2-Lite's / Coder-V2-Lite's form: plain q_proj, greedy routing
+    "q_lora": dict(q_lora_rank=16),  # DeepSeek-V2's / Coder-V2's q bottleneck
+    # DeepSeek-V2's routing (n_group 8, topk_group 3 there): the 2 best of 4 groups of 2 by their
+    # largest probability, then the top-3 of the kept 4 experts
+    "group_limited": dict(topk_method="group_limited_greedy", n_group=4, topk_group=2),
+    # one group of 2 kept but k 3: the third slot takes a masked expert (probability 0.0, weight 0)
+    "group_k_over_kept": dict(topk_method="group_limited_greedy", n_group=4, topk_group=1),
+    "yarn": dict(rope_scaling=DEEPSEEK_V2_YARN),
+    # mscale != mscale_all_dim: cos / sin times (0.1 * 0.707 ln 4 + 1) / (0.1 ln 4 + 1)
+    "yarn_mscale": dict(rope_scaling=dict(DEEPSEEK_V2_YARN, mscale_all_dim=1.0)),
+    # zero-width shared experts (n_shared_experts null is refused by DeepseekV2Config, and
+    # DeepseekV2Moe.forward always calls shared_experts): their output is 0
+    "no_shared": dict(n_shared_experts=0),
+    "attention_bias": dict(attention_bias=True),  # q_a_proj / kv_a_proj_with_mqa / o_proj biases
+    "mlp_bias": dict(mlp_bias=True),  # the dense MLP's and the shared experts' biases
 }
 
 # openai/gpt-oss-20b's quantization_config
@@ -254,7 +297,8 @@ def random_weights(cfg, seed=0):
     of a good share of the tokens (test_reference checks it); q_proj, q_a_proj, q_b_proj,
     kv_a_proj_with_mqa and kv_b_proj ~ N(0, DEEPSEEK_V3_MLA_STD): their inputs are normalised rows,
     so q, k (the shared rotary key included) and v come out O(1) and the attention is far from
-    uniform. (Names no other family has.)"""
+    uniform. (Names no other family has.) DeepSeek-V2: the same MLA draws (its q_proj included) and
+    routers; no correction bias."""
     rng = np.random.default_rng(seed)
     out = {}
     for name, shape in reference.expected_shapes(cfg).items():
@@ -265,7 +309,7 @@ def random_weights(cfg, seed=0):
         elif name.endswith(".e_score_correction_bias"):
             a = DEEPSEEK_V3_SCORE_BIAS_STD * rng.standard_normal(shape)
         elif leaf[-2] in ("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj") or (
-                leaf[-2] == "q_proj" and cfg.get("model_type") == "deepseek_v3"):
+                leaf[-2] == "q_proj" and cfg.get("model_type") in ("deepseek_v3", "deepseek_v2")):
             a = (DEEPSEEK_V3_MLA_STD if leaf[-1] == "weight" else 0.1) * rng.standard_normal(shape)
         elif name.endswith(".self_attn.sinks"):
             a = GPT_OSS_SINK_STD * rng.standard_normal(shape)
@@ -432,7 +476,7 @@ def write_unquantized_twin(src_dir, dst_dir, w):
 
 
 def stack_experts(w):
-    """DeepSeek-V3's per-expert tensors (mlp.experts.E.{gate,up,down}_proj.weight) of each sparse
+    """DeepSeek-V3's / V2's per-expert tensors (mlp.experts.E.{gate,up,down}_proj.weight) of each sparse
     layer replaced by transformers 5's stacked parameters: mlp.experts.gate_up_proj [E, 2I, H] (each
     expert's gate_proj rows, then its up_proj rows) and mlp.experts.down_proj [E, H, I]."""
     out, layers = {}, {}
@@ -456,7 +500,7 @@ def write_checkpoint(ckpt_dir, cfg, seed=0, dtype="f32", sharded=0, stacked_expe
     """Writes config.json + model.safetensors (or `sharded` shards + index). Returns the tensors
     as written (float32 numpy, after rounding to the storage dtype; bf16 as uint16 bits).
 
-    stacked_experts (deepseek_v3): the experts stored stacked, as transformers 5's parameters
+    stacked_experts (deepseek_v3 / deepseek_v2): the experts stored stacked, as transformers 5's parameters
     (stack_experts), instead of the Hub's per-expert tensors.
 
     A gpt_oss config with quantization_config mxfp4 (TINY["gpt_oss_mxfp4"], mxfp4_config) gets

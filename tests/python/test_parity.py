@@ -18,7 +18,8 @@ import st
 import synth
 
 ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3_text", "gpt_neox", "phi3",
-         "mixtral", "qwen3_moe", "olmoe", "gpt_oss", "gemma", "olmo", "qwen2_moe", "deepseek_v3"]
+         "mixtral", "qwen3_moe", "olmoe", "gpt_oss", "gemma", "olmo", "qwen2_moe", "deepseek_v3",
+         "deepseek_v2"]
 LLAMA_FAMILY = ["llama", "mistral", "qwen2", "qwen3"]
 
 pytestmark = pytest.mark.usefixtures("actcap_bin")
@@ -865,6 +866,18 @@ BAD_CONFIGS = {
     "deepseek_v3_no_experts": ("deepseek_v3", dict(n_routed_experts=0)),
     "deepseek_v3_fp8": ("deepseek_v3", dict(quantization_config={
         "quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]})),
+    "deepseek_v3_null_topk_group": ("deepseek_v3", dict(topk_group="null")),
+    "deepseek_v3_null_v_head_dim": ("deepseek_v3", dict(v_head_dim="null")),
+    "deepseek_v3_no_shared": ("deepseek_v3", dict(n_shared_experts=0)),
+    # DeepSeek-V2
+    "deepseek_v2_null_shared": ("deepseek_v2", dict(n_shared_experts="null")),
+    "deepseek_v2_no_shared": ("deepseek_v2", dict(n_shared_experts=0)),
+    "deepseek_v2_top_k_absent": ("deepseek_v2", dict(num_experts_per_tok=None)),
+    "deepseek_v2_topk_method": ("deepseek_v2", dict(topk_method="noaux_tc")),
+    "deepseek_v2_group_without_n_group": ("deepseek_v2", dict(n_group="null")),
+    "deepseek_v2_top_k_beyond_kept": ("deepseek_v2", dict(topk_group=1, num_experts_per_tok=3)),
+    "deepseek_v2_kv_heads": ("deepseek_v2", dict(num_key_value_heads=2)),
+    "deepseek_v2_fp8": ("deepseek_v2", dict(quantization_config={"quant_method": "fp8"})),
 }
 
 
@@ -874,7 +887,7 @@ def test_bad_config_is_one_line_exit_2(models, tmp_path, case):
     m = H.copy_model(models(arch), tmp_path / "m")
     cfg = H.load_config(m)
     for k, v in changes.items():
-        if v is None and k in ("hidden_size", "num_key_value_heads"):
+        if v is None and k in ("hidden_size", "num_key_value_heads", "num_experts_per_tok"):
             cfg.pop(k)  # absent (Gemma 3: Gemma3TextConfig's default, which the weights contradict)
         elif v == "null":
             cfg[k] = None
@@ -1572,7 +1585,7 @@ def test_phi3_bad_config_is_one_line_exit_2(models, tmp_path, case):
     assert needle in _one_line_exit_2(m, tmp_path)
 
 
-@pytest.mark.parametrize("arch", ["mixtral", "qwen3_moe", "olmoe", "deepseek_v3"])
+@pytest.mark.parametrize("arch", ["mixtral", "qwen3_moe", "olmoe", "deepseek_v3", "deepseek_v2"])
 def test_moe_stacked_experts_layout_runs_the_same_model(models, tmp_path, arch):
     """transformers 5's own layout (save_pretrained(save_original_format=False)): the router under
     `mlp.gate`, each layer's experts stacked as `mlp.experts.gate_up_proj` [E, 2I, H] (gate rows,
@@ -1616,6 +1629,22 @@ def test_deepseek_v3_variants_match_the_reference(actcap_bin, tmp_path, variant)
     of the kept groups chosen, one group. Every point of a two-sequence batch."""
     m = tmp_path / "m"
     synth.write_checkpoint(str(m), synth.tiny_config("deepseek_v3", **synth.DEEPSEEK_V3_VARIANTS[variant]),
+                           seed=11)
+    check_parity(m, tokens_for(m, [11, 6], seed=12), tmp_path / "out", rel_tol=1e-5)
+
+
+# synth.py's DeepSeek-V2 variants actcap runs (the other two it refuses: a zero-width shared MLP,
+# and more experts per token than the kept groups hold)
+DEEPSEEK_V2_RUN = sorted(set(synth.DEEPSEEK_V2_VARIANTS) - {"no_shared", "group_k_over_kept"})
+
+
+@pytest.mark.parametrize("variant", DEEPSEEK_V2_RUN)
+def test_deepseek_v2_variants_match_the_reference(actcap_bin, tmp_path, variant):
+    """synth.py's DeepSeek-V2 checkpoints (V2-Lite's plain q_proj and greedy routing, V2's q
+    bottleneck and group-limited routing, YaRN with the softmax's mscale, biases): every point of
+    a two-sequence batch, the complex RoPE bit for bit as transformers rounds it."""
+    m = tmp_path / "m"
+    synth.write_checkpoint(str(m), synth.tiny_config("deepseek_v2", **synth.DEEPSEEK_V2_VARIANTS[variant]),
                            seed=11)
     check_parity(m, tokens_for(m, [11, 6], seed=12), tmp_path / "out", rel_tol=1e-5)
 

@@ -2612,12 +2612,15 @@ def _dsv3_rope_params64(cfg):
     return inv, af, scale
 
 
-def _dsv3_rot64(t, inv, af, interleave):
+def _dsv3_rot64(t, inv, af, interleave, sign=1, layout="concat"):
     """t [T, n, d] rotated at positions 0..T-1 as complex numbers on the pairs (2i, 2i + 1)
-    (interleave) or (i, i + d/2), times af; returned as [real parts, imaginary parts] (any layout
-    serves: only dot products of two such vectors are taken)."""
+    (interleave) or (i, i + d/2), by sign * angle, times af; returned as [real parts, imaginary
+    parts] (layout "concat": any layout serves when q and k share it, only dot products of two such
+    vectors are taken) or interleaved [re_0, im_0, re_1, ...] (layout "interleaved", DeepSeek-V2's)."""
     z = t[..., 0::2] + 1j * t[..., 1::2] if interleave else t[..., : t.shape[-1] // 2] + 1j * t[..., t.shape[-1] // 2:]
-    z = z * np.exp(1j * np.arange(t.shape[0])[:, None, None] * inv[None, None, :]) * af
+    z = z * np.exp(1j * sign * np.arange(t.shape[0])[:, None, None] * inv[None, None, :]) * af
+    if layout == "interleaved":
+        return np.stack([z.real, z.imag], axis=-1).reshape(t.shape)
     return np.concatenate([z.real, z.imag], axis=-1)
 
 
@@ -2638,16 +2641,23 @@ def _dsv3_attention64(x, w, A, cfg, wrong=None):
     "q_rot_first" (each q head split [rope | nope]), "k_rot_first" (k_rot from the first qk_rope
     columns of kv_a_proj_with_mqa), "kv_split_global" (kv_b_proj split [all heads' k_nope | all
     heads' v] instead of per head), "no_kv_norm" (kv_a_layernorm skipped), "k_rot_per_head_zero"
-    (no rotary key: the position part of the keys dropped)."""
+    (no rotary key: the position part of the keys dropped).
+    DeepseekV2Attention (cfg model_type deepseek_v2) likewise with _dsv2_rope_params64, the pairs (2i, 2i + 1) always and the rotated pairs kept interleaved; its own
+    wrongs: "rope_conj" (rotation by minus the angle), "rope_layout_mismatch"
+    (q's rotated pairs interleaved but k's laid out [reals | imaginaries])."""
     x = np.asarray(x, np.float64)
     T = x.shape[0]
     nh, nope, rope, vd = (cfg[k] for k in ("num_attention_heads", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"))
     r_kv, eps = cfg["kv_lora_rank"], (cfg["rms_norm_eps"] if wrong == "lora_eps" else 1e-6)
-    inv, af, scale = _dsv3_rope_params64(cfg)
+    v2 = cfg["model_type"] == "deepseek_v2"  # _dsv2_rope_params64, and its wrongs (see there)
+    inv, af, scale = (_dsv2_rope_params64 if v2 else _dsv3_rope_params64)(cfg)
     af = 1.0 if wrong == "no_attention_factor" else af
     if wrong in ("scale_rope_dim", "scale_v_dim", "no_mscale"):
         scale = {"scale_rope_dim": rope, "scale_v_dim": vd, "no_mscale": nope + rope}[wrong] ** -0.5
-    interleave = cfg["rope_interleave"] != (wrong == "rope_pairs")
+    interleave = (True if v2 else cfg["rope_interleave"]) != (wrong == "rope_pairs")
+    sign = -1 if wrong == "rope_conj" else 1
+    q_layout = "interleaved" if v2 else "concat"
+    k_layout = "concat" if wrong == "rope_layout_mismatch" else q_layout
 
     def lin(v, name):
         y = v @ w[f"{A}.{name}.weight"].astype(np.float64).T
@@ -2675,8 +2685,8 @@ def _dsv3_attention64(x, w, A, cfg, wrong=None):
         k_nope, v = kv[..., :nope], kv[..., nope:]
     q = q.reshape(T, nh, nope + rope)
     q_nope, q_rot = (q[..., rope:], q[..., :rope]) if wrong == "q_rot_first" else (q[..., :nope], q[..., nope:])
-    qr = _dsv3_rot64(q_rot, inv, af, interleave)  # [T, nh, rope]
-    kr = _dsv3_rot64(k_rot[:, None, :], inv, af, interleave)[:, 0]  # [T, rope], shared by the heads
+    qr = _dsv3_rot64(q_rot, inv, af, interleave, sign, q_layout)  # [T, nh, rope]
+    kr = _dsv3_rot64(k_rot[:, None, :], inv, af, interleave, sign, k_layout)[:, 0]  # [T, rope], shared by the heads
     s = np.einsum("ihd,jhd->hij", q_nope, k_nope)
     if wrong != "k_rot_per_head_zero":
         s = s + np.einsum("ihd,jd->hij", qr, kr)
@@ -3174,3 +3184,538 @@ def test_deepseek_v3_interleaved_rope_is_a_column_permutation(tmp_path):
     A = "model.layers.2.self_attn"
     assert _dsv3_diff(a[A + ":scores"], b[A + ":scores"]) < 1e-5 and _maxdiff(a["lm_head"], b["lm_head"]) < 1e-5
     assert _dsv3_diff(a[A + ":scores"], p[A + ":scores"]) > 1e-3
+
+
+# ---------------------------------------------------------------------------------------------
+# DeepSeek-V2 (modeling_deepseek_v2.py / configuration_deepseek_v2.py, transformers 5.12.1): MLA as
+# DeepSeek-V3's, but complex-number RoPE on interleaved pairs, no YaRN factor on the softmax scale,
+# softmax routing (greedy or group-limited by the groups' largest probability, no renormalisation),
+# shared experts always run; independently in float64 from the config.json dict
+# ---------------------------------------------------------------------------------------------
+
+def _dsv2_rope_params64(cfg):
+    """(inv_freq [d/2], attention factor on cos / sin, softmax scale) of a 4.x-form DeepSeek-V2 config
+    dict: as _dsv3_rope_params64, the scale with YaRN's mscale(factor, mscale_all_dim) ** 2 too
+    (DeepSeek's own V2 code, transformers from PR 47435 on; 5.12.1 leaves it out)."""
+    return _dsv3_rope_params64(cfg)
+
+
+DSV2_ATTENTION_WRONGS = ("scale_rope_dim", "scale_v_dim", "rope_pairs", "rope_conj", "rope_layout_mismatch",
+                         "q_rot_first", "k_rot_first", "kv_split_global", "no_kv_norm", "k_rot_per_head_zero")
+DSV2_MOE_WRONGS = ("sigmoid_scores", "softmax_after_topk", "renormalise", "no_scaling", "no_shared", "shared_scaled",
+                   "gate_point_probs")
+DSV2_GROUP_WRONGS = ("group_top2_sum", "no_groups")
+
+
+def _dsv2_routing64(logits, cfg, wrong=None):
+    """The [T, E] mixing matrix of DeepseekV2Moe.route_tokens_to_experts in float64 from router
+    logits: p = softmax(logits); greedy: the num_experts_per_tok largest p; group_limited_greedy:
+    group score = the LARGEST p of each of n_group groups of consecutive experts, the topk_group best
+    groups kept, the other experts' p replaced by 0.0, then the k largest (masked ones of weight 0
+    when k exceeds the kept experts); weights = p at them times routed_scaling_factor (never
+    renormalised).
+    wrong: "sigmoid_scores", "softmax_after_topk" (Mixtral's: softmax of the k largest logits),
+    "renormalise" (divided by their sum), "no_scaling", "group_top2_sum" (group score = the sum of its
+    two largest p, DeepSeek-V3's), "no_groups" (every group kept), "mask_neg_inf" (the other groups'
+    experts at -inf instead of 0.0: the extra slots of k > kept get weight -inf)."""
+    E, k = cfg["n_routed_experts"], cfg["num_experts_per_tok"]
+    if wrong == "sigmoid_scores":
+        p = 1.0 / (1.0 + np.exp(-logits))
+    else:
+        p = np.exp(logits - logits.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+    grouped = cfg["topk_method"] == "group_limited_greedy" and wrong != "no_groups"
+    mix = np.zeros_like(p)
+    for t in range(p.shape[0]):
+        cand = p[t].copy()
+        if grouped:
+            G = cfg["n_group"]
+            per = p[t].reshape(G, E // G)
+            gscore = np.sort(per, -1)[:, -2:].sum(-1) if wrong == "group_top2_sum" else per.max(-1)
+            kept = np.argsort(-gscore, kind="stable")[:cfg["topk_group"]]
+            out = np.ones(G, bool)
+            out[kept] = False
+            cand.reshape(G, E // G)[out] = -np.inf if wrong == "mask_neg_inf" else 0.0
+        chosen = np.argsort(-cand, kind="stable")[:k]
+        wt = cand[chosen]
+        if wrong == "softmax_after_topk":
+            z = np.exp(logits[t, chosen] - logits[t, chosen].max())
+            wt = z / z.sum()
+        if wrong == "renormalise":
+            wt = wt / wt.sum()
+        mix[t, chosen] = wt * (1.0 if wrong == "no_scaling" else cfg["routed_scaling_factor"])
+    return mix
+
+
+def _dsv2_mlp64(x, w, m, wrong=None):
+    """DeepseekV2MLP down(silu(gate x + b) * (up x + b)) + b in float64, the biases where the
+    checkpoint has them (mlp_bias; wrong "no_mlp_bias" leaves them out); returns (act_fn output,
+    output)."""
+    def lin(v, n):
+        y = v @ w[f"{m}.{n}.weight"].astype(np.float64).T
+        b = w.get(f"{m}.{n}.bias")
+        return y if b is None or wrong == "no_mlp_bias" else y + b
+
+    g = _silu64(lin(x, "gate_proj"))
+    return g, lin(g * lin(x, "up_proj"), "down_proj")
+
+
+def _dsv2_moe64(x, w, M, cfg, wrong=None):
+    """DeepseekV2Moe in float64 as a DENSE mixture (every routed expert on every token, weighted by
+    _dsv2_routing64's matrix) plus the shared experts (a zero-width MLP when n_shared_experts is 0:
+    0, or down_proj's bias); returns its points and the mixing matrix.
+    wrong: _dsv2_routing64's, or "no_shared", "shared_scaled" (times routed_scaling_factor),
+    "gate_point_probs" (.mlp.gate reported after the softmax), "no_mlp_bias"."""
+    x = np.asarray(x, np.float64)
+    logits = x @ w[M + ".gate.weight"].astype(np.float64).T
+    mix = _dsv2_routing64(logits, cfg, wrong)
+    routed = np.zeros_like(x)
+    for e in range(cfg["n_routed_experts"]):
+        if np.any(mix[:, e] != 0):
+            routed = routed + mix[:, e:e + 1] * _dsv3_mlp64(x, w, f"{M}.experts.{e}")[1]
+    shared = _dsv2_mlp64(x, w, M + ".shared_experts", wrong)[1]
+    term = {"no_shared": 0.0, "shared_scaled": cfg["routed_scaling_factor"]}.get(wrong, 1.0) * shared
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    pts = {M + ".gate": p / p.sum(-1, keepdims=True) if wrong == "gate_point_probs" else logits,
+           M + ".shared_experts": shared, M: routed + term}
+    return pts, mix
+
+
+def _dsv2_layer64(x, w, p, cfg, sparse, wrong=None):
+    """One DeepseekV2DecoderLayer in float64 on rows x [T, H] (as _dsv3_layer64, with _dsv2_moe64 and
+    the dense MLP's mlp_bias biases). Returns its points (and the mixing matrix of a sparse layer)."""
+    x = np.asarray(x, np.float64)
+    eps = cfg["rms_norm_eps"]
+    xn = _rms64(x, w[p + ".input_layernorm.weight"], eps)
+    pts = {p + ".input_layernorm": xn}
+    pts.update(_dsv3_attention64(xn, w, p + ".self_attn", cfg, wrong))
+    h = x + pts[p + ".self_attn"]
+    hn = pts[p + ".post_attention_layernorm"] = _rms64(h, w[p + ".post_attention_layernorm.weight"], eps)
+    mix = None
+    if sparse:
+        moe, mix = _dsv2_moe64(hn, w, p + ".mlp", cfg, wrong)
+        pts.update(moe)
+    else:
+        pts[p + ".mlp.act_fn"], pts[p + ".mlp"] = _dsv2_mlp64(hn, w, p + ".mlp", wrong)
+    pts[p] = h + pts[p + ".mlp"]
+    return pts, mix
+
+
+def _dsv2_diff(got, want):
+    """_dsv3_diff, but inf where the two disagree on which entries are finite or either has a NaN (a
+    mistake that sends weights to -inf)."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    if np.isnan(got).any() or np.isnan(want).any() or not np.array_equal(np.isinf(got), np.isinf(want)):
+        return math.inf
+    return _dsv3_diff(got, want)
+
+
+DSV2_CASES = {
+    # synth's tiny model (DeepSeek-V2-Lite's form): plain q_proj, greedy top-3 of 8, times 1.5, 2 shared
+    "tiny": {},
+    # q LoRA, V2-Lite's YaRN (mscale == mscale_all_dim: cos / sin unscaled, the softmax scale plain),
+    # rms_norm_eps 1e-2 (so the LoRA norms' fixed 1e-6 shows)
+    "q_lora-yarn-eps": dict(q_lora_rank=16, rope_scaling=synth.DEEPSEEK_V2_YARN, rms_norm_eps=1e-2),
+    # DeepSeek-V2's group-limited routing, YaRN with mscale != mscale_all_dim, every bias
+    "group-yarn_mscale-biases": dict(synth.DEEPSEEK_V2_VARIANTS["group_limited"],
+                                     rope_scaling=synth.DEEPSEEK_V2_VARIANTS["yarn_mscale"]["rope_scaling"],
+                                     attention_bias=True, mlp_bias=True),
+    # one group of 2 kept, k 3: a weight-0 slot per token
+    "k_over_kept": dict(synth.DEEPSEEK_V2_VARIANTS["group_k_over_kept"]),
+    # zero-width shared experts (their output is down_proj's bias), 4 layers with 2 dense
+    "no_shared-mlp_bias": dict(n_shared_experts=0, mlp_bias=True, num_hidden_layers=4, first_k_dense_replace=2),
+}
+
+
+@pytest.mark.parametrize("case", list(DSV2_CASES))
+def test_deepseek_v2_model_matches_float64_formula(tmp_path, case):
+    """The whole DeepSeek-V2 model against _dsv2_layer64 chained in float64 from the embedding to the
+    logits: every layer's norms, the MLA projections and LoRA norms, the attention scores, o_proj's
+    input, self_attn, the dense MLP's act_fn / mlp, the sparse block's .mlp.gate (float32 logits),
+    .mlp.shared_experts and .mlp, the layer outputs, model.norm and lm_head, within 1e-5 relative;
+    the experts of non-zero weight the reference chose (Model.routing, as sets) are the float64
+    rule's, and so are their weights. Then each listed mistake, made on the float64 side from the
+    reference's own layer input, must move some point of that layer far outside the tolerance.
+    (Not caught by a float64 tolerance, checked against transformers 5.12.1 itself instead, where
+    every point is bit-identical for a single sequence: the RoPE's rounding (torch's complex product
+    with fused multiply-adds, apply_rope_complex) and its interleaved output order (q and k alike),
+    cos / sin from torch.polar, the float32 order of the routed sum (torch.topk(sorted=False)'s slot
+    order) and adding the shared experts after it.)"""
+    d = tmp_path / "m"
+    cfg = synth.tiny_config("deepseek_v2", **DSV2_CASES[case])
+    w = synth.write_checkpoint(str(d), cfg, seed=4)
+    c = reference.Config(reference.load_config(str(d)))
+    sparse = [i >= cfg["first_k_dense_replace"] for i in range(cfg["num_hidden_layers"])]
+    assert c.sparse == sparse and any(sparse)
+    T = 20
+    seq = [int(t) for t in np.random.default_rng(8).integers(0, c.vocab_size, T)]
+    m = reference.Model(str(d))
+    r = m.forward(seq, patterns=True)
+    routes = m.routing(seq)
+
+    def tol(name):
+        fin = r[name][np.isfinite(r[name])]
+        return 1e-5 * max(1.0, float(np.abs(fin).max()) if fin.size else 0.0)
+
+    emb = w["model.embed_tokens.weight"].astype(np.float64)
+    h = emb[seq]
+    for i in range(c.layers):
+        p = f"model.layers.{i}"
+        want, mix = _dsv2_layer64(h, w, p, cfg, sparse[i])
+        for name, v in want.items():
+            assert _dsv2_diff(r[name], v) < tol(name), (name, _dsv2_diff(r[name], v))
+        if sparse[i]:
+            ro = routes[i]
+            for t in range(T):
+                live = ro["experts"][t][ro["weights"][t] != 0]
+                assert sorted(live) == sorted(np.nonzero(mix[t])[0]), (i, t)
+                assert np.abs(ro["weights"][t] - mix[t, ro["experts"][t]]).max() < 1e-5
+            assert ro["margin"].min() > 1e-5  # no near-tie the float32 rounding could flip
+        h = want[p]
+    hn = _rms64(h, w["model.norm.weight"], cfg["rms_norm_eps"])
+    assert _maxdiff(r["model.norm"], hn) < tol("model.norm")
+    head = emb if cfg["tie_word_embeddings"] else w["lm_head.weight"].astype(np.float64)
+    assert _maxdiff(r["lm_head"], hn @ head.T) < tol("lm_head")
+    # power: attention mistakes on layer 0, block mistakes on every sparse layer, from the reference's
+    # own layer inputs; some point must move by more than 10 tolerances (so by > 1e-4)
+    wrongs = {wr: [0] for wr in DSV2_ATTENTION_WRONGS}
+    wrongs.update({wr: [i for i in range(c.layers) if sparse[i]] for wr in DSV2_MOE_WRONGS})
+    if cfg["topk_method"] == "group_limited_greedy":
+        wrongs.update({wr: [i for i in range(c.layers) if sparse[i]] for wr in DSV2_GROUP_WRONGS})
+        if cfg["num_experts_per_tok"] > cfg["topk_group"] * cfg["n_routed_experts"] // cfg["n_group"]:
+            wrongs["mask_neg_inf"] = [i for i in range(c.layers) if sparse[i]]
+    if cfg["rms_norm_eps"] != 1e-6:
+        wrongs["lora_eps"] = [0]
+    if cfg["rope_scaling"]:
+        wrongs["no_mscale"] = [0]  # transformers 5.12.1's DeepseekV2Attention
+        rs = cfg["rope_scaling"]
+        if rs["mscale"] != rs["mscale_all_dim"]:
+            wrongs["no_attention_factor"] = [0]
+    if cfg["n_shared_experts"] == 0 and not cfg.get("mlp_bias"):
+        del wrongs["no_shared"], wrongs["shared_scaled"]  # a zero term either way
+    if cfg.get("mlp_bias"):
+        wrongs["no_mlp_bias"] = list(range(c.layers))
+    for wrong, layers in wrongs.items():
+        worst = 0.0
+        for n in layers:
+            p = f"model.layers.{n}"
+            right, _ = _dsv2_layer64(r[p + ":input"], w, p, cfg, sparse[n])
+            got, _ = _dsv2_layer64(r[p + ":input"], w, p, cfg, sparse[n], wrong=wrong)
+            assert all(_dsv2_diff(r[k], v) < tol(k) for k, v in right.items())
+            worst = max(worst, max(_dsv2_diff(r[k], v) / tol(k) for k, v in got.items()))
+        assert worst > 10, (wrong, worst)
+
+
+def test_deepseek_v2_routing_rule(tmp_path):
+    """Model.routing on synth's tiny model (greedy) and its group_limited variant: the weights are the
+    chosen experts' softmax probabilities times 1.5 (not renormalised: their sum varies, below 1.5);
+    greedy picks the 3 most probable; group_limited_greedy only experts of the 2 groups with the
+    largest single probability, and that changes the chosen set of a good share of the tokens (so a
+    reader that ignores the groups, or scores them by a top-2 sum, fails the formula test)."""
+    seq = [int(t) for t in np.random.default_rng(5).integers(0, 384, 32)]
+    for variant in ("tiny", "group_limited"):
+        d = _ckpt(tmp_path, "deepseek_v2", name=variant, **synth.DEEPSEEK_V2_VARIANTS[variant])
+        m = reference.Model(str(d))
+        routes = m.routing(seq)
+        assert list(routes) == [1, 2]
+        changed = 0
+        for i, ro in routes.items():
+            lg = ro["logits"].astype(np.float64)
+            p = np.exp(lg - lg.max(-1, keepdims=True))
+            p /= p.sum(-1, keepdims=True)
+            for t in range(len(seq)):
+                e = ro["experts"][t]
+                assert np.abs(ro["weights"][t] - 1.5 * p[t, e]).max() < 1e-6
+                greedy = set(np.argsort(-p[t])[:3].tolist())
+                if variant == "tiny":
+                    assert set(e.tolist()) == greedy
+                else:
+                    kept = np.argsort(-p[t].reshape(4, 2).max(-1))[:2]
+                    assert set((e // 2).tolist()) <= set(kept.tolist())
+                    changed += set(e.tolist()) != greedy
+            s = ro["weights"].sum(-1)
+            assert s.max() < 1.5 and s.max() - s.min() > 0.1
+        if variant == "group_limited":
+            assert 0.1 < changed / (2 * len(seq)) < 0.9, changed
+
+
+@pytest.mark.parametrize("variant", list(synth.DEEPSEEK_V2_VARIANTS))
+def test_deepseek_v2_synth_routing_has_no_near_ties(tmp_path, variant):
+    """synth's DeepSeek-V2 routers (weights N(0, ROUTER_STD)) keep every choice apart (>= 1e-5 in
+    probability units, against float32 rounding of ~1e-7 between implementations) for these seeds and
+    sequences; Model.routing's margin is the smaller of the k-th minus (k+1)-th probability among the
+    candidates (the kept groups' experts; inf when k covers them all) and the topk_group-th minus the
+    (topk_group+1)-th group score (inf when every group is kept, or the routing is greedy)."""
+    for seed in range(4):
+        d = _ckpt(tmp_path, "deepseek_v2", name=f"s{seed}", seed=seed, **synth.DEEPSEEK_V2_VARIANTS[variant])
+        m = reference.Model(str(d))
+        c = m.cfg
+        for seq in ([5, 17, 2, 99, 3, 3, 250], list(range(3, 30)),
+                    [int(t) for t in np.random.default_rng(1).integers(0, 384, 24)]):
+            for i, ro in m.routing(seq).items():
+                lg = ro["logits"].astype(np.float64)
+                p = np.exp(lg - lg.max(-1, keepdims=True))
+                p /= p.sum(-1, keepdims=True)
+                for t in range(len(seq)):
+                    if c.topk_method == "greedy":
+                        gaps, cand = [], np.sort(p[t])[::-1]
+                    else:
+                        groups = p[t].reshape(c.n_group, -1)
+                        gs = np.sort(groups.max(-1))[::-1]
+                        gaps = [gs[c.topk_group - 1] - gs[c.topk_group]] if c.topk_group < c.n_group else []
+                        cand = np.sort(groups[np.argsort(-groups.max(-1))[:c.topk_group]].ravel())[::-1]
+                    gaps += [cand[c.top_k - 1] - cand[c.top_k]] if c.top_k < cand.size else []
+                    assert np.isclose(ro["margin"][t], min(gaps, default=np.inf), rtol=0, atol=1e-6)
+                assert ro["margin"].min() >= 1e-5, (seed, i, seq, ro["margin"].min())
+                assert len({tuple(sorted(e)) for e in ro["experts"].tolist()}) > 1  # routing varies
+
+
+@pytest.mark.parametrize("variant", ["tiny", "q_lora", "no_shared", "mlp_bias"])
+def test_deepseek_v2_point_names_order_and_shapes(tmp_path, variant):
+    """DeepSeek-V3's point catalogue (_dsv3_points), in the order HF's forward completes the modules
+    (checked against transformers' own hooks; .mlp.gate, which HF never calls, where DeepseekV2Moe
+    computes its logits: before the shared experts); n_shared_experts 0 gives zero-width shared
+    expert points ([0] per token, as HF's hooks record them)."""
+    d = _ckpt(tmp_path, "deepseek_v2", **synth.DEEPSEEK_V2_VARIANTS[variant])
+    c = reference.Config(reference.load_config(str(d)))
+    assert list(reference.points(str(d)).items()) == _dsv3_points(c)
+
+
+def test_deepseek_v2_config_defaults_and_refusals():
+    """DeepseekV2Config's defaults and what transformers 5.12.1 cannot build or run (checked there:
+    strict-validation errors for nulls in non-Optional fields, the shape errors of repeat_kv,
+    topk_method values route_tokens_to_experts does not know, a null num_experts_per_tok / n_group)."""
+    D0 = reference.DEEPSEEK_V2_DEFAULTS
+    assert D0["num_experts_per_tok"] is None and D0["first_k_dense_replace"] == 0
+    with pytest.raises(reference.ReferenceError):  # the defaults cannot route (k null, every layer sparse)
+        reference.Config({"model_type": "deepseek_v2"})
+    c = reference.Config({"model_type": "deepseek_v2", "num_experts_per_tok": 6})
+    assert (c.vocab_size, c.hidden, c.inner, c.moe_inner, c.layers, c.heads, c.kv_heads) == (
+        32000, 4096, 11008, 1407, 32, 32, 32)
+    assert (c.q_lora_rank, c.kv_lora_rank, c.qk_nope, c.qk_rope, c.v_head_dim, c.qk_head_dim, c.head_dim) == (
+        1536, 512, 128, 64, 128, 192, 64)
+    assert (c.experts, c.top_k, c.shared_inner, c.routed_scale, c.norm_topk, c.topk_method, c.n_group) == (
+        64, 6, 2814, 1.0, False, "greedy", None)
+    assert (c.act, c.eps, c.tie, c.attention_bias, c.mlp_bias, c.rope_style) == (
+        "silu", 1e-6, False, False, False, "complex")
+    assert c.sparse == [True] * 32 and c.attn_scale == 192 ** -0.5
+    assert c.rope == {"rope_type": "default", "rope_theta": 10000.0, "max_position_embeddings": 2048,
+                      "partial_rotary_factor": 1.0}
+    assert reference.Config({"model_type": "deepseek_v2", "first_k_dense_replace": 32}).top_k is None
+    base = synth.tiny_config("deepseek_v2")
+    D = lambda **kw: reference.Config(dict(base, **kw))  # noqa: E731
+    absent = dict(base)
+    del absent["num_key_value_heads"]
+    assert reference.Config(absent).kv_heads == 4 and D(num_key_value_heads=None).kv_heads == 4
+    # keys transformers ignores
+    assert D(head_dim=99, qk_head_dim=99).head_dim == 4 and D(qk_head_dim=99).qk_head_dim == 12
+    assert D(num_local_experts=16).experts == 8 and not D(norm_topk_prob=True).norm_topk
+    assert D(moe_layer_freq=2, scoring_func="sigmoid").sparse == [False, True, True]
+    assert D(topk_method="noaux_tc", first_k_dense_replace=3).sparse == [False] * 3  # no sparse layer: unread
+    assert D(n_group=None, topk_group=None).top_k == 3  # greedy never reads them
+    assert D(first_k_dense_replace=-1).sparse == [True] * 3
+    assert D(n_shared_experts=0).shared_inner == 0
+    assert D(routed_scaling_factor=16).routed_scale == 16.0  # an integer read as its float (as 4.x)
+    assert D(partial_rotary_factor=0.5).rope["partial_rotary_factor"] == 1.0  # unread by the default table
+    # YaRN: mscale(factor, mscale_all_dim) ** 2 on the softmax scale (PR 47435; not in transformers
+    # 5.12.1), mscale / mscale_all_dim on cos / sin
+    for rs in (synth.DEEPSEEK_V2_YARN, synth.DEEPSEEK_V2_VARIANTS["yarn_mscale"]["rope_scaling"]):
+        y = D(rope_scaling=rs)
+        m = 0.1 * rs["mscale_all_dim"] * math.log(4) + 1
+        assert y.attn_scale == 12 ** -0.5 * m * m
+        assert D(rope_scaling=dict(rs, mscale_all_dim=0)).attn_scale == 12 ** -0.5
+        want = (0.1 * 0.707 * math.log(4) + 1) / (0.1 * rs["mscale_all_dim"] * math.log(4) + 1)
+        assert abs(reference.rope_parameters(y.rope, y.qk_rope)[1] - want) < 1e-15
+    g = D(**synth.DEEPSEEK_V2_VARIANTS["group_limited"])
+    assert (g.topk_method, g.n_group, g.topk_group, g.top_k) == ("group_limited_greedy", 4, 2, 3)
+    assert D(topk_method="group_limited_greedy", n_group=8, topk_group=1, num_experts_per_tok=8).top_k == 8
+    # shapes: a dense and a sparse layer, no correction bias, mlp_bias / attention_bias biases
+    s = reference.expected_shapes(reference.Config(base))
+    assert {k: v for k, v in s.items() if k.startswith("model.layers.0.")} == {
+        "model.layers.0.input_layernorm.weight": [32], "model.layers.0.self_attn.q_proj.weight": [48, 32],
+        "model.layers.0.self_attn.kv_a_proj_with_mqa.weight": [20, 32],
+        "model.layers.0.self_attn.kv_a_layernorm.weight": [16], "model.layers.0.self_attn.kv_b_proj.weight": [56, 16],
+        "model.layers.0.self_attn.o_proj.weight": [32, 24], "model.layers.0.post_attention_layernorm.weight": [32],
+        "model.layers.0.mlp.gate_proj.weight": [48, 32], "model.layers.0.mlp.up_proj.weight": [48, 32],
+        "model.layers.0.mlp.down_proj.weight": [32, 48]}
+    m = "model.layers.1.mlp."
+    assert {k[len(m):]: v for k, v in s.items() if k.startswith(m)} == {
+        "gate.weight": [8, 32],
+        **{f"experts.{e}.{n}.weight": ([32, 12] if n == "down_proj" else [12, 32])
+           for e in range(8) for n in ("gate_proj", "up_proj", "down_proj")},
+        "shared_experts.gate_proj.weight": [24, 32], "shared_experts.up_proj.weight": [24, 32],
+        "shared_experts.down_proj.weight": [32, 24]}
+    sb = reference.expected_shapes(D(attention_bias=True, mlp_bias=True, q_lora_rank=16))
+    assert [k for k in sb if k.endswith(".bias") and ".layers.0." in k] == [
+        f"model.layers.0.self_attn.{n}.bias" for n in ("q_a_proj", "kv_a_proj_with_mqa", "o_proj")] + [
+        f"model.layers.0.mlp.{n}.bias" for n in ("gate_proj", "up_proj", "down_proj")]
+    assert [k for k in sb if k.endswith(".bias") and ".layers.1.mlp" in k] == [
+        f"model.layers.1.mlp.shared_experts.{n}.bias" for n in ("gate_proj", "up_proj", "down_proj")]
+    s0 = reference.expected_shapes(D(n_shared_experts=0))
+    assert s0["model.layers.1.mlp.shared_experts.gate_proj.weight"] == [0, 32]
+    assert s0["model.layers.1.mlp.shared_experts.down_proj.weight"] == [32, 0]
+    bad = [dict(num_key_value_heads=2), dict(num_key_value_heads=8), dict(hidden_size=30),
+           dict(n_shared_experts=None), dict(n_shared_experts=-1), dict(first_k_dense_replace=None),
+           dict(v_head_dim=None), dict(kv_lora_rank=None), dict(qk_rope_head_dim=None), dict(qk_rope_head_dim=3),
+           dict(qk_rope_head_dim=0), dict(qk_nope_head_dim=None), dict(q_lora_rank=0),
+           dict(topk_method=None), dict(topk_method="noaux_tc"), dict(num_experts_per_tok=None),
+           dict(num_experts_per_tok=0), dict(num_experts_per_tok=9), dict(n_routed_experts=None),
+           dict(topk_method="group_limited_greedy", n_group=None, topk_group=2),
+           dict(topk_method="group_limited_greedy", n_group=4, topk_group=None),
+           dict(topk_method="group_limited_greedy", n_group=3, topk_group=1),
+           dict(topk_method="group_limited_greedy", n_group=4, topk_group=0),
+           dict(topk_method="group_limited_greedy", n_group=4, topk_group=5),
+           dict(routed_scaling_factor=None), dict(rms_norm_eps=None), dict(attention_bias=None), dict(mlp_bias=None),
+           dict(tie_word_embeddings=None), dict(moe_intermediate_size=None), dict(intermediate_size=None),
+           dict(max_position_embeddings=None), dict(hidden_act="gelu_foo"), dict(rope_theta=None),
+           dict(rope_scaling={"type": "yarn", "original_max_position_embeddings": 32}),
+           dict(rope_scaling={"type": "linear"}),
+           dict(rope_scaling=dict(synth.DEEPSEEK_V2_YARN, partial_rotary_factor=0.5)),
+           dict(quantization_config={"quant_method": "fp8"})]
+    for kw in bad:
+        with pytest.raises(reference.ReferenceError):
+            D(**kw)
+
+
+def test_deepseek_v2_parameter_counts():
+    """DeepSeek-V2-Lite's (= DeepSeek-Coder-V2-Lite's) and DeepSeek-V2's (= Coder-V2's) sizes (their
+    config.json values): the tensors expected_shapes lists add up to the state_dict sizes
+    transformers 5.12.1's DeepseekV2ForCausalLM has for them on the meta device: 15.7B and 236B;
+    without the unchosen routed experts, 2.66B and 21.4B active (the model cards' "2.4B" and "21B"
+    leave out the embeddings)."""
+    yarn = dict(beta_fast=32, beta_slow=1, factor=40, mscale=0.707, mscale_all_dim=0.707,
+                original_max_position_embeddings=4096, type="yarn")
+    common = dict(model_type="deepseek_v2", kv_lora_rank=512, qk_rope_head_dim=64, v_head_dim=128,
+                  qk_nope_head_dim=128, tie_word_embeddings=False, max_position_embeddings=163840, rms_norm_eps=1e-6,
+                  rope_theta=10000, rope_scaling=yarn, n_shared_experts=2, vocab_size=102400, first_k_dense_replace=1,
+                  norm_topk_prob=False, scoring_func="softmax", moe_layer_freq=1)
+    cfgs = {"DeepSeek-V2-Lite": dict(common, hidden_size=2048, intermediate_size=10944, moe_intermediate_size=1408,
+                                     num_hidden_layers=27, num_attention_heads=16, num_key_value_heads=16,
+                                     q_lora_rank=None, n_routed_experts=64, num_experts_per_tok=6, n_group=1,
+                                     topk_group=1, topk_method="greedy", routed_scaling_factor=1.0),
+            "DeepSeek-V2": dict(common, hidden_size=5120, intermediate_size=12288, moe_intermediate_size=1536,
+                                num_hidden_layers=60, num_attention_heads=128, num_key_value_heads=128,
+                                q_lora_rank=1536, n_routed_experts=160, num_experts_per_tok=6, n_group=8,
+                                topk_group=3, topk_method="group_limited_greedy", routed_scaling_factor=16.0)}
+    counts, active = {}, {}
+    for name, cfg in cfgs.items():
+        c = reference.Config(cfg)
+        shapes = reference.expected_shapes(c)
+        counts[name] = sum(int(np.prod(s)) for s in shapes.values())
+        active[name] = counts[name] - sum(c.sparse) * (c.experts - c.top_k) * 3 * c.moe_inner * c.hidden
+    assert counts == {"DeepSeek-V2-Lite": 15_706_484_224, "DeepSeek-V2": 235_741_434_880}
+    assert active == {"DeepSeek-V2-Lite": 2_661_150_208, "DeepSeek-V2": 21_375_800_320}
+
+
+def test_deepseek_v2_checkpoint_layouts(tmp_path):
+    """Equivalent checkpoints run the same: transformers 5's stacked experts; tensors transformers
+    5.12.1 drops as unexpected keys (a layer num_hidden_layers, biases of projections that have none,
+    a DeepSeek-V3-style e_score_correction_bias, MLP biases without mlp_bias: checked there, logits
+    unchanged); a v5 config.json (rope_parameters); n_shared_experts 0 with its empty tensors left
+    out. Refused: both expert layouts in one layer, a stacked tensor of the wrong shape, a missing
+    non-empty tensor."""
+    cfg = synth.tiny_config("deepseek_v2", rope_scaling=synth.DEEPSEEK_V2_YARN, q_lora_rank=16)
+    d = tmp_path / "hub"
+    w = synth.write_checkpoint(str(d), cfg, seed=2)
+    ds = tmp_path / "stacked"
+    ws = synth.write_checkpoint(str(ds), cfg, seed=2, stacked_experts=True)
+    assert list(ws["model.layers.1.mlp.experts.gate_up_proj"].shape) == [8, 24, 32]
+    _same_run(d, ds)
+    dm = tmp_path / "stray"
+    os.makedirs(dm)
+    (dm / "config.json").write_bytes((d / "config.json").read_bytes())
+    wm = dict(w)
+    for k, v in w.items():
+        if k.startswith("model.layers.2."):
+            wm[k.replace("model.layers.2.", "model.layers.3.")] = v * 3.0
+    for nm, n in (("q_b_proj", 48), ("kv_b_proj", 56), ("o_proj", 32), ("q_a_proj", 16)):
+        wm[f"model.layers.0.self_attn.{nm}.bias"] = np.full(n, 0.5, np.float32)
+    wm["model.layers.1.mlp.gate.e_score_correction_bias"] = np.full(8, 0.5, np.float32)
+    wm["model.layers.0.mlp.down_proj.bias"] = np.full(32, 0.5, np.float32)
+    wm["model.layers.1.mlp.shared_experts.up_proj.bias"] = np.full(24, 0.5, np.float32)
+    st.save(str(dm / "model.safetensors"), wm)
+    _same_run(d, dm)
+    dv = tmp_path / "v5"
+    os.makedirs(dv)
+    (dv / "config.json").write_text(json.dumps(synth.to_v5(cfg)))
+    os.symlink(d / "model.safetensors", dv / "model.safetensors")
+    rope = lambda c: {k: v for k, v in c.rope.items() if k != "type"}  # noqa: E731 (4.x's key, kept)
+    assert rope(reference.Config(reference.load_config(str(dv)))) == rope(reference.Config(cfg))
+    _same_run(d, dv)
+    cfg0 = synth.tiny_config("deepseek_v2", n_shared_experts=0, mlp_bias=True)
+    d0 = tmp_path / "zero"
+    w0 = synth.write_checkpoint(str(d0), cfg0, seed=2)
+    assert w0["model.layers.1.mlp.shared_experts.gate_proj.weight"].shape == (0, 32)
+    de = tmp_path / "zero_absent"
+    os.makedirs(de)
+    (de / "config.json").write_bytes((d0 / "config.json").read_bytes())
+    st.save(str(de / "model.safetensors"), {k: v for k, v in w0.items() if v.size})
+    _same_run(d0, de)
+    r = reference.run(str(de), [[3, 1, 4]])[0]
+    assert r["model.layers.1.mlp.shared_experts"].shape == (3, 32)
+    assert np.array_equal(r["model.layers.1.mlp.shared_experts"],
+                          np.broadcast_to(w0["model.layers.1.mlp.shared_experts.down_proj.bias"], (3, 32)))
+    for name, tensors in (
+            ("both", dict(ws, **{"model.layers.1.mlp.experts.0.gate_proj.weight":
+                                 w["model.layers.1.mlp.experts.0.gate_proj.weight"]})),
+            ("shape", dict(ws, **{"model.layers.2.mlp.experts.down_proj": np.zeros((8, 12, 32), np.float32)})),
+            ("lacks", {k: v for k, v in w0.items() if k != "model.layers.1.mlp.shared_experts.down_proj.bias"})):
+        db = tmp_path / name
+        os.makedirs(db)
+        (db / "config.json").write_bytes(((d0 if name == "lacks" else d) / "config.json").read_bytes())
+        st.save(str(db / "model.safetensors"), tensors)
+        with pytest.raises(reference.ReferenceError):
+            reference.Model(str(db))
+
+
+def _fma32_exact(a, b, c):
+    """float32 a * b + c rounded once, from exact rational arithmetic (ties to even)."""
+    from fractions import Fraction
+    v = Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c))
+    f = np.float32(float(v))
+    cands = (np.nextafter(f, np.float32(-np.inf)), f, np.nextafter(f, np.float32(np.inf)))
+    return min(cands, key=lambda z: (abs(Fraction(float(z)) - v), int(np.float32(z).view(np.uint32)) & 1))
+
+
+def test_deepseek_v2_rope_is_complex_interleaved():
+    """apply_rope_complex: the pairs (2i, 2i + 1) turned as complex numbers by rope_polar's angles
+    (position * inv_freq) and written back interleaved, equal to the float64 complex product within
+    float32 rounding; the same values as DeepSeek-V3's interleaved RoPE up to the column order (V3
+    writes [evens | odds]); the fused rounding (HF's on x86-64 CPU) and the unfused one differ by a
+    couple of float32 ulps of the inputs at most, and do differ. fma32 is the once-rounded a * b + c (against exact
+    rationals, halfway cases included)."""
+    rng = np.random.default_rng(0)
+    T, d = 40, 8
+    rope = {"rope_type": "default", "rope_theta": 10000.0, "max_position_embeddings": 128,
+            "partial_rotary_factor": 1.0}
+    cos, sin = reference.rope_polar(rope, d, T)
+    inv = 10000.0 ** -(np.arange(0, d, 2) / d)
+    ang = np.arange(T)[:, None] * inv[None, :]
+    assert np.abs(cos.double().numpy() - np.cos(ang)).max() < 1e-5
+    assert np.abs(sin.double().numpy() - np.sin(ang)).max() < 1e-5
+    x = torch.from_numpy(rng.standard_normal((3, T, d)).astype(np.float32))
+    out = reference.apply_rope_complex(x, cos, sin)
+    z = (x[..., 0::2].double() + 1j * x[..., 1::2].double()).numpy() * (cos.double() + 1j * sin.double()).numpy()
+    want = np.stack([z.real, z.imag], -1).reshape(3, T, d)
+    assert np.abs(out.double().numpy() - want).max() < 1e-6
+    perm = np.concatenate([np.arange(0, d, 2), np.arange(1, d, 2)])
+    v3 = reference.apply_rope_interleaved(x, torch.cat((cos, cos), -1), torch.cat((sin, sin), -1))
+    assert np.abs(out.numpy()[..., perm] - v3.numpy()).max() < 1e-6
+    plain = reference.apply_rope_complex(x, cos, sin, fused=False)
+    diff = out.numpy() != plain.numpy()
+    assert diff.any()
+    # both round the products a c, b s (|.| <= max(|a|, |b|)) at most once more than the sum: within
+    # two ulps of the pair's larger component
+    big = np.repeat(np.maximum(np.abs(x.numpy()[..., 0::2]), np.abs(x.numpy()[..., 1::2])), 2, axis=-1)
+    assert np.all(np.abs(out.numpy() - plain.numpy()) <= 2 * np.spacing(big))
+    # fma32 against exact arithmetic
+    a = rng.standard_normal(300).astype(np.float32)
+    b = rng.standard_normal(300).astype(np.float32)
+    c = np.concatenate([rng.standard_normal(100), -(a[100:200].astype(np.float64) * b[100:200]) * (1 + 1e-7),
+                        rng.standard_normal(100) * 2.0 ** -40]).astype(np.float32)
+    h = np.float32(1 + 2 ** -12)  # h * h = 1 + 2^-11 + 2^-24: halfway between two float32
+    a, b = np.append(a, [h, h, h]), np.append(b, [h, h, h])
+    c = np.append(c, np.float32([2.0 ** -60, -(2.0 ** -60), 0.0]))
+    got = reference.fma32(torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(c)).numpy()
+    assert [float(g) for g in got] == [float(_fma32_exact(*t)) for t in zip(a, b, c)]
+    assert got[-3] == np.float32(1 + 2 ** -11 + 2 ** -23) and got[-2] == got[-1] == np.float32(1 + 2 ** -11)

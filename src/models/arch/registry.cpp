@@ -23,16 +23,18 @@ const Architecture& qwen2_moe_architecture();
 const Architecture& qwen3_moe_architecture();
 const Architecture& olmoe_architecture();
 const Architecture& gpt_oss_architecture();
+const Architecture& deepseek_v2_architecture();
 const Architecture& deepseek_v3_architecture();
 
 const std::vector<const Architecture*>& architectures() {
   static const std::vector<const Architecture*> all = {
-      &gpt2_architecture(),    &llama_architecture(),     &mistral_architecture(),
-      &qwen2_architecture(),   &qwen3_architecture(),     &olmo_architecture(),
-      &olmo2_architecture(),   &gemma_architecture(),     &gemma2_architecture(),
-      &gemma3_architecture(),  &gpt_neox_architecture(),  &phi3_architecture(),
-      &mixtral_architecture(), &qwen2_moe_architecture(), &qwen3_moe_architecture(),
-      &olmoe_architecture(),   &gpt_oss_architecture(),   &deepseek_v3_architecture(),
+      &gpt2_architecture(),        &llama_architecture(),     &mistral_architecture(),
+      &qwen2_architecture(),       &qwen3_architecture(),     &olmo_architecture(),
+      &olmo2_architecture(),       &gemma_architecture(),     &gemma2_architecture(),
+      &gemma3_architecture(),      &gpt_neox_architecture(),  &phi3_architecture(),
+      &mixtral_architecture(),     &qwen2_moe_architecture(), &qwen3_moe_architecture(),
+      &olmoe_architecture(),       &gpt_oss_architecture(),   &deepseek_v2_architecture(),
+      &deepseek_v3_architecture(),
   };
   return all;
 }

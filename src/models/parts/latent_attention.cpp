@@ -41,14 +41,22 @@ at::Tensor LatentAttention::forward(const at::Tensor& x, ForwardState& st) {
   at::Tensor k_pass = kv.narrow(-1, 0, nope), v = kv.narrow(-1, nope, s_.v_head_dim);
   at::Tensor k_rot = compressed.narrow(-1, L, rot).view({B, 1, T, rot});
 
-  if (s_.interleave) {  // evens then odds: the rotate-half rotation then equals the pairwise one
-    auto split = [&](const at::Tensor& t) {
-      return at::cat({t.slice(-1, 0, rot, 2), t.slice(-1, 1, rot, 2)}, -1);
-    };
-    q_rot = split(q_rot), k_rot = split(k_rot);
+  using Layout = LatentAttentionShape::RopeLayout;
+  if (s_.rope_layout == Layout::kComplex) {
+    q_rot = s_.rope->apply_complex(q_rot, st);
+    k_rot = s_.rope->apply_complex(k_rot, st);
+  } else {
+    if (s_.rope_layout == Layout::kInterleaved) {
+      // Evens then odds: the rotate-half rotation then equals the pairwise one, op for op.
+      auto split = [&](const at::Tensor& t) {
+        return at::cat({t.slice(-1, 0, rot, 2), t.slice(-1, 1, rot, 2)}, -1);
+      };
+      q_rot = split(q_rot), k_rot = split(k_rot);
+    }
+    q_rot = s_.rope->apply(q_rot, st);
+    k_rot = s_.rope->apply(k_rot, st);
   }
-  q_rot = s_.rope->apply(q_rot, st);
-  k_rot = s_.rope->apply(k_rot, st).expand({B, H, T, rot});
+  k_rot = k_rot.expand({B, H, T, rot});
   at::Tensor query = at::cat({q_pass, q_rot}, -1);
   at::Tensor key = at::cat({k_pass, k_rot}, -1);
   cache_keys_values(this, key, v, st);

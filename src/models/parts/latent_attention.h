@@ -23,10 +23,17 @@ struct LatentAttentionShape {
   int64_t qk_rope_head_dim = 0;
   int64_t v_head_dim = 0;
   double scale = 0;  // multiplies q k^T
-  // The rotated features come interleaved, (x0, x1), (x2, x3)... each pair rotated by one
-  // frequency (DeepSeek's rope_interleave); they leave in rotate-half order, evens then odds, as
-  // transformers' apply_rotary_pos_emb_interleave writes them.
-  bool interleave = true;
+  // How the rotated features are laid out and rotated:
+  //   kRotateHalf: transformers' apply_rotary_pos_emb (DeepSeek-V3 without rope_interleave);
+  //   kInterleaved: in pairs (x0, x1), (x2, x3)... each rotated by one frequency, leaving in
+  //     rotate-half order, evens then odds (DeepSeek-V3's apply_rotary_pos_emb_interleave);
+  //   kComplex: in pairs taken as complex numbers times float32 e^(i * angle), leaving interleaved,
+  //     rounded to the compute dtype once (DeepSeek-V2's apply_rotary_emb: Rope::apply_complex).
+  enum class RopeLayout {
+    kRotateHalf,
+    kInterleaved,
+    kComplex
+  } rope_layout = RopeLayout::kInterleaved;
   std::shared_ptr<const Rope> rope;  // over qk_rope_head_dim
 };
 

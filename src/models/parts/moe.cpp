@@ -22,7 +22,7 @@ SparseMoe::SparseMoe(const std::string& name, int64_t width, std::unique_ptr<Mod
   router_ = add(std::move(router));
   if (shared.gate) shared_gate_ = add(std::move(shared.gate));
   if (shared.mlp && shared_after_) shared_ = add(std::move(shared.mlp));
-  parameter(o_.grouped.correction, /*widened=*/false);
+  parameter(o_.deepseek.correction, /*widened=*/false);
   const int64_t n = static_cast<int64_t>(experts_.size());
   check_top_k(n);
   const int64_t inner = n > 0 ? experts_[0].down.size(1) : 0;
@@ -122,25 +122,45 @@ at::Tensor SparseMoe::forward(const at::Tensor& x, ForwardState& st) {
   return out;
 }
 
+namespace {
+
+// [N, E] true for the experts of each token's `top_groups` best groups by `group_scores` [N, G]
+// (topk unsorted, a scatter into a group mask, expanded over each group's E / G experts).
+at::Tensor kept_groups(const at::Tensor& group_scores, const DeepseekRouting& g, int64_t E) {
+  const int64_t N = group_scores.size(0);
+  at::Tensor kept =
+      std::get<1>(at::topk(group_scores, g.top_groups, -1, /*largest=*/true, /*sorted=*/false));
+  at::Tensor group_mask = at::zeros_like(group_scores).scatter_(1, kept, 1);
+  return group_mask.unsqueeze(-1).expand({N, g.groups, E / g.groups}).reshape({N, E}).to(at::kBool);
+}
+
+}  // namespace
+
 std::pair<at::Tensor, at::Tensor> SparseMoe::route(const at::Tensor& logits) const {
   const int64_t N = logits.size(0), E = logits.size(1), k = o_.top_k;
-  const GroupedSigmoidRouting& g = o_.grouped;
-  if (g.groups > 0) {
+  const DeepseekRouting& g = o_.deepseek;
+  if (g.kind == DeepseekRouting::Kind::kSigmoid) {
     // DeepseekV3MoE.route_tokens_to_experts, op for op in float32.
     at::Tensor scores = logits.sigmoid();
     at::Tensor choice = scores + g.correction;
     at::Tensor group_scores =
         std::get<0>(choice.view({N, g.groups, E / g.groups}).topk(2, -1)).sum(-1);
-    at::Tensor kept = std::get<1>(at::topk(group_scores, g.top_groups, -1, /*largest=*/true,
-                                           /*sorted=*/false));
-    at::Tensor group_mask = at::zeros_like(group_scores).scatter_(1, kept, 1);
-    at::Tensor score_mask =
-        group_mask.unsqueeze(-1).expand({N, g.groups, E / g.groups}).reshape({N, E});
-    choice = choice.masked_fill(score_mask.logical_not(), -std::numeric_limits<float>::infinity());
+    choice = choice.masked_fill(kept_groups(group_scores, g, E).logical_not(),
+                                -std::numeric_limits<float>::infinity());
     at::Tensor chosen = std::get<1>(at::topk(choice, k, -1, /*largest=*/true, /*sorted=*/false));
     at::Tensor weight = scores.gather(1, chosen);
     if (o_.normalize_top_k) weight = weight / (weight.sum(-1, /*keepdim=*/true) + 1e-20);
     return {chosen, weight * g.scale};
+  }
+  if (g.kind == DeepseekRouting::Kind::kSoftmax) {
+    // DeepseekV2Moe.route_tokens_to_experts: greedy, or group_limited_greedy with groups.
+    at::Tensor scores = at::softmax(logits, -1, at::kFloat);
+    if (g.groups > 0) {
+      at::Tensor group_scores = std::get<0>(scores.view({N, g.groups, E / g.groups}).max(-1));
+      scores = scores.masked_fill(kept_groups(group_scores, g, E).logical_not(), 0.0);
+    }
+    auto top = at::topk(scores, k, -1, /*largest=*/true, /*sorted=*/false);
+    return {std::get<1>(top), std::get<0>(top) * g.scale};
   }
   if (o_.top_k_before_softmax) {
     // gpt-oss: the k largest logits (ties to the lower expert index, as topk), softmax over them

@@ -9,8 +9,8 @@
 //   - gpt-oss: the router is `router` (with a bias); the k largest logits, softmaxed among
 //     themselves; each expert GptOssExperts' clamped SwiGLU with biases (ClampedExpertWeights).
 //   - Qwen2-MoE adds a shared expert every token runs (SharedExpert).
-//   - DeepSeek-V3: a float32 router (Float32Router), grouped sigmoid routing
-//     (GroupedSigmoidRouting) and ungated shared experts after the routed ones.
+//   - DeepSeek-V2 and V3: a float32 router (Float32Router), their routing (DeepseekRouting) and
+//     ungated shared experts after the routed ones.
 //
 // Hook points: the block (NAME, NAME:input, [hidden] per token) and the router (NAME.gate or
 // NAME.router: its logits, [experts] per token, the first element of transformers' router output);
@@ -54,9 +54,10 @@ struct SharedExpert {
   bool after_routed = false;
 };
 
-// DeepSeek-V3's router (DeepseekV3TopkRouter, NAME.gate): float32 logits F.linear(x.float(),
-// W.float()) whatever the compute dtype (the weight as the compute dtype holds it, widened), so its
-// point is float32.
+// DeepSeek's router (NAME.gate: DeepseekV3TopkRouter; DeepSeek-V2's nn.Linear, whose weight
+// transformers uses without calling the module, so its hooks see nothing there): float32 logits
+// F.linear(x.float(), W.float()) whatever the compute dtype (the weight as the compute dtype holds
+// it, widened), so its point is float32.
 class Float32Router : public Module {
  public:
   Float32Router(const std::string& name, at::Tensor weight);
@@ -69,18 +70,24 @@ class Float32Router : public Module {
   at::Tensor weight_;
 };
 
-// DeepSeek-V3's routing (DeepseekV3MoE.route_tokens_to_experts), in float32 on the router's
-// logits: scores = sigmoid(logits); the choice adds `correction` (the router's
-// e_score_correction_bias, float32 as transformers keeps it); the experts fall into `groups` equal
-// groups, each ranked by the sum of its two best choice scores, and the `top_groups` best are
-// kept; the k best experts among them (topk unsorted, as there: its order is the slots' order);
-// their weights are the uncorrected scores, divided by their sum + 1e-20 when normalize_top_k,
-// times `scale` (routed_scaling_factor), kept float32.
-struct GroupedSigmoidRouting {
-  int64_t groups = 0;  // 0: the softmax routing
+// DeepSeek's routing, in float32 on the router's logits, the k experts chosen by topk unsorted
+// (its order is the slots' order, as in transformers):
+//   - kSigmoid (DeepseekV3MoE.route_tokens_to_experts): scores = sigmoid(logits); the choice adds
+//     `correction` (the router's e_score_correction_bias, float32 as transformers keeps it); the
+//     experts fall into `groups` equal groups, each ranked by the sum of its two best choice
+//     scores, and the `top_groups` best are kept; the k best experts among them; their weights
+//     are the uncorrected scores, divided by their sum + 1e-20 when normalize_top_k;
+//   - kSoftmax (DeepseekV2Moe.route_tokens_to_experts): scores = softmax(logits); with groups > 0
+//     (group_limited_greedy) each group ranked by its best score, the `top_groups` best kept and
+//     the others' scores set to 0; the k best; their weights are those scores (never
+//     renormalised).
+// Either way the weights are then times `scale` (routed_scaling_factor) and kept float32.
+struct DeepseekRouting {
+  enum class Kind { kNone, kSigmoid, kSoftmax } kind = Kind::kNone;
+  int64_t groups = 0;  // kSoftmax: 0 is greedy (no group limit)
   int64_t top_groups = 0;
   double scale = 1.0;
-  at::Tensor correction;  // [experts] float32
+  at::Tensor correction;  // kSigmoid: [experts] float32
 };
 
 struct SparseMoeOptions {
@@ -94,7 +101,7 @@ struct SparseMoeOptions {
   // Round the routing weights to the compute dtype before they scale the expert outputs
   // (Qwen3-MoE, OLMoE); Mixtral keeps them float32 and rounds the product.
   bool weights_in_compute_dtype = false;
-  GroupedSigmoidRouting grouped;  // DeepSeek-V3 (groups > 0): replaces the softmax routing
+  DeepseekRouting deepseek;  // kind set: replaces the routing above
 };
 
 class SparseMoe : public Module {

@@ -50,9 +50,16 @@ class Rope {
   // x [B, heads, T, head_dim] rotated; when head_dim exceeds the rotary dim, only the first
   // rotary-dim features rotate and the rest pass through (partial rotary).
   at::Tensor apply(const at::Tensor& x, ForwardState& st) const;
+  // DeepSeek-V2's apply_rotary_emb: x [B, heads, T, rotary dim] in float32, its features as
+  // interleaved pairs (x0, x1), (x2, x3)... taken as complex numbers, times
+  // polar(1, angle) * attention factor (complex float32), back to interleaved real pairs and
+  // rounded to x's dtype once.
+  at::Tensor apply_complex(const at::Tensor& x, ForwardState& st) const;
 
  private:
   at::Tensor dynamic_inv_freq(int64_t seq_len) const;
+  // The angles [T, rotary dim / 2] (or [B, 1, T, rotary dim / 2] for per-row positions), float32.
+  at::Tensor angles(ForwardState& st) const;
 
   RopeConfig c_;
   int64_t dim_;
