@@ -43,7 +43,7 @@ Command add_init_model(CLI::App& app) {
       "gemma-2b, gemma-7b, "
       "gemma-2-2b, gemma-3-1b, pythia-160m, phi-3-mini, mixtral-8x7b, qwen1.5-moe-a2.7b, "
       "qwen2-57b-a14b, qwen3-30b-a3b, olmoe-1b-7b, "
-      "gpt-oss-20b, gpt-oss-120b, deepseek-v3)");
+      "gpt-oss-20b, gpt-oss-120b, deepseek-v2-lite, deepseek-v3)");
   sub->add_option("--seed", o->init.seed, "Random seed")->required();
   sub->add_option("--dtype", o->init.dtype, "Stored dtype")
       ->check(CLI::IsMember({"f32", "f16", "bf16"}));

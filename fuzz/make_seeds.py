@@ -281,8 +281,20 @@ def config_seeds():
                                                        "original_max_position_embeddings": 64,
                                                        "mscale": 1.0, "mscale_all_dim": 1.0,
                                                        "beta_fast": 32, "beta_slow": 1})
+    # DeepSeek-V2: V2-Lite's form (plain q_proj, greedy, YaRN) and V2's (q bottleneck, group-limited)
+    deepseek_v2 = dict(deepseek_v3, architectures=["DeepseekV2ForCausalLM"], model_type="deepseek_v2",
+                       q_lora_rank=None, topk_method="greedy", n_group=None, topk_group=None,
+                       n_shared_experts=2, routed_scaling_factor=1.0, mlp_bias=False)
+    for k in ("rope_interleave", "norm_topk_prob"):
+        deepseek_v2.pop(k)
+    variant("deepseek_v2_lite.json", deepseek_v2, max_position_embeddings=256,
+            rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
+                          "mscale": 0.707, "mscale_all_dim": 0.707, "beta_fast": 32, "beta_slow": 1})
+    variant("deepseek_v2_group_limited.json", deepseek_v2, q_lora_rank=32,
+            topk_method="group_limited_greedy", n_group=4, topk_group=2, mlp_bias=True)
     # Near-valid.
     variant("bad_deepseek_v3_groups.json", deepseek_v3, n_group=3)
+    variant("bad_deepseek_v2_topk_method.json", deepseek_v2, topk_method="noaux_tc")
     variant("bad_gpt_oss_quantization.json", gpt_oss, quantization_config={"quant_method": "gptq"})
     variant("bad_missing_vocab.json", GPT2, vocab_size=KeyError)
     variant("bad_clip_qkv.json", olmo, clip_qkv=-1.0)

@@ -55,6 +55,7 @@ FAMILIES = [
     Family("gpt_oss", "model.layers", "self_attn.sinks", "hidden_size", "hidden_size"),
     Family("deepseek_v3", "model.layers", "self_attn.kv_a_proj_with_mqa.weight", "hidden_size",
            "hidden_size"),
+    Family("deepseek_v2", "model.layers", "self_attn.kv_b_proj.weight", "hidden_size", "hidden_size"),
 ]
 BY_ARCH = {f.arch: f for f in FAMILIES}
 ARCHS = [f.arch for f in FAMILIES]

@@ -14,7 +14,7 @@ import actcap_helpers as H
 import reference
 
 ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3_text", "gpt_neox",
-         "phi3", "mixtral", "qwen3_moe", "olmoe", "gpt_oss", "gemma", "olmo", "qwen2_moe", "deepseek_v3"]
+         "phi3", "mixtral", "qwen3_moe", "olmoe", "gpt_oss", "gemma", "olmo", "qwen2_moe", "deepseek_v3", "deepseek_v2"]
 # docs/execution.md: per point, ||actcap_bf16 - reference_f32|| / ||reference_f32|| <= RMS_TOL and
 # max|diff| / max|reference| <= MAX_TOL (measured on these tiny random models: up to 3.4e-2 and
 # 5.1e-2, OLMo 2's post-norms; bfloat16 keeps 8 significant bits, 2^-9 relative per rounding).
@@ -120,10 +120,10 @@ def test_bf16_compute_against_the_f32_reference(models, tmp_path, arch):
                                          extra=("--compute-dtype", "bf16", "--devices", "2"))
     refs = reference.run(str(model), seqs)
     assert set(tensors) - H.ROWS == set(refs[0])
-    # kept in the compute dtype; ids stay int64; DeepSeek-V3's routers are float32 as in transformers
+    # kept in the compute dtype; ids stay int64; DeepSeek's routers are float32 as in transformers
     for name, info in manifest["points"].items():
         want = "I64" if refs[0][name].dtype == np.int64 else \
-            "F32" if arch == "deepseek_v3" and name.endswith(".mlp.gate") else "BF16"
+            "F32" if arch.startswith("deepseek") and name.endswith(".mlp.gate") else "BF16"
         assert info["dtype"] == want, name
     failures, largest = [], 0.0
     top_k = H.load_config(model).get("num_experts_per_tok")

@@ -874,8 +874,10 @@ BAD_CONFIGS = {
     "deepseek_v2_no_shared": ("deepseek_v2", dict(n_shared_experts=0)),
     "deepseek_v2_top_k_absent": ("deepseek_v2", dict(num_experts_per_tok=None)),
     "deepseek_v2_topk_method": ("deepseek_v2", dict(topk_method="noaux_tc")),
-    "deepseek_v2_group_without_n_group": ("deepseek_v2", dict(n_group="null")),
-    "deepseek_v2_top_k_beyond_kept": ("deepseek_v2", dict(topk_group=1, num_experts_per_tok=3)),
+    "deepseek_v2_group_without_n_group": ("deepseek_v2", dict(topk_method="group_limited_greedy",
+                                                               n_group="null", topk_group=2)),
+    "deepseek_v2_top_k_beyond_kept": ("deepseek_v2", dict(topk_method="group_limited_greedy", n_group=4,
+                                                           topk_group=1, num_experts_per_tok=3)),
     "deepseek_v2_kv_heads": ("deepseek_v2", dict(num_key_value_heads=2)),
     "deepseek_v2_fp8": ("deepseek_v2", dict(quantization_config={"quant_method": "fp8"})),
 }

@@ -33,6 +33,7 @@ over the same padded batch on the same LibTorch most points come out bit-identic
 difference measured 1.1e-7)."""
 import copy
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -50,7 +51,7 @@ pytestmark = pytest.mark.usefixtures("actcap_bin", "no_reexec")
 
 ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo", "olmo2", "gemma", "gemma2",
          "gemma3_text", "gemma3", "gpt_neox", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe",
-         "gpt_oss", "deepseek_v3"]
+         "gpt_oss", "deepseek_v3", "deepseek_v2"]
 LENGTHS = [9, 5, 12]  # 12 > the windows (4 or 8) of the windowed variants
 REL = 1e-5  # measured with transformers 5.12 on torch 2.14: most points bit-identical, the largest 1.1e-7
 TRANSPOSED = (".self_attn.q_norm", ".self_attn.k_norm")  # Gemma 3's [B, heads, T, hd] views
@@ -85,6 +86,11 @@ def hf_points(model, names, seqs, attentions=False):
                 rec[name + ":input"] = inp.detach().clone()
         return hook
 
+    # DeepSeek-V2's router is never called as a module (DeepseekV2Moe uses its weight directly):
+    # its logits are what that call computes from the block's input
+    uncalled = [n for n in names if n.endswith(".mlp.gate") and model.config.model_type == "deepseek_v2"]
+    names = list(dict.fromkeys([n for n in names if n not in uncalled] +
+                               [n[:-len(".gate")] for n in uncalled]))
     handles = [mods[n].register_forward_hook(hook_for(n), with_kwargs=True) for n in names]
     ids, mask = H.padded(seqs)
     try:
@@ -94,6 +100,10 @@ def hf_points(model, names, seqs, attentions=False):
     finally:
         for h in handles:
             h.remove()
+    for n in uncalled:
+        x = rec[n[:-len(".gate")] + ":input"]
+        rec[n] = torch.nn.functional.linear(x.float(), mods[n].weight.detach().float())
+        rec[n + ":input"] = x
     heads_first = model.config.model_type in ("gemma3", "gemma3_text")
     for name in list(rec):
         # A mixture of experts' router, Qwen2-MoE's shared expert (and the layers inside it) and
@@ -299,6 +309,21 @@ VARIANTS = {
         routed_scaling_factor=1.7, rope_parameters=dict(
             rope_type="yarn", factor=4.0, original_max_position_embeddings=16, mscale=1.0,
             mscale_all_dim=0.8, rope_theta=10000.0))),
+    # DeepSeek-V2-Lite's form: one q_proj, greedy top-3 of 8 times 1.5, 2 shared experts
+    "deepseek_v2": ("deepseek_v2", dict(LLAMA, num_key_value_heads=4, q_lora_rank=None,
+                                        kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4,
+                                        v_head_dim=12, n_routed_experts=8, num_experts_per_tok=3,
+                                        n_shared_experts=2, moe_intermediate_size=24,
+                                        first_k_dense_replace=1, routed_scaling_factor=1.5,
+                                        topk_method="greedy")),
+    # the q bottleneck, every bias, YaRN without mscale_all_dim (transformers 5.12.1 leaves its
+    # softmax factor out: see test_deepseek_v2_yarn_softmax_scale)
+    "deepseek_v2-qlora-bias-yarn": ("deepseek_v2", dict(
+        LLAMA, num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=24, qk_nope_head_dim=12,
+        qk_rope_head_dim=8, v_head_dim=16, n_routed_experts=6, num_experts_per_tok=2,
+        n_shared_experts=1, moe_intermediate_size=32, first_k_dense_replace=0,
+        attention_bias=True, mlp_bias=True, rope_parameters=dict(
+            rope_type="yarn", factor=4.0, original_max_position_embeddings=16, rope_theta=10000.0))),
     "phi3-longrope-partial": ("phi3", dict(LLAMA, max_position_embeddings=64,
                                            original_max_position_embeddings=8,
                                            partial_rotary_factor=0.5, pad_token_id=0,
@@ -384,7 +409,8 @@ def test_gemma_released_activation_fields(tmp_path):
             assert theirs > 1e-6 and theirs > 100 * ours, (n, i, ours, theirs)
 
 
-@pytest.mark.parametrize("variant", ["mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v3"])
+@pytest.mark.parametrize("variant", ["mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v3",
+                                     "deepseek_v2"])
 def test_transformers_stacked_experts_checkpoint_matches(tmp_path, variant):
     """save_pretrained(save_original_format=False) writes the experts as transformers holds them
     (mlp.experts.gate_up_proj [E, 2I, H], mlp.experts.down_proj, router mlp.gate, Mixtral's too):
@@ -421,6 +447,55 @@ def test_transformers_gemma3_multimodal_checkpoint_matches(tmp_path):
     check_against_hf(m, tmp_path / "out", tokens(512, seed=2), label="gemma3 multimodal: ")
 
 
+def test_deepseek_v2_group_limited_routing(tmp_path):
+    """DeepSeek-V2's (and Coder-V2's) group_limited_greedy: transformers 5.12.1 fails on it
+    (DeepseekV2Moe reads self.num_experts, which it never sets). With that attribute supplied, as
+    evidently meant, its model equals actcap's point for point."""
+    fields = dict(VARIANTS["deepseek_v2"][1], topk_method="group_limited_greedy", n_group=4,
+                  topk_group=2)
+    m = build_hf_model("deepseek_v2", fields, tmp_path / "model")
+    seqs = tokens(vocab_of(m), seed=8)
+    _, got, _ = H.run_capture(m, tmp_path / "out", seqs, capture=["**", "**:input"])
+    names = sorted({k.split(":")[0] for k in got if k not in H.ROWS})
+    model, _ = hf_load(m)
+    blocks = [mod for mod in model.modules() if type(mod).__name__ == "DeepseekV2Moe"]
+    assert blocks and not any(hasattr(b, "num_experts") for b in blocks), \
+        "this transformers sets num_experts: compare with it directly"
+    for b in blocks:
+        b.num_experts = fields["n_routed_experts"]
+    hf, _ = hf_points(model, names, seqs)
+    failures = compare(got, hf, seqs, "group-limited: ")
+    assert not failures, "\n".join(failures[:20])
+
+
+def test_deepseek_v2_yarn_softmax_scale(tmp_path):
+    """DeepSeek-V2-Lite's YaRN (factor 40 over 4096 positions, mscale = mscale_all_dim = 0.707,
+    scaled down here): DeepSeek's own code, and transformers from PR #47435 on, multiply the
+    softmax scale by mscale(40, 0.707) ** 2 = 1.59; transformers 5.12.1's DeepseekV2Attention
+    leaves it out. actcap applies it: it equals 5.12.1's model with each attention's `scaling` so
+    corrected, point for point, and differs from the uncorrected one."""
+    rope = dict(rope_type="yarn", factor=40.0, original_max_position_embeddings=2, mscale=0.707,
+                mscale_all_dim=0.707, beta_fast=32.0, beta_slow=1.0, rope_theta=10000.0)
+    fields = dict(VARIANTS["deepseek_v2"][1], max_position_embeddings=80, rope_parameters=rope)
+    m = build_hf_model("deepseek_v2", fields, tmp_path / "model")
+    seqs = tokens(vocab_of(m), seed=7)
+    _, got, _ = H.run_capture(m, tmp_path / "out", seqs, capture=["**", "**:input"])
+    names = sorted({k.split(":")[0] for k in got if k not in H.ROWS})
+    model, _ = hf_load(m)
+    plain, _ = hf_points(model, names, seqs)
+    factor = (0.1 * 0.707 * math.log(40.0) + 1.0) ** 2
+    attentions = [mod for n, mod in model.named_modules() if n.endswith(".self_attn")]
+    plain_scale = (fields["qk_nope_head_dim"] + fields["qk_rope_head_dim"]) ** -0.5
+    assert attentions and all(a.scaling == plain_scale for a in attentions), \
+        "this transformers already applies the factor: compare with it directly"
+    for a in attentions:
+        a.scaling = a.scaling * factor
+    fixed, _ = hf_points(model, names, seqs)
+    failures = compare(got, fixed, seqs, "mscale-corrected: ")
+    assert not failures, "\n".join(failures[:20])
+    assert compare(got, plain, seqs, "5.12.1: "), "the mscale factor changed nothing"
+
+
 # ---------------------------------------------------------------------------------------------
 # attention patterns and generation
 # ---------------------------------------------------------------------------------------------
@@ -449,7 +524,8 @@ def hf_greedy(model, prompt, max_new, eos=None):
                                      "gemma", "gemma2-softcaps", "olmo-bias-clip-tied", "gemma3_text", "gpt_neox-partial-rotary",
                                      "phi3-window", "mixtral-window-top3", "qwen2_moe",
                                      "qwen3_moe", "olmoe", "gpt_oss", "deepseek_v3",
-                                     "deepseek_v3-qproj-yarn-bias"])
+                                     "deepseek_v3-qproj-yarn-bias", "deepseek_v2",
+                                     "deepseek_v2-qlora-bias-yarn"])
 def test_generate_matches_transformers(tmp_path, variant):
     """Greedy decoding with the KV cache past the sliding windows: the same tokens as
     transformers' generate. A step where transformers' best two logits are within 1e-4 of each
@@ -532,7 +608,7 @@ def test_every_preset_is_the_model_transformers_builds(tmp_path, arch):
 
 @pytest.mark.parametrize("variant", ["gpt2", "llama-rope-llama3", "gemma", "gemma2-softcaps",
                                      "gemma3_text", "olmo-bias-clip-tied", "olmo2",
-                                     "phi3-longrope-partial", "deepseek_v3"])
+                                     "phi3-longrope-partial", "deepseek_v3", "deepseek_v2"])
 def test_bf16_compute_is_as_accurate_as_transformers_in_bf16(tmp_path, variant):
     """`--compute-dtype bf16` against transformers' model cast to bfloat16, both measured against
     transformers' float32 forward: at every hook point actcap's largest error (relative to the
@@ -547,7 +623,11 @@ def test_bf16_compute_is_as_accurate_as_transformers_in_bf16(tmp_path, variant):
     names = sorted(k for k in got if k not in H.ROWS)
     model, _ = hf_load(m)
     f32, _ = hf_points(model, names, seqs)
-    bf16, _ = hf_points(model.to(torch.bfloat16), names, seqs)
+    # loaded in bfloat16 as a user would (DeepSeek-V3's e_score_correction_bias stays float32 then;
+    # model.to(bfloat16) would round it)
+    model16 = transformers.AutoModelForCausalLM.from_pretrained(
+        str(m), dtype=torch.bfloat16, attn_implementation="eager").eval()
+    bf16, _ = hf_points(model16, names, seqs)
     real = H.padded(seqs)[1].bool()
     errors, failures = [], []
     for name in names:

@@ -83,6 +83,8 @@ class DeepseekV2 : public LlamaFamilyArchitecture {
     q.rope_layout = LatentAttentionShape::RopeLayout::kComplex;
     q.norm_topk_prob = false;
     q.routed_scaling_factor = 1.5;  // so that it shows
+    // Greedy, as DeepSeek-V2-Lite routes: transformers 5.12.1 cannot run group_limited_greedy.
+    q.n_group = q.topk_group = 0;
     if (!lite) return c;
     // DeepSeek-V2-Lite's sizes (15.7B parameters, 2.4B active per token), greedy routing, its
     // YaRN context.
@@ -92,7 +94,7 @@ class DeepseekV2 : public LlamaFamilyArchitecture {
     c.bos_token_id = 100000, c.eos_token_id = 100001;
     q.qk_rope_head_dim = q.head_dim = 64, q.qk_nope_head_dim = 128, q.v_head_dim = 128;
     q.q_lora_rank.reset(), q.kv_lora_rank = 512;
-    q.num_experts = 64, q.top_k = 6, q.n_group = 0, q.topk_group = 0;
+    q.num_experts = 64, q.top_k = 6;
     q.moe_intermediate_size = 1408, q.n_shared_experts = 2;
     q.shared_expert_intermediate_size = 2 * 1408;
     q.routed_scaling_factor = 1.0, q.first_k_dense_replace = 1;
