@@ -362,6 +362,11 @@ class SafeCapturer:
         if point not in self.points:
             raise InputError(f"'{point}' is not a planned point of this capturer "
                              f"(planned: {', '.join(self.points[:8])}{' ...' if len(self.points) > 8 else ''})")
+        if self._store.calls(point) == 0:
+            raise RunError(f"nothing captured at hook point '{point}': its module did not run in "
+                           f"the forwards since this capturer was made (a model may use a module's "
+                           f"weights without calling it, as transformers' DeepSeek-V2 does with its "
+                           f"router `mlp.gate`: capture the module that calls it instead)")
         return self._store.get(point, -1 if call is None else int(call))
 
     def calls(self, point: str) -> int:

@@ -120,6 +120,19 @@ def test_safe_capture_of_a_transformers_mixture_of_experts(ac, tmp_path, variant
     cap.verify()
 
 
+def test_a_module_that_never_runs_says_so(ac, tmp_path):
+    """transformers' DeepSeek-V2 uses its router's weight without calling `mlp.gate`: capturing it
+    gives nothing, and get() says why in one RunError (the block beside it is captured)."""
+    model, _, _ = model_of("deepseek_v2", tmp_path)
+    ids, mask = batch()
+    with torch.no_grad(), ac.SafeCapturer(model, ["model.layers.1.mlp", "model.layers.1.mlp.gate"]) as cap:
+        cap(input_ids=ids, attention_mask=mask)
+    assert cap.get("model.layers.1.mlp").shape[0] == int(mask.sum())
+    assert cap.calls("model.layers.1.mlp.gate") == 0
+    with pytest.raises(ac.RunError, match="did not run"):
+        cap.get("model.layers.1.mlp.gate")
+
+
 def recorder_hooks(model):
     return [(name, fn) for name, m in model.named_modules() for fn in m._forward_hooks.values()
             if fn.__module__.startswith("transformers.") and "output_capturing" in fn.__name__]
