@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <utility>
 
 #include "actcap/error.h"
 #include "actcap/hash.h"
@@ -90,6 +91,21 @@ ManifestFile::ManifestFile(std::string path) : path_(std::move(path)) {
 }
 
 bool ManifestFile::replaced() const { return id_ && file_id(path_) != id_; }
+
+std::optional<uint64_t> ManifestFile::bytes_xxh3() {
+  if (!in_.is_open()) return std::nullopt;
+  in_.clear();
+  in_.seekg(0);
+  Xxh3Stream sum;
+  std::string buf(size_t{1} << 20, '\0');
+  while (in_) {
+    in_.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    sum.update(buf.data(), static_cast<size_t>(in_.gcount()));
+  }
+  if (!in_.eof()) return std::nullopt;
+  in_.clear();
+  return sum.digest();
+}
 
 std::optional<json> ManifestFile::outline(std::string& problem, const EntryVisitor& on_entry) {
   if (!in_) {
@@ -240,7 +256,8 @@ void append_listed(std::string& out, const json& entry) {
 
 std::string write_manifest_streamed(const std::string& dir, const json& outline,
                                     const EntrySource& entries, const EntryTally* expected,
-                                    FaultPoints* faults, const std::string& file, FileId* written) {
+                                    FaultPoints* faults, const std::string& file,
+                                    HeldFile* written) {
   const std::string path = (fs::path(dir) / file).string();
   json head = outline;
   head.erase("manifest_checksum");
@@ -269,7 +286,7 @@ std::string write_manifest_streamed(const std::string& dir, const json& outline,
   // Pass two: the text, dump(2) of the whole manifest.
   head["manifest_checksum"] = checksum;
   const ListSplit pretty = split_at_list(head, 2);
-  const FileId id = write_file_atomic(path, [&](int fd) {
+  HeldFile id = write_file_atomic(path, [&](int fd) {
     TextOut out(fd, path);
     out.buf() = pretty.before;
     const int64_t half = first.count() / 2;
@@ -300,7 +317,7 @@ std::string write_manifest_streamed(const std::string& dir, const json& outline,
     out.buf() += "\n";
     out.flush();
   });
-  if (written) *written = id;
+  if (written) *written = std::move(id);
   return checksum;
 }
 

@@ -82,6 +82,8 @@ class ManifestFile {
   // Whether the path no longer names the file held open (removed or replaced since: its rank
   // started again); false when that cannot be told (the file changed while it was being opened).
   bool replaced() const;
+  // XXH3 of the bytes of the file held open (a third pass); nullopt when they cannot be read.
+  std::optional<uint64_t> bytes_xxh3();
   const std::string& path() const { return path_; }
 
  private:
@@ -113,12 +115,12 @@ void write_manifest(const std::string& dir, const nlohmann::json& manifest,
 // as its shard list, walked twice: once for the seal, once for the text. `expected`, when given,
 // is the tally of the list the caller checked or claimed: a walk that differs from it (or the
 // second from the first) fails with RunError and leaves the old file in place. Returns the
-// manifest_checksum written; `written`, when given, receives the identity of the file written.
+// manifest_checksum written; `written`, when given, receives the file written, held open.
 std::string write_manifest_streamed(const std::string& dir, const nlohmann::json& outline,
                                     const EntrySource& entries,
                                     const EntryTally* expected = nullptr,
                                     FaultPoints* faults = nullptr,
                                     const std::string& file = kManifestName,
-                                    FileId* written = nullptr);
+                                    HeldFile* written = nullptr);
 
 }  // namespace actcap

@@ -1,6 +1,7 @@
 #include "export/merge.h"
 
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 
@@ -59,7 +60,64 @@ namespace {
 // What every rank of one run shares, and must agree on.
 constexpr const char* kSharedKeys[] = {"format", "model", "points", "settings", "input", "stats"};
 
+// XXH3 of the bytes of the file at `path`; nullopt when it cannot be opened or read.
+std::optional<uint64_t> file_xxh3(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  Xxh3Stream sum;
+  std::string buf(size_t{1} << 20, '\0');
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    sum.update(buf.data(), static_cast<size_t>(in.gcount()));
+  }
+  if (!in.eof()) return std::nullopt;
+  return sum.digest();
+}
+
+// DIR/manifest.json, when it was assembled from rank manifests that have changed since (a rank
+// ran again after the assembler read them, and the assembler was killed before it looked again),
+// is removed, that file only (a newer one renamed over it meanwhile stays). Returns what was
+// removed and why, or "" when nothing was.
+std::string drop_stale_manifest(const std::string& dir) {
+  const std::string path = (fs::path(dir) / kManifestName).string();
+  std::optional<HeldFile> pinned = hold_file(path);
+  if (!pinned) return "";
+  ManifestFile read(path);
+  std::string problem;
+  const std::optional<json> m = read.outline(problem);
+  // The file read must be the one pinned (none was renamed over it in between).
+  if (!m || file_id(path) != pinned->id()) return "";
+  const std::vector<std::string> stale = stale_rank_manifests(dir, *m);
+  if (stale.empty() || !remove_if_same(path, *pinned)) return "";
+  return concat("removed ", path, ": it was assembled from another version of ", stale.front(),
+                " (a rank ran again)");
+}
+
 }  // namespace
+
+std::vector<std::string> stale_rank_manifests(const std::string& dir, const json& manifest) {
+  std::vector<std::string> stale;
+  if (!manifest.is_object() || !manifest.contains("world_size") ||
+      !manifest["world_size"].is_number_integer() || !manifest.contains("ranks") ||
+      !manifest["ranks"].is_array())
+    return stale;
+  const int world = manifest["world_size"].get<int>();
+  if (world <= 1) return stale;
+  for (const json& rank : manifest["ranks"]) {
+    if (!rank.is_object() || !rank.contains("rank") || !rank["rank"].is_number_integer() ||
+        !rank.contains("manifest_xxh3") || !rank["manifest_xxh3"].is_string())
+      continue;
+    const int r = rank["rank"].get<int>();
+    if (r < 0 || r >= world) continue;
+    const std::string file = OutputLayout{r, world}.manifest();
+    const std::string path = (fs::path(dir) / file).string();
+    std::error_code ec;
+    if (!fs::exists(path, ec)) continue;  // a copy of the dataset without its rank manifests
+    const std::optional<uint64_t> got = file_xxh3(path);
+    if (!got || hex64(*got) != rank["manifest_xxh3"].get<std::string>()) stale.push_back(file);
+  }
+  return stale;
+}
 
 MergeReport merge_ranks(const std::string& dir, const std::vector<std::string>& sealed_as,
                         int world_size) {
@@ -136,6 +194,9 @@ MergeReport merge_ranks_observed(const std::string& dir, const std::vector<std::
       throw RunError(concat(file,
                             " does not match its manifest_checksum (altered or damaged); "
                             "resume that rank, or overwrite the run"));
+    // The bytes merged, which manifest.json records: a rank that runs again changes them.
+    const std::optional<uint64_t> bytes = held->bytes_xxh3();
+    if (!bytes) throw RunError(concat(file, " cannot be read; resume that rank"));
     if (!sealed_as.empty() && m["manifest_checksum"] != sealed_as[r])
       throw RunError(concat(file, " is not the manifest rank ", r, " sealed (manifest_checksum ",
                             m["manifest_checksum"].dump(), " on disk, ", sealed_as[r],
@@ -170,10 +231,13 @@ MergeReport merge_ranks_observed(const std::string& dir, const std::vector<std::
                                         "': one holds an earlier run's manifest until it runs"));
         continue;
       }
-      if (differs)
+      if (differs) {
+        const std::string dropped = drop_stale_manifest(dir);
         throw RunError(concat(file, " differs from the other ranks in '", differs,
                               "': the ranks ran different jobs into one folder; overwrite "
-                              "the run"));
+                              "the run",
+                              dropped.empty() ? std::string() : concat(" (", dropped, ")")));
+      }
     }
     rows += m.value("rows", int64_t{0});
     documents += m.value("documents", int64_t{0});
@@ -183,11 +247,19 @@ MergeReport merge_ranks_observed(const std::string& dir, const std::vector<std::
                      {"shards", mine.count()},
                      {"rows", m.value("rows", int64_t{0})},
                      {"documents", m.value("documents", int64_t{0})},
-                     {"device_map", m.value("device_map", json::object())}});
+                     {"device_map", m.value("device_map", json::object())},
+                     {"manifest_xxh3", hex64(*bytes)}});
     sources.push_back(manifest_entries(held, m));
     held_files.push_back({r, held});
   }
-  if (!report.waiting.empty()) return report;
+  // Not assembled now: a manifest.json assembled from another version of a rank's manifest
+  // (its assembler killed before it looked again) must not stay.
+  const auto not_assembled = [&] {
+    const std::string dropped = drop_stale_manifest(dir);
+    if (!dropped.empty()) report.waiting.push_back(dropped);
+    return report;
+  };
+  if (!report.waiting.empty()) return not_assembled();
 
   out["rows"] = rows;
   out["documents"] = documents;
@@ -211,12 +283,12 @@ MergeReport merge_ranks_observed(const std::string& dir, const std::vector<std::
     return !report.waiting.empty();
   };
   const std::string manifest = (fs::path(dir) / kManifestName).string();
-  FileId mine;
+  HeldFile mine;  // held open until looked again: its identity cannot pass to a newer file
   try {
     if (schema->stats) out["stats"] = write_merged_stats(dir, shards, *schema);
     write_manifest_streamed(dir, out, shards, &listed, nullptr, kManifestName, &mine);
   } catch (const std::exception&) {
-    if (running_again()) return report;
+    if (running_again()) return not_assembled();
     throw;
   }
   if (after_write) after_write();

@@ -12,6 +12,7 @@
 #include "export/journal.h"
 #include "export/layout.h"
 #include "export/manifest.h"
+#include "export/merge.h"
 #include "export/shard.h"
 #include "io/text_file.h"
 
@@ -172,6 +173,13 @@ VerifyReport verify_folder(const std::string& dir, const OutputLayout& layout,
   const bool complete = m.contains("complete") && m["complete"] == true;
   if (!complete)
     r.issues.push_back({name, "", "run is not marked complete", VerifyIssue::Kind::kIncomplete});
+  // An assembled manifest.json records the bytes of the rank manifests it was built from: a rank
+  // that ran again since (its assembler killed before it looked again) leaves it stale.
+  if (name == kManifestName)
+    for (const std::string& file : stale_rank_manifests(dir, m))
+      add_issue(r, name, "",
+                concat("assembled from another version of ", file,
+                       " (a rank ran again); run actcap merge once every rank has finished"));
   std::optional<ShardSchema> schema;
   if (!m.contains("shards") || !m["shards"].is_array())
     problem = "has no shard list";

@@ -28,6 +28,44 @@ std::optional<FileId> file_id(const std::string& path) {
   return id_of(st);
 }
 
+HeldFile::HeldFile(HeldFile&& other) noexcept : fd_(other.fd_), id_(other.id_) { other.fd_ = -1; }
+
+HeldFile& HeldFile::operator=(HeldFile&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = other.fd_;
+    id_ = other.id_;
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+HeldFile::~HeldFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+// `fd` (open, read-only) as a HeldFile, which then owns it; RunError naming `path` (and closing
+// `fd`) when it cannot be stat'ed.
+HeldFile hold_fd(int fd, const std::string& path) {
+  HeldFile f;
+  f.fd_ = fd;
+  struct stat st;
+  if (::fstat(fd, &st) != 0)
+    throw RunError(concat("cannot write ", path, ": fstat failed: ", errno_str(errno)));
+  f.id_ = id_of(st);
+  return f;
+}
+
+std::optional<HeldFile> hold_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  try {
+    return hold_fd(fd, path);
+  } catch (const RunError&) {
+    return std::nullopt;
+  }
+}
+
 std::string temp_name_for(const std::string& path) { return concat(path, ".tmp.", ::getpid()); }
 
 std::string temp_target(const std::string& name) {
@@ -71,7 +109,7 @@ void fsync_parent_dir(const std::string& path) {
   }
 }
 
-FileId write_file_atomic(const std::string& path, const std::function<void(int fd)>& write_body) {
+HeldFile write_file_atomic(const std::string& path, const std::function<void(int fd)>& write_body) {
   // Same folder as the target so that rename() is atomic; the pid keeps concurrent writers from
   // clobbering each other's temp files.
   const std::string tmp = temp_name_for(path);
@@ -79,13 +117,14 @@ FileId write_file_atomic(const std::string& path, const std::function<void(int f
   if (fd < 0)
     throw RunError(
         concat("cannot write ", path, ": creating ", tmp, " failed: ", errno_str(errno)));
-  FileId written;
+  HeldFile written;
   try {
-    struct stat st;
-    if (::fstat(fd, &st) != 0)
+    // Held open from before the rename: its identity stays its own (see HeldFile).
+    const int held = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+    if (held < 0)
       throw RunError(
-          concat("cannot write ", path, ": fstat of ", tmp, " failed: ", errno_str(errno)));
-    written = id_of(st);
+          concat("cannot write ", path, ": opening ", tmp, " failed: ", errno_str(errno)));
+    written = hold_fd(held, tmp);
     write_body(fd);
     StageTimer fsync_timer("io.fsync");
     if (::fsync(fd) != 0) throw RunError(concat("syncing ", path, " failed: ", errno_str(errno)));
@@ -105,11 +144,13 @@ FileId write_file_atomic(const std::string& path, const std::function<void(int f
   return written;
 }
 
-FileId write_file_atomic(const std::string& path, const std::string& text) {
+HeldFile write_file_atomic(const std::string& path, const std::string& text) {
   return write_file_atomic(path, [&](int fd) { write_all(fd, text.data(), text.size(), path); });
 }
 
-bool remove_if_same(const std::string& path, const FileId& id) {
+bool remove_if_same(const std::string& path, const HeldFile& file) {
+  if (!file.held()) return false;
+  const FileId& id = file.id();
   // Checking the name and then unlinking it would remove a file renamed over it in between.
   // rename() takes whatever the name holds at one instant; what it took is then checked at leisure.
   const std::string aside = temp_name_for(path);

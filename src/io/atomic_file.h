@@ -22,6 +22,29 @@ struct FileId {
 // The identity of the file `path` names now; nullopt when it names none.
 std::optional<FileId> file_id(const std::string& path);
 
+// A file held open (read-only), its identity pinned: a file held open is never freed, so no file
+// written later can take its inode number, as one can (ext4 reuses numbers at once) after the
+// file a bare FileId was taken of is removed. Move-only; closes the file when destroyed.
+class HeldFile {
+ public:
+  HeldFile() = default;
+  HeldFile(HeldFile&& other) noexcept;
+  HeldFile& operator=(HeldFile&& other) noexcept;
+  HeldFile(const HeldFile&) = delete;
+  HeldFile& operator=(const HeldFile&) = delete;
+  ~HeldFile();
+  bool held() const { return fd_ >= 0; }
+  const FileId& id() const { return id_; }  // meaningful only while held()
+
+ private:
+  friend std::optional<HeldFile> hold_file(const std::string& path);
+  friend HeldFile hold_fd(int fd, const std::string& path);
+  int fd_ = -1;
+  FileId id_;
+};
+// The file `path` names now, held open; nullopt when it names none or cannot be opened.
+std::optional<HeldFile> hold_file(const std::string& path);
+
 // `<path>.tmp.<pid>`: the name a write to `path` goes to first.
 std::string temp_name_for(const std::string& path);
 // The inverse: the name a temp file `<name>.tmp.<digits>` was written for; `name` itself when it
@@ -40,16 +63,18 @@ void fsync_parent_dir(const std::string& path);
 // The whole sequence: `write_body(fd)` writes the contents (with write_all), then fsync, close (its
 // deferred errors checked too), rename, fsync of the folder. RunError naming `path`; on any
 // failure, including one thrown by `write_body`, the temp file is removed and `path` untouched.
-// Returns the identity of the file written (another process may rename over it at once).
-FileId write_file_atomic(const std::string& path, const std::function<void(int fd)>& write_body);
+// Returns the file written, held open (opened before the rename; another process may rename over
+// it at once).
+HeldFile write_file_atomic(const std::string& path, const std::function<void(int fd)>& write_body);
 // The same for a small text file (manifests, config.json).
-FileId write_file_atomic(const std::string& path, const std::string& text);
+HeldFile write_file_atomic(const std::string& path, const std::string& text);
 
-// Removes `path` if it names the file `id`, and only then, even while other processes rename
-// files over it: the file is first moved aside (to its temp name), and one that is not `id` is put
-// back unless a newer one took its name meanwhile (then it is stale and goes). For a moment the
-// name names nothing. Returns whether `id` was removed; false when `path` named another file or
-// none. RunError when the name cannot be moved or restored.
-bool remove_if_same(const std::string& path, const FileId& id);
+// Removes `path` if it names `file` (held open, so that no newer file can have its identity), and
+// only then, even while other processes rename files over it: the file is first moved aside (to
+// its temp name), and one that is not `file` is put back unless a newer one took its name
+// meanwhile (then it is stale and goes). For a moment the name names nothing. Returns whether
+// `file` was removed; false when `path` named another file or none, or `file` is not held.
+// RunError when the name cannot be moved or restored.
+bool remove_if_same(const std::string& path, const HeldFile& file);
 
 }  // namespace actcap

@@ -296,6 +296,32 @@ def test_a_rank_finishing_before_a_sibling_replaced_an_earlier_runs_manifest_wai
     assert_same_rows(out, ref)
 
 
+def test_a_manifest_assembled_from_a_rank_that_ran_again_fails_verify_and_merge_removes_it(corpus, tmp_path):
+    """The end state of an assembler killed between writing manifest.json and looking again, while
+    a sibling started again (with other settings, the same shard bytes): manifest.json records the
+    bytes of the rank manifests it was built from, so verify names the rank that ran again and
+    merge, which cannot assemble, removes the stale manifest.json."""
+    inp, _, _ = corpus
+    out = tmp_path / "out"
+    for r in (0, 1):
+        p = run(*args(inp, out, "--rank", r, "--world-size", 2), env=clean_env())
+        assert p.returncode == 0, p.stderr
+    assert run("verify", out).returncode == 0
+    stale = (out / "manifest.json").read_bytes()
+    assert all("manifest_xxh3" in r for r in json.loads(stale)["ranks"])
+    p = run(*args(inp, out, "--rank", "1", "--world-size", "2", "--overwrite", "--skip-bad-lines"),
+            env=clean_env())
+    assert p.returncode == 0 and "; assembled" not in p.stdout, p.stderr + p.stdout
+    (out / "manifest.json").write_bytes(stale)  # as the killed assembler left it
+    v = run("verify", out)
+    assert v.returncode == 1, v.stdout + v.stderr
+    assert "assembled from another version of rank-00001-of-00002.json" in v.stdout + v.stderr
+    mg = run("merge", out)
+    assert mg.returncode != 0 and "differs from the other ranks in 'settings'" in one_error_line(mg)
+    assert "removed" in one_error_line(mg)
+    assert not (out / "manifest.json").exists()
+
+
 def test_merge_repairs_a_missing_or_damaged_manifest(corpus, tmp_path):
     inp, _, single = corpus
     out = tmp_path / "out"

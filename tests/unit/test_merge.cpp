@@ -163,16 +163,30 @@ TEST(Merge, ARankStartingAgainAfterTheAssemblyRemovesIt) {
 TEST(AtomicFile, RemoveIfSameRemovesOnlyTheFileItNames) {
   const std::string dir = temp_dir();
   const std::string path = dir + "/f";
-  const FileId a = write_file_atomic(path, std::string("a"));
-  EXPECT_EQ(file_id(path), a);
-  const FileId b = write_file_atomic(path, std::string("b"));  // renamed over a
-  EXPECT_NE(a, b);
+  const HeldFile a = write_file_atomic(path, std::string("a"));
+  EXPECT_EQ(file_id(path), a.id());
+  const HeldFile b = write_file_atomic(path, std::string("b"));  // renamed over a
+  EXPECT_NE(a.id(), b.id());
   EXPECT_FALSE(remove_if_same(path, a));  // a is gone; b stays
   EXPECT_EQ(read_file(path), "b");
-  EXPECT_EQ(file_id(path), b);
+  EXPECT_EQ(file_id(path), b.id());
   EXPECT_TRUE(remove_if_same(path, b));
   EXPECT_FALSE(fs::exists(path));
   EXPECT_FALSE(remove_if_same(path, b));  // nothing there
   EXPECT_TRUE(fs::is_empty(dir));         // nothing left aside
+  fs::remove_all(dir);
+}
+
+TEST(AtomicFile, RemoveIfSameKeepsANewerFileOnAFreedInode) {
+  // A removed file's inode number is free for the next file (ext4 reuses it at once): the file
+  // written is held open, so its number cannot pass to a newer file under the same name.
+  const std::string dir = temp_dir();
+  const std::string path = dir + "/f";
+  const HeldFile a = write_file_atomic(path, std::string("a"));
+  fs::remove(path);                           // by another process
+  write_file_atomic(path, std::string("b"));  // a newer file, not held
+  EXPECT_FALSE(remove_if_same(path, a));
+  EXPECT_EQ(read_file(path), "b");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);  // none aside
   fs::remove_all(dir);
 }
