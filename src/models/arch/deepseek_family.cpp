@@ -114,7 +114,7 @@ void refuse_nulls(const ConfigReader& f, std::initializer_list<const char*> keys
   for (const char* key : keys)
     if (f.root().contains(key) && f.root()[key].is_null())
       throw InputError(concat(f.origin(), ": field '", key, "' is null, which ", config_class,
-                              " keeps and cannot run; give a value, or leave the field out for "
+                              " refuses or cannot run; give a value, or leave the field out for "
                               "the default"));
 }
 

@@ -36,6 +36,15 @@ class DeepseekV2 : public LlamaFamilyArchitecture {
                               " does not divide hidden_size=", c.hidden_size,
                               " (DeepseekV2Config refuses this)"));
     p->rope_layout = LatentAttentionShape::RopeLayout::kComplex;
+    // apply_rotary_emb views the rotated parts, which start after qk_nope_head_dim and
+    // kv_lora_rank features, as complex pairs: torch's view_as_complex needs both even.
+    for (const auto& [key, value] :
+         {std::pair<const char*, int64_t>{"qk_nope_head_dim", p->qk_nope_head_dim},
+          {"kv_lora_rank", p->kv_lora_rank}})
+      if (value % 2 != 0)
+        throw InputError(concat(f.origin(), ": ", key, "=", value,
+                                " is odd; DeepSeek-V2's rotary embedding views the features after "
+                                "it as complex pairs, which needs it even"));
     // As DeepSeek's own code and transformers after its fix (PR #47435); 5.12.1 omits it.
     p->mscale_all_dim = rope_mscale_all_dim(f);
     p->mlp_bias = f.boolean({"mlp_bias"}, false);
@@ -43,7 +52,7 @@ class DeepseekV2 : public LlamaFamilyArchitecture {
       throw InputError(concat(f.origin(),
                               ": num_experts_per_tok is absent or null; DeepseekV2Config has no "
                               "default (set the number of experts each token chooses)"));
-    refuse_nulls(f, {"n_routed_experts"}, d.config_class);
+    refuse_nulls(f, {"n_routed_experts", "topk_method"}, d.config_class);
     parse_expert_counts(f, {"n_routed_experts"}, 64, 0, *p);
     p->routing = DeepseekRouting::Kind::kSoftmax;
     const std::string method = f.string({"topk_method"}, "greedy");
@@ -101,6 +110,7 @@ class DeepseekV2 : public LlamaFamilyArchitecture {
     q.rope.rope_type = "yarn", q.rope.factor = 40, q.rope.original_max_position_embeddings = 4096;
     q.rope.beta_fast = 32, q.rope.beta_slow = 1, q.rope.mscale = 0.707,
     q.rope.mscale_all_dim = 0.707;
+    q.mscale_all_dim = 0.707;
     return c;
   }
 

@@ -3,8 +3,6 @@
 // error of 1e-7 in inv_freq is already ~1e-5 in the angle at position 100.
 #include "models/parts/rope.h"
 
-#include <ATen/Parallel.h>
-
 #include <algorithm>
 #include <cmath>
 
@@ -168,48 +166,28 @@ at::Tensor rotate_half(const at::Tensor& x) {
 }
 }  // namespace
 
-namespace {
-
-// x * y + z rounded once (std::fma) on the CPU, where transformers' complex product fuses so (its
-// scalar complex kernel, compiled with FMA contraction); elsewhere two roundings (a GPU kernel's
-// own contraction is its compiler's). Float32 operands of one shape, or broadcast to it.
-at::Tensor fused_multiply_add(const at::Tensor& x, const at::Tensor& y, const at::Tensor& z) {
-  if (!x.is_cpu()) return x * y + z;
-  auto sizes = at::infer_size(at::infer_size(x.sizes(), y.sizes()), z.sizes());
-  at::Tensor a = x.expand(sizes).contiguous(), b = y.expand(sizes).contiguous(),
-             c = z.expand(sizes).contiguous();
-  at::Tensor out = at::empty(sizes, a.options());
-  const float *pa = a.data_ptr<float>(), *pb = b.data_ptr<float>(), *pc = c.data_ptr<float>();
-  float* po = out.data_ptr<float>();
-  const int64_t n = out.numel();
-  at::parallel_for(0, n, 16384, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) po[i] = std::fma(pa[i], pb[i], pc[i]);
-  });
-  return out;
-}
-
-}  // namespace
-
 at::Tensor Rope::apply_complex(const at::Tensor& x, ForwardState& st) const {
-  // Its own table (a second key for this Rope): polar(1, angles) * attention factor as complex64
-  // (cosf / sinf per angle, as torch.polar), kept as its real and imaginary parts.
-  const auto& cs = st.table(reinterpret_cast<const char*>(this) + 1, [&] {
-    at::Tensor freqs = angles(st);
-    at::Tensor c = at::polar(at::ones_like(freqs), freqs);
-    if (attention_factor_ != 1.0) c = c * attention_factor_;
-    at::Tensor parts = at::view_as_real(c);
-    return std::vector<at::Tensor>{parts.select(-1, 0).contiguous(),
-                                   parts.select(-1, 1).contiguous()};
-  });
-  const at::Tensor &cos = cs[0], &sin = cs[1];
-  // (a + bi)(cos + i sin) as transformers' CPU kernel rounds it: real fma(a, cos, -(b sin)),
-  // imaginary fma(a, sin, b cos), each product inside rounded first.
-  const at::Tensor f = x.to(at::kFloat);
-  const int64_t D = f.size(-1);
-  const at::Tensor a = f.slice(-1, 0, D, 2), b = f.slice(-1, 1, D, 2);
-  at::Tensor re = fused_multiply_add(a, cos, -(b * sin));
-  at::Tensor im = fused_multiply_add(a, sin, b * cos);
-  return at::stack({re, im}, -1).flatten(-2).to(x.scalar_type());
+  // Its own table (a second key for this Rope), built as DeepseekV2RotaryEmbedding builds it:
+  // angles = (inv_freq [B, D/2, 1] @ positions [B, 1, T]).transpose(1, 2), then polar(1, angles)
+  // times the attention factor, complex64 [B, 1, T, D/2]. The layout matters, not only the values:
+  // the complex product below rounds as transformers' does only when it gets the same strides
+  // (a transposed table sends both to torch's scalar kernel, whose products the compiler fuses;
+  // a one-position decoding step to its vectorised one, which rounds each product).
+  const at::Tensor& cis = st.table(reinterpret_cast<const char*>(this) + 1, [&] {
+    at::Tensor inv = inv_freq(st.rope_len > 0 ? st.rope_len : st.seq).to(st.positions.device());
+    at::Tensor pos = st.row_positions.defined() ? st.row_positions : st.positions.unsqueeze(0);
+    at::Tensor freqs = at::matmul(inv.view({1, -1, 1}).expand({pos.size(0), -1, 1}),
+                                  pos.to(at::kFloat).unsqueeze(1))
+                           .transpose(1, 2);
+    at::Tensor c = at::polar(at::ones_like(freqs), freqs) * attention_factor_;
+    return std::vector<at::Tensor>{c.unsqueeze(1)};
+  })[0];
+  // apply_rotary_emb: view_as_complex(x.float().reshape(..., -1, 2)) * cis, back to real pairs.
+  std::vector<int64_t> pairs = x.sizes().vec();
+  pairs.back() /= 2;
+  pairs.push_back(2);
+  at::Tensor z = at::view_as_complex(x.to(at::kFloat).reshape(pairs));
+  return at::view_as_real(z * cis).flatten(3).to(x.scalar_type());
 }
 
 at::Tensor Rope::apply(const at::Tensor& x, ForwardState& st) const {

@@ -53,7 +53,8 @@ class Rope {
   // DeepSeek-V2's apply_rotary_emb: x [B, heads, T, rotary dim] in float32, its features as
   // interleaved pairs (x0, x1), (x2, x3)... taken as complex numbers, times
   // polar(1, angle) * attention factor (complex float32), back to interleaved real pairs and
-  // rounded to x's dtype once.
+  // rounded to x's dtype once; with transformers' ops on tensors of transformers' layouts (x as
+  // its q / k views), so that the product rounds as there.
   at::Tensor apply_complex(const at::Tensor& x, ForwardState& st) const;
 
  private:
