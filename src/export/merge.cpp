@@ -1,7 +1,6 @@
 #include "export/merge.h"
 
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <map>
 
@@ -60,20 +59,6 @@ namespace {
 // What every rank of one run shares, and must agree on.
 constexpr const char* kSharedKeys[] = {"format", "model", "points", "settings", "input", "stats"};
 
-// XXH3 of the bytes of the file at `path`; nullopt when it cannot be opened or read.
-std::optional<uint64_t> file_xxh3(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  Xxh3Stream sum;
-  std::string buf(size_t{1} << 20, '\0');
-  while (in) {
-    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    sum.update(buf.data(), static_cast<size_t>(in.gcount()));
-  }
-  if (!in.eof()) return std::nullopt;
-  return sum.digest();
-}
-
 // DIR/manifest.json, when it was assembled from rank manifests that have changed since (a rank
 // ran again after the assembler read them, and the assembler was killed before it looked again),
 // is removed, that file only (a newer one renamed over it meanwhile stays). Returns what was
@@ -113,7 +98,7 @@ std::vector<std::string> stale_rank_manifests(const std::string& dir, const json
     const std::string path = (fs::path(dir) / file).string();
     std::error_code ec;
     if (!fs::exists(path, ec)) continue;  // a copy of the dataset without its rank manifests
-    const std::optional<uint64_t> got = file_xxh3(path);
+    const std::optional<uint64_t> got = ManifestFile(path).bytes_xxh3();
     if (!got || hex64(*got) != rank["manifest_xxh3"].get<std::string>()) stale.push_back(file);
   }
   return stale;
