@@ -1778,12 +1778,14 @@ def apply_rope_complex(x, cos, sin, fused=True):
     (x[2i], x[2i + 1]) read as complex numbers a + ib, multiplied by c + is = freqs_cis, and written
     back INTERLEAVED (view_as_real(...).flatten): out[2i] = a c - b s, out[2i + 1] = a s + b c.
     Rounding as torch's complex64 product computes it there (transformers 5.12.1 on x86-64 CPU,
-    checked bit for bit): freqs_cis is a transposed table (stride T along the pairs), so torch's
-    elementwise loop cannot vectorise and runs c10::complex's scalar operator*, which the compiler
+    checked bit for bit): for a forward of T > 1 positions freqs_cis is a transposed table (stride T
+    along the pairs), so torch's elementwise loop cannot vectorise and runs c10::complex's scalar
+    operator*, which the compiler
     contracts into fused multiply-adds: out[2i] = fma(a, c, -(b s)), out[2i + 1] = fma(a, s, b c),
     each product b s / b c rounded first. (At position 0 both forms agree. torch's vectorised
-    product, fused=False here, rounds both products before the sum: last-bit differences; a GPU or
-    another compiler may round either way.)"""
+    product, fused=False here, rounds both products before the sum: what a one-position decoding
+    step gets when d/2 fills a vector; last-bit differences; a GPU or another compiler may round
+    either way.)"""
     a, b = x[..., 0::2], x[..., 1::2]
     if fused:
         re, im = fma32(a, cos, -(b * sin)), fma32(a, sin, b * cos)
