@@ -2790,6 +2790,62 @@ def _dsv3_diff(got, want):
     return float(np.max(np.abs(got[fin] - want[fin]))) if fin.any() else 0.0
 
 
+def _check_deepseek_model64(tmp_path, cfg, layer64, diff, wrongs, zero_weight_slots):
+    """The DeepSeek formula tests' driver: cfg's checkpoint (synth, seed 4) run by the reference on
+    20 tokens against layer64 (_dsv3_layer64 / _dsv2_layer64) chained in float64 from the embedding
+    to the logits, every point within 1e-5 of its largest magnitude (by diff); each sparse layer's
+    chosen experts (Model.routing, as sets; with zero_weight_slots those of non-zero weight) are the
+    float64 rule's, with its weights, and no token is within 1e-5 of a tie; model.norm and lm_head.
+    Then each mistake of wrongs(c, sparse layers) -> {wrong: layers}, made on the float64 side from
+    the reference's own layer inputs, must move some point of those layers by more than 10
+    tolerances (so by > 1e-4)."""
+    d = tmp_path / "m"
+    w = synth.write_checkpoint(str(d), cfg, seed=4)
+    c = reference.Config(reference.load_config(str(d)))
+    sparse = [i >= cfg["first_k_dense_replace"] for i in range(cfg["num_hidden_layers"])]
+    assert c.sparse == sparse and any(sparse)
+    T = 20
+    seq = [int(t) for t in np.random.default_rng(8).integers(0, c.vocab_size, T)]
+    m = reference.Model(str(d))
+    r = m.forward(seq, patterns=True)
+    routes = m.routing(seq)
+
+    def tol(name):
+        fin = r[name][np.isfinite(r[name])]
+        return 1e-5 * max(1.0, float(np.abs(fin).max()) if fin.size else 0.0)
+
+    emb = w["model.embed_tokens.weight"].astype(np.float64)
+    h = emb[seq]
+    for i in range(c.layers):
+        p = f"model.layers.{i}"
+        want, mix = layer64(h, w, p, cfg, sparse[i])
+        for name, v in want.items():
+            assert diff(r[name], v) < tol(name), (name, diff(r[name], v))
+        if sparse[i]:
+            ro = routes[i]
+            for t in range(T):
+                chosen = ro["experts"][t]
+                if zero_weight_slots:  # a slot beyond the kept experts takes a masked one, weight 0
+                    chosen = chosen[ro["weights"][t] != 0]
+                assert sorted(chosen) == sorted(np.nonzero(mix[t])[0]), (i, t)
+                assert np.abs(ro["weights"][t] - mix[t, ro["experts"][t]]).max() < 1e-5
+            assert ro["margin"].min() > 1e-5  # no near-tie the float32 rounding could flip
+        h = want[p]
+    hn = _rms64(h, w["model.norm.weight"], cfg["rms_norm_eps"])
+    assert _maxdiff(r["model.norm"], hn) < tol("model.norm")
+    head = emb if cfg["tie_word_embeddings"] else w["lm_head.weight"].astype(np.float64)
+    assert _maxdiff(r["lm_head"], hn @ head.T) < tol("lm_head")
+    for wrong, layers in wrongs(c, [i for i in range(c.layers) if sparse[i]]).items():
+        worst = 0.0
+        for n in layers:
+            p = f"model.layers.{n}"
+            right, _ = layer64(r[p + ":input"], w, p, cfg, sparse[n])
+            got, _ = layer64(r[p + ":input"], w, p, cfg, sparse[n], wrong=wrong)
+            assert all(diff(r[k], v) < tol(k) for k, v in right.items())
+            worst = max(worst, max(diff(r[k], v) / tol(k) for k, v in got.items()))
+        assert worst > 10, (wrong, worst)
+
+
 DSV3_CASES = {
     # synth's tiny model: q LoRA, interleaved RoPE, v_head_dim 6 != 12, layer 0 dense, top-3 of the 4
     # experts in the 2 best of 4 groups, renormalised, times 2.5, 2 shared experts
@@ -2820,59 +2876,21 @@ def test_deepseek_v3_model_matches_float64_formula(tmp_path, case):
     (Not caught by a float64 tolerance: the float32 order of the routed sum and of the weights'
     denominator (torch.topk(sorted=False)'s slot order, HF's grouped_mm experts); checked against
     transformers 5.12.1 itself: bit-identical on every point for a single sequence.)"""
-    d = tmp_path / "m"
     cfg = synth.tiny_config("deepseek_v3", **DSV3_CASES[case])
-    w = synth.write_checkpoint(str(d), cfg, seed=4)
-    c = reference.Config(reference.load_config(str(d)))
-    sparse = [i >= cfg["first_k_dense_replace"] for i in range(cfg["num_hidden_layers"])]
-    assert c.sparse == sparse and any(sparse)
-    T = 20
-    seq = [int(t) for t in np.random.default_rng(8).integers(0, c.vocab_size, T)]
-    m = reference.Model(str(d))
-    r = m.forward(seq, patterns=True)
-    routes = m.routing(seq)
 
-    def tol(name):
-        return 1e-5 * max(1.0, float(np.abs(r[name][np.isfinite(r[name])]).max()))
+    def wrongs(c, sparse_layers):
+        out = {wr: [0] for wr in DSV3_ATTENTION_WRONGS}
+        out.update({wr: sparse_layers for wr in DSV3_MOE_WRONGS})
+        if cfg["rms_norm_eps"] != 1e-6 and cfg["q_lora_rank"] is not None:
+            out["lora_eps"] = [0]
+        if cfg["rope_scaling"]:
+            out.update(no_mscale=[0], no_attention_factor=[0])
+        if cfg["n_group"] == cfg["topk_group"]:  # every group kept: the group rule cannot show
+            for wr in ("group_max", "group_unbiased", "no_groups"):
+                del out[wr]
+        return out
 
-    emb = w["model.embed_tokens.weight"].astype(np.float64)
-    h = emb[seq]
-    for i in range(c.layers):
-        p = f"model.layers.{i}"
-        want, mix = _dsv3_layer64(h, w, p, cfg, sparse[i])
-        for name, v in want.items():
-            assert _dsv3_diff(r[name], v) < tol(name), (name, _dsv3_diff(r[name], v))
-        if sparse[i]:
-            ro = routes[i]
-            for t in range(T):
-                assert sorted(ro["experts"][t]) == sorted(np.nonzero(mix[t])[0]), (i, t)
-                assert np.abs(ro["weights"][t] - mix[t, ro["experts"][t]]).max() < 1e-5
-            assert ro["margin"].min() > 1e-5  # no near-tie the float32 rounding could flip
-        h = want[p]
-    hn = _rms64(h, w["model.norm.weight"], cfg["rms_norm_eps"])
-    assert _maxdiff(r["model.norm"], hn) < tol("model.norm")
-    head = emb if cfg["tie_word_embeddings"] else w["lm_head.weight"].astype(np.float64)
-    assert _maxdiff(r["lm_head"], hn @ head.T) < tol("lm_head")
-    # power: attention mistakes on layer 0, block mistakes on every sparse layer, from the reference's
-    # own layer inputs; some point must move by more than 10 tolerances (so by > 1e-4)
-    wrongs = {wr: [0] for wr in DSV3_ATTENTION_WRONGS}
-    wrongs.update({wr: [i for i in range(c.layers) if sparse[i]] for wr in DSV3_MOE_WRONGS})
-    if cfg["rms_norm_eps"] != 1e-6 and cfg["q_lora_rank"] is not None:
-        wrongs["lora_eps"] = [0]
-    if cfg["rope_scaling"]:
-        wrongs.update(no_mscale=[0], no_attention_factor=[0])
-    if cfg["n_group"] == cfg["topk_group"]:  # every group kept: the group rule cannot show
-        for wr in ("group_max", "group_unbiased", "no_groups"):
-            del wrongs[wr]
-    for wrong, layers in wrongs.items():
-        worst = 0.0
-        for n in layers:
-            p = f"model.layers.{n}"
-            right, _ = _dsv3_layer64(r[p + ":input"], w, p, cfg, sparse[n])
-            got, _ = _dsv3_layer64(r[p + ":input"], w, p, cfg, sparse[n], wrong=wrong)
-            assert all(_dsv3_diff(r[k], v) < tol(k) for k, v in right.items())
-            worst = max(worst, max(_dsv3_diff(r[k], v) / tol(k) for k, v in got.items()))
-        assert worst > 10, (wrong, worst)
+    _check_deepseek_model64(tmp_path, cfg, _dsv3_layer64, _dsv3_diff, wrongs, zero_weight_slots=False)
 
 
 def test_deepseek_v3_routing_rule(tmp_path):
@@ -3341,69 +3359,29 @@ def test_deepseek_v2_model_matches_float64_formula(tmp_path, case):
     with fused multiply-adds, apply_rope_complex) and its interleaved output order (q and k alike),
     cos / sin from torch.polar, the float32 order of the routed sum (torch.topk(sorted=False)'s slot
     order) and adding the shared experts after it.)"""
-    d = tmp_path / "m"
     cfg = synth.tiny_config("deepseek_v2", **DSV2_CASES[case])
-    w = synth.write_checkpoint(str(d), cfg, seed=4)
-    c = reference.Config(reference.load_config(str(d)))
-    sparse = [i >= cfg["first_k_dense_replace"] for i in range(cfg["num_hidden_layers"])]
-    assert c.sparse == sparse and any(sparse)
-    T = 20
-    seq = [int(t) for t in np.random.default_rng(8).integers(0, c.vocab_size, T)]
-    m = reference.Model(str(d))
-    r = m.forward(seq, patterns=True)
-    routes = m.routing(seq)
 
-    def tol(name):
-        fin = r[name][np.isfinite(r[name])]
-        return 1e-5 * max(1.0, float(np.abs(fin).max()) if fin.size else 0.0)
+    def wrongs(c, sparse_layers):
+        out = {wr: [0] for wr in DSV2_ATTENTION_WRONGS}
+        out.update({wr: sparse_layers for wr in DSV2_MOE_WRONGS})
+        if cfg["topk_method"] == "group_limited_greedy":
+            out.update({wr: sparse_layers for wr in DSV2_GROUP_WRONGS})
+            if cfg["num_experts_per_tok"] > cfg["topk_group"] * cfg["n_routed_experts"] // cfg["n_group"]:
+                out["mask_neg_inf"] = sparse_layers
+        if cfg["rms_norm_eps"] != 1e-6:
+            out["lora_eps"] = [0]
+        if cfg["rope_scaling"]:
+            out["no_mscale"] = [0]  # transformers 5.12.1's DeepseekV2Attention
+            rs = cfg["rope_scaling"]
+            if rs["mscale"] != rs["mscale_all_dim"]:
+                out["no_attention_factor"] = [0]
+        if cfg["n_shared_experts"] == 0 and not cfg.get("mlp_bias"):
+            del out["no_shared"], out["shared_scaled"]  # a zero term either way
+        if cfg.get("mlp_bias"):
+            out["no_mlp_bias"] = list(range(c.layers))
+        return out
 
-    emb = w["model.embed_tokens.weight"].astype(np.float64)
-    h = emb[seq]
-    for i in range(c.layers):
-        p = f"model.layers.{i}"
-        want, mix = _dsv2_layer64(h, w, p, cfg, sparse[i])
-        for name, v in want.items():
-            assert _dsv2_diff(r[name], v) < tol(name), (name, _dsv2_diff(r[name], v))
-        if sparse[i]:
-            ro = routes[i]
-            for t in range(T):
-                live = ro["experts"][t][ro["weights"][t] != 0]
-                assert sorted(live) == sorted(np.nonzero(mix[t])[0]), (i, t)
-                assert np.abs(ro["weights"][t] - mix[t, ro["experts"][t]]).max() < 1e-5
-            assert ro["margin"].min() > 1e-5  # no near-tie the float32 rounding could flip
-        h = want[p]
-    hn = _rms64(h, w["model.norm.weight"], cfg["rms_norm_eps"])
-    assert _maxdiff(r["model.norm"], hn) < tol("model.norm")
-    head = emb if cfg["tie_word_embeddings"] else w["lm_head.weight"].astype(np.float64)
-    assert _maxdiff(r["lm_head"], hn @ head.T) < tol("lm_head")
-    # power: attention mistakes on layer 0, block mistakes on every sparse layer, from the reference's
-    # own layer inputs; some point must move by more than 10 tolerances (so by > 1e-4)
-    wrongs = {wr: [0] for wr in DSV2_ATTENTION_WRONGS}
-    wrongs.update({wr: [i for i in range(c.layers) if sparse[i]] for wr in DSV2_MOE_WRONGS})
-    if cfg["topk_method"] == "group_limited_greedy":
-        wrongs.update({wr: [i for i in range(c.layers) if sparse[i]] for wr in DSV2_GROUP_WRONGS})
-        if cfg["num_experts_per_tok"] > cfg["topk_group"] * cfg["n_routed_experts"] // cfg["n_group"]:
-            wrongs["mask_neg_inf"] = [i for i in range(c.layers) if sparse[i]]
-    if cfg["rms_norm_eps"] != 1e-6:
-        wrongs["lora_eps"] = [0]
-    if cfg["rope_scaling"]:
-        wrongs["no_mscale"] = [0]  # transformers 5.12.1's DeepseekV2Attention
-        rs = cfg["rope_scaling"]
-        if rs["mscale"] != rs["mscale_all_dim"]:
-            wrongs["no_attention_factor"] = [0]
-    if cfg["n_shared_experts"] == 0 and not cfg.get("mlp_bias"):
-        del wrongs["no_shared"], wrongs["shared_scaled"]  # a zero term either way
-    if cfg.get("mlp_bias"):
-        wrongs["no_mlp_bias"] = list(range(c.layers))
-    for wrong, layers in wrongs.items():
-        worst = 0.0
-        for n in layers:
-            p = f"model.layers.{n}"
-            right, _ = _dsv2_layer64(r[p + ":input"], w, p, cfg, sparse[n])
-            got, _ = _dsv2_layer64(r[p + ":input"], w, p, cfg, sparse[n], wrong=wrong)
-            assert all(_dsv2_diff(r[k], v) < tol(k) for k, v in right.items())
-            worst = max(worst, max(_dsv2_diff(r[k], v) / tol(k) for k, v in got.items()))
-        assert worst > 10, (wrong, worst)
+    _check_deepseek_model64(tmp_path, cfg, _dsv2_layer64, _dsv2_diff, wrongs, zero_weight_slots=True)
 
 
 def test_deepseek_v2_routing_rule(tmp_path):
