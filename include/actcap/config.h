@@ -29,7 +29,7 @@ struct RopeConfig {
   double beta_fast = 32.0;                 // yarn
   double beta_slow = 1.0;                  // yarn
   std::optional<double> mscale;            // yarn (with mscale_all_dim; 0 counts as unset, as HF)
-  std::optional<double> mscale_all_dim;    // yarn
+  std::optional<double> mscale_all_dim;    // yarn; any scaled type (DeepSeek's softmax scale)
   bool truncate = true;                    // yarn: round the correction range to whole dims
   std::vector<double> short_factor;        // longrope: head_dim / 2 divisors each
   std::vector<double> long_factor;         // longrope: used when a forward exceeds the original

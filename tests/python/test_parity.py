@@ -1652,6 +1652,21 @@ def test_deepseek_v2_variants_match_the_reference(actcap_bin, tmp_path, variant)
     check_parity(m, tokens_for(m, [11, 6], seed=12), tmp_path / "out", rel_tol=1e-5)
 
 
+@pytest.mark.parametrize("arch", ["deepseek_v3", "deepseek_v2"])
+def test_deepseek_mscale_all_dim_of_any_scaled_rope_scales_the_softmax(actcap_bin, tmp_path, arch):
+    """transformers reads mscale_all_dim from the rope dict whatever its type: a linear RoPE's too
+    multiplies the softmax scale by mscale(factor, mscale_all_dim) ** 2 (the reference's outputs
+    move with it, so a reader of YaRN's field alone fails the parity)."""
+    rope = {"type": "linear", "factor": 2.0, "mscale_all_dim": 1.0}
+    m, plain = tmp_path / "m", tmp_path / "plain"
+    synth.write_checkpoint(str(m), synth.tiny_config(arch, rope_scaling=rope), seed=11)
+    synth.write_checkpoint(str(plain), synth.tiny_config(arch, rope_scaling=dict(rope, mscale_all_dim=0.0)),
+                           seed=11)
+    seqs = tokens_for(m, [9, 5], seed=15)
+    assert ref_differs(m, plain, seqs)
+    check_parity(m, seqs, tmp_path / "out", rel_tol=1e-5)
+
+
 def test_deepseek_v3_features_bite(actcap_bin, tmp_path):
     """The variants above are not the tiny model under other names: the reference's outputs move
     with the interleaved rotation, the softmax's mscale and the routing bias."""

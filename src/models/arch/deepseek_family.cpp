@@ -14,12 +14,13 @@ const MoeNames kNames{"mlp", "gate_proj", "up_proj", "down_proj",
 
 // The softmax scale: qk_head_dim^-0.5, times mscale^2 when a scaled RoPE (any type but default)
 // sets mscale_all_dim (DeepseekV3Attention; mscale = 0.1 * mscale_all_dim * ln(factor) + 1 for
-// factor > 1; DeepSeek-V2 leaves mscale_all_dim 0).
+// factor > 1).
 double attention_scale(const DeepseekParams& p) {
   double scale = 1.0 / std::sqrt(static_cast<double>(p.qk_nope_head_dim + p.qk_rope_head_dim));
   const RopeConfig& r = p.rope;
-  if (r.rope_type != "default" && p.mscale_all_dim != 0 && r.factor > 1) {
-    const double m = 0.1 * p.mscale_all_dim * std::log(r.factor) + 1.0;
+  const double all_dim = r.mscale_all_dim.value_or(0);
+  if (r.rope_type != "default" && all_dim != 0 && r.factor > 1) {
+    const double m = 0.1 * all_dim * std::log(r.factor) + 1.0;
     scale *= m * m;
   }
   return scale;
@@ -93,21 +94,6 @@ std::unique_ptr<Module> sparse_block(const ModelConfig& c, WeightSource layer) {
 }
 
 }  // namespace
-
-// mscale_all_dim of the RoPE dict parse_rope reads (a non-empty rope_scaling, else
-// rope_parameters), whatever its type; 0 when absent.
-double rope_mscale_all_dim(const ConfigReader& f) {
-  const json* dict = nullptr;
-  for (const char* key : {"rope_parameters", "rope_scaling"}) {
-    const json* d = f.find({key});
-    if (d && d->is_object() && !(dict && d->empty())) dict = d;
-  }
-  if (!dict) return 0;
-  const double v = ConfigReader(*dict, f.origin()).number({"mscale_all_dim"}, 0);
-  if (!std::isfinite(v))
-    throw InputError(concat(f.origin(), ": rope field 'mscale_all_dim' must be finite"));
-  return v;
-}
 
 void refuse_nulls(const ConfigReader& f, std::initializer_list<const char*> keys,
                   const char* config_class) {

@@ -29,8 +29,6 @@ struct DeepseekParams : MoeParams {
   int64_t n_group = 0;  // DeepSeek-V2's greedy routing: 0 (no group limit)
   int64_t topk_group = 0;
   LatentAttentionShape::RopeLayout rope_layout = LatentAttentionShape::RopeLayout::kInterleaved;
-  // A scaled RoPE's mscale_all_dim scales the softmax (0: not set).
-  double mscale_all_dim = 0;
   int64_t num_nextn_predict_layers = 0;  // stored after the last layer, not run
   std::unique_ptr<ArchParams> clone() const override {
     return std::make_unique<DeepseekParams>(*this);
@@ -51,9 +49,6 @@ void parse_deepseek_attention(const ConfigReader& f, LlamaDefaults d, bool saved
 void parse_deepseek_experts(const ConfigReader& f, const char* config_class, int64_t inner_default,
                             int64_t shared_default, double scale_default, int64_t dense_default,
                             DeepseekParams& p);
-// mscale_all_dim of the RoPE dict parse_rope reads (a non-empty rope_scaling, else
-// rope_parameters), whatever its type; 0 when absent.
-double rope_mscale_all_dim(const ConfigReader& f);
 // A null in any of `keys`, which `config_class` keeps as None and then fails on, is refused
 // (exit 2) rather than read as the default.
 void refuse_nulls(const ConfigReader& f, std::initializer_list<const char*> keys,

@@ -45,8 +45,6 @@ class DeepseekV2 : public LlamaFamilyArchitecture {
         throw InputError(concat(f.origin(), ": ", key, "=", value,
                                 " is odd; DeepSeek-V2's rotary embedding views the features after "
                                 "it as complex pairs, which needs it even"));
-    // As DeepSeek's own code and transformers after its fix (PR #47435); 5.12.1 omits it.
-    p->mscale_all_dim = rope_mscale_all_dim(f);
     p->mlp_bias = f.boolean({"mlp_bias"}, false);
     if (!f.has("num_experts_per_tok"))
       throw InputError(concat(f.origin(),
@@ -110,7 +108,6 @@ class DeepseekV2 : public LlamaFamilyArchitecture {
     q.rope.rope_type = "yarn", q.rope.factor = 40, q.rope.original_max_position_embeddings = 4096;
     q.rope.beta_fast = 32, q.rope.beta_slow = 1, q.rope.mscale = 0.707,
     q.rope.mscale_all_dim = 0.707;
-    q.mscale_all_dim = 0.707;
     return c;
   }
 

@@ -38,7 +38,6 @@ class DeepseekV3 : public LlamaFamilyArchitecture {
     p->rope_layout = flag(f, "rope_interleave", true)
                          ? LatentAttentionShape::RopeLayout::kInterleaved
                          : LatentAttentionShape::RopeLayout::kRotateHalf;
-    p->mscale_all_dim = rope_mscale_all_dim(f);
     refuse_nulls(f, {"n_routed_experts", "num_experts_per_tok", "n_group", "topk_group"},
                  d.config_class);
     // transformers maps num_local_experts to n_routed_experts; with both, num_local_experts wins.
@@ -82,7 +81,6 @@ class DeepseekV3 : public LlamaFamilyArchitecture {
     q.first_k_dense_replace = 3;
     q.rope.rope_type = "yarn", q.rope.factor = 40, q.rope.original_max_position_embeddings = 4096;
     q.rope.beta_fast = 32, q.rope.beta_slow = 1, q.rope.mscale = 1.0, q.rope.mscale_all_dim = 1.0;
-    q.mscale_all_dim = 1.0;
     return c;
   }
 

@@ -134,17 +134,17 @@ at::Tensor Rope::inv_freq(int64_t seq_len) const {
   return inv_freq_;
 }
 
-at::Tensor Rope::angles(ForwardState& st) const {
-  at::Tensor inv = inv_freq(st.rope_len > 0 ? st.rope_len : st.seq).to(st.positions.device());
-  return st.row_positions.defined()
-             ? (st.row_positions.to(at::kFloat).unsqueeze(-1) * inv).unsqueeze(1)
-             : st.positions.to(at::kFloat).unsqueeze(1) * inv.unsqueeze(0);
+at::Tensor Rope::forward_inv_freq(ForwardState& st) const {
+  return inv_freq(st.rope_len > 0 ? st.rope_len : st.seq).to(st.positions.device());
 }
 
 const std::vector<at::Tensor>& Rope::cos_sin(ForwardState& st) const {
   return st.table(this, [&] {
+    at::Tensor inv = forward_inv_freq(st);
     // [T, rotary dim], or [B, 1, T, rotary dim] for per-row positions (cached decoding).
-    auto freqs = angles(st);
+    auto freqs = st.row_positions.defined()
+                     ? (st.row_positions.to(at::kFloat).unsqueeze(-1) * inv).unsqueeze(1)
+                     : st.positions.to(at::kFloat).unsqueeze(1) * inv.unsqueeze(0);
     auto emb = at::cat({freqs, freqs}, -1);
     at::Tensor cos = emb.cos(), sin = emb.sin();
     if (attention_factor_ != 1.0) {  // LlamaRotaryEmbedding: cos/sin * attention_scaling
@@ -174,7 +174,7 @@ at::Tensor Rope::apply_complex(const at::Tensor& x, ForwardState& st) const {
   // (a transposed table sends both to torch's scalar kernel, whose products the compiler fuses;
   // a one-position decoding step to its vectorised one, which rounds each product).
   const at::Tensor& cis = st.table(reinterpret_cast<const char*>(this) + 1, [&] {
-    at::Tensor inv = inv_freq(st.rope_len > 0 ? st.rope_len : st.seq).to(st.positions.device());
+    at::Tensor inv = forward_inv_freq(st);
     at::Tensor pos = st.row_positions.defined() ? st.row_positions : st.positions.unsqueeze(0);
     at::Tensor freqs = at::matmul(inv.view({1, -1, 1}).expand({pos.size(0), -1, 1}),
                                   pos.to(at::kFloat).unsqueeze(1))
@@ -284,6 +284,9 @@ RopeConfig parse_rope(const ConfigReader& f, int64_t head_dim, int64_t max_posit
   if (t != "linear" && t != "dynamic" && t != "yarn" && t != "longrope" && t != "llama3")
     throw InputError(concat(f.origin(), ": unsupported rope_type '", t,
                             "'; supported: default, linear, dynamic, yarn, longrope, llama3"));
+  // Any scaled type's: DeepSeek's attention scales its softmax by it.
+  if (s.find({"mscale_all_dim"}))
+    r.mscale_all_dim = rope_number(s, "mscale_all_dim", 0.0, 0.0, true, t);
   if (t == "llama3" || t == "yarn" || t == "longrope") {
     const bool top = f.find({"original_max_position_embeddings"}) != nullptr;
     const ConfigReader& where = top ? f : s;
@@ -326,8 +329,6 @@ RopeConfig parse_rope(const ConfigReader& f, int64_t head_dim, int64_t max_posit
     r.beta_fast = rope_number(s, "beta_fast", r.beta_fast, 0.0, false, t);
     r.beta_slow = rope_number(s, "beta_slow", r.beta_slow, 0.0, false, t);
     if (s.find({"mscale"})) r.mscale = rope_number(s, "mscale", 0.0, 0.0, true, t);
-    if (s.find({"mscale_all_dim"}))
-      r.mscale_all_dim = rope_number(s, "mscale_all_dim", 0.0, 0.0, true, t);
     r.truncate = s.boolean({"truncate"}, r.truncate);
   }
   return r;
@@ -350,9 +351,9 @@ nlohmann::json rope_to_json(const RopeConfig& r) {
     s["beta_fast"] = r.beta_fast;
     s["beta_slow"] = r.beta_slow;
     if (r.mscale) s["mscale"] = *r.mscale;
-    if (r.mscale_all_dim) s["mscale_all_dim"] = *r.mscale_all_dim;
     s["truncate"] = r.truncate;
   }
+  if (r.mscale_all_dim) s["mscale_all_dim"] = *r.mscale_all_dim;
   if (t == "longrope") {
     s["short_factor"] = r.short_factor;
     s["long_factor"] = r.long_factor;

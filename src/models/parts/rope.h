@@ -59,8 +59,9 @@ class Rope {
 
  private:
   at::Tensor dynamic_inv_freq(int64_t seq_len) const;
-  // The angles [T, rotary dim / 2] (or [B, 1, T, rotary dim / 2] for per-row positions), float32.
-  at::Tensor angles(ForwardState& st) const;
+  // inv_freq(seq_len) for this forward (HF's seq_len: st.rope_len, else st.seq) on the positions'
+  // device.
+  at::Tensor forward_inv_freq(ForwardState& st) const;
 
   RopeConfig c_;
   int64_t dim_;
