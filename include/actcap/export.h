@@ -31,8 +31,8 @@ struct ExportedTensor {
 };
 
 // actcap's own files in an output folder: the manifest and its journal, shards, and the temp files
-// an interrupted write leaves behind (`<name>.tmp.<pid>`; a process killed with SIGKILL cannot
-// remove them).
+// an interrupted write leaves behind (`<name>.tmp.<pid>-<n>`, or `<name>.tmp.<pid>` as earlier
+// versions named them; a process killed with SIGKILL cannot remove them).
 bool is_output_file(const std::string& name);
 
 // Makes `dir` ready for a new output: creates it, refuses (InputError) a non-empty folder unless

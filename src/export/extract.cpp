@@ -684,6 +684,11 @@ std::vector<fs::path> prepare_rank_output(const std::string& dir, const OutputLa
     if (!e.is_regular_file() || !is_output_file(n) || n == kManifestName) continue;
     const bool mine = layout.owns(n), stranger = !mine && !sibling(n);
     if (!mine && !stranger) continue;
+    if (!overwrite && n != temp_target(n))
+      throw InputError(concat("output folder ", dir, " already holds ", n,
+                              ", a temp file left by a process killed while writing ",
+                              temp_target(n), "; remove it, or allow overwriting"),
+                       {"out", "overwrite"});
     if (!overwrite)
       throw InputError(
           concat("output folder ", dir, " already holds ", n,

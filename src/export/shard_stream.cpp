@@ -50,14 +50,14 @@ constexpr size_t kReadChunk = size_t{8} << 20;
 
 }  // namespace
 
-BlockFile::BlockFile(std::string path, uint64_t size) : path_(std::move(path)), size_(size) {
-  const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+BlockFile::BlockFile(const std::string& target, uint64_t size) : size_(size) {
+  fd_ = create_temp_for(target, O_WRONLY, &path_);
+  // O_DIRECT set after the file is made, where the filesystem takes it: an open with O_DIRECT
+  // can create the file and then refuse.
   if (direct_io_allowed()) {
-    fd_ = ::open(path_.c_str(), flags | O_DIRECT, 0644);
-    direct_ = fd_ >= 0;
+    const int fl = ::fcntl(fd_, F_GETFL);
+    direct_ = fl >= 0 && ::fcntl(fd_, F_SETFL, fl | O_DIRECT) == 0;
   }
-  if (fd_ < 0) fd_ = ::open(path_.c_str(), flags, 0644);
-  if (fd_ < 0) throw RunError(concat("cannot write ", path_, ": ", errno_text(errno)));
 }
 
 BlockFile::~BlockFile() {
@@ -142,7 +142,6 @@ StreamedShard::StreamedShard(const std::string& dir, const std::string& file, in
     : dir_(dir),
       file_(file),
       path_((fs::path(dir) / file).string()),
-      tmp_(temp_name_for(path_)),
       index_(index),
       rows_(rows),
       schema_(schema),
@@ -173,7 +172,8 @@ StreamedShard::StreamedShard(const std::string& dir, const std::string& file, in
     offset += static_cast<uint64_t>(t.numel()) * t.element_size();
   }
   for (size_t k = 0; k < plan.size(); ++k) sums_.push_back(std::make_unique<Xxh3Stream>());
-  out_ = std::make_unique<BlockFile>(tmp_, offset);
+  out_ = std::make_unique<BlockFile>(path_, offset);
+  tmp_ = out_->path();
 }
 
 StreamedShard::~StreamedShard() {

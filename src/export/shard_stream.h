@@ -27,12 +27,14 @@ namespace actcap {
 // O_DIRECT when the filesystem allows it: whole aligned blocks of a 4 KiB-aligned source go to
 // disk as they are; the rest collects in block buffers, each written once it is filled (the last
 // block padded, the file cut to its size when closed). Without O_DIRECT (or with
-// ACTCAP_DIRECT_IO=0) plain pwrite(). RunError names `path` on any failure.
+// ACTCAP_DIRECT_IO=0) plain pwrite(). The file is a new temp file for `target`
+// (create_temp_for, io/atomic_file.h), named by path(). RunError names it on any failure.
 class BlockFile {
  public:
   static constexpr size_t kBlock = 4096;
-  BlockFile(std::string path, uint64_t size);
+  BlockFile(const std::string& target, uint64_t size);
   ~BlockFile();  // closes (never removes) the file
+  const std::string& path() const { return path_; }
   BlockFile(const BlockFile&) = delete;
   BlockFile& operator=(const BlockFile&) = delete;
   void put(uint64_t offset, const void* src, size_t n);

@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include "actcap/error.h"
 #include "util/stage_timer.h"
@@ -19,6 +21,22 @@ std::string errno_str(int e) { return std::strerror(e); }
 
 FileId id_of(const struct stat& st) {
   return {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+}
+
+// Renames `from` to `to` unless `to` names a file: false then (errno EEXIST). Where the
+// filesystem cannot refuse atomically, a `to` seen free is taken (the temp names hold this pid:
+// no other live process makes them).
+bool rename_no_replace(const std::string& from, const std::string& to) {
+#ifdef RENAME_NOREPLACE
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return true;
+  if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) return false;
+#endif
+  struct stat st;
+  if (::lstat(to.c_str(), &st) == 0) {
+    errno = EEXIST;
+    return false;
+  }
+  return ::rename(from.c_str(), to.c_str()) == 0;
 }
 }  // namespace
 
@@ -66,14 +84,56 @@ std::optional<HeldFile> hold_file(const std::string& path) {
   }
 }
 
-std::string temp_name_for(const std::string& path) { return concat(path, ".tmp.", ::getpid()); }
+std::string temp_name_for(const std::string& path, unsigned n) {
+  return concat(path, ".tmp.", ::getpid(), "-", n);
+}
 
 std::string temp_target(const std::string& name) {
   const size_t at = name.rfind(".tmp.");
-  if (at == std::string::npos || at == 0 || at + 5 == name.size()) return name;
-  for (size_t i = at + 5; i < name.size(); ++i)
-    if (name[i] < '0' || name[i] > '9') return name;
-  return name.substr(0, at);
+  if (at == std::string::npos || at == 0) return name;
+  // <digits> or <digits>-<digits>
+  const size_t dash = name.find('-', at + 5);
+  const auto all_digits = [&](size_t from, size_t to) {
+    if (from >= to) return false;
+    for (size_t i = from; i < to; ++i)
+      if (name[i] < '0' || name[i] > '9') return false;
+    return true;
+  };
+  const bool ok = dash == std::string::npos
+                      ? all_digits(at + 5, name.size())
+                      : all_digits(at + 5, dash) && all_digits(dash + 1, name.size());
+  return ok ? name.substr(0, at) : name;
+}
+
+namespace {
+// The first of temp_name_for(path, 0), (path, 1), ... that `take` succeeds with (returns 0),
+// moving on while it fails with EEXIST (returns the errno): the names hold this pid, so only a dead
+// process's leftovers (or this process's own temp files) are in the way. "" with `*error` set
+// when it fails otherwise; RunError naming `doing` when every name is taken.
+std::string first_free_temp(const std::string& path, const std::string& doing, int* error,
+                            const std::function<int(const std::string&)>& take) {
+  constexpr unsigned kTries = 4096;
+  for (unsigned n = 0; n < kTries; ++n) {
+    std::string tmp = temp_name_for(path, n);
+    *error = take(tmp);
+    if (*error == 0) return tmp;
+    if (*error != EEXIST) return "";
+  }
+  throw RunError(concat(doing, ": ", kTries, " temp names ", temp_name_for(path, 0),
+                        " ... are all taken; remove the leftover ", path, ".tmp.* files"));
+}
+}  // namespace
+
+int create_temp_for(const std::string& path, int flags, std::string* name) {
+  int fd = -1, error = 0;
+  const std::string doing = concat("cannot write ", path);
+  *name = first_free_temp(path, doing, &error, [&](const std::string& tmp) {
+    fd = ::open(tmp.c_str(), flags | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    return fd >= 0 ? 0 : errno;
+  });
+  if (name->empty())
+    throw RunError(concat(doing, ": creating a temp file beside it failed: ", errno_str(error)));
+  return fd;
 }
 
 void write_all(int fd, const void* buf, size_t n, const std::string& path) {
@@ -110,13 +170,10 @@ void fsync_parent_dir(const std::string& path) {
 }
 
 HeldFile write_file_atomic(const std::string& path, const std::function<void(int fd)>& write_body) {
-  // Same folder as the target so that rename() is atomic; the pid keeps concurrent writers from
-  // clobbering each other's temp files.
-  const std::string tmp = temp_name_for(path);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    throw RunError(
-        concat("cannot write ", path, ": creating ", tmp, " failed: ", errno_str(errno)));
+  // Same folder as the target so that rename() is atomic; a new file, so that concurrent writers
+  // never share one and a leftover linked to a live file is never written through.
+  std::string tmp;
+  int fd = create_temp_for(path, O_WRONLY, &tmp);
   HeldFile written;
   try {
     // Held open from before the rename: its identity stays its own (see HeldFile).
@@ -153,11 +210,16 @@ bool remove_if_same(const std::string& path, const HeldFile& file) {
   const FileId& id = file.id();
   // Checking the name and then unlinking it would remove a file renamed over it in between.
   // rename() takes whatever the name holds at one instant; what it took is then checked at leisure.
-  const std::string aside = temp_name_for(path);
-  if (::rename(path.c_str(), aside.c_str()) != 0) {
-    if (errno == ENOENT) return false;
-    throw RunError(
-        concat("cannot remove ", path, ": moving it to ", aside, " failed: ", errno_str(errno)));
+  // The aside name must name nothing: a leftover may be a link to this very file, and rename()
+  // between two links to one file does nothing.
+  const std::string doing = concat("cannot remove ", path);
+  int error = 0;
+  const std::string aside = first_free_temp(path, doing, &error, [&](const std::string& tmp) {
+    return rename_no_replace(path, tmp) ? 0 : errno;
+  });
+  if (aside.empty()) {
+    if (error == ENOENT) return false;
+    throw RunError(concat(doing, ": moving it aside failed: ", errno_str(error)));
   }
   const std::optional<FileId> took = file_id(aside);
   if (took && *took == id) {

@@ -1,7 +1,12 @@
 // Crash-safe writes: a file appears under its name whole or not at all, and stays after a power
-// loss once the call returns. Write to `<path>.tmp.<pid>` in the same folder, fsync it, rename it
-// over `path`, fsync the folder. A process killed mid-write leaves only the temp file behind
-// (is_output_file() in actcap/export.h lets --resume and --overwrite remove it).
+// loss once the call returns. Write to a new temp file `<path>.tmp.<pid>-<n>` in the same folder,
+// fsync it, rename it over `path`, fsync the folder. A process killed mid-write leaves only the
+// temp file behind (is_output_file() in actcap/export.h lets --resume and --overwrite remove it).
+//
+// A temp file is always created new (O_EXCL), never opened over a name that exists: a leftover
+// under that name (a dead process's, maybe of the same pid) may be a hard link to a live file
+// (remove_if_same killed between its link and its unlink leaves one), which a truncating open
+// would write through.
 #pragma once
 
 #include <cstddef>
@@ -45,11 +50,17 @@ class HeldFile {
 // The file `path` names now, held open; nullopt when it names none or cannot be opened.
 std::optional<HeldFile> hold_file(const std::string& path);
 
-// `<path>.tmp.<pid>`: the name a write to `path` goes to first.
-std::string temp_name_for(const std::string& path);
-// The inverse: the name a temp file `<name>.tmp.<digits>` was written for; `name` itself when it
-// is not such a temp name.
+// `<path>.tmp.<pid>-<n>`: the n-th name this process tries for a temp file of `path`.
+std::string temp_name_for(const std::string& path, unsigned n);
+// The inverse: the name a temp file `<name>.tmp.<digits>` or `<name>.tmp.<digits>-<digits>` was
+// written for (the first form is what earlier versions wrote); `name` itself when it is not such
+// a temp name.
 std::string temp_target(const std::string& name);
+
+// A new temp file for `path`, created (O_CREAT | O_EXCL, mode 0644, with `flags` added) under the
+// first name temp_name_for(path, 0, 1, ...) that names nothing; its name goes to `*name`. Returns
+// the open descriptor; RunError naming `path` when none can be created.
+int create_temp_for(const std::string& path, int flags, std::string* name);
 
 // Writes all `n` bytes, resuming after partial writes (as happen when RLIMIT_FSIZE is reached) so
 // that the error reported is the one that stopped us (EFBIG, ENOSPC), not a short count.
@@ -71,9 +82,9 @@ HeldFile write_file_atomic(const std::string& path, const std::string& text);
 
 // Removes `path` if it names `file` (held open, so that no newer file can have its identity), and
 // only then, even while other processes rename files over it: the file is first moved aside (to
-// its temp name), and one that is not `file` is put back unless a newer one took its name
-// meanwhile (then it is stale and goes). For a moment the name names nothing. Returns whether
-// `file` was removed; false when `path` named another file or none, or `file` is not held.
+// a temp name that names nothing), and one that is not `file` is put back unless a newer one took
+// its name meanwhile (then it is stale and goes). For a moment the name names nothing. Returns
+// whether `file` was removed; false when `path` named another file or none, or `file` is not held.
 // RunError when the name cannot be moved or restored.
 bool remove_if_same(const std::string& path, const HeldFile& file);
 

@@ -26,7 +26,7 @@ from cli import assert_same_files, corpus, manifest, one_error_line, run, write_
 def assert_claimed_shards_intact(out, killed=False):
     """Whatever state the run stopped in: every shard the manifest claims is whole, nothing else is.
     A run that stopped by itself removed its temp files; one killed with SIGKILL may have left one
-    (`<file>.tmp.<pid>`: never claimed, removed by --resume and --overwrite)."""
+    (`<file>.tmp.<pid>-<n>`: never claimed, removed by --resume and --overwrite)."""
     m = manifest(out)
     for s in m["shards"]:
         assert os.path.getsize(out / s["file"]) == s["bytes"]

@@ -4,6 +4,7 @@ rows are a single process's; kill -9 of one rank, then --resume of that rank alo
 under mpirun); a failing rank named; another world size refused; merge repairs the manifest."""
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -320,6 +321,40 @@ def test_a_manifest_assembled_from_a_rank_that_ran_again_fails_verify_and_merge_
     assert mg.returncode != 0 and "differs from the other ranks in 'settings'" in one_error_line(mg)
     assert "removed" in one_error_line(mg)
     assert not (out / "manifest.json").exists()
+
+
+def test_a_failed_merge_never_writes_through_a_leftover_temp_linked_to_the_dataset(corpus, tmp_path):
+    """An assembler killed inside its moving-aside of manifest.json (between link() and unlink())
+    leaves manifest.json.tmp.<pid>-<n> as a second name of the live manifest. A later merge by a
+    process of that pid that fails mid-write (here: the file size limit) must leave the dataset as
+    it was: its temp files are created new, never opened (and truncated) over such a leftover.
+    Leftovers are planted under this version's first temp name and earlier versions' one."""
+    inp, _, _ = corpus
+    out = tmp_path / "out"
+    assert [r[0] for r in launch_env(inp, out, 2)] == [0, 0]
+    live = ("manifest.json", "stats.safetensors")
+    before = {f: (out / f).read_bytes() for f in live}
+
+    def plant_then_limit():  # in the child, whose pid the merge keeps across exec
+        pid = os.getpid()
+        for f in live:
+            for leftover in (f"{f}.tmp.{pid}-0", f"{f}.tmp.{pid}"):
+                os.link(out / f, out / leftover)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
+
+    p = subprocess.run([ACTCAP, "merge", str(out)], preexec_fn=plant_then_limit, capture_output=True,
+                       text=True, timeout=600, env=clean_env())
+    assert p.returncode == 1 and "File too large" in one_error_line(p), p.stderr
+    for f in live:
+        assert (out / f).read_bytes() == before[f], f
+    assert run("verify", out).returncode == 0
+    # A new run into a folder holding only such a leftover is refused, naming it.
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "manifest.json.tmp.4242-0").write_text("{")
+    p = run(*args(inp, fresh, "--rank", "0", "--world-size", "2"), env=clean_env(), check=None)
+    assert p.returncode == 2 and ("manifest.json.tmp.4242-0, a temp file left by a process killed while "
+                                  "writing manifest.json") in one_error_line(p), p.stderr
 
 
 def test_merge_repairs_a_missing_or_damaged_manifest(corpus, tmp_path):

@@ -3,6 +3,7 @@
 // removes only the manifest.json it wrote, never one written over it by the next run.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -174,6 +175,26 @@ TEST(AtomicFile, RemoveIfSameRemovesOnlyTheFileItNames) {
   EXPECT_FALSE(fs::exists(path));
   EXPECT_FALSE(remove_if_same(path, b));  // nothing there
   EXPECT_TRUE(fs::is_empty(dir));         // nothing left aside
+  fs::remove_all(dir);
+}
+
+TEST(AtomicFile, RemoveIfSameRemovesTheFileWhenALeftoverTempLinksIt) {
+  // A leftover under the first aside name, linked to the file itself (an earlier remove_if_same
+  // killed between its link() and its unlink()): rename() onto it would do nothing and leave the
+  // file under its name. The aside name taken names nothing.
+  const std::string dir = temp_dir();
+  const std::string path = dir + "/f";
+  const HeldFile a = write_file_atomic(path, std::string("a"));
+  ASSERT_EQ(::link(path.c_str(), temp_name_for(path, 0).c_str()), 0);
+  EXPECT_TRUE(remove_if_same(path, a));
+  EXPECT_FALSE(fs::exists(path));
+  EXPECT_EQ(read_file(temp_name_for(path, 0)), "a");  // the leftover stays, unchanged
+  EXPECT_FALSE(fs::exists(temp_name_for(path, 1)));   // nothing else left aside
+  // Another writer's file under the name: put back, the leftover left alone.
+  write_file_atomic(path, std::string("b"));
+  EXPECT_FALSE(remove_if_same(path, a));
+  EXPECT_EQ(read_file(path), "b");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 2);
   fs::remove_all(dir);
 }
 

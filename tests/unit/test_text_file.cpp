@@ -63,11 +63,14 @@ TEST(AtomicFile, ReplacesWholeAndLeavesNoTempFileEvenWhenItFails) {
   write_file_atomic(path, "first");
   write_file_atomic(path, "second, longer");
   EXPECT_EQ(read_text_file(path, 100, "test file"), "second, longer");
-  EXPECT_EQ(temp_name_for(path), path + ".tmp." + std::to_string(::getpid()));
-  EXPECT_FALSE(std::filesystem::exists(temp_name_for(path)));
-  EXPECT_EQ(temp_target(temp_name_for(path)), path);
+  EXPECT_EQ(temp_name_for(path, 3), path + ".tmp." + std::to_string(::getpid()) + "-3");
+  EXPECT_FALSE(std::filesystem::exists(temp_name_for(path, 0)));
+  EXPECT_EQ(temp_target(temp_name_for(path, 0)), path);
+  EXPECT_EQ(temp_target("a.json.tmp.31813"), "a.json");  // as earlier versions named them
   EXPECT_EQ(temp_target("notes.tmp.txt"), "notes.tmp.txt");
   EXPECT_EQ(temp_target("a.tmp.12.tmp.34"), "a.tmp.12");
+  for (const char* not_temp : {"a.tmp.12-", "a.tmp.-1", "a.tmp.1-2-3", "a.tmp.1-x", "a.tmp."})
+    EXPECT_EQ(temp_target(not_temp), not_temp);
   // The target is a folder: rename fails, the error names the file, the temp file is gone.
   std::filesystem::create_directory(std::string(dir) + "/sub");
   try {
@@ -79,5 +82,34 @@ TEST(AtomicFile, ReplacesWholeAndLeavesNoTempFileEvenWhenItFails) {
   size_t files = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir)) files += e.is_regular_file();
   EXPECT_EQ(files, 1u);  // manifest.json only
+  std::filesystem::remove_all(dir);
+}
+
+// A leftover temp file can be a hard link to the live file (remove_if_same killed between its
+// link() and its unlink() leaves one, under a name a later process of the same pid tries first).
+// A write never opens an existing temp name, so the live file's bytes are never written through:
+// not while the write runs, not when it fails.
+TEST(AtomicFile, ALeftoverTempLinkedToTheFileIsNeverWrittenThrough) {
+  char dir[] = "/tmp/actcap-atomic-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/manifest.json";
+  write_file_atomic(path, "the live manifest");
+  for (unsigned n : {0u, 1u}) ASSERT_EQ(::link(path.c_str(), temp_name_for(path, n).c_str()), 0);
+  try {
+    write_file_atomic(path, [&](int fd) {
+      write_all(fd, "x", 1, path);
+      EXPECT_EQ(read_text_file(path, 100, "test file"), "the live manifest");  // mid-write
+      throw RunError("the disk is full");
+    });
+    FAIL() << "expected RunError";
+  } catch (const RunError& e) {
+    EXPECT_STREQ(e.what(), "the disk is full");
+  }
+  EXPECT_EQ(read_text_file(path, 100, "test file"), "the live manifest");
+  write_file_atomic(path, "a newer manifest");
+  EXPECT_EQ(read_text_file(path, 100, "test file"), "a newer manifest");
+  for (unsigned n : {0u, 1u})  // the leftovers are left as they were
+    EXPECT_EQ(read_text_file(temp_name_for(path, n), 100, "test file"), "the live manifest");
+  EXPECT_FALSE(std::filesystem::exists(temp_name_for(path, 2)));  // the write's own temp: gone
   std::filesystem::remove_all(dir);
 }
