@@ -47,6 +47,17 @@ struct ArchParams {
   }
 };
 
+// config.json's quantization_config with "quant_method": "fp8" (transformers' fine-grained FP8:
+// DeepSeek-V3/R1, Kimi-K2, the Qwen3 FP8 releases): F8_E4M3 weights, each with one scale per
+// block in `<weight>_scale_inv`, decoded at load (docs/checkpoints.md).
+struct Fp8Weights {
+  // weight_block_size: rows and columns of a block; 0 and 0 when it is null (one scale per matrix).
+  int64_t block_rows = 128, block_cols = 128;
+  // What the weights decode to: config.json's dtype (or torch_dtype), "bfloat16", "float16" or
+  // "float32"; "float32" when it names none.
+  std::string dtype = "float32";
+};
+
 struct ModelConfig {
   std::string arch;        // the registry's name: gpt2, llama, mistral, qwen2, qwen3
   std::string model_type;  // as config.json says it
@@ -60,6 +71,7 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   int64_t bos_token_id = 0;
   int64_t eos_token_id = 0;
+  std::optional<Fp8Weights> fp8;  // quantization_config "fp8"; never written back (config_to_json)
   std::unique_ptr<ArchParams> arch_params;
 
   ModelConfig() = default;

@@ -52,6 +52,11 @@ const std::vector<DtypeName>& supported_dtypes() {
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
     {"F8_E5M2", c10::ScalarType::Float8_e5m2},
     {"F8_E4M3", c10::ScalarType::Float8_e4m3fn},
+#else
+    // No 8-bit float types before LibTorch 2.1: their codes load as bytes, which only the FP8
+    // decoding (models/fp8_weights.h, by TensorInfo::dtype_name) reads as values.
+    {"F8_E5M2", c10::ScalarType::Byte},
+    {"F8_E4M3", c10::ScalarType::Byte},
 #endif
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
     {"U16", c10::ScalarType::UInt16},

@@ -9,6 +9,7 @@
 #include "io/text_file.h"
 #include "models/arch/architecture.h"
 #include "models/config_reader.h"
+#include "models/fp8_weights.h"
 #include "util/strings.h"
 
 namespace actcap {
@@ -24,6 +25,7 @@ ModelConfig::ModelConfig(const ModelConfig& o)
       tie_word_embeddings(o.tie_word_embeddings),
       bos_token_id(o.bos_token_id),
       eos_token_id(o.eos_token_id),
+      fp8(o.fp8),
       arch_params(o.arch_params ? o.arch_params->clone() : nullptr) {}
 
 ModelConfig& ModelConfig::operator=(const ModelConfig& o) {
@@ -54,6 +56,7 @@ ModelConfig parse_config(const std::string& text, const std::string& origin) {
   c.model_type = mt->get<std::string>();
   const Architecture& arch = architecture_for(c.model_type, origin.c_str());
   c.arch = arch.name();
+  c.fp8 = parse_quantization(f, c.arch);
   arch.parse(f, c);
   return c;
 }

@@ -11,6 +11,7 @@
 #include "actcap/hash.h"
 #include "actcap/observer.h"
 #include "models/arch/architecture.h"
+#include "models/fp8_weights.h"
 #include "models/model_parts.h"
 #include "models/weights.h"
 #include "util/strings.h"
@@ -232,25 +233,36 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
     const bool gemm = info.dtype == at::kFloat && info.shape.size() >= 2;
     tensors.emplace(name, ckpt.tensor(name, gemm ? kGemmAlignment : 1));
   }
-  if (options.weights_dtype == WeightsDtype::kF32) {
-    // Widened copies are anonymous memory the kernel cannot page back to the file: refuse before
-    // the machine runs out of it rather than after.
-    uint64_t widened = 0;
+  // Widened copies and decoded FP8 weights are anonymous memory the kernel cannot page back to
+  // the file: refuse before the machine runs out of it rather than after.
+  const bool widen = options.weights_dtype == WeightsDtype::kF32;
+  uint64_t widened = 0;
+  if (widen) {
     for (const auto& [name, t] : tensors) {
       if (t.element_size() == 2 && t.is_floating_point()) widened += t.numel() * sizeof(float);
       // MXFP4 blocks (gpt-oss's experts): two values per byte, decoded to float32 at load.
       if (t.scalar_type() == at::kByte && ends_with(name, "_blocks"))
         widened += t.numel() * 2 * sizeof(float);
     }
+  }
+  const uint64_t decoded = c.fp8 ? fp8_decoded_bytes(*c.fp8, ckpt, widen) : 0;
+  if (widened + decoded > 0) {
     const uint64_t available = host_memory_available();
-    if (available > 0 && widened > available)
+    if (available > 0 && widened + decoded > available)
       throw InputError(
-          concat("widening the 16-bit (or MXFP4) weights of ", path, " to float32 at load needs ",
-                 format_bytes(widened), ", more than the ", format_bytes(available),
-                 " of memory this host has available; keep them as stored (weights "
-                 "dtype keep)"),
+          widened > 0
+              ? concat("widening the 16-bit (or MXFP4) weights of ", path,
+                       decoded ? " (and decoding its FP8 ones)" : "", " to float32 at load needs ",
+                       format_bytes(widened + decoded), ", more than the ", format_bytes(available),
+                       " of memory this host has available; keep them as stored (weights "
+                       "dtype keep)")
+              : concat("decoding the FP8 weights of ", path, " at load needs ",
+                       format_bytes(decoded), ", more than the ", format_bytes(available),
+                       " of memory this host has available"),
           {"weights_dtype"});
   }
+  // FP8 weights decoded (or refused without their quantization_config) before the build.
+  decode_fp8_weights(c.fp8, ckpt, tensors);
   auto model = from_tensors(c, tensors, path, options);
   model->fingerprint_ = fingerprint;
   return model;

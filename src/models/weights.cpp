@@ -178,15 +178,15 @@ at::Tensor WeightSource::get(const std::string& relative, const std::vector<int6
     }
     s.used.insert(*found);
     const at::Tensor& t = s.tensors->at(*found);
-    // 8-bit floats (an FP8 checkpoint with its quantization_config removed) hold values only
-    // their block scales make weights of: refused rather than run as garbage.
+    // 8-bit floats hold values only their block scales make weights of (decoded when a
+    // checkpoint folder is loaded: models/fp8_weights.h): refused rather than run as garbage.
     const bool float8 =
         at::isFloatingType(t.scalar_type()) && c10::elementSize(t.scalar_type()) == 1;
     if (!at::isFloatingType(t.scalar_type()) || float8)
       throw InputError(concat(s.origin, ": tensor ", *found, " has dtype ", t.scalar_type(),
-                              float8 ? "; 8-bit float weights need the block scales of their "
-                                       "quantization, which actcap does not apply: run a BF16 or "
-                                       "F32 conversion of the checkpoint"
+                              float8 ? "; 8-bit float weights are decoded with their block scales "
+                                       "only when an FP8 checkpoint (quantization_config \"fp8\") "
+                                       "is loaded from its folder"
                                      : "; weights must be floating point (F32, F16, BF16, F64)"));
     if (t.sizes() != at::IntArrayRef(shape))
       throw InputError(concat(s.origin, ": tensor ", *found, " has shape ", concat(t.sizes()),

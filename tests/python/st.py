@@ -32,6 +32,8 @@ _NP_OF = {
     "U16": np.dtype("<u2"),
     "U8": np.dtype("u1"),
     "BOOL": np.dtype("?"),
+    "F8_E4M3": np.dtype("u1"),  # the codes, as bytes (numpy has no 8-bit floats)
+    "F8_E5M2": np.dtype("u1"),
 }
 
 _NAME_OF = {
@@ -181,7 +183,8 @@ def save(path, tensors, metadata=None, dtype_names=None):
     """Writes tensors (dict name -> numpy array, insertion order kept) to `path`.
 
     dtype_names optionally maps a name to "BF16": that float32 array is then stored as bf16
-    (a uint16 array given for a "BF16" name is taken as raw bits)."""
+    (a uint16 array given for a "BF16" name is taken as raw bits); or to "F8_E4M3" / "F8_E5M2":
+    that uint8 array holds the codes."""
     dtype_names = dtype_names or {}
     header = {}
     if metadata is not None:
@@ -194,6 +197,11 @@ def save(path, tensors, metadata=None, dtype_names=None):
             bits = arr if arr.dtype == np.uint16 else f32_to_bf16_bits(arr)
             raw = np.ascontiguousarray(bits.astype("<u2")).tobytes()
             dt = "BF16"
+        elif dtype_names.get(name) in ("F8_E4M3", "F8_E5M2"):
+            if arr.dtype != np.uint8:
+                raise SafetensorsError(f"{name}: 8-bit float codes must be uint8, not {arr.dtype}")
+            raw = np.ascontiguousarray(arr).tobytes()
+            dt = dtype_names[name]
         else:
             if arr.dtype not in _NAME_OF:
                 raise SafetensorsError(f"cannot store dtype {arr.dtype} ({name})")

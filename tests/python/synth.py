@@ -475,6 +475,116 @@ def write_unquantized_twin(src_dir, dst_dir, w):
     st.save(os.path.join(dst_dir, "model.safetensors"), mxfp4_unpacked(w), metadata={"format": "pt"})
 
 
+# deepseek-ai/DeepSeek-V3's quantization_config (Kimi-K2's and the Qwen3 FP8 releases' differ only in
+# fmt's presence and the scales' dtype)
+FP8_QUANTIZATION_CONFIG = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                           "weight_block_size": [128, 128]}
+
+
+def e4m3_values():
+    """The float64 values of the 256 e4m3fn codes, from the format alone: bit 7 the sign, bits 6..3
+    the exponent (bias 7; 0: subnormal, m / 8 * 2**-6), bits 2..0 the mantissa; no infinities;
+    S.1111.111 (0x7F, 0xFF) NaN. Independent of actcap's table."""
+    code = np.arange(256)
+    e, m = (code >> 3) & 15, code & 7
+    mag = np.where(e == 0, m / 8 * 2.0 ** -6, (1 + m / 8) * 2.0 ** (e - 7))
+    mag = np.where((e == 15) & (m == 7), np.nan, mag)
+    return np.where(code & 128, -mag, mag)
+
+
+def e4m3_encode(x):
+    """The nearest e4m3fn code of each value (|x| clamped to 448; a tie to the even code), uint8."""
+    x = np.asarray(x, np.float64)
+    vals = e4m3_values()[:127]  # codes 0..126: the non-negative finite values, increasing
+    a = np.minimum(np.abs(x), 448.0)
+    i = np.clip(np.searchsorted(vals, a), 1, 126)  # vals[i - 1] < a <= vals[i]
+    lo, hi = vals[i - 1], vals[i]
+    up = (hi - a < a - lo) | ((hi - a == a - lo) & (i % 2 == 0))
+    return (np.where(up, i, i - 1) | np.where(np.signbit(x), 128, 0)).astype(np.uint8)
+
+
+def fp8_quantize(w, block):
+    """A float matrix [rows, cols] as an FP8 checkpoint stores it: (codes uint8 [rows, cols], scales
+    float32 [ceil(rows / br), ceil(cols / bc)]; block None: one scale, [1, 1]), each block's scale its
+    largest magnitude / 448 (as transformers' Fp8Quantize and DeepSeek's quantizer; 1 for an all-zero
+    block) and each value the nearest code of value / scale."""
+    w = np.asarray(w, np.float64)
+    rows, cols = w.shape
+    br, bc = block if block is not None else (rows, cols)
+    scales = np.ones((-(-rows // br), -(-cols // bc)), np.float32)
+    codes = np.zeros((rows, cols), np.uint8)
+    for i in range(scales.shape[0]):
+        for j in range(scales.shape[1]):
+            b = w[i * br:(i + 1) * br, j * bc:(j + 1) * bc]
+            amax = np.abs(b).max()
+            scales[i, j] = np.float32(amax / 448.0) if amax > 0 else np.float32(1.0)
+            codes[i * br:(i + 1) * br, j * bc:(j + 1) * bc] = e4m3_encode(b / np.float64(scales[i, j]))
+    return codes, scales
+
+
+def fp8_decode(codes, scales, block):
+    """The float32 matrix FP8 codes and block scales stand for: each code's value times its block's
+    scale, one float32 product (numpy's, IEEE-rounded)."""
+    rows, cols = codes.shape
+    br, bc = block if block is not None else (rows, cols)
+    full = np.repeat(np.repeat(np.asarray(scales, np.float32), br, 0), bc, 1)[:rows, :cols]
+    return e4m3_values().astype(np.float32)[codes] * full
+
+
+def _fp8_quantized(name, v):
+    """Whether an FP8 checkpoint stores this tensor quantized: the linear layers' matrices, as
+    transformers' replace_with_fp8_linear converts them (not the embeddings, lm_head or DeepSeek's
+    router, which is no nn.Linear)."""
+    return (v.ndim == 2 and name.endswith(".weight") and not name.endswith("mlp.gate.weight")
+            and "embed" not in name and not name.startswith("lm_head"))
+
+
+def write_fp8_checkpoint(fp8_dir, twin_dir, cfg, seed=0, block=(128, 128), scale_dtype="F32",
+                         dtype="bfloat16", every_code=None):
+    """An FP8 checkpoint of `cfg` (quantization_config fp8 with weight_block_size `block`, None for
+    one scale per matrix; config dtype `dtype`) at fp8_dir, and at twin_dir its twin: the same model
+    with each FP8 weight decoded (fp8_decode, then rounded to `dtype` as the other tensors are),
+    without quantization_config. Scales stored as `scale_dtype` (F32 as DeepSeek's, BF16 as Qwen's:
+    the scales are rounded to bf16 first). every_code: a tensor name whose first 254 codes are set
+    to every finite code. Returns the names stored quantized."""
+    w = random_weights(cfg, seed)
+    if reference.Config(cfg).tie:
+        del w["embed_out.weight" if cfg["model_type"] == "gpt_neox" else "lm_head.weight"]
+    round_to = {"bfloat16": lambda a: st.bf16_bits_to_f32(st.f32_to_bf16_bits(a)),
+                "float16": lambda a: np.asarray(a, np.float32).astype(np.float16).astype(np.float32),
+                "float32": lambda a: np.asarray(a, np.float32)}[dtype]
+
+    def stored(t):  # a float32 array (already rounded) as the checkpoint's dtype stores it
+        if dtype == "float16":
+            return t.astype(np.float16), None
+        return t, "BF16" if dtype == "bfloat16" else None
+
+    fp8, twin, fp8_names, twin_names, quantized = {}, {}, {}, {}, []
+    for k, v in w.items():
+        if not _fp8_quantized(k, v):
+            fp8[k], fp8_names[k] = twin[k], twin_names[k] = stored(round_to(v))
+            continue
+        codes, scales = fp8_quantize(v, block)
+        if k == every_code:
+            finite = np.array([c for c in range(256) if c not in (0x7F, 0xFF)], np.uint8)
+            codes.reshape(-1)[:finite.size] = finite
+        if scale_dtype == "BF16":
+            scales = st.bf16_bits_to_f32(st.f32_to_bf16_bits(scales))
+        fp8[k], fp8_names[k] = codes, "F8_E4M3"
+        fp8[k + "_scale_inv"], fp8_names[k + "_scale_inv"] = scales, scale_dtype
+        twin[k], twin_names[k] = stored(round_to(fp8_decode(codes, scales, block)))
+        quantized.append(k)
+    q = dict(FP8_QUANTIZATION_CONFIG, weight_block_size=list(block) if block is not None else None)
+    for d, tensors, names, config in ((fp8_dir, fp8, fp8_names, dict(cfg, quantization_config=q)),
+                                      (twin_dir, twin, twin_names, cfg)):
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(dict(config, torch_dtype=dtype), f, indent=2)
+        st.save(os.path.join(d, "model.safetensors"), tensors, metadata={"format": "pt"},
+                dtype_names={k: n for k, n in names.items() if n in ("BF16", "F8_E4M3")})
+    return quantized
+
+
 def stack_experts(w):
     """DeepSeek-V3's / V2's per-expert tensors (mlp.experts.E.{gate,up,down}_proj.weight) of each sparse
     layer replaced by transformers 5's stacked parameters: mlp.experts.gate_up_proj [E, 2I, H] (each

@@ -853,7 +853,7 @@ BAD_CONFIGS = {
     "olmoe_clip_negative": ("olmoe", dict(clip_qkv=-1.0)),
     "qwen2_moe_null_window": ("qwen2_moe", dict(use_sliding_window=True, sliding_window=None)),
     "qwen2_moe_null_kv_heads": ("qwen2_moe", dict(num_key_value_heads="null")),
-    # DeepSeek-V3: what transformers cannot run (or runs wrong), and FP8 checkpoints
+    # DeepSeek-V3: what transformers cannot run (or runs wrong), and an FP8 config over float weights
     "deepseek_v3_kv_default": ("deepseek_v3", dict(num_key_value_heads=None)),  # absent: 128
     "deepseek_v3_kv_heads": ("deepseek_v3", dict(num_key_value_heads=2)),
     "deepseek_v3_head_dim": ("deepseek_v3", dict(head_dim=6)),
@@ -1750,6 +1750,127 @@ def test_gpt_oss_mxfp4_experts_equal_the_reference_and_the_unquantized_twin(actc
     _, b, _ = H.run_capture(twin, tmp_path / "b", seqs)
     assert set(a) == set(b)
     assert not [k for k in a if not np.array_equal(a[k], b[k])]
+
+
+# FP8 checkpoints (quantization_config "fp8"): the Hub's DeepSeek-V3 layout (F32 scales), the Qwen3
+# FP8 releases' (BF16 scales), one scale per matrix (weight_block_size null), and each dtype the
+# weights decode to. The blocks leave partial ones at the edges of most matrices.
+FP8_CASES = {
+    "deepseek_v3": dict(block=(16, 12), scale_dtype="F32", dtype="bfloat16"),
+    "deepseek_v2": dict(block=(8, 24), scale_dtype="F32", dtype="float16"),
+    "qwen3": dict(block=(24, 40), scale_dtype="BF16", dtype="bfloat16"),
+    "llama": dict(block=None, scale_dtype="F32", dtype="float32"),
+}
+
+
+@pytest.mark.parametrize("arch", sorted(FP8_CASES))
+def test_fp8_checkpoint_equals_its_decoded_twin_and_the_reference(actcap_bin, tmp_path, arch):
+    """Each F8_E4M3 weight times its block's scale, the product in float32 rounded to config.json's
+    dtype, decoded at load: every capture equals, bit for bit, that of the twin checkpoint holding
+    the weights as numpy decodes them (synth.fp8_decode, from the format alone), and the
+    reference's on the twin. One matrix holds every finite code."""
+    fp8, twin = tmp_path / "fp8", tmp_path / "twin"
+    quantized = synth.write_fp8_checkpoint(str(fp8), str(twin), synth.tiny_config(arch), seed=4,
+                                           every_code="model.layers.0.mlp.down_proj.weight", **FP8_CASES[arch])
+    assert "model.layers.0.mlp.down_proj.weight" in quantized and len(quantized) > 8
+    assert st.dtypes(str(fp8 / "model.safetensors"))["model.layers.0.mlp.down_proj.weight"] == "F8_E4M3"
+    seqs = tokens_for(twin, [11, 5], seed=9)
+    _, a, _ = H.run_capture(fp8, tmp_path / "a", seqs)
+    _, b, _ = H.run_capture(twin, tmp_path / "b", seqs)
+    assert set(a) == set(b)
+    assert not [k for k in a if not np.array_equal(a[k], b[k])]
+    check_parity(fp8, seqs, tmp_path / "out", ref_dir=twin)
+
+
+def test_fp8_decoding_bites(actcap_bin, tmp_path):
+    """The twin test would catch a decoder that ignored the scales' blocks: the same codes under
+    one scale per matrix capture other values."""
+    fp8, twin = tmp_path / "fp8", tmp_path / "twin"
+    synth.write_fp8_checkpoint(str(fp8), str(twin), synth.tiny_config("llama"), seed=4, block=(8, 8))
+    seqs = tokens_for(twin, [7], seed=1)
+    _, a, _ = H.run_capture(fp8, tmp_path / "a", seqs, capture=("model.norm",))
+    cfg = H.load_config(fp8)
+    cfg["quantization_config"]["weight_block_size"] = None
+    H.save_config(fp8, cfg)
+    raw, data = st.read_raw(str(fp8 / "model.safetensors"))
+    for k in [k for k in raw if k.endswith("_scale_inv")]:  # each matrix's first scale, as [1, 1]
+        b = raw[k]["data_offsets"][0]
+        raw[k] = dict(raw[k], shape=[1, 1], data_offsets=[b, b + 4])
+    st.write_raw(str(fp8 / "model.safetensors"), *_compacted(raw, data))
+    _, c, _ = H.run_capture(fp8, tmp_path / "c", seqs, capture=("model.norm",))
+    assert not np.array_equal(a["model.norm"], c["model.norm"])
+
+
+def _compacted(header, data):
+    """A safetensors header and data section with the bytes no entry covers dropped (entries
+    shortened in place): the data section stays without holes."""
+    out, pos, new = [], 0, {}
+    for k, v in sorted(((k, v) for k, v in header.items() if k != "__metadata__"),
+                       key=lambda kv: kv[1]["data_offsets"][0]):
+        b, e = v["data_offsets"]
+        out.append(data[b:e])
+        new[k] = dict(v, data_offsets=[pos, pos + e - b])
+        pos += e - b
+    if "__metadata__" in header:
+        new["__metadata__"] = header["__metadata__"]
+    return new, b"".join(out)
+
+
+def _fp8_edit(m, header=None, config=None):
+    """Edits an FP8 checkpoint: `header(h)` changes its safetensors header in place (dtype names,
+    tensor names), `config(c)` its config.json."""
+    if header:
+        h, data = st.read_raw(str(m / "model.safetensors"))
+        header(h)
+        st.write_raw(str(m / "model.safetensors"), h, data)
+    if config:
+        c = H.load_config(m)
+        config(c)
+        H.save_config(m, c)
+
+
+Q = "model.layers.0.self_attn.q_proj.weight"
+FP8_BAD = {
+    "scales_missing": (dict(header=lambda h: h.update({Q + "_other": h.pop(Q + "_scale_inv")})),
+                       f"its block scales {Q}_scale_inv are missing"),
+    "scales_shape": (dict(config=lambda c: c["quantization_config"].update(weight_block_size=[32, 16])),
+                     "weight_block_size [32, 16] over model.layers.0.mlp.down_proj.weight's [32, 80] implies [1, 5]"),
+    "scales_not_float": (dict(header=lambda h: h[Q + "_scale_inv"].update(dtype="I32")),
+                         "block scales must be F32, BF16 or F16"),
+    "no_quantization_config": (dict(config=lambda c: c.pop("quantization_config")),
+                               "has no quantization_config"),
+    "e5m2": (dict(header=lambda h: h[Q].update(dtype="F8_E5M2")), "is F8_E5M2"),
+    "static_activations": (dict(config=lambda c: c["quantization_config"].update(activation_scheme="static")),
+                           "activation_scheme"),
+    "fmt": (dict(config=lambda c: c["quantization_config"].update(fmt="e5m2")), "\"fmt\""),
+    "block_zero": (dict(config=lambda c: c["quantization_config"].update(weight_block_size=[0, 128])),
+                   "weight_block_size"),
+    "block_one_number": (dict(config=lambda c: c["quantization_config"].update(weight_block_size=[128])),
+                         "weight_block_size"),
+    "other_method": (dict(config=lambda c: c["quantization_config"].update(quant_method="gptq")),
+                     "\"quant_method\": \"gptq\" is not supported"),
+    "dtype": (dict(config=lambda c: c.update(torch_dtype="int8")), "dtype \"int8\""),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FP8_BAD))
+def test_bad_fp8_checkpoint_is_one_line_exit_2(actcap_bin, tmp_path, case):
+    m = tmp_path / "fp8"
+    synth.write_fp8_checkpoint(str(m), str(tmp_path / "twin"), synth.tiny_config("llama"), seed=2, block=(16, 16))
+    edits, needle = FP8_BAD[case]
+    _fp8_edit(m, **edits)
+    line = _one_line_exit_2(m, tmp_path)
+    assert needle in line, line
+
+
+def test_fp8_config_over_float_weights_is_one_line_exit_2(actcap_bin, tmp_path):
+    """A converted copy that kept quantization_config: its weights are not FP8."""
+    twin = tmp_path / "twin"
+    synth.write_fp8_checkpoint(str(tmp_path / "fp8"), str(twin), synth.tiny_config("llama"), seed=2)
+    c = H.load_config(twin)
+    c["quantization_config"] = dict(synth.FP8_QUANTIZATION_CONFIG)
+    H.save_config(twin, c)
+    assert "no tensor" in _one_line_exit_2(twin, tmp_path)
 
 
 def test_gpt_oss_without_rope_fields_is_yarn_by_default(actcap_bin, tmp_path):

@@ -7,6 +7,7 @@
 
 #include "actcap/diagnostics.h"
 #include "actcap/error.h"
+#include "models/fp8_weights.h"
 #include "models/parts/attention.h"
 #include "models/parts/moe.h"
 #include "models/parts/mxfp4.h"
@@ -274,6 +275,32 @@ TEST(Parts, Mxfp4DecodesTwoE2m1ValuesPerByteLowNibbleFirstTimesTheBlockScale) {
   at::Tensor b = mxfp4_decode({blocks, scales}, at::kBFloat16);
   EXPECT_TRUE(std::signbit(b[0][0].item<float>()));
   EXPECT_TRUE(at::equal(b.to(at::kFloat), mxfp4_decode({blocks, scales}, at::kFloat)));
+}
+
+TEST(Parts, Fp8E4m3CodesAndPartialBlocks) {
+  const float* v = e4m3_values();
+  EXPECT_EQ(v[0x00], 0.0f);
+  EXPECT_TRUE(std::signbit(v[0x80]));        // -0
+  EXPECT_EQ(v[0x01], std::ldexp(1.0f, -9));  // smallest subnormal: 1/8 * 2^-6
+  EXPECT_EQ(v[0x07], 7 * std::ldexp(1.0f, -9));
+  EXPECT_EQ(v[0x08], std::ldexp(1.0f, -6));  // smallest normal
+  EXPECT_EQ(v[0x38], 1.0f);                  // exponent 7 (the bias), mantissa 0
+  EXPECT_EQ(v[0x3C], 1.5f);
+  EXPECT_EQ(v[0x7E], 448.0f);  // largest: 1.75 * 2^8
+  EXPECT_EQ(v[0xFE], -448.0f);
+  EXPECT_TRUE(std::isnan(v[0x7F]) && std::isnan(v[0xFF]));
+  // A [3, 5] matrix in blocks of [2, 3]: scales [2, 2], the last row and columns a partial block.
+  at::Tensor codes = at::full({3, 5}, 0x38, at::kByte);  // every value 1
+  codes[2][4] = 0xBC;                                    // -1.5
+  at::Tensor scales = at::tensor({1.0f, 2.0f, 0.25f, 8.0f}).reshape({2, 2});
+  at::Tensor w = decode_block_fp8(codes, scales, 2, 3);
+  const float want[3][5] = {{1, 1, 1, 2, 2}, {1, 1, 1, 2, 2}, {0.25f, 0.25f, 0.25f, 8, -12}};
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 5; ++j) EXPECT_EQ(w[i][j].item<float>(), want[i][j]) << i << "," << j;
+  // One block for the whole matrix (weight_block_size null).
+  at::Tensor one = decode_block_fp8(codes, at::full({1, 1}, 3.0f), 0, 0);
+  EXPECT_EQ(one[0][0].item<float>(), 3.0f);
+  EXPECT_EQ(one[2][4].item<float>(), -4.5f);
 }
 
 TEST(Parts, AttentionSinksTakeTheirShareAndAreDropped) {

@@ -107,11 +107,6 @@ void refuse_nulls(const ConfigReader& f, std::initializer_list<const char*> keys
 void parse_deepseek_attention(const ConfigReader& f, LlamaDefaults d, bool saved_dims,
                               ModelConfig& c, DeepseekParams& p) {
   const json& root = f.root();
-  if (const json* q = f.find({"quantization_config"}))
-    throw InputError(concat(f.origin(), ": quantization_config ", q->dump(), " is not supported; ",
-                            c.model_type,
-                            " runs unquantized weights (a BF16 or F32 conversion of an FP8 "
-                            "checkpoint)"));
   refuse_nulls(f, {"qk_rope_head_dim", "qk_nope_head_dim", "kv_lora_rank", "v_head_dim"},
                d.config_class);
   // The RoPE's width is qk_rope_head_dim (both configs set head_dim to it).

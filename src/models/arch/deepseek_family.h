@@ -35,8 +35,8 @@ struct DeepseekParams : MoeParams {
   }
 };
 
-// Reads what both read alike: refuses a quantization_config (the Hub's FP8 checkpoints); the
-// Llama family's fields with `d` (head_dim is qk_rope_head_dim, as both configs derive it);
+// Reads what both read alike (the Hub's FP8 checkpoints are decoded at load, models/fp8_weights.h):
+// the Llama family's fields with `d` (head_dim is qk_rope_head_dim, as both configs derive it);
 // num_key_value_heads must equal num_attention_heads; attention_bias, q_lora_rank (absent: 1536;
 // null: a plain q_proj), kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim (even), v_head_dim;
 // num_nextn_predict_layers. With `saved_dims`, a head_dim or qk_head_dim in config.json must equal
