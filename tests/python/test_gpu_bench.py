@@ -443,7 +443,9 @@ def test_a_hanging_model_is_stopped_at_its_share_and_the_run_ends_inside_its_bud
     took = time.monotonic() - t
     # not a failure, but not a complete run: its targets were not measured
     assert run.returncode == 3, run.stdout[-4000:] + run.stderr[-4000:]
-    assert "gpu_bench: incomplete (exit 3): llama-3-8b: every-layer capture ≤ 5% over none: not measured" in run.stderr
+    # the first target not measured is named: which one depends on how far the model got in its share
+    # (on a loaded machine it is stopped before the comparison with HF)
+    assert re.search(r"gpu_bench: incomplete \(exit 3\): llama-3-8b: [^\n]*: not measured", run.stderr), run.stderr
     assert took < 30, took
     report = (tmp_path / "bench.md").read_text()
     # the load that hangs was started (the budget left it its estimate) and stopped

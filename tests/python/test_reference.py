@@ -2378,7 +2378,9 @@ def test_qwen2_moe_model_matches_float64_formula(tmp_path, case):
         got = _qwen2_moe_layer64(r[p + ":input"], w, p, cfg, windows[n], sparse[n], wrong=wrong)
         base = max(_maxdiff(r[k], v) for k, v in right.items())
         worst = max(_maxdiff(r[k], v) for k, v in got.items())
-        assert base < 1e-6 and worst > 1e-4, (wrong, base, worst)
+        # base: float32 roundoff of the O(1) residual points, up to 1.04e-6 with OpenBLAS 0.3.21 on
+        # an AMD EPYC (below 1e-6 on the machines before it)
+        assert base < 5e-6 and worst > 1e-4, (wrong, base, worst)
 
 
 def test_qwen2_moe_window_rule(tmp_path):

@@ -381,6 +381,31 @@ def test_gpt_oss_mxfp4_checkpoint_matches_transformers(tmp_path):
     assert not failures, f"{len(failures)} mismatches:\n" + "\n".join(failures[:30])
 
 
+@pytest.mark.parametrize("arch,block,scale_dtype", [("llama", (8, 16), "F32"), ("qwen3", (8, 8), "BF16"),
+                                                    ("deepseek_v3", (4, 4), "F32")])
+def test_fp8_checkpoint_matches_transformers(tmp_path, arch, block, scale_dtype):
+    """An FP8 checkpoint (synth.write_fp8_checkpoint: quantization_config "fp8", F8_E4M3 weights
+    beside their block scales, dtype bfloat16; blocks that divide every matrix, as transformers'
+    Fp8Dequantize requires). transformers on a CPU decodes it at load (the float32 product) into the
+    dtype it loads with: loaded as bfloat16 and cast to float32 (exact), its model is the one actcap
+    runs on the weights it decodes."""
+    import synth
+    m = tmp_path / "fp8"
+    synth.write_fp8_checkpoint(str(m), str(tmp_path / "twin"), synth.tiny_config(arch), seed=3, block=block,
+                               scale_dtype=scale_dtype)
+    seqs = tokens(vocab_of(m), seed=4)
+    _, got, _ = H.run_capture(m, tmp_path / "out", seqs, capture=["**", "**:input"])
+    names = sorted({k.split(":")[0] for k in got if k not in H.ROWS})
+    model, info = transformers.AutoModelForCausalLM.from_pretrained(
+        str(m), dtype=torch.bfloat16, attn_implementation="eager", output_loading_info=True)
+    for key in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs"):
+        assert not info.get(key), f"transformers loading {m}: {key} {info[key]}"
+    assert all(p.dtype == torch.bfloat16 for n, p in model.named_parameters() if n.endswith("down_proj.weight"))
+    hf, _ = hf_points(model.float().eval(), names, seqs)
+    failures = compare(got, hf, seqs, f"fp8 {arch}: ")
+    assert not failures, f"{len(failures)} mismatches:\n" + "\n".join(failures[:30])
+
+
 def test_gemma_released_activation_fields(tmp_path):
     """Gemma configs may carry the legacy "hidden_act": "gelu" beside "hidden_activation":
     "gelu_pytorch_tanh", the activation the models were trained with (transformers 4.x ran it
