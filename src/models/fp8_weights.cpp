@@ -102,23 +102,23 @@ at::Tensor decode_block_fp8(const at::Tensor& codes, const at::Tensor& scales, i
   const at::Tensor q = codes.contiguous();
   const at::Tensor s = scales.to(at::kFloat).contiguous();
   const int64_t rows = q.size(0), cols = q.size(1);
-  const int64_t scale_cols = block_cols ? (cols + block_cols - 1) / block_cols : 1;
   at::Tensor out = at::empty({rows, cols}, at::kFloat);
   if (rows == 0 || cols == 0) return out;
+  if (block_rows == 0) block_rows = rows, block_cols = cols;  // one block: one scale
+  const int64_t scale_cols = (cols + block_cols - 1) / block_cols;
   const uint8_t* in = q.data_ptr<uint8_t>();
   const float* scale = s.data_ptr<float>();
   float* o = out.data_ptr<float>();
   const float* value = e4m3_values();
-  at::parallel_for(0, rows, std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(cols, 1)),
+  at::parallel_for(0, rows, std::max<int64_t>(1, (int64_t{1} << 16) / cols),
                    [&](int64_t begin, int64_t end) {
                      for (int64_t i = begin; i < end; ++i) {
-                       const float* row_scale =
-                           scale + (block_rows ? i / block_rows : 0) * scale_cols;
+                       const float* row_scale = scale + i / block_rows * scale_cols;
                        const uint8_t* qi = in + i * cols;
                        float* oi = o + i * cols;
-                       for (int64_t j0 = 0; j0 < cols; j0 += block_cols ? block_cols : cols) {
-                         const int64_t j1 = block_cols ? std::min(cols, j0 + block_cols) : cols;
-                         const float f = row_scale[block_cols ? j0 / block_cols : 0];
+                       for (int64_t j0 = 0; j0 < cols; j0 += block_cols) {
+                         const int64_t j1 = std::min(cols, j0 + block_cols);
+                         const float f = row_scale[j0 / block_cols];
                          for (int64_t j = j0; j < j1; ++j) oi[j] = value[qi[j]] * f;
                        }
                      }
