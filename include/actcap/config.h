@@ -49,7 +49,8 @@ struct ArchParams {
 
 // config.json's quantization_config with "quant_method": "fp8" (transformers' fine-grained FP8:
 // DeepSeek-V3/R1, Kimi-K2, the Qwen3 FP8 releases): F8_E4M3 weights, each with one scale per
-// block in `<weight>_scale_inv`, decoded at load (docs/checkpoints.md).
+// block in `<weight>_scale_inv`, decoded as each layer runs (weights dtype keep) or at load
+// (docs/devices.md).
 struct Fp8Weights {
   // weight_block_size: rows and columns of a block; 0 and 0 when it is null (one scale per matrix).
   int64_t block_rows = 128, block_cols = 128;

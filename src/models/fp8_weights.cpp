@@ -1,10 +1,8 @@
 #include "models/fp8_weights.h"
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 
-#include <array>
-#include <cmath>
+#include <algorithm>
 #include <vector>
 
 #include "actcap/checkpoint.h"
@@ -15,10 +13,6 @@
 namespace actcap {
 
 namespace {
-
-bool is_f8(const std::string& dtype_name) {
-  return dtype_name == "F8_E4M3" || dtype_name == "F8_E5M2";
-}
 
 // The dtype a config.json dtype name decodes to.
 at::ScalarType decoded_dtype(const Fp8Weights& fp8) {
@@ -78,66 +72,42 @@ std::optional<Fp8Weights> parse_quantization(const ConfigReader& f, const std::s
   return fp8;
 }
 
-const float* e4m3_values() {
-  static const std::array<float, 256> kValues = [] {
-    std::array<float, 256> v{};
-    for (int code = 0; code < 256; ++code) {
-      const int exponent = (code >> 3) & 15, mantissa = code & 7;
-      float x;
-      if (exponent == 15 && mantissa == 7)
-        x = std::nanf("");
-      else if (exponent == 0)
-        x = std::ldexp(static_cast<float>(mantissa), -9);  // subnormal: mantissa/8 * 2^-6
-      else
-        x = std::ldexp(static_cast<float>(8 + mantissa), exponent - 10);  // (1 + m/8) * 2^(e-7)
-      v[code] = (code & 128) ? -x : x;
-    }
-    return v;
-  }();
-  return kValues.data();
+bool is_f8(const std::string& dtype_name) {
+  return dtype_name == "F8_E4M3" || dtype_name == "F8_E5M2";
 }
 
-at::Tensor decode_block_fp8(const at::Tensor& codes, const at::Tensor& scales, int64_t block_rows,
-                            int64_t block_cols) {
-  const at::Tensor q = codes.contiguous();
-  const at::Tensor s = scales.to(at::kFloat).contiguous();
-  const int64_t rows = q.size(0), cols = q.size(1);
-  at::Tensor out = at::empty({rows, cols}, at::kFloat);
-  if (rows == 0 || cols == 0) return out;
-  if (block_rows == 0) block_rows = rows, block_cols = cols;  // one block: one scale
-  const int64_t scale_cols = (cols + block_cols - 1) / block_cols;
-  const uint8_t* in = q.data_ptr<uint8_t>();
-  const float* scale = s.data_ptr<float>();
-  float* o = out.data_ptr<float>();
-  const float* value = e4m3_values();
-  at::parallel_for(0, rows, std::max<int64_t>(1, (int64_t{1} << 16) / cols),
-                   [&](int64_t begin, int64_t end) {
-                     for (int64_t i = begin; i < end; ++i) {
-                       const float* row_scale = scale + i / block_rows * scale_cols;
-                       const uint8_t* qi = in + i * cols;
-                       float* oi = o + i * cols;
-                       for (int64_t j0 = 0; j0 < cols; j0 += block_cols) {
-                         const int64_t j1 = std::min(cols, j0 + block_cols);
-                         const float f = row_scale[j0 / block_cols];
-                         for (int64_t j = j0; j < j1; ++j) oi[j] = value[qi[j]] * f;
-                       }
-                     }
-                   });
-  return out;
+Fp8Matrix fp8_matrix(const Fp8Weights& fp8, const std::string& name, const at::Tensor& codes,
+                     const at::Tensor& scales, const std::string& origin) {
+  if (codes.dim() != 2)
+    throw InputError(concat(origin, ": tensor ", name, " is F8_E4M3 of shape ",
+                            concat(codes.sizes()), "; FP8 weights must be matrices [out, in]"));
+  const std::string scale_name = name + "_scale_inv";
+  if (!at::isFloatingType(scales.scalar_type()) || scales.element_size() < 2)
+    throw InputError(concat(origin, ": tensor ", scale_name, " has dtype ", scales.scalar_type(),
+                            "; block scales must be F32, BF16 or F16"));
+  const int64_t rows = codes.size(0), cols = codes.size(1);
+  const bool whole = fp8.block_rows == 0;
+  Fp8Matrix m;
+  m.block_rows = whole ? std::max<int64_t>(rows, 1) : fp8.block_rows;
+  m.block_cols = whole ? std::max<int64_t>(cols, 1) : fp8.block_cols;
+  const std::vector<int64_t> want{(rows + m.block_rows - 1) / m.block_rows,
+                                  (cols + m.block_cols - 1) / m.block_cols};
+  if (whole ? scales.numel() != 1 : scales.sizes() != at::IntArrayRef(want))
+    throw InputError(
+        concat(origin, ": tensor ", scale_name, " has shape ", concat(scales.sizes()), " but ",
+               whole ? std::string("weight_block_size null (one block)")
+                     : concat("weight_block_size [", fp8.block_rows, ", ", fp8.block_cols, "]"),
+               " over ", name, "'s [", rows, ", ", cols, "] implies ",
+               concat(at::IntArrayRef(whole ? std::vector<int64_t>{1, 1} : want))));
+  // The codes as bytes: LibTorch 2 reads F8_E4M3 as Float8_e4m3fn, earlier ones as uint8.
+  m.codes = codes.scalar_type() == at::kByte ? codes : codes.view(at::kByte);
+  m.scales = scales.to(at::kFloat).reshape({whole ? 1 : want[0], whole ? 1 : want[1]});
+  m.rounded = decoded_dtype(fp8);
+  return m;
 }
 
-uint64_t fp8_decoded_bytes(const Fp8Weights& fp8, const Checkpoint& ckpt, bool widened) {
-  const size_t size = c10::elementSize(decoded_dtype(fp8));
-  const size_t per_value = size + (widened && size == 2 ? sizeof(float) : 0);
-  uint64_t bytes = 0;
-  for (const std::string& name : ckpt.names())
-    if (is_f8(ckpt.info(name).dtype_name))
-      bytes += static_cast<uint64_t>(ckpt.info(name).numel()) * per_value;
-  return bytes;
-}
-
-void decode_fp8_weights(const std::optional<Fp8Weights>& fp8, const Checkpoint& ckpt,
-                        std::map<std::string, at::Tensor>& tensors) {
+void check_fp8_weights(const std::optional<Fp8Weights>& fp8, const Checkpoint& ckpt,
+                       std::map<std::string, at::Tensor>& tensors) {
   std::vector<std::string> f8;
   for (const auto& [name, t] : tensors)
     if (is_f8(ckpt.info(name).dtype_name)) f8.push_back(name);
@@ -155,44 +125,17 @@ void decode_fp8_weights(const std::optional<Fp8Weights>& fp8, const Checkpoint& 
                             ": quantization_config says \"fp8\" but no tensor of ", origin,
                             " is F8_E4M3; a converted copy of an FP8 checkpoint must leave "
                             "quantization_config out"));
-  const at::ScalarType dtype = decoded_dtype(*fp8);
   for (const std::string& name : f8) {
     const TensorInfo& info = ckpt.info(name);
     if (info.dtype_name != "F8_E4M3")
       throw InputError(concat(origin, ": tensor ", name, " is ", info.dtype_name,
                               "; \"fp8\" checkpoints store F8_E4M3 (e4m3fn) weights"));
-    const at::Tensor& t = tensors.at(name);
-    if (t.dim() != 2)
-      throw InputError(concat(origin, ": tensor ", name, " is F8_E4M3 of shape ", concat(t.sizes()),
-                              "; FP8 weights must be matrices [out, in]"));
-    const std::string scale_name = name + "_scale_inv";
-    auto s = tensors.find(scale_name);
+    at::Tensor& t = tensors.at(name);
+    auto s = tensors.find(name + "_scale_inv");
     if (s == tensors.end())
       throw InputError(concat(origin, ": tensor ", name, " is F8_E4M3 but its block scales ",
-                              scale_name, " are missing"));
-    const at::Tensor& scale = s->second;
-    if (!at::isFloatingType(scale.scalar_type()) || scale.element_size() < 2)
-      throw InputError(concat(origin, ": tensor ", scale_name, " has dtype ", scale.scalar_type(),
-                              "; block scales must be F32, BF16 or F16"));
-    const int64_t rows = t.size(0), cols = t.size(1);
-    const bool whole = fp8->block_rows == 0;
-    const std::vector<int64_t> want =
-        whole ? std::vector<int64_t>{1, 1}
-              : std::vector<int64_t>{(rows + fp8->block_rows - 1) / fp8->block_rows,
-                                     (cols + fp8->block_cols - 1) / fp8->block_cols};
-    if (whole ? scale.numel() != 1 : scale.sizes() != at::IntArrayRef(want))
-      throw InputError(concat(
-          origin, ": tensor ", scale_name, " has shape ", concat(scale.sizes()), " but ",
-          whole ? std::string("weight_block_size null (one block)")
-                : concat("weight_block_size [", fp8->block_rows, ", ", fp8->block_cols, "]"),
-          " over ", name, "'s [", rows, ", ", cols, "] implies ", concat(at::IntArrayRef(want))));
-    // The codes as bytes: LibTorch 2 reads F8_E4M3 as Float8_e4m3fn, earlier ones as uint8.
-    const at::Tensor codes = t.scalar_type() == at::kByte ? t : t.view(at::kByte);
-    at::Tensor w = decode_block_fp8(
-        codes, scale.reshape(whole ? at::IntArrayRef{1, 1} : at::IntArrayRef(want)),
-        fp8->block_rows, fp8->block_cols);
-    tensors[name] = dtype == at::kFloat ? w : w.to(dtype);
-    tensors.erase(s);
+                              name + "_scale_inv", " are missing"));
+    t = fp8_matrix(*fp8, name, t, s->second, origin).codes;
   }
 }
 

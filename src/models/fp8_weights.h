@@ -3,11 +3,13 @@
 // weight W [rows, cols] is stored as F8_E4M3 (e4m3fn) codes beside `<W>_scale_inv`, one scale per
 // block of weight_block_size [block_rows, block_cols] ([ceil(rows / block_rows), ceil(cols /
 // block_cols)]: a last, partial block has a scale of its own). Despite its name the scale
-// multiplies: W[i, j] = value(code[i, j]) * scale[i / block_rows, j / block_cols]. They are decoded
-// at load, the product in float32 rounded once to the checkpoint's dtype, as transformers'
-// Fp8Dequantize and DeepSeek's fp8_cast_bf16.py make them: the model then runs as on that BF16
-// conversion, its activations unquantized. Other tensors (norms, embeddings, lm_head, the modules
-// left unquantized) are used as stored.
+// multiplies: W[i, j] = value(code[i, j]) * scale[i / block_rows, j / block_cols], the product in
+// float32 rounded once to the checkpoint's dtype, as transformers' Fp8Dequantize and DeepSeek's
+// fp8_cast_bf16.py make them: the model then runs as on that BF16 conversion, its activations
+// unquantized. With weights dtype keep (the default) linear layers and experts hold the codes and
+// decode each matrix just before its GEMM (models/parts/fp8.h): one byte a value; with f32 every
+// weight is decoded at load and widened. Other tensors (norms, embeddings, lm_head, the routers
+// and modules left unquantized) are used as stored.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -18,6 +20,7 @@
 #include <string>
 
 #include "actcap/config.h"
+#include "models/parts/fp8.h"
 
 namespace actcap {
 
@@ -30,25 +33,23 @@ class ConfigReader;
 // activation scales) and for any other method.
 std::optional<Fp8Weights> parse_quantization(const ConfigReader& f, const std::string& arch);
 
-// The values of the 256 e4m3fn codes (sign, 4 exponent bits of bias 7, 3 mantissa bits; no
-// infinities; S.1111.111 is NaN).
-const float* e4m3_values();
+// Weight `name`'s FP8 matrix from its codes (one byte each: uint8, or Float8_e4m3fn on LibTorch 2)
+// and `<name>_scale_inv` (`scales`, F32, BF16 or F16), the scales widened to float32 and shaped
+// [ceil(rows / block_rows), ceil(cols / block_cols)] (weight_block_size null: one block, [1, 1]).
+// InputError naming the tensor and `origin`: codes that are not a matrix, scales not floating
+// point or of another shape than the blocks imply.
+Fp8Matrix fp8_matrix(const Fp8Weights& fp8, const std::string& name, const at::Tensor& codes,
+                     const at::Tensor& scales, const std::string& origin);
 
-// `codes` [rows, cols] (one byte each) times `scales` [ceil(rows / block_rows), ceil(cols /
-// block_cols)] (block_rows = block_cols = 0: one scale for the whole matrix), in float32.
-at::Tensor decode_block_fp8(const at::Tensor& codes, const at::Tensor& scales, int64_t block_rows,
-                            int64_t block_cols);
+// Checks every F8 tensor of `tensors` (read from `ckpt`, which gives their dtype names) before the
+// build, and holds its codes as uint8 (what the weight source then decodes, at load or as the
+// model runs). InputError naming the tensor and the checkpoint: an F8 tensor without an fp8
+// quantization_config, an fp8 one without any F8_E4M3 tensor, an F8_E5M2 tensor, one that is not
+// a matrix, scales missing, not floating point or of another shape than the blocks imply.
+void check_fp8_weights(const std::optional<Fp8Weights>& fp8, const Checkpoint& ckpt,
+                       std::map<std::string, at::Tensor>& tensors);
 
-// The memory the decoded weights take: each F8 tensor of `ckpt` at its decoded dtype's size, plus
-// float32's when `widened` (weights dtype f32) and that dtype is 16-bit.
-uint64_t fp8_decoded_bytes(const Fp8Weights& fp8, const Checkpoint& ckpt, bool widened);
-
-// Replaces each F8_E4M3 tensor of `tensors` (read from `ckpt`, which gives their dtype names) by
-// its decoded weights, and drops its scales. InputError naming the tensor and the checkpoint: an
-// F8 tensor without an fp8 quantization_config, an fp8 one without any F8_E4M3 tensor, an
-// F8_E5M2 tensor, one that is not a matrix, scales missing, not floating point or of another shape
-// than the blocks imply.
-void decode_fp8_weights(const std::optional<Fp8Weights>& fp8, const Checkpoint& ckpt,
-                        std::map<std::string, at::Tensor>& tensors);
+// Whether a safetensors dtype name is an 8-bit float (F8_E4M3, F8_E5M2).
+bool is_f8(const std::string& dtype_name);
 
 }  // namespace actcap

@@ -233,36 +233,30 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
     const bool gemm = info.dtype == at::kFloat && info.shape.size() >= 2;
     tensors.emplace(name, ckpt.tensor(name, gemm ? kGemmAlignment : 1));
   }
-  // Widened copies and decoded FP8 weights are anonymous memory the kernel cannot page back to
-  // the file: refuse before the machine runs out of it rather than after.
-  const bool widen = options.weights_dtype == WeightsDtype::kF32;
-  uint64_t widened = 0;
-  if (widen) {
+  // FP8 weights checked (or refused without their quantization_config) before the build.
+  check_fp8_weights(c.fp8, ckpt, tensors);
+  // Widened copies are anonymous memory the kernel cannot page back to the file: refuse before
+  // the machine runs out of it rather than after. (Under keep, FP8 codes and MXFP4 blocks stay
+  // packed and are decoded a matrix at a time into the scratch the planner counts.)
+  if (options.weights_dtype == WeightsDtype::kF32) {
+    uint64_t widened = 0;
     for (const auto& [name, t] : tensors) {
       if (t.element_size() == 2 && t.is_floating_point()) widened += t.numel() * sizeof(float);
+      // FP8 codes: one value per byte, decoded and widened to float32 at load.
+      if (is_f8(ckpt.info(name).dtype_name)) widened += t.numel() * sizeof(float);
       // MXFP4 blocks (gpt-oss's experts): two values per byte, decoded to float32 at load.
       if (t.scalar_type() == at::kByte && ends_with(name, "_blocks"))
         widened += t.numel() * 2 * sizeof(float);
     }
-  }
-  const uint64_t decoded = c.fp8 ? fp8_decoded_bytes(*c.fp8, ckpt, widen) : 0;
-  if (widened + decoded > 0) {
     const uint64_t available = host_memory_available();
-    if (available > 0 && widened + decoded > available)
-      throw InputError(
-          widened > 0
-              ? concat("widening the 16-bit (or MXFP4) weights of ", path,
-                       decoded ? " (and decoding its FP8 ones)" : "", " to float32 at load needs ",
-                       format_bytes(widened + decoded), ", more than the ", format_bytes(available),
-                       " of memory this host has available; keep them as stored (weights "
-                       "dtype keep)")
-              : concat("decoding the FP8 weights of ", path, " at load needs ",
-                       format_bytes(decoded), ", more than the ", format_bytes(available),
-                       " of memory this host has available"),
-          {"weights_dtype"});
+    if (available > 0 && widened > available)
+      throw InputError(concat("widening the 16-bit (or FP8, MXFP4) weights of ", path,
+                              " to float32 at load needs ", format_bytes(widened),
+                              ", more than the ", format_bytes(available),
+                              " of memory this host has available; keep them as stored (weights "
+                              "dtype keep)"),
+                       {"weights_dtype"});
   }
-  // FP8 weights decoded (or refused without their quantization_config) before the build.
-  decode_fp8_weights(c.fp8, ckpt, tensors);
   auto model = from_tensors(c, tensors, path, options);
   model->fingerprint_ = fingerprint;
   return model;
@@ -282,7 +276,7 @@ std::unique_ptr<Model> Model::from_tensors(const ModelConfig& config,
         {"compute_dtype"});
   m->compute_dtype_ = compute;
   WeightSource weights =
-      WeightSource::load(tensors, origin, options.weights_dtype == WeightsDtype::kKeep);
+      WeightSource::load(tensors, origin, options.weights_dtype == WeightsDtype::kKeep, config.fp8);
   m->impl_ = std::make_unique<Impl>();
   m->impl_->built = architecture_of(config).build(config, weights);
   weights.warn_unused();

@@ -46,6 +46,10 @@ at::Tensor ForwardState::in_compute(const at::Tensor& w) {
   return out;
 }
 
+at::Tensor ForwardState::in_compute(const LinearWeight& w) {
+  return w.fp8.defined() ? fp8_decode(w.fp8, compute, widen_scratch) : in_compute(w.dense);
+}
+
 Module::Module(std::string name, PointInfo in, PointInfo out)
     : name_(std::move(name)), in_(std::move(in)), out_(std::move(out)) {}
 
@@ -78,8 +82,10 @@ int64_t Module::widen_elements(at::ScalarType compute) const {
   int64_t n = 0;
   for (size_t i = 0; i < parameters_.size(); ++i) {
     const at::Tensor* t = parameters_[i];
-    if (widened_[i] && t->defined() && t->dim() >= 2 && t->is_floating_point() &&
-        t->scalar_type() != compute)
+    if (!t->defined()) continue;
+    if ((use_[i] == Use::kConverted && t->dim() >= 2 && t->is_floating_point() &&
+         t->scalar_type() != compute) ||
+        use_[i] == Use::kDecoded)
       n = std::max(n, t->numel());
   }
   for (const auto& c : children_) n = std::max(n, c->widen_elements(compute));
@@ -162,7 +168,7 @@ PointInfo hidden_point(const std::string& name, int64_t width) {
 }
 PointInfo ids_point(const std::string& name) { return {name, {}, at::kLong}; }
 
-Linear::Linear(const std::string& name, at::Tensor weight, at::Tensor bias)
+Linear::Linear(const std::string& name, LinearWeight weight, at::Tensor bias)
     : Module(name, hidden_point(name + ":input", weight.size(1)),
              hidden_point(name, weight.size(0))),
       weight_(std::move(weight)),

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "actcap/hooks.h"
+#include "models/parts/fp8.h"
 
 namespace actcap {
 
@@ -53,6 +54,9 @@ struct ForwardState {
   // (valid until the next call: use it before converting another weight); a vector (bias, norm
   // weight) or, without scratch, anything else as a fresh tensor.
   at::Tensor in_compute(const at::Tensor& w);
+  // A linear layer's weight in the compute dtype: as above, or its FP8 codes decoded into
+  // widen_scratch (the same validity).
+  at::Tensor in_compute(const LinearWeight& w);
 
   // a + b, into the arena slot when one is set (only the stage-level module may call this).
   at::Tensor residual_add(const at::Tensor& a, const at::Tensor& b) {
@@ -123,8 +127,8 @@ class Module {
   // summed): what a KV cache costs per position and sequence.
   virtual int64_t kv_elements_per_token() const;
   // Elements of the largest matrix here or below held in a floating dtype other than `compute`
-  // (0 when none), or decoded from a packed one (MXFP4 experts): the scratch Linear converts such
-  // weights into must hold this many.
+  // (0 when none), or decoded from a packed one (FP8 weights, MXFP4 experts): the scratch Linear
+  // converts such weights into must hold this many.
   virtual int64_t widen_elements(at::ScalarType compute) const;
   ModuleHooks& hooks();  // creates the lists on first use
   // Whether a hook is registered on this module (its output or its :input).
@@ -146,7 +150,15 @@ class Module {
   // false.
   void parameter(at::Tensor& t, bool widened = true) {
     parameters_.push_back(&t);
-    widened_.push_back(widened);
+    use_.push_back(widened ? Use::kConverted : Use::kAsIs);
+  }
+  // A linear layer's weight: its dense matrix (converted), or FP8 codes (each decoded into the
+  // scratch as it runs: it sizes the scratch whatever the compute dtype) and their scales.
+  void parameter(LinearWeight& w) {
+    parameter(w.dense);
+    parameters_.push_back(&w.fp8.codes);
+    use_.push_back(Use::kDecoded);
+    parameter(w.fp8.scales, false);
   }
 
  private:
@@ -155,7 +167,8 @@ class Module {
   PointInfo in_, out_;
   std::vector<std::unique_ptr<Module>> children_;
   std::vector<at::Tensor*> parameters_;
-  std::vector<bool> widened_;           // per parameter, see parameter()
+  enum class Use : uint8_t { kConverted, kAsIs, kDecoded };
+  std::vector<Use> use_;                // per parameter, see parameter()
   std::shared_ptr<ModuleHooks> hooks_;  // null when no hook: call() stays one test
 };
 
@@ -182,15 +195,15 @@ PointInfo ids_point(const std::string& name);
 
 class Linear : public Module {
  public:
-  // weight [out, in] (PyTorch nn.Linear layout), bias [out] or undefined.
-  Linear(const std::string& name, at::Tensor weight, at::Tensor bias);
-  const at::Tensor& weight() const { return weight_; }
+  // weight [out, in] (PyTorch nn.Linear layout; dense or FP8 codes), bias [out] or undefined.
+  Linear(const std::string& name, LinearWeight weight, at::Tensor bias);
 
  protected:
   at::Tensor forward(const at::Tensor& x, ForwardState& st) override;
 
  private:
-  at::Tensor weight_, bias_;
+  LinearWeight weight_;
+  at::Tensor bias_;
 };
 
 // weight[ids] in `dtype`: the table is looked up as stored and only the gathered rows are converted

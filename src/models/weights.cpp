@@ -7,6 +7,7 @@
 
 #include "actcap/diagnostics.h"
 #include "actcap/error.h"
+#include "models/fp8_weights.h"
 #include "util/strings.h"
 
 namespace actcap {
@@ -78,6 +79,7 @@ struct WeightSource::State {
   at::ScalarType stored_dtype = at::kFloat;
   bool shapes_only = false;
   bool keep_16bit = false;
+  std::optional<Fp8Weights> fp8;
   std::vector<std::pair<std::string, std::string>> prefix_aliases;
   std::vector<std::string> ignored_suffixes;
   std::vector<std::string> ignored_prefixes;
@@ -104,17 +106,39 @@ struct WeightSource::State {
     }
     return nullptr;
   }
+
+  void check_shape(const std::string& found, const at::Tensor& t,
+                   const std::vector<int64_t>& shape) const {
+    if (t.sizes() != at::IntArrayRef(shape))
+      throw InputError(concat(origin, ": tensor ", found, " has shape ", concat(t.sizes()),
+                              " but config.json implies ", concat(at::IntArrayRef(shape))));
+  }
+
+  // Checkpoint tensor `found` as an FP8 weight (its codes, with `<found>_scale_inv` beside it
+  // under an fp8 quantization_config), the scales then used; nullopt for any other tensor.
+  std::optional<Fp8Matrix> fp8_weight(const std::string& found) {
+    const at::Tensor& t = tensors->at(found);
+    const bool byte = t.scalar_type() == at::kByte || at::isFloatingType(t.scalar_type());
+    if (!fp8 || !byte || t.element_size() != 1) return std::nullopt;
+    auto s = tensors->find(found + "_scale_inv");
+    if (s == tensors->end()) return std::nullopt;
+    Fp8Matrix m = fp8_matrix(*fp8, found, t, s->second, origin);
+    used.insert(s->first);
+    return m;
+  }
 };
 
 WeightSource::WeightSource(std::shared_ptr<State> state, std::string prefix)
     : state_(std::move(state)), prefix_(std::move(prefix)) {}
 
 WeightSource WeightSource::load(const std::map<std::string, at::Tensor>& tensors,
-                                std::string origin, bool keep_16bit) {
+                                std::string origin, bool keep_16bit,
+                                std::optional<Fp8Weights> fp8) {
   auto s = std::make_shared<State>();
   s->tensors = &tensors;
   s->origin = std::move(origin);
   s->keep_16bit = keep_16bit;
+  s->fp8 = std::move(fp8);
   return WeightSource(std::move(s), "");
 }
 
@@ -177,26 +201,46 @@ at::Tensor WeightSource::get(const std::string& relative, const std::vector<int6
       throw InputError(concat(s.origin, ": missing tensor ", spec.name, also));
     }
     s.used.insert(*found);
-    const at::Tensor& t = s.tensors->at(*found);
-    // 8-bit floats hold values only their block scales make weights of (decoded when a
-    // checkpoint folder is loaded: models/fp8_weights.h): refused rather than run as garbage.
+    at::Tensor t = s.tensors->at(*found);
+    // Decoded to the checkpoint's dtype, then held as a weight stored in it.
+    if (std::optional<Fp8Matrix> packed = s.fp8_weight(*found))
+      t = fp8_decode(*packed, packed->rounded);
+    // 8-bit floats hold values only their block scales make weights of (models/fp8_weights.h):
+    // without them, or without an fp8 quantization_config, refused rather than run as garbage.
     const bool float8 =
         at::isFloatingType(t.scalar_type()) && c10::elementSize(t.scalar_type()) == 1;
     if (!at::isFloatingType(t.scalar_type()) || float8)
       throw InputError(concat(s.origin, ": tensor ", *found, " has dtype ", t.scalar_type(),
-                              float8 ? "; 8-bit float weights are decoded with their block scales "
-                                       "only when an FP8 checkpoint (quantization_config \"fp8\") "
-                                       "is loaded from its folder"
+                              float8 ? "; 8-bit float weights are decoded only with their block "
+                                       "scales (<name>_scale_inv) under a quantization_config "
+                                       "\"fp8\""
                                      : "; weights must be floating point (F32, F16, BF16, F64)"));
-    if (t.sizes() != at::IntArrayRef(shape))
-      throw InputError(concat(s.origin, ": tensor ", *found, " has shape ", concat(t.sizes()),
-                              " but config.json implies ", concat(at::IntArrayRef(shape))));
+    s.check_shape(*found, t, shape);
     w = held(t, s.keep_16bit);
   }
   // A transposed view, not a copy: linear() then multiplies by the stored [in, out] matrix
   // directly (BLAS takes either layout at the same speed), so GPT-2's Conv1D weights stay
   // zero-copy over the mapping too and are resident once, not twice.
   return layout == Layout::kTransposed ? w.t() : w;
+}
+
+LinearWeight WeightSource::get_linear(const std::string& relative,
+                                      const std::vector<int64_t>& shape) {
+  State& s = *state_;
+  if (s.tensors && s.keep_16bit && s.fp8) {
+    std::vector<std::string> tried;
+    const std::string* found = s.find(prefix_ + relative, {}, tried);
+    if (found) {
+      const at::Tensor& t = s.tensors->at(*found);
+      if (std::optional<Fp8Matrix> packed = s.fp8_weight(*found)) {
+        s.check_shape(*found, t, shape);
+        s.specs.push_back({prefix_ + relative, shape, Init::kMatrix});
+        s.used.insert(*found);
+        return std::move(*packed);
+      }
+    }
+  }
+  return get(relative, shape);
 }
 
 at::Tensor WeightSource::get_packed(const std::string& relative, const std::vector<int64_t>& shape,
@@ -211,9 +255,7 @@ at::Tensor WeightSource::get_packed(const std::string& relative, const std::vect
   if (t.scalar_type() != dtype)
     throw InputError(concat(s.origin, ": tensor ", *found, " has dtype ", t.scalar_type(),
                             "; a packed weight must be ", dtype));
-  if (t.sizes() != at::IntArrayRef(shape))
-    throw InputError(concat(s.origin, ": tensor ", *found, " has shape ", concat(t.sizes()),
-                            " but config.json implies ", concat(at::IntArrayRef(shape))));
+  s.check_shape(*found, t, shape);
   s.specs.push_back({name, shape, Init::kMatrix});
   s.used.insert(*found);
   return t;

@@ -12,8 +12,12 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "actcap/config.h"
+#include "models/parts/fp8.h"
 
 namespace actcap {
 
@@ -43,8 +47,11 @@ class WeightSource {
   // Weights from a checkpoint's tensors (any floating dtype); `origin` names it in errors.
   // keep_16bit: BF16/F16 matrices (2 or more dimensions) are returned as stored, for Linear and
   // Embedding to widen as they run (WeightsDtype::kKeep); vectors are float32 either way.
+  // `fp8` (an "fp8" quantization_config): a tensor of one-byte codes with a `<name>_scale_inv`
+  // beside it is an FP8 weight (models/fp8_weights.h), decoded by get() to the checkpoint's dtype
+  // (then held as a 16-bit one), or kept packed by get_linear() under keep_16bit.
   static WeightSource load(const std::map<std::string, at::Tensor>& tensors, std::string origin,
-                           bool keep_16bit = false);
+                           bool keep_16bit = false, std::optional<Fp8Weights> fp8 = {});
   // Deterministic random weights (init-model, the demo model): the same seed gives the same bytes
   // on every build, whatever LibTorch's RNG; `stored` is the dtype stored() returns them in.
   static WeightSource random(uint64_t seed, at::ScalarType stored = at::kFloat);
@@ -67,6 +74,10 @@ class WeightSource {
   at::Tensor get(const std::string& name, const std::vector<int64_t>& shape,
                  Init init = Init::kMatrix, Layout layout = Layout::kAsStored,
                  const std::vector<std::string>& aliases = {});
+
+  // A linear layer's weight [out, in]: what get() returns, or an FP8 weight's codes and scales as
+  // stored when weights stay stored (keeps_stored()), for the layer to decode as it runs.
+  LinearWeight get_linear(const std::string& name, const std::vector<int64_t>& shape);
 
   // A packed weight (MXFP4 blocks and scales: uint8) as stored, of exactly `dtype` and `shape`:
   // never converted. Only for a layout the checkpoint holds (has()): random() and shapes() make

@@ -1782,6 +1782,35 @@ def test_fp8_checkpoint_equals_its_decoded_twin_and_the_reference(actcap_bin, tm
     check_parity(fp8, seqs, tmp_path / "out", ref_dir=twin)
 
 
+@pytest.mark.parametrize("arch", ["deepseek_v3", "deepseek_v2"])
+def test_fp8_weights_stay_packed_and_decode_as_they_run(actcap_bin, tmp_path, arch):
+    """Under weights dtype keep (the default) the linear layers and experts hold the FP8 codes, one
+    byte a value beside float32 block scales, and decode each matrix just before its GEMM; under
+    f32 every weight is decoded at load. Both capture the twin's values bit for bit, and so does
+    bf16 compute (the codes decoded straight to bf16, through the checkpoint's dtype). The plan
+    counts the packed bytes: the twin's weights less two bytes a quantized value, plus one and
+    the scales."""
+    fp8, twin = tmp_path / "fp8", tmp_path / "twin"
+    quantized = synth.write_fp8_checkpoint(str(fp8), str(twin), synth.tiny_config(arch), seed=6,
+                                           **FP8_CASES[arch])
+    seqs = tokens_for(twin, [9, 4], seed=3)
+    for i, extra in enumerate((("--weights-dtype", "f32"), ("--compute-dtype", "bf16"))):
+        _, a, _ = H.run_capture(fp8, tmp_path / f"a{i}", seqs, extra=extra)
+        _, b, _ = H.run_capture(twin, tmp_path / f"b{i}", seqs, extra=extra)
+        assert set(a) == set(b)
+        assert not [k for k in a if not np.array_equal(a[k], b[k])], extra
+
+    def weights(m, dtype):
+        out = H.actcap("plan", m, "--weights-dtype", dtype, "--json", check=True).stdout
+        return sum(d["weights"] for d in json.loads(out)["devices"])
+
+    header, _ = st.read_raw(str(fp8 / "model.safetensors"))
+    values = sum(int(np.prod(header[k]["shape"])) for k in quantized)
+    scales = sum(int(np.prod(header[k + "_scale_inv"]["shape"])) for k in quantized)
+    assert weights(fp8, "keep") == weights(twin, "keep") - 2 * values + values + 4 * scales
+    assert weights(fp8, "f32") == weights(twin, "f32")
+
+
 def test_fp8_decoding_bites(actcap_bin, tmp_path):
     """The twin test would catch a decoder that ignored the scales' blocks: the same codes under
     one scale per matrix capture other values."""

@@ -7,8 +7,8 @@
 
 #include "actcap/diagnostics.h"
 #include "actcap/error.h"
-#include "models/fp8_weights.h"
 #include "models/parts/attention.h"
+#include "models/parts/fp8.h"
 #include "models/parts/moe.h"
 #include "models/parts/mxfp4.h"
 #include "models/parts/norm.h"
@@ -201,7 +201,8 @@ at::Tensor dense_moe(const at::Tensor& x, const at::Tensor& router,
   at::Tensor out = at::zeros_like(flat);
   for (size_t e = 0; e < experts.size(); ++e) {
     const ExpertWeights& m = experts[e];
-    at::Tensor y = at::linear(at::silu(at::linear(flat, m.gate)) * at::linear(flat, m.up), m.down);
+    at::Tensor y = at::linear(
+        at::silu(at::linear(flat, m.gate.dense)) * at::linear(flat, m.up.dense), m.down.dense);
     out = out + y * route.select(1, static_cast<int64_t>(e)).unsqueeze(1);
   }
   return out.view(x.sizes());
@@ -293,14 +294,51 @@ TEST(Parts, Fp8E4m3CodesAndPartialBlocks) {
   at::Tensor codes = at::full({3, 5}, 0x38, at::kByte);  // every value 1
   codes[2][4] = 0xBC;                                    // -1.5
   at::Tensor scales = at::tensor({1.0f, 2.0f, 0.25f, 8.0f}).reshape({2, 2});
-  at::Tensor w = decode_block_fp8(codes, scales, 2, 3);
-  const float want[3][5] = {{1, 1, 1, 2, 2}, {1, 1, 1, 2, 2}, {0.25f, 0.25f, 0.25f, 8, -12}};
-  for (int i = 0; i < 3; ++i)
-    for (int j = 0; j < 5; ++j) EXPECT_EQ(w[i][j].item<float>(), want[i][j]) << i << "," << j;
-  // One block for the whole matrix (weight_block_size null).
-  at::Tensor one = decode_block_fp8(codes, at::full({1, 1}, 3.0f), 0, 0);
-  EXPECT_EQ(one[0][0].item<float>(), 3.0f);
-  EXPECT_EQ(one[2][4].item<float>(), -4.5f);
+  for (auto decode : {&fp8_decode, &fp8_decode_bands}) {
+    at::Tensor w = decode({codes, scales, 2, 3, at::kFloat}, at::kFloat, {});
+    const float want[3][5] = {{1, 1, 1, 2, 2}, {1, 1, 1, 2, 2}, {0.25f, 0.25f, 0.25f, 8, -12}};
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 5; ++j) EXPECT_EQ(w[i][j].item<float>(), want[i][j]) << i << "," << j;
+    // One block for the whole matrix (weight_block_size null).
+    at::Tensor one = decode({codes, at::full({1, 1}, 3.0f), 3, 5, at::kFloat}, at::kFloat, {});
+    EXPECT_EQ(one[0][0].item<float>(), 3.0f);
+    EXPECT_EQ(one[2][4].item<float>(), -4.5f);
+  }
+}
+
+// The products rounded once to the checkpoint's dtype, then held in the compute dtype: the same
+// values as decoding to that dtype at load and converting it (at::Tensor::to), from the CPU pass
+// and from the banded ATen one, into the scratch when it fits.
+TEST(Parts, Fp8DecodeRoundsOnceToTheCheckpointDtype) {
+  at::manual_seed(5);
+  const int64_t rows = 37, cols = 300;
+  at::Tensor codes = at::randint(0, 256, {rows, cols}, at::kInt).to(at::kByte);
+  codes.masked_fill_(codes.bitwise_and(0x7F).eq(0x7F), 0x38);  // no NaN codes
+  at::Tensor scales = at::rand({(rows + 15) / 16, (cols + 127) / 128}) * 1e-3 + 1e-4;
+  const float* v = e4m3_values();
+  at::Tensor values = at::from_blob(const_cast<float*>(v), {256}, at::kFloat)
+                          .index_select(0, codes.to(at::kLong).reshape(-1))
+                          .view({rows, cols});
+  at::Tensor full_scales = scales.repeat_interleave(16, 0)
+                               .narrow(0, 0, rows)
+                               .repeat_interleave(128, 1)
+                               .narrow(1, 0, cols);
+  at::Tensor exact = values * full_scales;  // float32
+  for (at::ScalarType rounded : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    Fp8Matrix m{codes, scales, 16, 128, rounded};
+    at::Tensor loaded = exact.to(rounded);  // what decoding at load holds
+    for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+      at::Tensor want = loaded.to(dtype);
+      at::Tensor scratch = at::full({rows * cols + 7}, 5.0, dtype);
+      at::Tensor a = fp8_decode(m, dtype, scratch), b = fp8_decode_bands(m, dtype);
+      EXPECT_EQ(a.scalar_type(), dtype);
+      EXPECT_EQ(a.data_ptr(), scratch.data_ptr());  // decoded into the scratch
+      EXPECT_TRUE(at::equal(a, want)) << rounded << " -> " << dtype;
+      EXPECT_TRUE(at::equal(b, want)) << rounded << " -> " << dtype << " (bands)";
+    }
+  }
+  // The rounding bites: bf16 products are not the float32 ones.
+  EXPECT_FALSE(at::equal(fp8_decode({codes, scales, 16, 128, at::kBFloat16}, at::kFloat), exact));
 }
 
 TEST(Parts, AttentionSinksTakeTheirShareAndAreDropped) {

@@ -98,8 +98,9 @@ std::vector<ExpertWeights> expert_weights(const ModelConfig& c, WeightSource blo
   }
   for (int64_t e = 0; e < E; ++e) {
     WeightSource x = block.pp("experts").pp(e);
-    experts.push_back({x.pp(names.gate).get("weight", {I, H}), x.pp(names.up).get("weight", {I, H}),
-                       x.pp(names.down).get("weight", {H, I})});
+    experts.push_back({x.pp(names.gate).get_linear("weight", {I, H}),
+                       x.pp(names.up).get_linear("weight", {I, H}),
+                       x.pp(names.down).get_linear("weight", {H, I})});
   }
   return experts;
 }

@@ -64,8 +64,7 @@ const Architecture& architecture_of(const ModelConfig& c) {
 std::unique_ptr<Linear> linear_layer(WeightSource w, const std::string& name, int64_t in,
                                      int64_t out, bool bias) {
   WeightSource v = w.pp(name);
-  at::Tensor weight = v.get("weight", {out, in});
-  return std::make_unique<Linear>(v.path(), weight,
+  return std::make_unique<Linear>(v.path(), v.get_linear("weight", {out, in}),
                                   bias ? v.get("bias", {out}, Init::kBias) : at::Tensor());
 }
 

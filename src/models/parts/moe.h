@@ -24,11 +24,12 @@
 
 namespace actcap {
 
-// One expert's gated MLP, each matrix as the checkpoint holds it (a tensor of its own, or a view
-// of transformers 5's stacked experts): nothing is copied at load.
+// One expert's gated MLP, each matrix as the checkpoint holds it (a tensor of its own, a view of
+// transformers 5's stacked experts, or FP8 codes decoded as the expert runs): nothing is copied at
+// load.
 struct ExpertWeights {
-  at::Tensor gate, up;  // [inner, hidden] each
-  at::Tensor down;      // [hidden, inner]
+  LinearWeight gate, up;  // [inner, hidden] each
+  LinearWeight down;      // [hidden, inner]
 };
 
 // gpt-oss's expert (GptOssExperts): gu = gate_up x + gate_up_bias, its even features the gate and
