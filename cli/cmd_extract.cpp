@@ -179,7 +179,7 @@ std::optional<MergeReport> finish_over_mpi(MpiSession& mpi, const ExtractCommand
     }
     if (verdict["ok"].get<bool>() && !o.forward_only) {
       try {
-        merged = merge_ranks(o.out, checksums);
+        merged = merge_ranks(o.out, checksums, 0, export_faults_from_env());
       } catch (const std::exception& e) {
         verdict = {
             {"ok", false},

@@ -19,7 +19,7 @@ Command add_merge(CLI::App& app) {
   sub->add_option("DIR", o->dir, "The extract's output folder")->required();
   sub->add_flag("--json", o->json, "Machine-readable summary");
   return {sub, [o] {
-            const MergeReport r = merge_ranks(o->dir);
+            const MergeReport r = merge_ranks(o->dir, {}, 0, export_faults_from_env());
             if (!r.assembled)
               throw RunError(concat("cannot assemble ", o->dir, "/manifest.json: ",
                                     [&] {

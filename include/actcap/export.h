@@ -49,14 +49,15 @@ struct ExportFaults {
   // SIGKILL the process at the `kill_occurrence`-th (from 1) such moment: right after a journal
   // line is synced; a shard file with its header written and not its data; a manifest half
   // written; --resume having taken the journal in, before it removes unclaimed files; a rank's
-  // new run having written its manifest's head, before it removes the earlier run's files.
-  enum class Moment { kJournal, kShardWrite, kManifestWrite, kResume, kStart };
+  // new run having written its manifest's head, before it removes the earlier run's files; the
+  // manifest.json a ranked run's assembler (merge_ranks: the last rank, rank 0 after a gather,
+  // actcap merge) writes, half written.
+  enum class Moment { kJournal, kShardWrite, kManifestWrite, kResume, kMergeWrite, kStart };
   std::optional<Moment> kill_at;
   int64_t kill_occurrence = 1;
 };
-// Sets kill_at/kill_occurrence from "journal:N", "shard-write:N", "manifest-write:N", "resume" or
-// "start";
-// InputError (setting "kill_at") otherwise.
+// Sets kill_at/kill_occurrence from "journal:N", "shard-write:N", "manifest-write:N", "resume",
+// "merge-write:N" or "start"; InputError (setting "kill_at") otherwise.
 void parse_kill_at(const std::string& text, ExportFaults& faults);
 
 // Who produced a capture: the manifest's "model" (path, model_type, fingerprint of the weights)

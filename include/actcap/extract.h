@@ -89,9 +89,9 @@ struct MergeReport {
 // (`waiting` says which). Running it again gives the same files. InputError, when the world size
 // is not given, for a folder without rank manifests or with those of several world sizes;
 // RunError for a damaged rank manifest or ranks that disagree on the model, points, settings or
-// input.
+// input. `faults` (tests only): its merge-write kill moment.
 MergeReport merge_ranks(const std::string& dir, const std::vector<std::string>& sealed_as = {},
-                        int world_size = 0);
+                        int world_size = 0, const ExportFaults& faults = {});
 
 // Throws InputError for bad input (exit 2) and RunError when the run fails (exit 1), leaving the
 // manifest consistent with the shards on disk.

@@ -1119,7 +1119,7 @@ ExtractResult run_extract(Model& model, const Tokenizer* tokenizer, const Extrac
       // The last rank to finish finds every rank complete and assembles manifest.json; two
       // finishing together both write the same files, each atomically. Its own world size: rank 0
       // may not yet have removed an earlier run's rank files (--overwrite).
-      result.assembled = merge_ranks(o.out, {}, layout.world_size).assembled;
+      result.assembled = merge_ranks(o.out, {}, layout.world_size, o.faults).assembled;
       if (result.assembled) result.manifest = (fs::path(o.out) / kManifestName).string();
     }
   }

@@ -19,13 +19,14 @@ void parse_kill_at(const std::string& text, ExportFaults& faults) {
   if (name == "shard-write") moment = Moment::kShardWrite;
   if (name == "manifest-write") moment = Moment::kManifestWrite;
   if (name == "resume") moment = Moment::kResume;
+  if (name == "merge-write") moment = Moment::kMergeWrite;
   if (name == "start") moment = Moment::kStart;
   std::optional<int64_t> n = 1;
   if (colon != std::string::npos) n = parse_int64(text.substr(colon + 1));
   if (!moment || !n || *n < 1)
     throw InputError(concat("kill moment '", text,
                             "' is not one of journal:N, shard-write:N, manifest-write:N, resume, "
-                            "start (N from 1)"),
+                            "merge-write:N, start (N from 1)"),
                      {"kill_at"});
   faults.kill_at = moment;
   faults.kill_occurrence = *n;

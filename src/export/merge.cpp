@@ -105,12 +105,13 @@ std::vector<std::string> stale_rank_manifests(const std::string& dir, const json
 }
 
 MergeReport merge_ranks(const std::string& dir, const std::vector<std::string>& sealed_as,
-                        int world_size) {
-  return merge_ranks_observed(dir, sealed_as, world_size, nullptr);
+                        int world_size, const ExportFaults& faults) {
+  return merge_ranks_observed(dir, sealed_as, world_size, nullptr, faults);
 }
 
 MergeReport merge_ranks_observed(const std::string& dir, const std::vector<std::string>& sealed_as,
-                                 int world_size, const std::function<void()>& after_write) {
+                                 int world_size, const std::function<void()>& after_write,
+                                 const ExportFaults& faults) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw InputError(concat(dir, " is not a folder"));
   MergeReport report;
@@ -269,9 +270,15 @@ MergeReport merge_ranks_observed(const std::string& dir, const std::vector<std::
   };
   const std::string manifest = (fs::path(dir) / kManifestName).string();
   HeldFile mine;  // held open until looked again: its identity cannot pass to a newer file
+  // The merge-write moment is the manifest writer's own half-written one, in this write only.
+  ExportFaults kill;
+  if (faults.kill_at == ExportFaults::Moment::kMergeWrite)
+    kill.kill_at = ExportFaults::Moment::kManifestWrite,
+    kill.kill_occurrence = faults.kill_occurrence;
+  FaultPoints points(kill);
   try {
     if (schema->stats) out["stats"] = write_merged_stats(dir, shards, *schema);
-    write_manifest_streamed(dir, out, shards, &listed, nullptr, kManifestName, &mine);
+    write_manifest_streamed(dir, out, shards, &listed, &points, kManifestName, &mine);
   } catch (const std::exception&) {
     if (running_again()) return not_assembled();
     throw;

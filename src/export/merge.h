@@ -31,6 +31,7 @@ std::vector<std::string> stale_rank_manifests(const std::string& dir,
 // merge_ranks (actcap/extract.h) with a seam for tests: `after_write` runs once manifest.json is
 // written, before merge looks again at whether a rank started again meanwhile.
 MergeReport merge_ranks_observed(const std::string& dir, const std::vector<std::string>& sealed_as,
-                                 int world_size, const std::function<void()>& after_write);
+                                 int world_size, const std::function<void()>& after_write,
+                                 const ExportFaults& faults = {});
 
 }  // namespace actcap

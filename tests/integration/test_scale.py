@@ -357,6 +357,35 @@ def test_a_failed_merge_never_writes_through_a_leftover_temp_linked_to_the_datas
                                   "writing manifest.json") in one_error_line(p), p.stderr
 
 
+def test_an_assembler_killed_mid_write_leaves_no_manifest_and_merge_assembles_it(corpus, tmp_path):
+    """The last rank killed (SIGKILL) with manifest.json's temp file half written: no manifest.json
+    (verify fails, naming merge), the half-written temp never taken for it; actcap merge then
+    assembles the same files as an unkilled run. A merge killed the same way over a complete
+    dataset leaves its manifest as it was."""
+    inp, _, single = corpus
+    ref, out = tmp_path / "ref", tmp_path / "out"
+    for r in (0, 1):
+        run(*args(inp, ref, "--rank", r, "--world-size", 2), env=clean_env(), check=0)
+    run(*args(inp, out, "--rank", 0, "--world-size", 2), env=clean_env(), check=0)
+    p = run(*args(inp, out, "--rank", 1, "--world-size", 2),
+            env=clean_env(ACTCAP_KILL_AT="merge-write:1"), check=None)
+    assert p.returncode == -9, p.stderr
+    assert not (out / "manifest.json").exists()
+    temps = [f for f in os.listdir(out) if f.startswith("manifest.json.tmp.")]
+    assert len(temps) == 1 and (out / temps[0]).stat().st_size > 0, os.listdir(out)
+    v = run("verify", out)
+    assert v.returncode == 1 and "actcap merge" in v.stdout + v.stderr
+    assert "from 2 ranks" in run("merge", out, check=0).stdout
+    assert_same_rows(out, single)
+    for name in sorted(os.listdir(ref)):
+        assert (out / name).read_bytes() == (ref / name).read_bytes(), name
+    good = (out / "manifest.json").read_bytes()
+    p = run("merge", out, env=clean_env(ACTCAP_KILL_AT="merge-write:1"), check=None)
+    assert p.returncode == -9, p.stderr
+    assert (out / "manifest.json").read_bytes() == good
+    assert run("verify", out).returncode == 0
+
+
 def test_merge_repairs_a_missing_or_damaged_manifest(corpus, tmp_path):
     inp, _, single = corpus
     out = tmp_path / "out"
