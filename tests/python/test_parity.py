@@ -1869,6 +1869,8 @@ FP8_BAD = {
     "no_quantization_config": (dict(config=lambda c: c.pop("quantization_config")),
                                "has no quantization_config"),
     "e5m2": (dict(header=lambda h: h[Q].update(dtype="F8_E5M2")), "is F8_E5M2"),
+    "not_a_matrix": (dict(header=lambda h: h[Q].update(shape=[h[Q]["shape"][0], h[Q]["shape"][1] // 2, 2])),
+                     "FP8 weights must be matrices [out, in]"),
     "static_activations": (dict(config=lambda c: c["quantization_config"].update(activation_scheme="static")),
                            "activation_scheme"),
     "fmt": (dict(config=lambda c: c["quantization_config"].update(fmt="e5m2")), "\"fmt\""),
