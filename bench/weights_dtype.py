@@ -19,6 +19,14 @@ virtual devices with the default mode, once, and reports the same figures.
 (default gpt2-small: 12 layers, 768 wide, 4 experts of 2048, 2 per token), f32, with every
 expert matrix quantized to MXFP4 here (the other tensors stay f32, so only the experts differ
 between the arms). BENCHMARKS.md item 22 quotes it.
+
+`--fp8` instead compares an FP8 checkpoint (quantization_config "fp8", as DeepSeek-V3 ships) kept
+packed and decoded per matrix as it runs (`keep`) against decoded at load (`f32`), and against its
+BF16 twin kept as stored (what running a BF16 conversion costs): init-model's llama of --preset,
+f32, every linear matrix of its layers quantized here to F8_E4M3 in blocks of 128 x 128 with F32
+scales (tests/python/synth.py's encoder), config dtype bfloat16; the twin holds those matrices
+decoded and rounded to bf16. Embeddings, norms and lm_head stay f32 in both, so only the layers'
+matrices differ between the arms. BENCHMARKS.md item 23 quotes it.
 """
 import argparse
 import json
@@ -80,6 +88,40 @@ def write_mxfp4_model(actcap, preset, models_dir, out):
     st.save(os.path.join(out, "model.safetensors"), tensors, metadata=meta)
 
 
+def make_fp8_models(actcap, preset, models_dir):
+    """The FP8 checkpoint and its BF16 twin, written by a child process (see make_mxfp4_model)."""
+    out = os.path.join(models_dir, f"llama-{preset}-fp8")
+    if not os.path.exists(os.path.join(out, "twin", "model.safetensors")):
+        subprocess.run([sys.executable, os.path.abspath(__file__), "--actcap", actcap, "--preset",
+                        preset, "--models", models_dir, "--write-fp8", out], check=True)
+    return os.path.join(out, "fp8"), os.path.join(out, "twin")
+
+
+def write_fp8_models(actcap, preset, models_dir, out):
+    import synth  # tests/python: the FP8 encoder and decoder written from the format
+    src = make_model(actcap, "llama", preset, "f32", models_dir)
+    tensors, meta = st.load(os.path.join(src, "model.safetensors"))
+    with open(os.path.join(src, "config.json")) as f:
+        cfg = json.load(f)
+    block = (128, 128)
+    fp8, twin, fp8_names, twin_names = {}, {}, {}, {}
+    for name, v in tensors.items():
+        if not (name.startswith("model.layers.") and synth._fp8_quantized(name, v)):
+            fp8[name] = twin[name] = v
+            continue
+        codes, scales = synth.fp8_quantize(v, block)
+        fp8[name], fp8_names[name] = codes, "F8_E4M3"
+        fp8[name + "_scale_inv"] = scales
+        twin[name], twin_names[name] = synth.fp8_decode(codes, scales, block), "BF16"
+    q = dict(synth.FP8_QUANTIZATION_CONFIG, weight_block_size=list(block))
+    for d, t, names, c in (("fp8", fp8, fp8_names, dict(cfg, quantization_config=q)),
+                           ("twin", twin, twin_names, cfg)):
+        os.makedirs(os.path.join(out, d), exist_ok=True)
+        with open(os.path.join(out, d, "config.json"), "w") as f:
+            json.dump(dict(c, torch_dtype="bfloat16"), f, indent=1)
+        st.save(os.path.join(out, d, "model.safetensors"), t, metadata=meta, dtype_names=names)
+
+
 def make_model(actcap, arch, preset, dtype, models_dir):
     out = os.path.join(models_dir, f"{arch}-{preset}-{dtype}")
     if not os.path.exists(os.path.join(out, "model.safetensors")):
@@ -123,11 +165,15 @@ def main():
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--big", action="store_true", help="the Llama-3.1-8B bf16 run (see above)")
     ap.add_argument("--mxfp4", action="store_true", help="gpt-oss's MXFP4 experts (see above)")
+    ap.add_argument("--fp8", action="store_true", help="an FP8 checkpoint (see above)")
     ap.add_argument("--write-mxfp4", help=argparse.SUPPRESS)  # make_mxfp4_model's child
+    ap.add_argument("--write-fp8", help=argparse.SUPPRESS)  # make_fp8_models' child
     ap.add_argument("--models", default="build/bench-models")
     a = ap.parse_args()
     if a.write_mxfp4:
         return write_mxfp4_model(a.actcap, a.preset, a.models, a.write_mxfp4)
+    if a.write_fp8:
+        return write_fp8_models(a.actcap, a.preset, a.models, a.write_fp8)
     os.makedirs(a.models, exist_ok=True)
     corpus = os.path.join(a.models, f"wd-corpus-{a.docs}x{a.tokens}.jsonl")
 
@@ -148,7 +194,10 @@ def main():
         a.arch = "gpt_oss"
         model = make_mxfp4_model(a.actcap, a.preset, a.models)
         arms = [("mxfp4", "keep", model), ("mxfp4", "f32", model)]
-    for dtype in ("bf16", "f16", "f32") if not a.mxfp4 else ():
+    if a.fp8:
+        fp8, twin = make_fp8_models(a.actcap, a.preset, a.models)
+        arms = [("fp8", "keep", fp8), ("fp8", "f32", fp8), ("bf16 twin", "keep", twin)]
+    for dtype in ("bf16", "f16", "f32") if not (a.mxfp4 or a.fp8) else ():
         model = make_model(a.actcap, a.arch, a.preset, dtype, a.models)
         for mode in (("keep", "f32") if dtype != "f32" else ("keep",)):
             arms.append((dtype, mode, model))
@@ -174,6 +223,11 @@ def main():
         print(f"| {dtype} | {mode} | {statistics.median(r['tps'] for r in rs):.0f} | "
               f"{statistics.median(r['wall'] for r in rs):.2f} | "
               f"{gib(statistics.median(r['rss'] for r in rs))} | {ratio} |")
+    if a.fp8:
+        pairs = [k["tps"] / t["tps"] for k, t in zip(results[("fp8", "keep")],
+                                                      results[("bf16 twin", "keep")])]
+        print(f"\nfp8 keep / bf16 twin keep tokens/s, per round: {statistics.median(pairs):.3f} "
+              f"({min(pairs):.3f}-{max(pairs):.3f})")
 
 
 if __name__ == "__main__":
