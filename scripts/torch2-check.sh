@@ -124,6 +124,13 @@ stage_build() {
   rm -rf "$next" && mkdir -p "$next" || return
   # tar keeps the files' times, so that the kept build/ rebuilds only what changed
   git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | tar -x -C "$next" || return
+  # ...and touches each file whose bytes differ from the copy build/ was built from: a file edited
+  # while that build ran keeps a time older than the objects built from its earlier bytes.
+  if [ -d "$src" ]; then
+    (cd "$next" && find . -type f -print0) | while IFS= read -r -d '' f; do
+      cmp -s "$next/$f" "$src/$f" || touch "$next/$f"
+    done
+  fi
   [ -d "$src/build" ] && mv "$src/build" "$next/build"
   rm -rf "$src" && mv "$next" "$src" || return
   in_root bash -c "cd /src && cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
