@@ -292,7 +292,27 @@ def config_seeds():
                           "mscale": 0.707, "mscale_all_dim": 0.707, "beta_fast": 32, "beta_slow": 1})
     variant("deepseek_v2_group_limited.json", deepseek_v2, q_lora_rank=32,
             topk_method="group_limited_greedy", n_group=4, topk_group=2, mlp_bias=True)
+    # FP8 checkpoints: transformers' fp8 (DeepSeek-V3's blocks) and llm-compressor's
+    # compressed-tensors (per channel; per block).
+    variant("deepseek_v3_fp8.json", deepseek_v3, torch_dtype="bfloat16", quantization_config={
+        "quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+        "weight_block_size": [128, 128]})
+    ct_weights = {"num_bits": 8, "type": "float", "symmetric": True, "dynamic": False,
+                  "strategy": "channel", "group_size": None, "block_structure": None,
+                  "actorder": None}
+    ct = {"quant_method": "compressed-tensors", "format": "float-quantized",
+          "config_groups": {"group_0": {"targets": ["Linear"], "weights": ct_weights,
+                                        "input_activations": {"num_bits": 8, "type": "float",
+                                                              "strategy": "tensor"}}},
+          "ignore": ["lm_head"], "sparsity_config": None}
+    variant("llama_compressed_tensors_fp8.json", LLAMA, torch_dtype="bfloat16",
+            quantization_config=ct)
+    variant("deepseek_v3_compressed_tensors_block.json", deepseek_v3, torch_dtype="bfloat16",
+            quantization_config=dict(ct, config_groups={"group_0": {"weights": dict(
+                ct_weights, strategy="block", block_structure=[128, 128])}}))
     # Near-valid.
+    variant("bad_compressed_tensors_int4.json", LLAMA, quantization_config=dict(
+        ct, format="pack-quantized"))
     variant("bad_deepseek_v3_groups.json", deepseek_v3, n_group=3)
     variant("bad_deepseek_v2_topk_method.json", deepseek_v2, topk_method="noaux_tc")
     variant("bad_gpt_oss_quantization.json", gpt_oss, quantization_config={"quant_method": "gptq"})

@@ -47,12 +47,17 @@ struct ArchParams {
   }
 };
 
-// config.json's quantization_config with "quant_method": "fp8" (transformers' fine-grained FP8:
-// DeepSeek-V3/R1, Kimi-K2, the Qwen3 FP8 releases): F8_E4M3 weights, each with one scale per
-// block in `<weight>_scale_inv`, decoded as each layer runs (weights dtype keep) or at load
-// (docs/devices.md).
+// FP8 weights, from config.json's quantization_config: "quant_method": "fp8" (transformers'
+// fine-grained FP8: DeepSeek-V3/R1, Kimi-K2, the Qwen3 FP8 releases; scales in
+// `<weight>_scale_inv`) or "compressed-tensors" with 8-bit float weights (llm-compressor's FP8
+// schemes: per tensor, per channel, per group or per block; scales in `<weight>_scale`). F8_E4M3
+// weights, each with one scale per block, decoded as each layer runs (weights dtype keep) or at
+// load (docs/devices.md).
 struct Fp8Weights {
-  // weight_block_size: rows and columns of a block; 0 and 0 when it is null (one scale per matrix).
+  std::string method = "fp8";               // quant_method
+  std::string scale_suffix = "_scale_inv";  // a weight's scales: its name and this
+  // Rows and columns of a block, each 0 for the whole dimension: (0, 0) one scale per matrix
+  // (weight_block_size null; per tensor), (1, 0) per output channel, (1, g) groups of g inputs.
   int64_t block_rows = 128, block_cols = 128;
   // What the weights decode to: config.json's dtype (or torch_dtype), "bfloat16", "float16" or
   // "float32"; "float32" when it names none.

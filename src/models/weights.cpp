@@ -114,13 +114,13 @@ struct WeightSource::State {
                               " but config.json implies ", concat(at::IntArrayRef(shape))));
   }
 
-  // Checkpoint tensor `found` as an FP8 weight (its codes, with `<found>_scale_inv` beside it
-  // under an fp8 quantization_config), the scales then used; nullopt for any other tensor.
+  // Checkpoint tensor `found` as an FP8 weight (its codes, with its scales beside it under an FP8
+  // quantization_config), the scales then used; nullopt for any other tensor.
   std::optional<Fp8Matrix> fp8_weight(const std::string& found) {
     const at::Tensor& t = tensors->at(found);
     const bool byte = t.scalar_type() == at::kByte || at::isFloatingType(t.scalar_type());
     if (!fp8 || !byte || t.element_size() != 1) return std::nullopt;
-    auto s = tensors->find(found + "_scale_inv");
+    auto s = tensors->find(found + fp8->scale_suffix);
     if (s == tensors->end()) return std::nullopt;
     Fp8Matrix m = fp8_matrix(*fp8, found, t, s->second, origin);
     used.insert(s->first);
@@ -138,6 +138,9 @@ WeightSource WeightSource::load(const std::map<std::string, at::Tensor>& tensors
   s->tensors = &tensors;
   s->origin = std::move(origin);
   s->keep_16bit = keep_16bit;
+  // compressed-tensors' activation and KV-cache scales: activations are not quantized.
+  if (fp8 && fp8->method == "compressed-tensors")
+    s->ignored_suffixes = {".input_scale", ".output_scale", ".k_scale", ".v_scale"};
   s->fp8 = std::move(fp8);
   return WeightSource(std::move(s), "");
 }
@@ -212,8 +215,8 @@ at::Tensor WeightSource::get(const std::string& relative, const std::vector<int6
     if (!at::isFloatingType(t.scalar_type()) || float8)
       throw InputError(concat(s.origin, ": tensor ", *found, " has dtype ", t.scalar_type(),
                               float8 ? "; 8-bit float weights are decoded only with their block "
-                                       "scales (<name>_scale_inv) under a quantization_config "
-                                       "\"fp8\""
+                                       "scales under an FP8 quantization_config (\"fp8\", "
+                                       "\"compressed-tensors\")"
                                      : "; weights must be floating point (F32, F16, BF16, F64)"));
     s.check_shape(*found, t, shape);
     w = held(t, s.keep_16bit);

@@ -539,14 +539,34 @@ def _fp8_quantized(name, v):
             and "embed" not in name and not name.startswith("lm_head"))
 
 
+def compressed_tensors_config(strategy, block=None):
+    """The quantization_config llm-compressor writes for its FP8 schemes (format float-quantized):
+    8-bit symmetric static float weights of `strategy` tensor, channel, group (block (1, g)) or block
+    (block (rows, columns)), static per-tensor float input scales (FP8 W8A8)."""
+    weights = {"num_bits": 8, "type": "float", "symmetric": True, "dynamic": False, "strategy": strategy,
+               "group_size": block[1] if strategy == "group" else None,
+               "block_structure": list(block) if strategy == "block" else None,
+               "actorder": None, "observer": "minmax"}
+    return {"quant_method": "compressed-tensors", "format": "float-quantized",
+            "quantization_status": "compressed", "global_compression_ratio": None,
+            "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights,
+                                          "input_activations": {"num_bits": 8, "type": "float", "symmetric": True,
+                                                                "dynamic": False, "strategy": "tensor"},
+                                          "output_activations": None}},
+            "ignore": ["lm_head"], "kv_cache_scheme": None, "sparsity_config": None}
+
+
 def write_fp8_checkpoint(fp8_dir, twin_dir, cfg, seed=0, block=(128, 128), scale_dtype="F32",
-                         dtype="bfloat16", every_code=None):
+                         dtype="bfloat16", every_code=None, compressed=None):
     """An FP8 checkpoint of `cfg` (quantization_config fp8 with weight_block_size `block`, None for
     one scale per matrix; config dtype `dtype`) at fp8_dir, and at twin_dir its twin: the same model
     with each FP8 weight decoded (fp8_decode, then rounded to `dtype` as the other tensors are),
     without quantization_config. Scales stored as `scale_dtype` (F32 as DeepSeek's, BF16 as Qwen's:
     the scales are rounded to bf16 first). every_code: a tensor name whose first 254 codes are set
-    to every finite code. Returns the names stored quantized."""
+    to every finite code. compressed: a compressed-tensors strategy (tensor, channel, group, block;
+    `block` the group's (1, g) or the block's) instead of transformers' fp8: scales in <weight>_scale
+    ([1] per tensor, [rows, 1] per channel), and an <input>_scale each. Returns the names stored
+    quantized."""
     w = random_weights(cfg, seed)
     if reference.Config(cfg).tie:
         del w["embed_out.weight" if cfg["model_type"] == "gpt_neox" else "lm_head.weight"]
@@ -564,17 +584,24 @@ def write_fp8_checkpoint(fp8_dir, twin_dir, cfg, seed=0, block=(128, 128), scale
         if not _fp8_quantized(k, v):
             fp8[k], fp8_names[k] = twin[k], twin_names[k] = stored(round_to(v))
             continue
-        codes, scales = fp8_quantize(v, block)
+        b = {None: block, "tensor": None, "channel": (1, v.shape[1])}.get(compressed, block)
+        codes, scales = fp8_quantize(v, b)
         if k == every_code:
             finite = np.array([c for c in range(256) if c not in (0x7F, 0xFF)], np.uint8)
             codes.reshape(-1)[:finite.size] = finite
         if scale_dtype == "BF16":
             scales = st.bf16_bits_to_f32(st.f32_to_bf16_bits(scales))
         fp8[k], fp8_names[k] = codes, "F8_E4M3"
-        fp8[k + "_scale_inv"], fp8_names[k + "_scale_inv"] = scales, scale_dtype
-        twin[k], twin_names[k] = stored(round_to(fp8_decode(codes, scales, block)))
+        suffix = "_scale" if compressed else "_scale_inv"
+        shape = {"tensor": (1,), "channel": (scales.shape[0], 1)}.get(compressed, scales.shape)
+        fp8[k + suffix], fp8_names[k + suffix] = scales.reshape(shape), scale_dtype
+        if compressed:
+            fp8[k[:-len("weight")] + "input_scale"] = np.array([0.0625], np.float32)
+        twin[k], twin_names[k] = stored(round_to(fp8_decode(codes, scales, b)))
         quantized.append(k)
     q = dict(FP8_QUANTIZATION_CONFIG, weight_block_size=list(block) if block is not None else None)
+    if compressed:
+        q = compressed_tensors_config(compressed, block)
     for d, tensors, names, config in ((fp8_dir, fp8, fp8_names, dict(cfg, quantization_config=q)),
                                       (twin_dir, twin, twin_names, cfg)):
         os.makedirs(d, exist_ok=True)

@@ -1904,6 +1904,76 @@ def test_fp8_config_over_float_weights_is_one_line_exit_2(actcap_bin, tmp_path):
     assert "no tensor" in _one_line_exit_2(twin, tmp_path)
 
 
+# compressed-tensors FP8 checkpoints (llm-compressor's schemes, as RedHatAI's FP8 releases and the
+# FP8-Block Kimi/DeepSeek conversions ship): <weight>_scale per tensor, channel, group or block, and
+# static input scales, which actcap leaves (activations are not quantized).
+COMPRESSED_CASES = {
+    "llama_tensor": ("llama", dict(compressed="tensor", scale_dtype="F32", dtype="bfloat16")),
+    "qwen3_channel": ("qwen3", dict(compressed="channel", scale_dtype="BF16", dtype="bfloat16")),
+    "llama_group": ("llama", dict(compressed="group", block=(1, 16), scale_dtype="F32", dtype="float16")),
+    "deepseek_v3_block": ("deepseek_v3", dict(compressed="block", block=(16, 12), scale_dtype="F32",
+                                              dtype="bfloat16")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(COMPRESSED_CASES))
+def test_compressed_tensors_fp8_equals_its_decoded_twin_and_the_reference(actcap_bin, tmp_path, case):
+    """Each F8_E4M3 weight times its scale (one per matrix, output channel, group of inputs or
+    block), rounded once to config.json's dtype: every capture equals the decoded twin's bit for bit,
+    and the reference's on the twin; the input scales are neither used nor reported as unused."""
+    arch, kw = COMPRESSED_CASES[case]
+    fp8, twin = tmp_path / "fp8", tmp_path / "twin"
+    quantized = synth.write_fp8_checkpoint(str(fp8), str(twin), synth.tiny_config(arch), seed=5,
+                                           every_code="model.layers.0.mlp.down_proj.weight", **kw)
+    assert len(quantized) > 8
+    names = st.dtypes(str(fp8 / "model.safetensors"))
+    assert names["model.layers.0.mlp.down_proj.weight"] == "F8_E4M3"
+    assert "model.layers.0.mlp.down_proj.weight_scale" in names and "model.layers.0.mlp.down_proj.input_scale" in names
+    seqs = tokens_for(twin, [10, 6], seed=2)
+    p = H.actcap("run", fp8, "--tokens", H.tokens_arg(seqs), "--capture", "**", "**:input", "--out", tmp_path / "a",
+                 check=True)
+    assert "ignoring" not in p.stderr, p.stderr
+    _, a, _ = H.read_capture(tmp_path / "a")
+    _, b, _ = H.run_capture(twin, tmp_path / "b", seqs)
+    assert set(a) == set(b)
+    assert not [k for k in a if not np.array_equal(a[k], b[k])]
+    check_parity(fp8, seqs, tmp_path / "out", ref_dir=twin)
+
+
+def _ct_weights(c, **kw):
+    c["quantization_config"]["config_groups"]["group_0"]["weights"].update(kw)
+
+
+COMPRESSED_BAD = {
+    "format": (lambda c: c["quantization_config"].update(format="pack-quantized"),
+               "\"format\": \"pack-quantized\" is not supported"),
+    "int8": (lambda c: _ct_weights(c, type="int"), "is not an 8-bit float scheme"),
+    "four_bits": (lambda c: _ct_weights(c, num_bits=4), "is not an 8-bit float scheme"),
+    "asymmetric": (lambda c: _ct_weights(c, symmetric=False), "asymmetric"),
+    "dynamic_weights": (lambda c: _ct_weights(c, dynamic=True), "asymmetric, dynamic"),
+    "strategy": (lambda c: _ct_weights(c, strategy="tensor_group"), "strategy \"tensor_group\" is not supported"),
+    "scales_shape": (lambda c: _ct_weights(c, strategy="channel"), "but strategy channel over"),
+    "sparsity": (lambda c: c["quantization_config"].update(sparsity_config={"format": "sparse-24-bitmask"}),
+                 "sparsity_config"),
+    "no_groups": (lambda c: c["quantization_config"].update(config_groups={}), "config_groups"),
+    "two_schemes": (lambda c: c["quantization_config"]["config_groups"].update(
+        group_1=dict(c["quantization_config"]["config_groups"]["group_0"],
+                     weights=dict(c["quantization_config"]["config_groups"]["group_0"]["weights"],
+                                  strategy="channel"))), "different weight strategies"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(COMPRESSED_BAD))
+def test_bad_compressed_tensors_checkpoint_is_one_line_exit_2(actcap_bin, tmp_path, case):
+    m = tmp_path / "fp8"
+    synth.write_fp8_checkpoint(str(m), str(tmp_path / "twin"), synth.tiny_config("llama"), seed=2,
+                               compressed="tensor")
+    edit, needle = COMPRESSED_BAD[case]
+    _fp8_edit(m, config=edit)
+    line = _one_line_exit_2(m, tmp_path)
+    assert needle in line, line
+
+
 def test_gpt_oss_without_rope_fields_is_yarn_by_default(actcap_bin, tmp_path):
     """GptOssConfig's rope_parameters default is YaRN (factor 32 over 4096 positions,
     rope_theta 150000), not plain RoPE: a config.json with no rope field runs that."""
