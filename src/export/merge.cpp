@@ -272,9 +272,10 @@ MergeReport merge_ranks_observed(const std::string& dir, const std::vector<std::
   HeldFile mine;  // held open until looked again: its identity cannot pass to a newer file
   // The merge-write moment is the manifest writer's own half-written one, in this write only.
   ExportFaults kill;
-  if (faults.kill_at == ExportFaults::Moment::kMergeWrite)
-    kill.kill_at = ExportFaults::Moment::kManifestWrite,
+  if (faults.kill_at == ExportFaults::Moment::kMergeWrite) {
+    kill.kill_at = ExportFaults::Moment::kManifestWrite;
     kill.kill_occurrence = faults.kill_occurrence;
+  }
   FaultPoints points(kill);
   try {
     if (schema->stats) out["stats"] = write_merged_stats(dir, shards, *schema);

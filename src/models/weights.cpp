@@ -205,9 +205,10 @@ at::Tensor WeightSource::get(const std::string& relative, const std::vector<int6
     }
     s.used.insert(*found);
     at::Tensor t = s.tensors->at(*found);
-    // Decoded to the checkpoint's dtype, then held as a weight stored in it.
+    // Decoded in one pass to the dtype a weight stored in the checkpoint's dtype is held in (that
+    // dtype under keep_16bit, float32 otherwise), each value rounded through the checkpoint's.
     if (std::optional<Fp8Matrix> packed = s.fp8_weight(*found))
-      t = fp8_decode(*packed, packed->rounded);
+      t = fp8_decode(*packed, s.keep_16bit ? packed->rounded : at::kFloat);
     // 8-bit floats hold values only their block scales make weights of (models/fp8_weights.h):
     // without them, or without an fp8 quantization_config, refused rather than run as garbage.
     const bool float8 =
