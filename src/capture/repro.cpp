@@ -25,14 +25,14 @@ std::unique_ptr<Model> repro_model(const std::string& arch) {
     c.num_hidden_layers = 12;
   } else {
     nlohmann::json j = nlohmann::json::parse(config_to_json(c));
-    j["num_hidden_layers"] = 12;
+    j[j.contains("n_layer") ? "n_layer" : "num_hidden_layers"] = 12;  // GPT-J: n_layer
     j.erase("layer_types");
     c = parse_config(j.dump(), concat("the ", arch, " repro model"));
   }
   return Model::from_tensors(c, random_weights(c, 7, at::kFloat), "repro");
 }
 
-// Every block's output: "transformer.h.*", "model.layers.*", "gpt_neox.layers.*".
+// Every block's output: "transformer.h.*" (GPT-2, GPT-J), "model.layers.*", "gpt_neox.layers.*".
 std::string block_pattern(const Model& m) {
   const std::vector<std::vector<std::string>> modules = m.stage_modules();
   for (size_t i = 0; i < modules.size(); ++i)

@@ -2,7 +2,7 @@
 
 Written from the semantics of Hugging Face transformers' modeling_gpt2.py, modeling_llama.py,
 modeling_mistral.py, modeling_qwen2.py, modeling_qwen3.py, modeling_olmo.py, modeling_olmo2.py,
-modeling_gemma.py, modeling_gemma2.py, modeling_gemma3.py, modeling_gpt_neox.py, modeling_phi3.py,
+modeling_gemma.py, modeling_gemma2.py, modeling_gemma3.py, modeling_gpt_neox.py, modeling_gptj.py, modeling_phi3.py,
 modeling_mixtral.py, modeling_qwen3_moe.py, modeling_qwen2_moe.py, modeling_olmoe.py,
 modeling_gpt_oss.py, modeling_deepseek_v3.py, modeling_deepseek_v2.py (with configuration_mixtral.py,
 configuration_qwen3_moe.py, configuration_qwen2_moe.py, configuration_olmo.py, configuration_olmoe.py,
@@ -75,6 +75,9 @@ Hook points (N = layer index):
          .mlp.dense_h_to_4h, .mlp.act, .mlp.dense_4h_to_h, gpt_neox.final_layer_norm, embed_out
          (the head; a checkpoint may store its weight as lm_head.weight, as newer transformers
          name the module).
+  gptj:  transformer.wte, transformer.h.N, .ln_1, .attn, .attn.q_proj, .attn.k_proj, .attn.v_proj,
+         .attn.out_proj, .mlp, .mlp.fc_in, .mlp.act, .mlp.fc_out, transformer.ln_f, lm_head (with a
+         bias). The MLP reads ln_1's output, as the attention does.
   phi3:  model.embed_tokens, model.layers.N, .input_layernorm, .self_attn, .self_attn.qkv_proj,
          .self_attn.o_proj, .post_attention_layernorm, .mlp, .mlp.gate_up_proj, .mlp.activation_fn
          (its input is the gate half of gate_up_proj), .mlp.down_proj, model.norm, lm_head
@@ -183,7 +186,7 @@ import torch.nn.functional as F
 import st
 
 ARCHS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo", "olmo2", "gemma", "gemma2", "gemma3_text",
-         "gemma3", "gpt_neox", "phi3", "mixtral", "qwen3_moe", "qwen2_moe", "olmoe", "gpt_oss", "deepseek_v3",
+         "gemma3", "gpt_neox", "gptj", "phi3", "mixtral", "qwen3_moe", "qwen2_moe", "olmoe", "gpt_oss", "deepseek_v3",
          "deepseek_v2")
 MOE_ARCHS = ("mixtral", "qwen3_moe", "qwen2_moe", "olmoe", "gpt_oss", "deepseek_v3", "deepseek_v2")
 
@@ -349,6 +352,10 @@ NEOX_DEFAULTS = dict(vocab_size=50432, hidden_size=6144, num_hidden_layers=44, n
                      intermediate_size=24576, hidden_act="gelu", max_position_embeddings=2048,
                      layer_norm_eps=1e-5, tie_word_embeddings=False, use_parallel_residual=True,
                      attention_bias=True, rotary_pct=0.25)
+# GPTJConfig's defaults (EleutherAI/gpt-j-6B's sizes); attribute_map: hidden_size -> n_embd,
+# num_hidden_layers -> n_layer, num_attention_heads -> n_head, max_position_embeddings -> n_positions.
+GPTJ_DEFAULTS = dict(vocab_size=50400, n_positions=2048, n_embd=4096, n_layer=28, n_head=16,
+                     activation_function="gelu_new", layer_norm_epsilon=1e-5, tie_word_embeddings=False)
 # Phi3Config's defaults.
 PHI3_DEFAULTS = dict(vocab_size=32064, hidden_size=3072, intermediate_size=8192, num_hidden_layers=32,
                      num_attention_heads=32, hidden_act="silu", max_position_embeddings=4096,
@@ -439,6 +446,8 @@ class Config:
             self._gemma3(cfg)
         elif mt == "gpt_neox":
             self._gpt_neox(cfg)
+        elif mt == "gptj":
+            self._gptj(cfg)
         elif mt == "phi3":
             self._phi3(cfg)
         elif mt == "gpt_oss":
@@ -1375,6 +1384,38 @@ class Config:
             raise ReferenceError(f"rotary dim {rot} must be even and >= 2")
         self.windows = [None] * self.layers
 
+    def _gptj(self, cfg):
+        """GPTJConfig: every field has a default; n_inner None -> 4 * n_embd. rotary_dim 64 when
+        absent; an explicit null makes GPTJAttention build its tables n_embd wide
+        (`self.rotary_dim or self.embed_dim`) and rotate whole heads, which only broadcasts with one
+        head. apply_rotary_pos_emb's repeat_interleave(sin, 2) must give rotary_dim features, so an
+        odd rotary_dim, or one wider than a head, fails in transformers' forward."""
+        d = GPTJ_DEFAULTS
+
+        def get(*keys):
+            return _get(cfg, *keys, default=d[keys[0]])
+
+        self.vocab_size = int(get("vocab_size"))
+        self.n_positions = int(get("n_positions", "max_position_embeddings"))
+        self.hidden = int(get("n_embd", "hidden_size"))
+        self.layers = int(get("n_layer", "num_hidden_layers"))
+        self.heads = int(get("n_head", "num_attention_heads"))
+        self.kv_heads = self.heads
+        self.inner = int(cfg["n_inner"]) if cfg.get("n_inner") is not None else 4 * self.hidden
+        self.act = get("activation_function")
+        self.eps = float(get("layer_norm_epsilon"))
+        self.tie = bool(get("tie_word_embeddings"))
+        if self.hidden % self.heads:
+            raise ReferenceError("n_embd not divisible by n_head")
+        self.head_dim = self.hidden // self.heads
+        if "rotary_dim" in cfg and cfg["rotary_dim"] is None:
+            self.rotary_dim = self.hidden  # pos_embd_dim = embed_dim
+        else:
+            self.rotary_dim = int(cfg.get("rotary_dim", 64))
+        if self.rotary_dim % 2 or not 2 <= self.rotary_dim <= self.head_dim:
+            raise ReferenceError(f"rotary_dim {self.rotary_dim} with head_dim {self.head_dim} does not broadcast")
+        self.windows = [None] * self.layers
+
     def _phi3(self, cfg):
         """Phi3Config: every field has a default (Phi-3-mini's sizes); num_key_value_heads null or
         absent -> num_attention_heads; head_dim from config.json if there, else hidden_size //
@@ -1677,7 +1718,7 @@ ROPE_FUNCTIONS = {"default": _rope_default, "linear": _rope_linear, "dynamic": _
                   "yarn": _rope_yarn, "longrope": _rope_longrope, "llama3": _rope_llama3}
 ROPE_TYPES = tuple(ROPE_FUNCTIONS)
 MAX_POSITIONS_DEFAULT = {"gemma": 8192, "gemma2": 8192, "gemma3_text": 131072, "llama": 2048, "mistral": 4096 * 32, "qwen2": 32768, "qwen3": 32768,
-                         "gpt_neox": 2048, "phi3": 4096, "mixtral": 4096 * 32, "qwen3_moe": 32768, "qwen2_moe": 32768,
+                         "gpt_neox": 2048, "gptj": 2048, "phi3": 4096, "mixtral": 4096 * 32, "qwen3_moe": 32768, "qwen2_moe": 32768,
                          "olmo": 2048, "olmo2": 2048, "olmoe": 4096, "gpt_oss": 131072, "deepseek_v3": 4096,
                          "deepseek_v2": 2048}
 
@@ -1906,6 +1947,23 @@ def expected_shapes(cfg):
         s["gpt_neox.final_layer_norm.weight"] = [H]
         s["gpt_neox.final_layer_norm.bias"] = [H]
         s["embed_out.weight"] = [V, H]
+        return s
+    elif c.arch == "gptj":
+        s["transformer.wte.weight"] = [V, H]
+        for i in range(c.layers):
+            p = f"transformer.h.{i}."
+            s[p + "ln_1.weight"] = [H]
+            s[p + "ln_1.bias"] = [H]
+            for nm in ("q_proj", "k_proj", "v_proj", "out_proj"):
+                s[p + f"attn.{nm}.weight"] = [H, H]
+            s[p + "mlp.fc_in.weight"] = [I, H]
+            s[p + "mlp.fc_in.bias"] = [I]
+            s[p + "mlp.fc_out.weight"] = [H, I]
+            s[p + "mlp.fc_out.bias"] = [H]
+        s["transformer.ln_f.weight"] = [H]
+        s["transformer.ln_f.bias"] = [H]
+        s["lm_head.weight"] = [V, H]
+        s["lm_head.bias"] = [V]
         return s
     elif c.arch == "phi3":
         q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
@@ -2232,6 +2290,10 @@ class Model:
             emb_key = "gpt_neox.embed_in.weight"
             head_key = "embed_out.weight"
             prefix = ""
+        elif self.cfg.arch == "gptj":  # the causal-mask buffers older checkpoints saved
+            w = {k: v for k, v in w.items() if not k.endswith((".attn.bias", ".attn.masked_bias"))}
+            emb_key = "transformer.wte.weight"
+            prefix = ""
         else:
             w = _norm_llama_names(w)
             if self.cfg.arch == "gpt_oss":
@@ -2289,6 +2351,8 @@ class Model:
                 pts = self._gemma(ids, rope_seq_len)
             elif self.cfg.arch == "gpt_neox":
                 pts = self._gpt_neox(ids, rope_seq_len)
+            elif self.cfg.arch == "gptj":
+                pts = self._gptj(ids)
             elif self.cfg.arch == "phi3":
                 pts = self._phi3(ids, rope_seq_len)
             elif self.cfg.arch == "gpt_oss":
@@ -2970,6 +3034,88 @@ class Model:
         rec("gpt_neox.final_layer_norm", h, hf)
         logits = F.linear(hf, w["embed_out.weight"])
         rec("embed_out", hf, logits)
+        return pts
+
+    def _gptj(self, ids):
+        """GPTJModel / GPTJBlock / GPTJAttention (eager) / GPTJMLP. create_sinusoidal_positions:
+        inv_freq = 1 / 10000 ** (arange(0, rotary_dim, 2) / rotary_dim), angles = position (float32) x
+        inv_freq, the table cat(sin, cos) for n_positions positions; each of q's and k's heads
+        ([T, heads, head_dim], before the head transpose) rotates its first rotary_dim features with
+        apply_rotary_pos_emb: sin and cos repeat_interleave'd by 2, x * cos + rotate_every_two(x) *
+        sin, where rotate_every_two takes (x[2i], x[2i+1]) to (-x[2i+1], x[2i]); the rest passes
+        through. _attn: q and k in float32, (q k^T) / sqrt(head_dim), the causal mask, softmax. Block:
+        x = ln_1(h); attn(x) + mlp(x) + h."""
+        c, w = self.cfg, self.w
+        T = ids.shape[0]
+        if T > c.n_positions:
+            raise ReferenceError("sequence longer than n_positions")
+        pts = OrderedDict()
+
+        def rec(name, inp, out):
+            pts[name + ":input"] = inp
+            pts[name] = out
+
+        def ln(x, p):
+            return F.layer_norm(x, (c.hidden,), w[p + ".weight"], w[p + ".bias"], c.eps)
+
+        def lin(x, p):
+            return F.linear(x, w[p + ".weight"], w.get(p + ".bias"))
+
+        def rotate_every_two(x):
+            x1, x2 = x[..., ::2], x[..., 1::2]
+            return torch.stack((-x2, x1), dim=-1).flatten(-2)
+
+        nh, hd, rd = c.heads, c.head_dim, c.rotary_dim
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, rd, 2, dtype=torch.int64) / rd))
+        angles = torch.einsum("i , j -> i j", torch.arange(c.n_positions, dtype=torch.int64).float(), inv_freq)
+        table = torch.cat((torch.sin(angles), torch.cos(angles)), dim=1)[:T]
+        sin, cos = torch.split(table, rd // 2, dim=-1)
+        sin = torch.repeat_interleave(sin[:, None, :], 2, 2)  # [T, 1, rd]
+        cos = torch.repeat_interleave(cos[:, None, :], 2, 2)
+
+        def rope(x):  # [T, heads, head_dim]
+            r = x[..., :rd]
+            return torch.cat([r * cos + rotate_every_two(r) * sin, x[..., rd:]], dim=-1)
+
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        neg = torch.tensor(torch.finfo(torch.float32).min)
+        act = _act(c.act)
+        e = F.embedding(ids, w["transformer.wte.weight"])
+        rec("transformer.wte", ids, e)
+        h = e
+        for i in range(c.layers):
+            p = f"transformer.h.{i}"
+            x = ln(h, p + ".ln_1")
+            rec(p + ".ln_1", h, x)
+            proj = {}
+            for nm in ("q_proj", "k_proj", "v_proj"):
+                proj[nm] = lin(x, f"{p}.attn.{nm}")
+                rec(f"{p}.attn.{nm}", x, proj[nm])
+            q = rope(proj["q_proj"].view(T, nh, hd)).transpose(0, 1)
+            k = rope(proj["k_proj"].view(T, nh, hd)).transpose(0, 1)
+            v = proj["v_proj"].view(T, nh, hd).transpose(0, 1)
+            att = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(hd)
+            scores = att
+            att = F.softmax(torch.where(causal, att, neg), dim=-1)
+            self._pattern(pts, p + ".attn", scores, causal, att)
+            o = torch.matmul(att, v).transpose(0, 1).contiguous().view(T, nh * hd)
+            a = lin(o, p + ".attn.out_proj")
+            rec(p + ".attn.out_proj", o, a)
+            rec(p + ".attn", x, a)
+            f = lin(x, p + ".mlp.fc_in")
+            rec(p + ".mlp.fc_in", x, f)
+            g = act(f)
+            rec(p + ".mlp.act", f, g)
+            m = lin(g, p + ".mlp.fc_out")
+            rec(p + ".mlp.fc_out", g, m)
+            rec(p + ".mlp", x, m)
+            out = a + m + h
+            rec(p, h, out)
+            h = out
+        hf = ln(h, "transformer.ln_f")
+        rec("transformer.ln_f", h, hf)
+        logits = lin(hf, "lm_head")
+        rec("lm_head", hf, logits)
         return pts
 
     def _phi3(self, ids, rope_seq_len=None):

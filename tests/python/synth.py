@@ -79,6 +79,10 @@ TINY = {
                      hidden_act="gelu", max_position_embeddings=128, layer_norm_eps=1e-5,
                      rotary_pct=0.5, rotary_emb_base=10000, use_parallel_residual=True,
                      tie_word_embeddings=False),
+    # head_dim 8, rotary_dim 4 (two interleaved pairs, 4 features passed through), n_inner 96 != 4 * 32
+    "gptj": dict(model_type="gptj", architectures=["GPTJForCausalLM"], vocab_size=384, n_positions=128,
+                 n_embd=32, n_layer=2, n_head=4, rotary_dim=4, n_inner=96, activation_function="gelu_new",
+                 layer_norm_epsilon=1e-5, tie_word_embeddings=False, bos_token_id=0, eos_token_id=1),
     # head_dim 8, partial_rotary_factor 0.5 (4 rotary dims), a window shorter than the tests' sequences
     "phi3": dict(model_type="phi3", architectures=["Phi3ForCausalLM"], vocab_size=384, hidden_size=32,
                  intermediate_size=80, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,

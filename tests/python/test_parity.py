@@ -17,7 +17,7 @@ import reference
 import st
 import synth
 
-ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3_text", "gpt_neox", "phi3",
+ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3_text", "gpt_neox", "gptj", "phi3",
          "mixtral", "qwen3_moe", "olmoe", "gpt_oss", "gemma", "olmo", "qwen2_moe", "deepseek_v3",
          "deepseek_v2"]
 LLAMA_FAMILY = ["llama", "mistral", "qwen2", "qwen3"]
@@ -1450,6 +1450,73 @@ def test_neox_bad_config_is_one_line_exit_2(models, tmp_path, case):
     changes, needle = NEOX_BAD_CONFIGS[case]
     m = with_config(models("gpt_neox"), tmp_path / "m", **changes)
     assert needle in _one_line_exit_2(m, tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------
+# GPT-J: interleaved rotary pairs on part of each head, one norm for both sublayers
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("rotary_dim", [2, 16])
+def test_parity_gptj_rotary_dim(models, tmp_path, rotary_dim):
+    """The tiny preset rotates 8 of 16 features; one pair and the whole head match too, and the
+    rotated width changes the output."""
+    src = models("gptj")
+    assert H.load_config(src)["rotary_dim"] == 8
+    m = with_config(src, tmp_path / "m", rotary_dim=rotary_dim)
+    seqs = tokens_for(src, [14, 6], seed=61)
+    assert ref_differs(src, m, seqs), f"rotary_dim {rotary_dim} changed nothing"
+    check_parity(m, seqs, tmp_path / "out", rel_tol=1e-5)
+
+
+def test_parity_gptj_one_head_null_rotary_dim(actcap_bin, tmp_path):
+    """rotary_dim null with one head: transformers rotates the whole head (its n_embd-wide tables
+    fit it); so does actcap."""
+    cfg = synth.tiny_config("gptj", n_head=1, rotary_dim=None)
+    m = tmp_path / "m"
+    synth.write_checkpoint(str(m), cfg, seed=4)
+    full = tmp_path / "full"
+    synth.write_checkpoint(str(full), synth.tiny_config("gptj", n_head=1, rotary_dim=32), seed=4)
+    seqs = [[5, 9, 200, 17, 3, 3, 81]]
+    _, got, _ = check_parity(m, seqs, tmp_path / "out", rel_tol=1e-5)
+    _, got_full, _ = check_parity(full, seqs, tmp_path / "out_full", rel_tol=1e-5)
+    assert np.array_equal(got["lm_head"], got_full["lm_head"])
+
+
+GPTJ_BAD_CONFIGS = {
+    "rotary_dim_odd": (dict(rotary_dim=5), "rotary_dim"),
+    "rotary_dim_zero": (dict(rotary_dim=0), "rotary_dim"),
+    "rotary_dim_wider_than_head": (dict(rotary_dim=18), "rotary_dim"),
+    "rotary_dim_null_many_heads": (dict(rotary_dim=None), "rotary_dim"),
+    "heads_not_dividing": (dict(n_head=5), "n_head"),
+    "unknown_act": (dict(activation_function="gelu_erf"), "activation_function"),
+    "n_inner_zero": (dict(n_inner=0), "n_inner"),
+}
+
+
+@pytest.mark.parametrize("case", list(GPTJ_BAD_CONFIGS))
+def test_gptj_bad_config_is_one_line_exit_2(models, tmp_path, case):
+    changes, needle = GPTJ_BAD_CONFIGS[case]
+    m = with_config(models("gptj"), tmp_path / "m", **changes)
+    if "rotary_dim" in changes and changes["rotary_dim"] is None:  # with_config may drop nulls
+        cfg = H.load_config(m)
+        cfg["rotary_dim"] = None
+        H.save_config(m, cfg)
+    assert needle in _one_line_exit_2(m, tmp_path)
+
+
+def test_init_model_gpt_j_6b_preset_config(actcap_bin, tmp_path):
+    """`init-model --arch gptj --preset gpt-j-6b --config-only`: GPTJConfig's defaults, which are
+    EleutherAI/gpt-j-6B's sizes, as the reference resolves a config with no size fields."""
+    out = tmp_path / "g"
+    H.actcap("init-model", "--arch", "gptj", "--preset", "gpt-j-6b", "--seed", 0, "--config-only",
+             "--out", out, check=True)
+    cfg = H.load_config(out)
+    assert cfg["model_type"] == "gptj" and cfg["architectures"] == ["GPTJForCausalLM"]
+    c, r = reference.Config(cfg), reference.Config({"model_type": "gptj"})
+    assert (c.hidden, c.layers, c.heads, c.inner, c.rotary_dim, c.n_positions, c.vocab_size, c.tie) == \
+        (r.hidden, r.layers, r.heads, r.inner, r.rotary_dim, r.n_positions, r.vocab_size, r.tie) == \
+        (4096, 28, 16, 16384, 64, 2048, 50400, False)
+    assert reference.expected_shapes(c) == reference.expected_shapes(r)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3699,3 +3699,36 @@ def test_deepseek_v2_rope_is_complex_interleaved():
     got = reference.fma32(torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(c)).numpy()
     assert [float(g) for g in got] == [float(_fma32_exact(*t)) for t in zip(a, b, c)]
     assert got[-3] == np.float32(1 + 2 ** -11 + 2 ** -23) and got[-2] == got[-1] == np.float32(1 + 2 ** -11)
+
+
+def test_gptj_scores_are_complex_rope_on_interleaved_pairs(tmp_path):
+    """GPT-J's reference against an independent formulation: each head's first rotary_dim features
+    of q_proj / k_proj read as complex numbers x[2i] + i x[2i+1], times exp(i * position * 10000^(-2i /
+    rotary_dim)) in float64, the rest unrotated; q k^T / sqrt(head_dim) equals the recorded scores.
+    And the block's wiring: attn and mlp both read ln_1's output; the block adds both to its input."""
+    d = _ckpt(tmp_path, "gptj")
+    c = reference.Config(synth.tiny_config("gptj"))
+    T, nh, hd, rd = 9, c.heads, c.head_dim, c.rotary_dim
+    pts = reference.Model(str(d)).forward(list(range(3, 3 + T)), patterns=True)
+    pos = np.arange(T, dtype=np.float64)[:, None, None]
+    inv = 10000.0 ** (-np.arange(0, rd, 2, dtype=np.float64) / rd)
+
+    def rotated(x):
+        x = x.astype(np.float64).reshape(T, nh, hd)
+        z = (x[..., :rd:2] + 1j * x[..., 1:rd:2]) * np.exp(1j * pos * inv)
+        out = x.copy()
+        out[..., :rd:2], out[..., 1:rd:2] = z.real, z.imag
+        return out
+
+    for i in range(c.layers):
+        p = f"transformer.h.{i}"
+        q, k = rotated(pts[p + ".attn.q_proj"]), rotated(pts[p + ".attn.k_proj"])
+        want = np.einsum("thd,shd->ths", q, k) / math.sqrt(hd)
+        got = pts[p + ".attn:scores"]
+        causal = np.tril(np.ones((T, T), bool))[:, None, :].repeat(nh, 1)
+        assert np.all(np.isneginf(got[~causal]))
+        assert np.allclose(got[causal], want[causal], rtol=0, atol=2e-5), i
+        assert np.array_equal(pts[p + ".attn:input"], pts[p + ".ln_1"])
+        assert np.array_equal(pts[p + ".mlp:input"], pts[p + ".ln_1"])
+        assert np.allclose(pts[p], pts[p + ".attn"] + pts[p + ".mlp"] + pts[p + ":input"], rtol=0, atol=1e-6)
+    assert "lm_head" in pts and pts["lm_head"].shape == (T, c.vocab_size)

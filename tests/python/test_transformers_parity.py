@@ -50,7 +50,7 @@ if int(transformers.__version__.split(".")[0]) < 5:
 pytestmark = pytest.mark.usefixtures("actcap_bin", "no_reexec")
 
 ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo", "olmo2", "gemma", "gemma2",
-         "gemma3_text", "gemma3", "gpt_neox", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe",
+         "gemma3_text", "gemma3", "gpt_neox", "gptj", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe",
          "gpt_oss", "deepseek_v3", "deepseek_v2"]
 LENGTHS = [9, 5, 12]  # 12 > the windows (4 or 8) of the windowed variants
 REL = 1e-5  # measured with transformers 5.12 on torch 2.14: most points bit-identical, the largest 1.1e-7
@@ -257,6 +257,13 @@ VARIANTS = {
                                              num_hidden_layers=3, num_attention_heads=4,
                                              max_position_embeddings=64, use_parallel_residual=False,
                                              attention_bias=False, tie_word_embeddings=False)),
+    # head_dim 16: rotary_dim 8 (4 interleaved pairs, 8 features passed through); GPTJConfig's gelu_new
+    "gptj-partial-rotary": ("gptj", dict(vocab_size=512, n_positions=64, n_embd=64, n_layer=3, n_head=4,
+                                         rotary_dim=8, tie_word_embeddings=False)),
+    # whole heads rotated, an inner width of its own, exact gelu, tied (lm_head keeps its bias)
+    "gptj-tied-full-rotary": ("gptj", dict(vocab_size=512, n_positions=64, n_embd=64, n_layer=3, n_head=4,
+                                           rotary_dim=16, n_inner=96, activation_function="gelu",
+                                           tie_word_embeddings=True)),
     "phi3-window": ("phi3", dict(LLAMA, sliding_window=4, pad_token_id=0)),
     "mixtral": ("mixtral", dict(LLAMA, num_local_experts=4, num_experts_per_tok=2)),
     "mixtral-window-top3": ("mixtral", dict(LLAMA, num_local_experts=6, num_experts_per_tok=3,
@@ -526,7 +533,8 @@ def test_deepseek_v2_yarn_softmax_scale(tmp_path):
 # ---------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("variant", ["gpt2", "mistral-window", "gemma2-softcaps", "gemma3_text",
-                                     "gpt_neox-partial-rotary", "phi3-longrope-partial"])
+                                     "gpt_neox-partial-rotary", "gptj-partial-rotary",
+                                     "phi3-longrope-partial"])
 def test_attention_probs_match_transformers(tmp_path, variant):
     model_type, fields = VARIANTS[variant]
     m = build_hf_model(model_type, fields, tmp_path / "model")
@@ -547,7 +555,7 @@ def hf_greedy(model, prompt, max_new, eos=None):
 
 @pytest.mark.parametrize("variant", ["gpt2", "llama-rope-llama3", "mistral-window", "qwen3",
                                      "gemma", "gemma2-softcaps", "olmo-bias-clip-tied", "gemma3_text", "gpt_neox-partial-rotary",
-                                     "phi3-window", "mixtral-window-top3", "qwen2_moe",
+                                     "gptj-partial-rotary", "phi3-window", "mixtral-window-top3", "qwen2_moe",
                                      "qwen3_moe", "olmoe", "gpt_oss", "deepseek_v3",
                                      "deepseek_v3-qproj-yarn-bias", "deepseek_v2",
                                      "deepseek_v2-qlora-bias-yarn"])
@@ -633,7 +641,8 @@ def test_every_preset_is_the_model_transformers_builds(tmp_path, arch):
 
 @pytest.mark.parametrize("variant", ["gpt2", "llama-rope-llama3", "gemma", "gemma2-softcaps",
                                      "gemma3_text", "olmo-bias-clip-tied", "olmo2",
-                                     "phi3-longrope-partial", "deepseek_v3", "deepseek_v2"])
+                                     "phi3-longrope-partial", "gptj-partial-rotary", "deepseek_v3",
+                                     "deepseek_v2"])
 def test_bf16_compute_is_as_accurate_as_transformers_in_bf16(tmp_path, variant):
     """`--compute-dtype bf16` against transformers' model cast to bfloat16, both measured against
     transformers' float32 forward: at every hook point actcap's largest error (relative to the

@@ -102,3 +102,33 @@ TEST(Rope, PartialRotaryRotatesTheLeadingFeaturesOnly) {
   EXPECT_TRUE(at::equal(y.narrow(-1, 8, 4), x.narrow(-1, 8, 4)));
   EXPECT_FALSE(at::allclose(y.narrow(-1, 0, 8), x.narrow(-1, 0, 8)));
 }
+
+// GPT-J's interleaved pairs: features (2i, 2i + 1) rotate as one complex number by position x
+// inv_freq[i] (rotate_every_two), the features past the rotary width pass through; against the
+// formula in double. And the same bits as the halves' rotation applied to the pairs laid out as
+// halves (evens first, then odds), then laid back: only the layout differs.
+TEST(Rope, InterleavedPairsRotateEachPairAsAComplexNumber) {
+  RopeConfig r;
+  const int64_t T = 6, R = 8;
+  Rope pairs(r, R, 64, false, RopePairs::kInterleaved), halves(r, R, 64);
+  ForwardState st, st_h;
+  st.seq = st_h.seq = T;
+  st.positions = st_h.positions = at::arange(T, at::kLong);
+  at::Tensor x = at::randn({2, 3, T, 12});
+  at::Tensor y = pairs.apply(x, st);
+  EXPECT_TRUE(at::equal(y.narrow(-1, R, 4), x.narrow(-1, R, 4)));
+  auto xd = x.to(at::kDouble), yd = y.to(at::kDouble);
+  for (int64_t i = 0; i < R / 2; ++i) {
+    const double inv = 1.0 / std::pow(10000.0, 2.0 * static_cast<double>(i) / R);
+    auto angle = at::arange(T, at::kDouble).view({1, 1, T}) * inv;
+    auto a = xd.select(-1, 2 * i), b = xd.select(-1, 2 * i + 1);
+    EXPECT_TRUE(at::allclose(yd.select(-1, 2 * i), a * angle.cos() - b * angle.sin(), 1e-5, 1e-5));
+    EXPECT_TRUE(
+        at::allclose(yd.select(-1, 2 * i + 1), b * angle.cos() + a * angle.sin(), 1e-5, 1e-5));
+  }
+  auto lead = x.narrow(-1, 0, R);
+  auto as_halves = at::cat({lead.slice(-1, 0, R, 2), lead.slice(-1, 1, R, 2)}, -1).contiguous();
+  auto h = halves.apply(as_halves, st_h);
+  auto back = at::stack({h.narrow(-1, 0, R / 2), h.narrow(-1, R / 2, R / 2)}, -1).flatten(-2);
+  EXPECT_TRUE(at::equal(y.narrow(-1, 0, R), back));
+}

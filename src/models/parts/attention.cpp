@@ -70,8 +70,13 @@ at::Tensor Attention::forward(const at::Tensor& x, ForwardState& st) {
     k = s_.rope->apply(k, st);
   }
   cache_keys_values(this, k, v, st);
-  auto ctx = attention(q, k, v, st.bias(s_.window), s_.scale, s_.softcap, &taps_, &st,
-                       st.in_compute(sinks_));
+  at::Tensor bias = st.bias(s_.window);
+  if (s_.scores_in_float32 && q.scalar_type() != at::kFloat) {
+    q = q.to(at::kFloat);
+    k = k.to(at::kFloat);
+    bias = bias.to(at::kFloat);
+  }
+  auto ctx = attention(q, k, v, bias, s_.scale, s_.softcap, &taps_, &st, st.in_compute(sinks_));
   return o_->call(ctx, st);
 }
 
@@ -138,6 +143,8 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
                 ? at::softmax(scores, -1)
                 : at::softmax(scores, -1, at::kFloat).to(scores.scalar_type());
   }
+  // Scores upcast for 16-bit values (AttentionShape::scores_in_float32): rounded to v's dtype.
+  if (probs.scalar_type() != vv.scalar_type()) probs = probs.to(vv.scalar_type());
   if (taps) show(taps->probs, probs);
   auto ctx = at::bmm(probs, vv.reshape({B * H, K, Dv}));  // [B*H, T, Dv]
   return ctx.view({B, H, T, Dv}).transpose(1, 2).reshape({B, T, H * Dv});

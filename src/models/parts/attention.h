@@ -34,6 +34,10 @@ struct AttentionShape {
   // v (kv_heads * D)] (GPT-2's c_attn, Phi-3's qkv_proj), kPerHead [heads, 3, D] (GPT-NeoX's
   // query_key_value: each head's q, k and v rows side by side; kv_heads == heads).
   enum class QkvLayout { kStacked, kPerHead } qkv_layout = QkvLayout::kStacked;
+  // Under a 16-bit compute dtype, q and k go to float32 for the scores (after RoPE and the cache),
+  // the softmax runs in float32 and the probabilities are rounded to v's dtype before they
+  // multiply it (GPT-J's _attn); otherwise the scores are in the compute dtype.
+  bool scores_in_float32 = false;
 };
 
 // The projections, in the order the forward runs them. Either `qkv` (fused, laid out as

@@ -87,11 +87,12 @@ double longrope_attention_factor(const RopeConfig& r) {
 }  // namespace
 
 Rope::Rope(const RopeConfig& config, int64_t head_dim, int64_t max_position_embeddings,
-           bool rotate_in_float32)
+           bool rotate_in_float32, RopePairs pairs)
     : c_(config),
       dim_(head_dim),
       max_positions_(max_position_embeddings),
-      rotate_in_float32_(rotate_in_float32) {
+      rotate_in_float32_(rotate_in_float32),
+      pairs_(pairs) {
   const std::string& t = c_.rope_type;
   if (t == "linear") {
     inv_freq_ = default_inv_freq(c_.rope_theta, dim_) / c_.factor;
@@ -164,6 +165,13 @@ at::Tensor rotate_half(const at::Tensor& x) {
   auto halves = x.chunk(2, -1);
   return at::cat({halves[1].neg(), halves[0]}, -1);
 }
+
+// GPT-J's rotate_every_two: each pair (x[2i], x[2i+1]) -> (-x[2i+1], x[2i]).
+at::Tensor rotate_every_two(const at::Tensor& x) {
+  const int64_t end = x.size(-1);
+  auto even = x.slice(-1, 0, end, 2), odd = x.slice(-1, 1, end, 2);
+  return at::stack({odd.neg(), even}, -1).flatten(-2);
+}
 }  // namespace
 
 at::Tensor Rope::apply_complex(const at::Tensor& x, ForwardState& st) const {
@@ -191,12 +199,24 @@ at::Tensor Rope::apply_complex(const at::Tensor& x, ForwardState& st) const {
 }
 
 at::Tensor Rope::apply(const at::Tensor& x, ForwardState& st) const {
-  const auto& t = cos_sin(st);  // [T, rotary dim], broadcast over [B, heads]
+  const std::vector<at::Tensor>* tables = &cos_sin(st);  // [T, rotary dim], over [B, heads]
+  if (pairs_ == RopePairs::kInterleaved) {
+    // GPT-J's tables: cos and sin of each pair's angle, repeated per feature of the pair
+    // (repeat_interleave(2)); the same values as the halves' tables, laid out in pairs.
+    const at::Tensor cos = (*tables)[0], sin = (*tables)[1];
+    tables = &st.table(reinterpret_cast<const char*>(this) + 2, [&] {
+      const int64_t half = dim_ / 2;
+      return std::vector<at::Tensor>{cos.narrow(-1, 0, half).repeat_interleave(2, -1),
+                                     sin.narrow(-1, 0, half).repeat_interleave(2, -1)};
+    });
+  }
+  const auto& t = *tables;
+  auto turn = pairs_ == RopePairs::kInterleaved ? rotate_every_two : rotate_half;
   auto rotate = [&](const at::Tensor& r) {
-    if (r.scalar_type() == t[0].scalar_type()) return r * t[0] + rotate_half(r) * t[1];
+    if (r.scalar_type() == t[0].scalar_type()) return r * t[0] + turn(r) * t[1];
     // OLMo: a 16-bit r times float32 cos/sin promotes to float32; rounded once at the end.
     const at::Tensor f = r.to(at::kFloat);
-    return (f * t[0] + rotate_half(f) * t[1]).to(r.scalar_type());
+    return (f * t[0] + turn(f) * t[1]).to(r.scalar_type());
   };
   if (x.size(-1) == dim_) return rotate(x);
   // Partial rotary: the first dim_ features rotate, the rest pass through (HF's

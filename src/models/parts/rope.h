@@ -26,6 +26,11 @@ RopeConfig parse_rope(const ConfigReader& f, int64_t head_dim, int64_t max_posit
 // rope_scaling as transformers v4 writes it (null for default), every resolved field explicit.
 nlohmann::json rope_to_json(const RopeConfig& r);
 
+// Which features of a head rotate together: kHalves pairs feature i with i + dim / 2 (HF's
+// rotate_half: Llama and nearly every other model), kInterleaved pairs 2i with 2i + 1 (GPT-J's
+// rotate_every_two, cos and sin repeated per pair).
+enum class RopePairs { kHalves, kInterleaved };
+
 class Rope {
  public:
   // head_dim: the rotated width (the head's, or less for partial rotary); max_position_embeddings:
@@ -33,8 +38,9 @@ class Rope {
   // rotate_in_float32: under a 16-bit compute dtype, cos/sin stay float32 and the rotation runs in
   // float32, rounded once (OLMo's and OLMo 2's apply_rotary_pos_emb); otherwise cos/sin are
   // rounded to the compute dtype and the rotation runs in it (every other transformers model).
+  // pairs: which features rotate together.
   Rope(const RopeConfig& config, int64_t head_dim, int64_t max_position_embeddings,
-       bool rotate_in_float32 = false);
+       bool rotate_in_float32 = false, RopePairs pairs = RopePairs::kHalves);
 
   // inv_freq [head_dim / 2] float32 for a forward over positions 0..seq_len-1, as a fresh HF
   // rotary module computes it in that forward (dynamic_rope_update sees seq_len = the largest
@@ -70,6 +76,7 @@ class Rope {
   at::Tensor long_inv_freq_;  // longrope: long_factor's table
   double attention_factor_ = 1.0;
   bool rotate_in_float32_ = false;
+  RopePairs pairs_ = RopePairs::kHalves;
 };
 
 }  // namespace actcap
