@@ -2,7 +2,7 @@
 
 Written from the semantics of Hugging Face transformers' modeling_gpt2.py, modeling_llama.py,
 modeling_mistral.py, modeling_qwen2.py, modeling_qwen3.py, modeling_olmo.py, modeling_olmo2.py,
-modeling_gemma.py, modeling_gemma2.py, modeling_gemma3.py, modeling_gpt_neox.py, modeling_gptj.py, modeling_phi3.py,
+modeling_gemma.py, modeling_gemma2.py, modeling_gemma3.py, modeling_gpt_neox.py, modeling_gptj.py, modeling_phi.py, modeling_phi3.py,
 modeling_mixtral.py, modeling_qwen3_moe.py, modeling_qwen2_moe.py, modeling_olmoe.py,
 modeling_gpt_oss.py, modeling_deepseek_v3.py, modeling_deepseek_v2.py (with configuration_mixtral.py,
 configuration_qwen3_moe.py, configuration_qwen2_moe.py, configuration_olmo.py, configuration_olmoe.py,
@@ -78,6 +78,10 @@ Hook points (N = layer index):
   gptj:  transformer.wte, transformer.h.N, .ln_1, .attn, .attn.q_proj, .attn.k_proj, .attn.v_proj,
          .attn.out_proj, .mlp, .mlp.fc_in, .mlp.act, .mlp.fc_out, transformer.ln_f, lm_head (with a
          bias). The MLP reads ln_1's output, as the attention does.
+  phi:   model.embed_tokens, model.layers.N, .input_layernorm, .self_attn, .self_attn.q_proj,
+         .self_attn.k_proj, .self_attn.v_proj, .self_attn.dense, .mlp, .mlp.fc1, .mlp.activation_fn,
+         .mlp.fc2, model.final_layernorm, lm_head (with a bias). The MLP reads input_layernorm's
+         output, as the attention does.
   phi3:  model.embed_tokens, model.layers.N, .input_layernorm, .self_attn, .self_attn.qkv_proj,
          .self_attn.o_proj, .post_attention_layernorm, .mlp, .mlp.gate_up_proj, .mlp.activation_fn
          (its input is the gate half of gate_up_proj), .mlp.down_proj, model.norm, lm_head
@@ -186,7 +190,7 @@ import torch.nn.functional as F
 import st
 
 ARCHS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo", "olmo2", "gemma", "gemma2", "gemma3_text",
-         "gemma3", "gpt_neox", "gptj", "phi3", "mixtral", "qwen3_moe", "qwen2_moe", "olmoe", "gpt_oss", "deepseek_v3",
+         "gemma3", "gpt_neox", "gptj", "phi", "phi3", "mixtral", "qwen3_moe", "qwen2_moe", "olmoe", "gpt_oss", "deepseek_v3",
          "deepseek_v2")
 MOE_ARCHS = ("mixtral", "qwen3_moe", "qwen2_moe", "olmoe", "gpt_oss", "deepseek_v3", "deepseek_v2")
 
@@ -356,6 +360,11 @@ NEOX_DEFAULTS = dict(vocab_size=50432, hidden_size=6144, num_hidden_layers=44, n
 # num_hidden_layers -> n_layer, num_attention_heads -> n_head, max_position_embeddings -> n_positions.
 GPTJ_DEFAULTS = dict(vocab_size=50400, n_positions=2048, n_embd=4096, n_layer=28, n_head=16,
                      activation_function="gelu_new", layer_norm_epsilon=1e-5, tie_word_embeddings=False)
+# PhiConfig's defaults (Phi-1.5's sizes); num_key_value_heads None -> num_attention_heads;
+# partial_rotary_factor 0.5 when neither the rope dict nor the top level names it.
+PHI_DEFAULTS = dict(vocab_size=51200, hidden_size=2048, intermediate_size=8192, num_hidden_layers=24,
+                    num_attention_heads=32, hidden_act="gelu_new", max_position_embeddings=2048,
+                    layer_norm_eps=1e-5, tie_word_embeddings=False, qk_layernorm=False)
 # Phi3Config's defaults.
 PHI3_DEFAULTS = dict(vocab_size=32064, hidden_size=3072, intermediate_size=8192, num_hidden_layers=32,
                      num_attention_heads=32, hidden_act="silu", max_position_embeddings=4096,
@@ -448,6 +457,8 @@ class Config:
             self._gpt_neox(cfg)
         elif mt == "gptj":
             self._gptj(cfg)
+        elif mt == "phi":
+            self._phi(cfg)
         elif mt == "phi3":
             self._phi3(cfg)
         elif mt == "gpt_oss":
@@ -1416,6 +1427,45 @@ class Config:
             raise ReferenceError(f"rotary_dim {self.rotary_dim} with head_dim {self.head_dim} does not broadcast")
         self.windows = [None] * self.layers
 
+    def _phi(self, cfg):
+        """PhiConfig: every field has a default; num_key_value_heads null or absent ->
+        num_attention_heads; head_dim: PhiAttention's getattr(config, "head_dim", hidden_size //
+        num_attention_heads); q, k, v and dense with biases; LayerNorm eps layer_norm_eps. RoPE: the
+        Llama rope types on int(head_dim * partial_rotary_factor) features, the factor from the rope
+        dict, else the top level, else 0.5 (PhiConfig's __post_init__). qk_layernorm (false) is not
+        modelled: refused."""
+        d = PHI_DEFAULTS
+
+        def get(k):
+            return cfg[k] if cfg.get(k) is not None else d[k]
+
+        self.vocab_size = int(get("vocab_size"))
+        self.hidden = int(get("hidden_size"))
+        self.layers = int(get("num_hidden_layers"))
+        self.heads = int(get("num_attention_heads"))
+        self.kv_heads = int(_get(cfg, "num_key_value_heads", default=self.heads))
+        self.inner = int(get("intermediate_size"))
+        self.act = get("hidden_act")
+        self.eps = float(get("layer_norm_eps"))
+        self.tie = bool(get("tie_word_embeddings"))
+        if get("qk_layernorm"):
+            raise ReferenceError("qk_layernorm is not modelled")
+        if self.heads % self.kv_heads:
+            raise ReferenceError("num_attention_heads not divisible by num_key_value_heads")
+        if self.hidden % self.heads:
+            raise ReferenceError("hidden_size not divisible by num_attention_heads")
+        self.head_dim = int(_get(cfg, "head_dim", default=self.hidden // self.heads))
+        rs, rp = cfg.get("rope_scaling"), cfg.get("rope_parameters")
+        rd = rs if isinstance(rs, dict) and rs else rp if isinstance(rp, dict) else {}
+        prf = rd.get("partial_rotary_factor")
+        if prf is None:
+            prf = _get(cfg, "partial_rotary_factor", default=0.5)
+        self.rope = self._rope(cfg, partial=float(prf))
+        rot = _rope_dim(self.rope, self.head_dim)
+        if rot < 2 or rot % 2:
+            raise ReferenceError(f"rotary dim {rot} must be even and >= 2")
+        self.windows = [None] * self.layers
+
     def _phi3(self, cfg):
         """Phi3Config: every field has a default (Phi-3-mini's sizes); num_key_value_heads null or
         absent -> num_attention_heads; head_dim from config.json if there, else hidden_size //
@@ -1718,7 +1768,7 @@ ROPE_FUNCTIONS = {"default": _rope_default, "linear": _rope_linear, "dynamic": _
                   "yarn": _rope_yarn, "longrope": _rope_longrope, "llama3": _rope_llama3}
 ROPE_TYPES = tuple(ROPE_FUNCTIONS)
 MAX_POSITIONS_DEFAULT = {"gemma": 8192, "gemma2": 8192, "gemma3_text": 131072, "llama": 2048, "mistral": 4096 * 32, "qwen2": 32768, "qwen3": 32768,
-                         "gpt_neox": 2048, "gptj": 2048, "phi3": 4096, "mixtral": 4096 * 32, "qwen3_moe": 32768, "qwen2_moe": 32768,
+                         "gpt_neox": 2048, "gptj": 2048, "phi": 2048, "phi3": 4096, "mixtral": 4096 * 32, "qwen3_moe": 32768, "qwen2_moe": 32768,
                          "olmo": 2048, "olmo2": 2048, "olmoe": 4096, "gpt_oss": 131072, "deepseek_v3": 4096,
                          "deepseek_v2": 2048}
 
@@ -1962,6 +2012,27 @@ def expected_shapes(cfg):
             s[p + "mlp.fc_out.bias"] = [H]
         s["transformer.ln_f.weight"] = [H]
         s["transformer.ln_f.bias"] = [H]
+        s["lm_head.weight"] = [V, H]
+        s["lm_head.bias"] = [V]
+        return s
+    elif c.arch == "phi":
+        q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
+        s["model.embed_tokens.weight"] = [V, H]
+        for i in range(c.layers):
+            p = f"model.layers.{i}."
+            s[p + "input_layernorm.weight"] = [H]
+            s[p + "input_layernorm.bias"] = [H]
+            for nm, rows in (("q_proj", q), ("k_proj", kv), ("v_proj", kv)):
+                s[p + f"self_attn.{nm}.weight"] = [rows, H]
+                s[p + f"self_attn.{nm}.bias"] = [rows]
+            s[p + "self_attn.dense.weight"] = [H, q]
+            s[p + "self_attn.dense.bias"] = [H]
+            s[p + "mlp.fc1.weight"] = [I, H]
+            s[p + "mlp.fc1.bias"] = [I]
+            s[p + "mlp.fc2.weight"] = [H, I]
+            s[p + "mlp.fc2.bias"] = [H]
+        s["model.final_layernorm.weight"] = [H]
+        s["model.final_layernorm.bias"] = [H]
         s["lm_head.weight"] = [V, H]
         s["lm_head.bias"] = [V]
         return s
@@ -2353,6 +2424,8 @@ class Model:
                 pts = self._gpt_neox(ids, rope_seq_len)
             elif self.cfg.arch == "gptj":
                 pts = self._gptj(ids)
+            elif self.cfg.arch == "phi":
+                pts = self._phi(ids, rope_seq_len)
             elif self.cfg.arch == "phi3":
                 pts = self._phi3(ids, rope_seq_len)
             elif self.cfg.arch == "gpt_oss":
@@ -3114,6 +3187,72 @@ class Model:
             h = out
         hf = ln(h, "transformer.ln_f")
         rec("transformer.ln_f", h, hf)
+        logits = lin(hf, "lm_head")
+        rec("lm_head", hf, logits)
+        return pts
+
+    def _phi(self, ids, rope_seq_len=None):
+        """PhiModel / PhiDecoderLayer / PhiAttention / PhiMLP (eager): q_proj, k_proj, v_proj (with
+        biases) viewed [T, heads, head_dim]; RoPE (rotate_half) on the first rotary dims of each head,
+        the rest passed through; GQA keys and values repeated per query head; scores scaled by
+        head_dim ** -0.5, causal, softmax in float32; dense. Block: x = input_layernorm(h);
+        attn(x) + mlp(x) + h, mlp = fc2(act(fc1(x)))."""
+        c, w = self.cfg, self.w
+        T = ids.shape[0]
+        pts = OrderedDict()
+
+        def rec(name, inp, out):
+            pts[name + ":input"] = inp
+            pts[name] = out
+
+        def ln(x, p):
+            return F.layer_norm(x, (c.hidden,), w[p + ".weight"], w[p + ".bias"], c.eps)
+
+        def lin(x, p):
+            return F.linear(x, w[p + ".weight"], w[p + ".bias"])
+
+        nh, nkv, hd = c.heads, c.kv_heads, c.head_dim
+        groups = nh // nkv
+        cos, sin = rope_cos_sin(c.rope, hd, T, seq_len=rope_seq_len)
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        neg = torch.tensor(torch.finfo(torch.float32).min)
+        act = _act(c.act)
+        e = F.embedding(ids, w["model.embed_tokens.weight"])
+        rec("model.embed_tokens", ids, e)
+        h = e
+        for i in range(c.layers):
+            p = f"model.layers.{i}"
+            x = ln(h, p + ".input_layernorm")
+            rec(p + ".input_layernorm", h, x)
+            proj = {}
+            for nm in ("q_proj", "k_proj", "v_proj"):
+                proj[nm] = lin(x, f"{p}.self_attn.{nm}")
+                rec(f"{p}.self_attn.{nm}", x, proj[nm])
+            q = apply_rope(proj["q_proj"].view(T, nh, hd).transpose(0, 1), cos, sin)
+            k = apply_rope(proj["k_proj"].view(T, nkv, hd).transpose(0, 1), cos, sin)
+            v = proj["v_proj"].view(T, nkv, hd).transpose(0, 1)
+            k = k[:, None].expand(nkv, groups, T, hd).reshape(nh, T, hd)
+            v = v[:, None].expand(nkv, groups, T, hd).reshape(nh, T, hd)
+            att = torch.matmul(q, k.transpose(1, 2)) * hd ** -0.5
+            scores = att
+            att = F.softmax(torch.where(causal, att, neg), dim=-1, dtype=torch.float32)
+            self._pattern(pts, p + ".self_attn", scores, causal, att)
+            o = torch.matmul(att, v).transpose(0, 1).contiguous().view(T, nh * hd)
+            a = lin(o, p + ".self_attn.dense")
+            rec(p + ".self_attn.dense", o, a)
+            rec(p + ".self_attn", x, a)
+            f = lin(x, p + ".mlp.fc1")
+            rec(p + ".mlp.fc1", x, f)
+            g = act(f)
+            rec(p + ".mlp.activation_fn", f, g)
+            m = lin(g, p + ".mlp.fc2")
+            rec(p + ".mlp.fc2", g, m)
+            rec(p + ".mlp", x, m)
+            out = a + m + h
+            rec(p, h, out)
+            h = out
+        hf = ln(h, "model.final_layernorm")
+        rec("model.final_layernorm", h, hf)
         logits = lin(hf, "lm_head")
         rec("lm_head", hf, logits)
         return pts

@@ -83,6 +83,13 @@ TINY = {
     "gptj": dict(model_type="gptj", architectures=["GPTJForCausalLM"], vocab_size=384, n_positions=128,
                  n_embd=32, n_layer=2, n_head=4, rotary_dim=4, n_inner=96, activation_function="gelu_new",
                  layer_norm_epsilon=1e-5, tie_word_embeddings=False, bos_token_id=0, eos_token_id=1),
+    # head_dim 8, partial_rotary_factor 0.5 at the top level (Phi-2's layout: 4 rotary features);
+    # GQA (2 kv heads for 4)
+    "phi": dict(model_type="phi", architectures=["PhiForCausalLM"], vocab_size=384, hidden_size=32,
+                intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                hidden_act="gelu_new", max_position_embeddings=128, layer_norm_eps=1e-5, rope_theta=10000.0,
+                rope_scaling=None, partial_rotary_factor=0.5, qk_layernorm=False, tie_word_embeddings=False,
+                bos_token_id=1, eos_token_id=2),
     # head_dim 8, partial_rotary_factor 0.5 (4 rotary dims), a window shorter than the tests' sequences
     "phi3": dict(model_type="phi3", architectures=["Phi3ForCausalLM"], vocab_size=384, hidden_size=32,
                  intermediate_size=80, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,

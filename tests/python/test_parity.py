@@ -17,7 +17,7 @@ import reference
 import st
 import synth
 
-ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3_text", "gpt_neox", "gptj", "phi3",
+ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3_text", "gpt_neox", "gptj", "phi", "phi3",
          "mixtral", "qwen3_moe", "olmoe", "gpt_oss", "gemma", "olmo", "qwen2_moe", "deepseek_v3",
          "deepseek_v2"]
 LLAMA_FAMILY = ["llama", "mistral", "qwen2", "qwen3"]
@@ -1517,6 +1517,61 @@ def test_init_model_gpt_j_6b_preset_config(actcap_bin, tmp_path):
         (r.hidden, r.layers, r.heads, r.inner, r.rotary_dim, r.n_positions, r.vocab_size, r.tie) == \
         (4096, 28, 16, 16384, 64, 2048, 50400, False)
     assert reference.expected_shapes(c) == reference.expected_shapes(r)
+
+
+# ---------------------------------------------------------------------------------------------
+# Phi (1, 1.5, 2): biased q/k/v/dense, partial rotary, one norm for both sublayers
+# ---------------------------------------------------------------------------------------------
+
+def test_parity_phi_rotary_factor_where_each_transformers_puts_it(models, tmp_path):
+    """partial_rotary_factor at the top level (Phi-2's config.json), inside rope_parameters
+    (transformers 5), or absent (PhiConfig's 0.5): the same model where the factors agree, and the
+    factor changes the output."""
+    src = models("phi")
+    cfg = H.load_config(src)
+    assert cfg["partial_rotary_factor"] == 0.5
+    seqs = tokens_for(src, [13, 4], seed=71)
+    v5 = with_config(src, tmp_path / "v5", partial_rotary_factor=None, rope_scaling=None,
+                     rope_parameters=dict(rope_type="default", rope_theta=cfg["rope_theta"],
+                                          partial_rotary_factor=0.5))
+    absent = with_config(src, tmp_path / "absent", partial_rotary_factor=None)
+    quarter = with_config(src, tmp_path / "quarter", partial_rotary_factor=0.25)
+    assert ref_differs(src, quarter, seqs), "partial_rotary_factor changed nothing"
+    _, a, _ = check_parity(src, seqs, tmp_path / "o_src", rel_tol=1e-5)
+    for m in (v5, absent):
+        _, b, _ = check_parity(m, seqs, tmp_path / f"o_{m.name}", rel_tol=1e-5)
+        assert all(np.array_equal(a[k], b[k]) for k in a), m.name
+    check_parity(quarter, seqs, tmp_path / "o_quarter", rel_tol=1e-5)
+
+
+PHI_BAD_CONFIGS = {
+    "qk_layernorm": (dict(qk_layernorm=True), "qk_layernorm"),
+    "rotary_factor_odd": (dict(partial_rotary_factor=0.2), "partial_rotary_factor"),  # 3 of 16
+    "rotary_factor_above_one": (dict(partial_rotary_factor=1.5), "partial_rotary_factor"),
+    "kv_heads_not_dividing": (dict(num_key_value_heads=3), "num_key_value_heads"),
+    "unknown_act": (dict(hidden_act="gelu_erf"), "hidden_act"),
+}
+
+
+@pytest.mark.parametrize("case", list(PHI_BAD_CONFIGS))
+def test_phi_bad_config_is_one_line_exit_2(models, tmp_path, case):
+    changes, needle = PHI_BAD_CONFIGS[case]
+    m = with_config(models("phi"), tmp_path / "m", **changes)
+    assert needle in _one_line_exit_2(m, tmp_path)
+
+
+def test_init_model_phi_2_preset_config(actcap_bin, tmp_path):
+    """`init-model --arch phi --preset phi-2 --config-only`: microsoft/phi-2's sizes, 32 of each
+    head's 80 features rotated, as the reference resolves them."""
+    out = tmp_path / "p"
+    H.actcap("init-model", "--arch", "phi", "--preset", "phi-2", "--seed", 0, "--config-only",
+             "--out", out, check=True)
+    cfg = H.load_config(out)
+    assert cfg["model_type"] == "phi" and cfg["architectures"] == ["PhiForCausalLM"]
+    c = reference.Config(cfg)
+    assert (c.vocab_size, c.hidden, c.layers, c.heads, c.kv_heads, c.inner, c.head_dim, c.tie) == \
+        (51200, 2560, 32, 32, 32, 10240, 80, False)
+    assert reference._rope_dim(c.rope, c.head_dim) == 32 and c.act == "gelu_new"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3732,3 +3732,35 @@ def test_gptj_scores_are_complex_rope_on_interleaved_pairs(tmp_path):
         assert np.array_equal(pts[p + ".mlp:input"], pts[p + ".ln_1"])
         assert np.allclose(pts[p], pts[p + ".attn"] + pts[p + ".mlp"] + pts[p + ":input"], rtol=0, atol=1e-6)
     assert "lm_head" in pts and pts["lm_head"].shape == (T, c.vocab_size)
+
+
+def test_phi_wiring_and_rotary_width(tmp_path):
+    """Phi's reference: attn and mlp both read input_layernorm's output and the block adds both to
+    its input; the scores equal q k^T / sqrt(head_dim) of the projections rotated by complex-number
+    RoPE (halves paired: feature i with i + rotary_dim / 2) on the first rotary_dim features, in
+    float64, keys of kv head j serving query heads j * groups ... (j + 1) * groups - 1."""
+    d = _ckpt(tmp_path, "phi")
+    c = reference.Config(synth.tiny_config("phi"))
+    T, nh, nkv, hd = 8, c.heads, c.kv_heads, c.head_dim
+    rd = int(hd * 0.5)
+    pts = reference.Model(str(d)).forward(list(range(40, 40 + T)), patterns=True)
+    pos = np.arange(T, dtype=np.float64)[:, None, None]
+    inv = 10000.0 ** (-np.arange(0, rd, 2, dtype=np.float64) / rd)
+
+    def rotated(x, heads):
+        x = x.astype(np.float64).reshape(T, heads, hd)
+        z = (x[..., :rd // 2] + 1j * x[..., rd // 2:rd]) * np.exp(1j * pos * inv)
+        out = x.copy()
+        out[..., :rd // 2], out[..., rd // 2:rd] = z.real, z.imag
+        return out
+
+    for i in range(c.layers):
+        p = f"model.layers.{i}"
+        q = rotated(pts[p + ".self_attn.q_proj"], nh)
+        k = np.repeat(rotated(pts[p + ".self_attn.k_proj"], nkv), nh // nkv, axis=1)
+        want = np.einsum("thd,shd->ths", q, k) / math.sqrt(hd)
+        causal = np.tril(np.ones((T, T), bool))[:, None, :].repeat(nh, 1)
+        assert np.allclose(pts[p + ".self_attn:scores"][causal], want[causal], rtol=0, atol=2e-5), i
+        assert np.array_equal(pts[p + ".self_attn:input"], pts[p + ".input_layernorm"])
+        assert np.array_equal(pts[p + ".mlp:input"], pts[p + ".input_layernorm"])
+        assert np.allclose(pts[p], pts[p + ".self_attn"] + pts[p + ".mlp"] + pts[p + ":input"], rtol=0, atol=1e-6)

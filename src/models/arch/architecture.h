@@ -68,4 +68,11 @@ std::unique_ptr<Linear> linear_layer(WeightSource w, const std::string& name, in
 // lm_head: its own weight, or the embedding matrix when tied (`embedding` is that weight).
 BuiltStage head_stage(const ModelConfig& c, WeightSource& w, const at::Tensor& embedding);
 
+// The longest forward a RoPE allows: max_position_embeddings, or factor times it for dynamic NTK.
+int64_t rope_max_positions(const RopeConfig& r, int64_t max_position_embeddings);
+// The share of each head RoPE rotates, for the architectures that rotate part of it (GPT-NeoX,
+// Phi): partial_rotary_factor in the rope dict (where transformers 5 keeps it), else the
+// top-level field `top_level` (GPT-NeoX's rotary_pct, Phi's partial_rotary_factor), else `dflt`.
+double partial_rotary_fraction(const ConfigReader& f, const char* top_level, double dflt);
+
 }  // namespace actcap

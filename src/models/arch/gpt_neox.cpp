@@ -32,9 +32,7 @@ struct NeoXParams : ArchParams {
   bool attention_bias = true;  // query_key_value and dense biases
 
   int64_t max_positions(int64_t max_position_embeddings) const override {
-    if (rope.rope_type != "dynamic") return max_position_embeddings;
-    const double n = std::floor(rope.factor * static_cast<double>(max_position_embeddings));
-    return n >= 2147483647.0 ? int64_t{2147483647} : static_cast<int64_t>(n);
+    return rope_max_positions(rope, max_position_embeddings);
   }
   std::unique_ptr<ArchParams> clone() const override { return std::make_unique<NeoXParams>(*this); }
 };
@@ -81,17 +79,6 @@ std::unique_ptr<Module> layer(const ModelConfig& c, WeightSource w,
                                         std::move(mlp));
 }
 
-// partial_rotary_factor inside the rope dict (transformers 5), else rotary_pct (4.x), else 0.25.
-double rotary_fraction(const ConfigReader& f) {
-  for (const char* key : {"rope_parameters", "rope_scaling"}) {
-    const json* d = f.find({key});
-    if (!d || !d->is_object() || d->empty()) continue;
-    const ConfigReader s(*d, concat(f.origin(), " (", key, ")"));
-    if (s.has("partial_rotary_factor")) return s.number({"partial_rotary_factor"}, 0.25);
-  }
-  return f.number({"rotary_pct"}, 0.25);
-}
-
 class GptNeoX : public Architecture {
  public:
   std::string name() const override { return "gpt_neox"; }
@@ -119,7 +106,8 @@ class GptNeoX : public Architecture {
     c.bos_token_id = f.token_id("bos_token_id", 0);
     c.eos_token_id = f.token_id("eos_token_id", 2);
 
-    p->rotary_pct = rotary_fraction(f);
+    // partial_rotary_factor in the rope dict (5.x), else rotary_pct (4.x), else 0.25.
+    p->rotary_pct = partial_rotary_fraction(f, "rotary_pct", 0.25);
     const int64_t D = c.hidden_size / c.num_attention_heads;
     const double rd = std::floor(static_cast<double>(D) * p->rotary_pct);
     if (!std::isfinite(p->rotary_pct) || !(p->rotary_pct > 0) || p->rotary_pct > 1 || rd < 2 ||

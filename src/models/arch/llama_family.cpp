@@ -33,12 +33,6 @@ std::optional<int64_t> LlamaParams::window_for_layer(int64_t layer) const {
 }
 
 // Dynamic NTK RoPE exists to run past max_position_embeddings: factor times it.
-int64_t rope_max_positions(const RopeConfig& r, int64_t max_position_embeddings) {
-  if (r.rope_type != "dynamic") return max_position_embeddings;
-  const double n = std::floor(r.factor * static_cast<double>(max_position_embeddings));
-  return n >= 2147483647.0 ? int64_t{2147483647} : static_cast<int64_t>(n);
-}
-
 int64_t LlamaParams::max_positions(int64_t max_position_embeddings) const {
   return rope_max_positions(rope, max_position_embeddings);
 }

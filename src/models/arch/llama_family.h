@@ -164,9 +164,6 @@ struct LlamaBuild {
 
 BuiltModel build_llama_family(const ModelConfig& c, WeightSource& w, const LlamaBuild& b = {});
 
-// The longest forward a RoPE allows: max_position_embeddings, or factor times it for dynamic NTK.
-int64_t rope_max_positions(const RopeConfig& r, int64_t max_position_embeddings);
-
 // The parts the Llama-style builders share, each asking `w` for its weights by HF name.
 // RMSNorm `name` of `width` with p.rms_norm_eps; per head when heads > 0; (1 + w) when
 // unit_offset (Gemma's).

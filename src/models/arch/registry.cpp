@@ -1,6 +1,10 @@
 // The registry: every architecture actcap runs, one line each.
+#include <cmath>
+#include <nlohmann/json.hpp>
+
 #include "actcap/error.h"
 #include "models/arch/architecture.h"
+#include "models/config_reader.h"
 #include "models/module.h"
 #include "util/strings.h"
 
@@ -18,6 +22,7 @@ const Architecture& gemma2_architecture();
 const Architecture& gemma3_architecture();
 const Architecture& gpt_neox_architecture();
 const Architecture& gptj_architecture();
+const Architecture& phi_architecture();
 const Architecture& phi3_architecture();
 const Architecture& mixtral_architecture();
 const Architecture& qwen2_moe_architecture();
@@ -29,13 +34,13 @@ const Architecture& deepseek_v3_architecture();
 
 const std::vector<const Architecture*>& architectures() {
   static const std::vector<const Architecture*> all = {
-      &gpt2_architecture(),        &llama_architecture(),       &mistral_architecture(),
-      &qwen2_architecture(),       &qwen3_architecture(),       &olmo_architecture(),
-      &olmo2_architecture(),       &gemma_architecture(),       &gemma2_architecture(),
-      &gemma3_architecture(),      &gpt_neox_architecture(),    &gptj_architecture(),
-      &phi3_architecture(),        &mixtral_architecture(),     &qwen2_moe_architecture(),
-      &qwen3_moe_architecture(),   &olmoe_architecture(),       &gpt_oss_architecture(),
-      &deepseek_v2_architecture(), &deepseek_v3_architecture(),
+      &gpt2_architecture(),      &llama_architecture(),       &mistral_architecture(),
+      &qwen2_architecture(),     &qwen3_architecture(),       &olmo_architecture(),
+      &olmo2_architecture(),     &gemma_architecture(),       &gemma2_architecture(),
+      &gemma3_architecture(),    &gpt_neox_architecture(),    &gptj_architecture(),
+      &phi_architecture(),       &phi3_architecture(),        &mixtral_architecture(),
+      &qwen2_moe_architecture(), &qwen3_moe_architecture(),   &olmoe_architecture(),
+      &gpt_oss_architecture(),   &deepseek_v2_architecture(), &deepseek_v3_architecture(),
   };
   return all;
 }
@@ -67,6 +72,22 @@ std::unique_ptr<Linear> linear_layer(WeightSource w, const std::string& name, in
   WeightSource v = w.pp(name);
   return std::make_unique<Linear>(v.path(), v.get_linear("weight", {out, in}),
                                   bias ? v.get("bias", {out}, Init::kBias) : at::Tensor());
+}
+
+int64_t rope_max_positions(const RopeConfig& r, int64_t max_position_embeddings) {
+  if (r.rope_type != "dynamic") return max_position_embeddings;
+  const double n = std::floor(r.factor * static_cast<double>(max_position_embeddings));
+  return n >= 2147483647.0 ? int64_t{2147483647} : static_cast<int64_t>(n);
+}
+
+double partial_rotary_fraction(const ConfigReader& f, const char* top_level, double dflt) {
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    const nlohmann::json* d = f.find({key});
+    if (!d || !d->is_object() || d->empty()) continue;
+    const ConfigReader s(*d, concat(f.origin(), " (", key, ")"));
+    if (s.has("partial_rotary_factor")) return s.number({"partial_rotary_factor"}, dflt);
+  }
+  return f.number({top_level}, dflt);
 }
 
 BuiltStage head_stage(const ModelConfig& c, WeightSource& w, const at::Tensor& embedding) {
