@@ -65,6 +65,11 @@ const Architecture& architecture_of(const ModelConfig& c);
 // nn.Linear `name` under `w`: weight [out, in], bias [out] when `bias`.
 std::unique_ptr<Linear> linear_layer(WeightSource w, const std::string& name, int64_t in,
                                      int64_t out, bool bias);
+// The MLP of two nn.Linear layers with biases around an activation (GPT-NeoX, GPT-J, Phi), under
+// `w`: `up` [hidden -> inner], the activation `activation` as the child `act`, then `down`.
+std::unique_ptr<Module> biased_mlp(WeightSource w, const char* up, const char* act,
+                                   const char* down, const std::string& activation, int64_t hidden,
+                                   int64_t inner);
 // lm_head: its own weight, or the embedding matrix when tied (`embedding` is that weight).
 BuiltStage head_stage(const ModelConfig& c, WeightSource& w, const at::Tensor& embedding);
 

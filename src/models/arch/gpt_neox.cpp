@@ -12,7 +12,6 @@
 #include "models/config_reader.h"
 #include "models/parts/attention.h"
 #include "models/parts/block.h"
-#include "models/parts/mlp.h"
 #include "models/parts/norm.h"
 #include "models/parts/parallel_block.h"
 #include "models/parts/rope.h"
@@ -67,11 +66,7 @@ std::unique_ptr<Module> layer(const ModelConfig& c, WeightSource w,
   shape.qkv_layout = AttentionShape::QkvLayout::kPerHead;
   auto attn = std::make_unique<Attention>(a.path(), shape, std::move(parts));
   auto ln2 = layer_norm(c, w, "post_attention_layernorm");
-  WeightSource m = w.pp("mlp");
-  auto fc = linear_layer(m, "dense_h_to_4h", H, I, true);
-  auto act = std::make_unique<Activation>(m.path() + ".act", p.hidden_act, I);
-  auto mlp = std::make_unique<Mlp>(m.path(), H, std::move(fc), std::move(act),
-                                   linear_layer(m, "dense_4h_to_h", I, H, true));
+  auto mlp = biased_mlp(w.pp("mlp"), "dense_h_to_4h", "act", "dense_4h_to_h", p.hidden_act, H, I);
   if (p.use_parallel_residual)
     return std::make_unique<ParallelBlock>(name, H, std::move(ln1), std::move(attn), std::move(ln2),
                                            std::move(mlp));

@@ -10,7 +10,6 @@
 #include "models/arch/architecture.h"
 #include "models/config_reader.h"
 #include "models/parts/attention.h"
-#include "models/parts/mlp.h"
 #include "models/parts/norm.h"
 #include "models/parts/parallel_block.h"
 #include "models/parts/rope.h"
@@ -66,11 +65,7 @@ std::unique_ptr<Module> block(const ModelConfig& c, WeightSource w,
   shape.rope = rope;
   shape.scores_in_float32 = true;  // _attn: query.to(float32), key.to(float32)
   auto attn = std::make_unique<Attention>(a.path(), shape, std::move(parts));
-  WeightSource m = w.pp("mlp");
-  auto fc_in = linear_layer(m, "fc_in", H, I, true);
-  auto act = std::make_unique<Activation>(m.path() + ".act", p.activation_function, I);
-  auto mlp = std::make_unique<Mlp>(m.path(), H, std::move(fc_in), std::move(act),
-                                   linear_layer(m, "fc_out", I, H, true));
+  auto mlp = biased_mlp(w.pp("mlp"), "fc_in", "act", "fc_out", p.activation_function, H, I);
   return std::make_unique<ParallelBlock>(name, H, std::move(ln_1), std::move(attn), nullptr,
                                          std::move(mlp));
 }

@@ -10,7 +10,6 @@
 #include "models/arch/architecture.h"
 #include "models/config_reader.h"
 #include "models/parts/attention.h"
-#include "models/parts/mlp.h"
 #include "models/parts/norm.h"
 #include "models/parts/parallel_block.h"
 #include "models/parts/rope.h"
@@ -65,11 +64,7 @@ std::unique_ptr<Module> decoder_layer(const ModelConfig& c, WeightSource w,
   shape.scale = 1.0 / std::sqrt(static_cast<double>(D));
   shape.rope = rope;
   auto attn = std::make_unique<Attention>(a.path(), shape, std::move(parts));
-  WeightSource m = w.pp("mlp");
-  auto fc1 = linear_layer(m, "fc1", H, I, true);
-  auto act = std::make_unique<Activation>(m.path() + ".activation_fn", p.hidden_act, I);
-  auto mlp = std::make_unique<Mlp>(m.path(), H, std::move(fc1), std::move(act),
-                                   linear_layer(m, "fc2", I, H, true));
+  auto mlp = biased_mlp(w.pp("mlp"), "fc1", "activation_fn", "fc2", p.hidden_act, H, I);
   return std::make_unique<ParallelBlock>(name, H, std::move(norm), std::move(attn), nullptr,
                                          std::move(mlp));
 }

@@ -6,6 +6,7 @@
 #include "models/arch/architecture.h"
 #include "models/config_reader.h"
 #include "models/module.h"
+#include "models/parts/mlp.h"
 #include "util/strings.h"
 
 namespace actcap {
@@ -88,6 +89,15 @@ double partial_rotary_fraction(const ConfigReader& f, const char* top_level, dou
     if (s.has("partial_rotary_factor")) return s.number({"partial_rotary_factor"}, dflt);
   }
   return f.number({top_level}, dflt);
+}
+
+std::unique_ptr<Module> biased_mlp(WeightSource w, const char* up, const char* act,
+                                   const char* down, const std::string& activation, int64_t hidden,
+                                   int64_t inner) {
+  auto fc = linear_layer(w, up, hidden, inner, true);
+  auto a = std::make_unique<Activation>(concat(w.path(), ".", act), activation, inner);
+  return std::make_unique<Mlp>(w.path(), hidden, std::move(fc), std::move(a),
+                               linear_layer(w, down, inner, hidden, true));
 }
 
 BuiltStage head_stage(const ModelConfig& c, WeightSource& w, const at::Tensor& embedding) {
