@@ -292,6 +292,25 @@ def config_seeds():
                           "mscale": 0.707, "mscale_all_dim": 0.707, "beta_fast": 32, "beta_slow": 1})
     variant("deepseek_v2_group_limited.json", deepseek_v2, q_lora_rank=32,
             topk_method="group_limited_greedy", n_group=4, topk_group=2, mlp_bias=True)
+    # GPT-J (its own field names, n_inner null, interleaved rotary on part of each head; one head
+    # with rotary_dim null) and Phi (Phi-2's top-level partial_rotary_factor; transformers 5's rope
+    # dict holding it, with linear scaling and GQA)
+    gptj = {"model_type": "gptj", "architectures": ["GPTJForCausalLM"], "vocab_size": 64,
+            "n_positions": 32, "n_embd": 16, "n_layer": 2, "n_head": 2, "rotary_dim": 4,
+            "n_inner": None, "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5,
+            "tie_word_embeddings": False, "bos_token_id": 0, "eos_token_id": 1}
+    variant("gptj.json", gptj)
+    variant("gptj_one_head_null_rotary.json", gptj, n_head=1, rotary_dim=None, tie_word_embeddings=True)
+    phi = {"model_type": "phi", "architectures": ["PhiForCausalLM"], "vocab_size": 64, "hidden_size": 16,
+           "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 2,
+           "num_key_value_heads": 2, "hidden_act": "gelu_new", "max_position_embeddings": 32,
+           "layer_norm_eps": 1e-5, "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
+           "qk_layernorm": False, "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2}
+    variant("phi.json", phi)
+    variant("phi_rope_parameters_v5_gqa.json", phi, rope_theta=KeyError, partial_rotary_factor=KeyError,
+            num_attention_heads=4, num_key_value_heads=2,
+            rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0,
+                             "partial_rotary_factor": 0.5})
     # FP8 checkpoints: transformers' fp8 (DeepSeek-V3's blocks) and llm-compressor's
     # compressed-tensors (per channel; per block).
     variant("deepseek_v3_fp8.json", deepseek_v3, torch_dtype="bfloat16", quantization_config={
