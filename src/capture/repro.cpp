@@ -24,8 +24,8 @@ std::unique_ptr<Model> repro_model(const std::string& arch) {
     c.max_position_embeddings = 128;
     c.num_hidden_layers = 12;
   } else {
+    c.num_hidden_layers = 12;  // written under the architecture's own field (GPT-J: n_layer)
     nlohmann::json j = nlohmann::json::parse(config_to_json(c));
-    j[j.contains("n_layer") ? "n_layer" : "num_hidden_layers"] = 12;  // GPT-J: n_layer
     j.erase("layer_types");
     c = parse_config(j.dump(), concat("the ", arch, " repro model"));
   }

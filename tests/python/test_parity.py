@@ -1560,18 +1560,31 @@ def test_phi_bad_config_is_one_line_exit_2(models, tmp_path, case):
     assert needle in _one_line_exit_2(m, tmp_path)
 
 
+# microsoft/phi-2's config.json (transformers 4.37.0 layout; torch_dtype float16 there), as public
+# repositories quote it (no network to the Hub here): the architecture fields.
+PHI_2_CONFIG = {
+    "architectures": ["PhiForCausalLM"], "bos_token_id": 50256, "eos_token_id": 50256,
+    "hidden_act": "gelu_new", "hidden_size": 2560, "intermediate_size": 10240,
+    "layer_norm_eps": 1e-05, "max_position_embeddings": 2048, "model_type": "phi",
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
+    "partial_rotary_factor": 0.4, "qk_layernorm": False, "rope_scaling": None, "rope_theta": 10000.0,
+    "tie_word_embeddings": False, "vocab_size": 51200,
+}
+
+
 def test_init_model_phi_2_preset_config(actcap_bin, tmp_path):
-    """`init-model --arch phi --preset phi-2 --config-only`: microsoft/phi-2's sizes, 32 of each
-    head's 80 features rotated, as the reference resolves them."""
+    """`init-model --arch phi --preset phi-2 --config-only` describes microsoft/phi-2: every field
+    above equal, and the reference resolves both to the same model (32 of each head's 80 features
+    rotated)."""
     out = tmp_path / "p"
     H.actcap("init-model", "--arch", "phi", "--preset", "phi-2", "--seed", 0, "--config-only",
              "--out", out, check=True)
     cfg = H.load_config(out)
-    assert cfg["model_type"] == "phi" and cfg["architectures"] == ["PhiForCausalLM"]
-    c = reference.Config(cfg)
-    assert (c.vocab_size, c.hidden, c.layers, c.heads, c.kv_heads, c.inner, c.head_dim, c.tie) == \
-        (51200, 2560, 32, 32, 32, 10240, 80, False)
-    assert reference._rope_dim(c.rope, c.head_dim) == 32 and c.act == "gelu_new"
+    bad = {k: (cfg.get(k), v) for k, v in PHI_2_CONFIG.items() if cfg.get(k) != v}
+    assert not bad, f"(init-model, phi-2): {bad}"
+    c, r = reference.Config(cfg), reference.Config(PHI_2_CONFIG)
+    assert reference.expected_shapes(c) == reference.expected_shapes(r)
+    assert c.rope == r.rope and reference._rope_dim(c.rope, c.head_dim) == 32 and c.head_dim == 80
 
 
 # ---------------------------------------------------------------------------------------------

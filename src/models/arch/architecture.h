@@ -65,6 +65,9 @@ const Architecture& architecture_of(const ModelConfig& c);
 // nn.Linear `name` under `w`: weight [out, in], bias [out] when `bias`.
 std::unique_ptr<Linear> linear_layer(WeightSource w, const std::string& name, int64_t in,
                                      int64_t out, bool bias);
+// nn.LayerNorm `name` under `w`: weight and bias [width], eps (GPT-2, GPT-NeoX, GPT-J, Phi).
+std::unique_ptr<Module> layer_norm(WeightSource w, const std::string& name, int64_t width,
+                                   double eps);
 // The MLP of two nn.Linear layers with biases around an activation (GPT-NeoX, GPT-J, Phi), under
 // `w`: `up` [hidden -> inner], the activation `activation` as the child `act`, then `down`.
 std::unique_ptr<Module> biased_mlp(WeightSource w, const char* up, const char* act,

@@ -38,13 +38,9 @@ struct NeoXParams : ArchParams {
 
 int64_t head_dim(const ModelConfig& c) { return c.hidden_size / c.num_attention_heads; }
 
-std::unique_ptr<LayerNorm> layer_norm(const ModelConfig& c, WeightSource w,
-                                      const std::string& name) {
-  WeightSource v = w.pp(name);
-  const int64_t H = c.hidden_size;
-  return std::make_unique<LayerNorm>(v.path(), v.get("weight", {H}, Init::kGain),
-                                     v.get("bias", {H}, Init::kBias),
-                                     c.params<NeoXParams>().layer_norm_eps);
+// The model's LayerNorm `name` under `w` (architecture.h's, with this config's width and eps).
+std::unique_ptr<Module> layer_norm(const ModelConfig& c, WeightSource w, const std::string& name) {
+  return actcap::layer_norm(w, name, c.hidden_size, c.params<NeoXParams>().layer_norm_eps);
 }
 
 std::unique_ptr<Module> layer(const ModelConfig& c, WeightSource w,

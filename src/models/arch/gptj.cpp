@@ -34,13 +34,9 @@ int64_t inner(const ModelConfig& c) {
   return p.n_inner ? *p.n_inner : 4 * c.hidden_size;
 }
 
-std::unique_ptr<LayerNorm> layer_norm(const ModelConfig& c, WeightSource w,
-                                      const std::string& name) {
-  WeightSource v = w.pp(name);
-  const int64_t H = c.hidden_size;
-  return std::make_unique<LayerNorm>(v.path(), v.get("weight", {H}, Init::kGain),
-                                     v.get("bias", {H}, Init::kBias),
-                                     c.params<GptjParams>().layer_norm_epsilon);
+// The model's LayerNorm `name` under `w` (architecture.h's, with this config's width and eps).
+std::unique_ptr<Module> layer_norm(const ModelConfig& c, WeightSource w, const std::string& name) {
+  return actcap::layer_norm(w, name, c.hidden_size, c.params<GptjParams>().layer_norm_epsilon);
 }
 
 std::unique_ptr<Module> block(const ModelConfig& c, WeightSource w,

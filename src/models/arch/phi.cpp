@@ -34,13 +34,9 @@ struct PhiParams : ArchParams {
   std::unique_ptr<ArchParams> clone() const override { return std::make_unique<PhiParams>(*this); }
 };
 
-std::unique_ptr<LayerNorm> layer_norm(const ModelConfig& c, WeightSource w,
-                                      const std::string& name) {
-  WeightSource v = w.pp(name);
-  const int64_t H = c.hidden_size;
-  return std::make_unique<LayerNorm>(v.path(), v.get("weight", {H}, Init::kGain),
-                                     v.get("bias", {H}, Init::kBias),
-                                     c.params<PhiParams>().layer_norm_eps);
+// The model's LayerNorm `name` under `w` (architecture.h's, with this config's width and eps).
+std::unique_ptr<Module> layer_norm(const ModelConfig& c, WeightSource w, const std::string& name) {
+  return actcap::layer_norm(w, name, c.hidden_size, c.params<PhiParams>().layer_norm_eps);
 }
 
 std::unique_ptr<Module> decoder_layer(const ModelConfig& c, WeightSource w,

@@ -7,6 +7,7 @@
 #include "models/config_reader.h"
 #include "models/module.h"
 #include "models/parts/mlp.h"
+#include "models/parts/norm.h"
 #include "util/strings.h"
 
 namespace actcap {
@@ -89,6 +90,13 @@ double partial_rotary_fraction(const ConfigReader& f, const char* top_level, dou
     if (s.has("partial_rotary_factor")) return s.number({"partial_rotary_factor"}, dflt);
   }
   return f.number({top_level}, dflt);
+}
+
+std::unique_ptr<Module> layer_norm(WeightSource w, const std::string& name, int64_t width,
+                                   double eps) {
+  WeightSource v = w.pp(name);
+  return std::make_unique<LayerNorm>(v.path(), v.get("weight", {width}, Init::kGain),
+                                     v.get("bias", {width}, Init::kBias), eps);
 }
 
 std::unique_ptr<Module> biased_mlp(WeightSource w, const char* up, const char* act,
