@@ -311,6 +311,19 @@ def config_seeds():
             num_attention_heads=4, num_key_value_heads=2,
             rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0,
                              "partial_rotary_factor": 0.5})
+    # GPT-Neo: the released layout (attention_types with the attention_layers it expands to);
+    # the attribute_map aliases, a count of 0 and no attention_layers
+    gpt_neo = {"model_type": "gpt_neo", "architectures": ["GPTNeoForCausalLM"], "vocab_size": 64,
+               "max_position_embeddings": 32, "hidden_size": 16, "num_layers": 2, "num_heads": 2,
+               "attention_types": [[["global", "local"], 1]], "attention_layers": ["global", "local"],
+               "window_size": 4, "intermediate_size": None, "activation_function": "gelu_new",
+               "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True, "bos_token_id": 0,
+               "eos_token_id": 1}
+    variant("gpt_neo.json", gpt_neo)
+    variant("gpt_neo_aliases_local.json", gpt_neo, num_layers=KeyError, num_heads=KeyError,
+            attention_layers=KeyError, num_hidden_layers=3, num_attention_heads=4,
+            attention_types=[[["global"], 0], [["local"], 3]], intermediate_size=24,
+            tie_word_embeddings=False)
     # FP8 checkpoints: transformers' fp8 (DeepSeek-V3's blocks) and llm-compressor's
     # compressed-tensors (per channel; per block).
     variant("deepseek_v3_fp8.json", deepseek_v3, torch_dtype="bfloat16", quantization_config={

@@ -50,7 +50,8 @@ def test_split_run_files_identical_to_single_device(llama, tmp_path):
                                          ("gemma", "model.layers"),
                                          ("gemma2", "model.layers"),
                                          ("gemma3_text", "model.layers"), ("gpt_neox", "gpt_neox.layers"),
-                                         ("gptj", "transformer.h"), ("phi", "model.layers"),
+                                         ("gptj", "transformer.h"), ("gpt_neo", "transformer.h"),
+                                         ("phi", "model.layers"),
                                          ("phi3", "model.layers")])
 def test_split_run_files_identical_to_single_device_per_arch(actcap_bin, tmp_path, arch, layers):
     """As above for the other families: 3 devices write the same shard bytes as one (every point,

@@ -2,14 +2,16 @@
 
 Written from the semantics of Hugging Face transformers' modeling_gpt2.py, modeling_llama.py,
 modeling_mistral.py, modeling_qwen2.py, modeling_qwen3.py, modeling_olmo.py, modeling_olmo2.py,
-modeling_gemma.py, modeling_gemma2.py, modeling_gemma3.py, modeling_gpt_neox.py, modeling_gptj.py, modeling_phi.py, modeling_phi3.py,
-modeling_mixtral.py, modeling_qwen3_moe.py, modeling_qwen2_moe.py, modeling_olmoe.py,
-modeling_gpt_oss.py, modeling_deepseek_v3.py, modeling_deepseek_v2.py (with configuration_mixtral.py,
-configuration_qwen3_moe.py, configuration_qwen2_moe.py, configuration_olmo.py, configuration_olmoe.py,
-configuration_gpt_oss.py, configuration_gemma.py, configuration_deepseek_v3.py,
-configuration_deepseek_v2.py, conversion_mapping.py, integrations/moe.py and integrations/mxfp4.py of
-transformers 5.12) and modeling_rope_utils.py (eager attention, eager experts (Qwen2-MoE, gpt-oss and
-DeepSeek-V3 / V2: transformers 5's default grouped_mm experts), no padding, no cache, eval mode),
+modeling_gemma.py, modeling_gemma2.py, modeling_gemma3.py, modeling_gpt_neox.py, modeling_gptj.py,
+modeling_gpt_neo.py, modeling_phi.py, modeling_phi3.py, modeling_mixtral.py, modeling_qwen3_moe.py,
+modeling_qwen2_moe.py, modeling_olmoe.py, modeling_gpt_oss.py, modeling_deepseek_v3.py,
+modeling_deepseek_v2.py (with configuration_mixtral.py, configuration_qwen3_moe.py,
+configuration_qwen2_moe.py, configuration_olmo.py, configuration_olmoe.py, configuration_gpt_oss.py,
+configuration_gemma.py, configuration_deepseek_v3.py, configuration_deepseek_v2.py,
+configuration_gpt_neo.py, masking_utils.py, conversion_mapping.py, integrations/moe.py and
+integrations/mxfp4.py of transformers 5.12) and modeling_rope_utils.py (eager attention, eager
+experts (Qwen2-MoE, gpt-oss and DeepSeek-V3 / V2: transformers 5's default grouped_mm experts), no
+padding, no cache, eval mode),
 using only torch + numpy + the minimal safetensors
 reader in st.py. config.json may be in transformers 4.x form (rope_theta / rope_scaling,
 torch_dtype) or 5.x form (rope_parameters, layer_types, dtype); the dtype fields are not read.
@@ -26,11 +28,13 @@ Values are float32 except the token / position ids fed to the embeddings (int64)
 
 Attention patterns (only with forward(ids, patterns=True) / run(..., patterns=True); the default
 output has no such entries): for every attention module NAME (transformer.h.N.attn,
-<prefix>.layers.N.self_attn, gpt_neox.layers.N.attention) the dict also holds
+<prefix>.layers.N.self_attn, gpt_neox.layers.N.attention; for gpt_neo transformer.h.N.attn.attention,
+the innermost module, GPTNeoSelfAttention, which computes them, not its GPTNeoAttention wrapper) the
+dict also holds
   NAME:scores  [T, heads, T] float32: q k^T after the scale (GPT-2: 1/sqrt(head_dim) and
-               1/(layer+1) as configured; GQA keys repeated per query head), Gemma 2's soft-cap
-               c * tanh(s / c) and the causal / sliding-window mask; a masked key holds -inf (HF
-               writes finfo(float32).min there; the softmax is the same);
+               1/(layer+1) as configured; GPT-Neo: no scale at all; GQA keys repeated per query
+               head), Gemma 2's soft-cap c * tanh(s / c) and the causal / sliding-window mask; a
+               masked key holds -inf (HF writes finfo(float32).min there; the softmax is the same);
   NAME:probs   [T, heads, T] float32: the float32 softmax eager attention multiplies the values by
                (HF's attn_weights), 0 where masked.
 Row t is query position t, laid out [heads, keys] (heads in HF order, key column j = position j).
@@ -78,6 +82,15 @@ Hook points (N = layer index):
   gptj:  transformer.wte, transformer.h.N, .ln_1, .attn, .attn.q_proj, .attn.k_proj, .attn.v_proj,
          .attn.out_proj, .mlp, .mlp.fc_in, .mlp.act, .mlp.fc_out, transformer.ln_f, lm_head (with a
          bias). The MLP reads ln_1's output, as the attention does.
+  gpt_neo (GPTNeoForCausalLM): transformer.wte, transformer.wpe (input: the positions 0..T-1,
+         int64), transformer.h.N, .ln_1, .attn, .attn.attention, .attn.attention.q_proj,
+         .attn.attention.k_proj, .attn.attention.v_proj, .attn.attention.out_proj, .ln_2, .mlp,
+         .mlp.c_fc, .mlp.act, .mlp.c_proj, transformer.ln_f, lm_head (no bias; tied to wte by
+         default). .attn (GPTNeoAttention) only wraps .attn.attention (GPTNeoSelfAttention): both
+         read ln_1's output and hold the same [T, H] output. q / k / v_proj have no biases,
+         out_proj has; c_fc / c_proj are nn.Linear (weights [out, in], unlike GPT-2's Conv1D).
+         Sequential pre-LN blocks as GPT-2's; "local" layers attend within window_size (see
+         Config._gpt_neo and Model._gpt_neo).
   phi:   model.embed_tokens, model.layers.N, .input_layernorm, .self_attn, .self_attn.q_proj,
          .self_attn.k_proj, .self_attn.v_proj, .self_attn.dense, .mlp, .mlp.fc1, .mlp.activation_fn,
          .mlp.fc2, model.final_layernorm, lm_head (with a bias). The MLP reads input_layernorm's
@@ -190,7 +203,7 @@ import torch.nn.functional as F
 import st
 
 ARCHS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo", "olmo2", "gemma", "gemma2", "gemma3_text",
-         "gemma3", "gpt_neox", "gptj", "phi", "phi3", "mixtral", "qwen3_moe", "qwen2_moe", "olmoe", "gpt_oss", "deepseek_v3",
+         "gemma3", "gpt_neox", "gptj", "gpt_neo", "phi", "phi3", "mixtral", "qwen3_moe", "qwen2_moe", "olmoe", "gpt_oss", "deepseek_v3",
          "deepseek_v2")
 MOE_ARCHS = ("mixtral", "qwen3_moe", "qwen2_moe", "olmoe", "gpt_oss", "deepseek_v3", "deepseek_v2")
 
@@ -360,6 +373,16 @@ NEOX_DEFAULTS = dict(vocab_size=50432, hidden_size=6144, num_hidden_layers=44, n
 # num_hidden_layers -> n_layer, num_attention_heads -> n_head, max_position_embeddings -> n_positions.
 GPTJ_DEFAULTS = dict(vocab_size=50400, n_positions=2048, n_embd=4096, n_layer=28, n_head=16,
                      activation_function="gelu_new", layer_norm_epsilon=1e-5, tie_word_embeddings=False)
+# GPTNeoConfig's defaults (configuration_gpt_neo.py, transformers 5.12, a @strict dataclass:
+# gpt-neo-1.3B's sizes). attribute_map: num_attention_heads -> num_heads, num_hidden_layers ->
+# num_layers. intermediate_size None -> 4 * hidden_size (GPTNeoBlock); attention_types None ->
+# GPT_NEO_ATTENTION_TYPES (__post_init__), whose expansion must have num_layers entries, each one of
+# GPT_NEO_LAYER_TYPES (see Config._gpt_neo).
+GPT_NEO_DEFAULTS = dict(vocab_size=50257, max_position_embeddings=2048, hidden_size=2048, num_layers=24,
+                        num_heads=16, window_size=256, activation_function="gelu_new",
+                        layer_norm_epsilon=1e-5, tie_word_embeddings=True)
+GPT_NEO_ATTENTION_TYPES = [[["global", "local"], 12]]
+GPT_NEO_LAYER_TYPES = ("global", "local")
 # PhiConfig's defaults (Phi-1.5's sizes); num_key_value_heads None -> num_attention_heads;
 # partial_rotary_factor 0.5 when neither the rope dict nor the top level names it.
 PHI_DEFAULTS = dict(vocab_size=51200, hidden_size=2048, intermediate_size=8192, num_hidden_layers=24,
@@ -457,6 +480,8 @@ class Config:
             self._gpt_neox(cfg)
         elif mt == "gptj":
             self._gptj(cfg)
+        elif mt == "gpt_neo":
+            self._gpt_neo(cfg)
         elif mt == "phi":
             self._phi(cfg)
         elif mt == "phi3":
@@ -1427,6 +1452,76 @@ class Config:
             raise ReferenceError(f"rotary_dim {self.rotary_dim} with head_dim {self.head_dim} does not broadcast")
         self.windows = [None] * self.layers
 
+    def _gpt_neo(self, cfg):
+        """GPTNeoConfig: every field has a default (gpt-neo-1.3B's sizes); intermediate_size null or
+        absent -> 4 * hidden_size; LayerNorm eps layer_norm_epsilon; tied by default; no RoPE (learned
+        positions, n_positions = max_position_embeddings). The attribute_map aliases
+        num_attention_heads / num_hidden_layers are set after the fields (as extra kwargs), so an
+        alias wins where config.json has both names.
+        Per-layer attention: attention_types (null or absent -> [[["global", "local"], 12]]) is a
+        list of [types, n] items, expanded as expand_attention_types_params does (each item's types
+        list repeated n times, concatenated); the expansion must have num_layers entries
+        (validate_architecture) and each must be "global" or "local" (GPTNeoAttention raises
+        NotImplementedError otherwise). A "local" layer's bias buffer is tril XOR
+        tril(.., -window_size): key j is allowed for query i iff 0 <= i - j < window_size; windows
+        holds window_size for local layers, None for global ones. window_size < 1 on a local layer
+        (no key left: HF's added causal mask then spreads the row uniformly over the causal keys)
+        is refused.
+        attention_layers: __post_init__ sets it from attention_types, but a config.json key
+        attention_layers (the released files carry one) is set after that as an extra kwarg and
+        wins in transformers 5.12: it decides when present (with attention_types absent too), and
+        one that disagrees with attention_types' expansion (a null one included) is refused."""
+        d = GPT_NEO_DEFAULTS
+
+        def get(k, alias=None):
+            return _get(cfg, *((alias, k) if alias else (k,)), default=d[k])
+
+        self.vocab_size = int(get("vocab_size"))
+        self.n_positions = int(get("max_position_embeddings"))
+        self.hidden = int(get("hidden_size"))
+        self.layers = int(get("num_layers", "num_hidden_layers"))
+        self.heads = int(get("num_heads", "num_attention_heads"))
+        self.kv_heads = self.heads
+        inner = cfg.get("intermediate_size")
+        self.inner = int(inner) if inner is not None else 4 * self.hidden
+        self.act = get("activation_function")
+        self.eps = float(get("layer_norm_epsilon"))
+        self.tie = bool(get("tie_word_embeddings"))
+        if self.heads < 1 or self.hidden % self.heads:
+            raise ReferenceError("hidden_size not divisible by num_heads")
+        self.head_dim = self.hidden // self.heads
+        self.window_size = int(get("window_size"))
+        types = cfg.get("attention_types")
+
+        def expand(types):  # expand_attention_types_params
+            out = []
+            try:
+                for item in types:
+                    for _ in range(item[1]):
+                        out.extend(item[0])
+            except (TypeError, IndexError, KeyError):
+                raise ReferenceError(f"attention_types must be a list of [types, count] items, not {types!r}")
+            return out
+
+        if "attention_layers" in cfg:  # set over __post_init__'s expansion: it decides
+            layer_types = cfg["attention_layers"]
+            if not isinstance(layer_types, list) or not layer_types:
+                raise ReferenceError(f"attention_layers must be a non-empty list, not {layer_types!r}")
+            if types is not None and expand(types) != layer_types:
+                raise ReferenceError(f"attention_layers {layer_types!r} disagrees with attention_types, "
+                                     f"which expands to {expand(types)!r}")
+        else:
+            layer_types = expand(GPT_NEO_ATTENTION_TYPES if types is None else types)
+        if len(layer_types) != self.layers:
+            raise ReferenceError(f"{len(layer_types)} attention layer types, num_layers is {self.layers}")
+        bad = [t for t in layer_types if t not in GPT_NEO_LAYER_TYPES]
+        if bad:
+            raise ReferenceError(f"unsupported attention type {bad[0]!r} (only 'global' and 'local')")
+        if "local" in layer_types and self.window_size < 1:
+            raise ReferenceError(f"window_size {self.window_size} leaves the local layers no key")
+        self.attention_layers = layer_types
+        self.windows = [self.window_size if t == "local" else None for t in layer_types]
+
     def _phi(self, cfg):
         """PhiConfig: every field has a default; num_key_value_heads null or absent ->
         num_attention_heads; head_dim: PhiAttention's getattr(config, "head_dim", hidden_size //
@@ -2015,6 +2110,24 @@ def expected_shapes(cfg):
         s["lm_head.weight"] = [V, H]
         s["lm_head.bias"] = [V]
         return s
+    elif c.arch == "gpt_neo":  # nn.Linear weights [out, in]; lm_head.weight (no bias) added below
+        s["transformer.wte.weight"] = [V, H]
+        s["transformer.wpe.weight"] = [c.n_positions, H]
+        for i in range(c.layers):
+            p = f"transformer.h.{i}."
+            s[p + "ln_1.weight"] = [H]
+            s[p + "ln_1.bias"] = [H]
+            for nm in ("q_proj", "k_proj", "v_proj", "out_proj"):
+                s[p + f"attn.attention.{nm}.weight"] = [H, H]
+            s[p + "attn.attention.out_proj.bias"] = [H]
+            s[p + "ln_2.weight"] = [H]
+            s[p + "ln_2.bias"] = [H]
+            s[p + "mlp.c_fc.weight"] = [I, H]
+            s[p + "mlp.c_fc.bias"] = [I]
+            s[p + "mlp.c_proj.weight"] = [H, I]
+            s[p + "mlp.c_proj.bias"] = [H]
+        s["transformer.ln_f.weight"] = [H]
+        s["transformer.ln_f.bias"] = [H]
     elif c.arch == "phi":
         q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
         s["model.embed_tokens.weight"] = [V, H]
@@ -2365,6 +2478,11 @@ class Model:
             w = {k: v for k, v in w.items() if not k.endswith((".attn.bias", ".attn.masked_bias"))}
             emb_key = "transformer.wte.weight"
             prefix = ""
+        elif self.cfg.arch == "gpt_neo":  # the mask buffers (bias, masked_bias) older checkpoints saved
+            w = {k: v for k, v in w.items()
+                 if not k.endswith((".attn.attention.bias", ".attn.attention.masked_bias"))}
+            emb_key = "transformer.wte.weight"
+            prefix = ""
         else:
             w = _norm_llama_names(w)
             if self.cfg.arch == "gpt_oss":
@@ -2424,6 +2542,8 @@ class Model:
                 pts = self._gpt_neox(ids, rope_seq_len)
             elif self.cfg.arch == "gptj":
                 pts = self._gptj(ids)
+            elif self.cfg.arch == "gpt_neo":
+                pts = self._gpt_neo(ids)
             elif self.cfg.arch == "phi":
                 pts = self._phi(ids, rope_seq_len)
             elif self.cfg.arch == "phi3":
@@ -3188,6 +3308,89 @@ class Model:
         hf = ln(h, "transformer.ln_f")
         rec("transformer.ln_f", h, hf)
         logits = lin(hf, "lm_head")
+        rec("lm_head", hf, logits)
+        return pts
+
+    def _gpt_neo(self, ids):
+        """GPTNeoModel / GPTNeoBlock / GPTNeoAttention / GPTNeoSelfAttention (eager) / GPTNeoMLP.
+        Embeddings: wte(ids) + wpe(position_ids), position_ids = arange(T) (no cache), no scaling.
+        Block (sequential pre-LN, as GPT-2's): h = h + attn(ln_1(h)); h = h + mlp(ln_2(h)).
+        GPTNeoAttention only forwards to its .attention (GPTNeoSelfAttention): q_proj, k_proj,
+        v_proj (no biases), heads split [heads, T, head_dim]; _attn: q and k cast to float32,
+        scores = q k^T with NO 1/sqrt(head_dim) scale; torch.where(bias, scores, finfo(float32).min)
+        with the layer's bias buffer (global: causal j <= i; local: also i - j < window_size); then
+        create_causal_mask's eager mask is added (0 where causal, finfo.min elsewhere: for one
+        unpadded sequence it adds nothing beyond causal; a causal-masked entry becomes -inf, a
+        window-masked one stays finfo.min, the same softmax); softmax in float32, cast to v's
+        dtype; probs @ v, heads merged, out_proj (with bias). GPTNeoMLP: c_proj(act(c_fc(x))), both
+        nn.Linear with biases, act = ACT2FN[activation_function]. ln_f, then lm_head (no bias; wte
+        when tied). Dropouts are the identity in eval. Patterns under the inner module's name,
+        transformer.h.N.attn.attention."""
+        c, w = self.cfg, self.w
+        T = ids.shape[0]
+        if T > c.n_positions:
+            raise ReferenceError("sequence longer than max_position_embeddings")
+        pts = OrderedDict()
+
+        def rec(name, inp, out):
+            pts[name + ":input"] = inp
+            pts[name] = out
+
+        def ln(x, p):
+            return F.layer_norm(x, (c.hidden,), w[p + ".weight"], w[p + ".bias"], c.eps)
+
+        def lin(x, p):
+            return F.linear(x, w[p + ".weight"], w.get(p + ".bias"))
+
+        pos = torch.arange(T, dtype=torch.int64)
+        e = F.embedding(ids, w["transformer.wte.weight"])
+        rec("transformer.wte", ids, e)
+        pe = F.embedding(pos, w["transformer.wpe.weight"])
+        rec("transformer.wpe", pos, pe)
+        h = e + pe
+        nh, hd = c.heads, c.head_dim
+        qi = torch.arange(T)[:, None]
+        kj = torch.arange(T)[None, :]
+        causal = kj <= qi
+        neg = torch.tensor(torch.finfo(torch.float32).min)
+        act = _act(c.act)
+        for i in range(c.layers):
+            p = f"transformer.h.{i}"
+            A = p + ".attn.attention"
+            block_in = h
+            x = ln(h, p + ".ln_1")
+            rec(p + ".ln_1", h, x)
+            proj = {}
+            for nm in ("q_proj", "k_proj", "v_proj"):
+                proj[nm] = lin(x, f"{A}.{nm}")
+                rec(f"{A}.{nm}", x, proj[nm])
+            q = proj["q_proj"].view(T, nh, hd).transpose(0, 1).float()
+            k = proj["k_proj"].view(T, nh, hd).transpose(0, 1).float()
+            v = proj["v_proj"].view(T, nh, hd).transpose(0, 1)
+            allowed = causal if c.windows[i] is None else causal & (qi - kj < c.windows[i])
+            scores = torch.matmul(q, k.transpose(-1, -2))  # unscaled
+            att = F.softmax(torch.where(allowed, scores, neg), dim=-1).to(v.dtype)
+            self._pattern(pts, A, scores, allowed, att)
+            o = torch.matmul(att, v).transpose(0, 1).contiguous().view(T, nh * hd)
+            a = lin(o, A + ".out_proj")
+            rec(A + ".out_proj", o, a)
+            rec(A, x, a)
+            rec(p + ".attn", x, a)
+            h = a + block_in
+            x2 = ln(h, p + ".ln_2")
+            rec(p + ".ln_2", h, x2)
+            f = lin(x2, p + ".mlp.c_fc")
+            rec(p + ".mlp.c_fc", x2, f)
+            g = act(f)
+            rec(p + ".mlp.act", f, g)
+            m = lin(g, p + ".mlp.c_proj")
+            rec(p + ".mlp.c_proj", g, m)
+            rec(p + ".mlp", x2, m)
+            h = h + m
+            rec(p, block_in, h)
+        hf = ln(h, "transformer.ln_f")
+        rec("transformer.ln_f", h, hf)
+        logits = F.linear(hf, w["lm_head.weight"])
         rec("lm_head", hf, logits)
         return pts
 

@@ -83,6 +83,15 @@ TINY = {
     "gptj": dict(model_type="gptj", architectures=["GPTJForCausalLM"], vocab_size=384, n_positions=128,
                  n_embd=32, n_layer=2, n_head=4, rotary_dim=4, n_inner=96, activation_function="gelu_new",
                  layer_norm_epsilon=1e-5, tie_word_embeddings=False, bos_token_id=0, eos_token_id=1),
+    # GPT-Neo (GPTNeoForCausalLM): head_dim 8, intermediate_size 96 != 4 * 32; attention_types gives
+    # global, local, local (two items, so the expansion is exercised), with the attention_layers list
+    # the released config.json files also carry; window_size 4, shorter than the tests' sequences;
+    # tied (only transformer.wte.weight stored)
+    "gpt_neo": dict(model_type="gpt_neo", architectures=["GPTNeoForCausalLM"], vocab_size=384,
+                    max_position_embeddings=128, hidden_size=32, num_layers=3, num_heads=4, intermediate_size=96,
+                    window_size=4, attention_types=[[["global", "local"], 1], [["local"], 1]],
+                    attention_layers=["global", "local", "local"], activation_function="gelu_new",
+                    layer_norm_epsilon=1e-5, tie_word_embeddings=True, bos_token_id=0, eos_token_id=1),
     # head_dim 8, partial_rotary_factor 0.5 at the top level (Phi-2's layout: 4 rotary features);
     # GQA (2 kv heads for 4)
     "phi": dict(model_type="phi", architectures=["PhiForCausalLM"], vocab_size=384, hidden_size=32,
@@ -894,7 +903,7 @@ def to_v5(cfg):
     if "torch_dtype" in cfg:
         cfg["dtype"] = cfg.pop("torch_dtype")
     cfg["transformers_version"] = "5.0.0"
-    if cfg.get("model_type") == "gpt2":
+    if cfg.get("model_type") in ("gpt2", "gpt_neo"):  # no RoPE
         return cfg
     gpt_oss = cfg.get("model_type") == "gpt_oss"
     rs = cfg.pop("rope_scaling", None) or {}

@@ -17,7 +17,7 @@ import reference
 import st
 import synth
 
-ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3_text", "gpt_neox", "gptj", "phi", "phi3",
+ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3_text", "gpt_neox", "gptj", "gpt_neo", "phi", "phi3",
          "mixtral", "qwen3_moe", "olmoe", "gpt_oss", "gemma", "olmo", "qwen2_moe", "deepseek_v3",
          "deepseek_v2"]
 LLAMA_FAMILY = ["llama", "mistral", "qwen2", "qwen3"]
@@ -1517,6 +1517,93 @@ def test_init_model_gpt_j_6b_preset_config(actcap_bin, tmp_path):
         (r.hidden, r.layers, r.heads, r.inner, r.rotary_dim, r.n_positions, r.vocab_size, r.tie) == \
         (4096, 28, 16, 16384, 64, 2048, 50400, False)
     assert reference.expected_shapes(c) == reference.expected_shapes(r)
+
+
+# ---------------------------------------------------------------------------------------------
+# GPT-Neo: global and local (windowed) layers, unscaled scores, learned positions
+# ---------------------------------------------------------------------------------------------
+
+def test_parity_gpt_neo_local_layers_and_window(models, tmp_path):
+    """The tiny preset alternates global and local layers with an 8-key window, shorter than the
+    sequence: the window changes the output and matches; so does a 3-key window with other types (a
+    count of 0 adds no layer, as in transformers).
+    With only attention_types or only attention_layers (which transformers sets over the
+    expansion) the model is the same; a window as long as the sequence makes a local layer global,
+    bit for bit."""
+    src = models("gpt_neo")
+    cfg = H.load_config(src)
+    assert cfg["window_size"] == 8 and cfg["attention_layers"] == ["global", "local"] * 2
+    seqs = tokens_for(src, [14, 6], seed=83)
+    _, a, _ = check_parity(src, seqs, tmp_path / "o_src", rel_tol=1e-5)
+    for only in (dict(attention_layers=None), dict(attention_types=None)):
+        m = with_config(src, tmp_path / f"only_{len(only)}_{list(only)[0]}", **only)
+        _, b, _ = check_parity(m, seqs, tmp_path / f"o_{m.name}", rel_tol=1e-5)
+        assert all(np.array_equal(a[k], b[k]) for k in a), only
+    all_global = with_config(src, tmp_path / "global", attention_layers=None,
+                             attention_types=[[["global"], 4]])
+    assert ref_differs(src, all_global, seqs), "the local layers' window changed nothing"
+    wide = with_config(src, tmp_path / "wide", window_size=14)
+    _, g, _ = check_parity(all_global, seqs, tmp_path / "o_global", rel_tol=1e-5)
+    _, w, _ = check_parity(wide, seqs, tmp_path / "o_wide", rel_tol=1e-5)
+    assert all(np.array_equal(g[k], w[k]) for k in g)
+    narrow = with_config(src, tmp_path / "narrow", window_size=3, attention_layers=None,
+                         attention_types=[[["global"], 0], [["local"], 1], [["local", "global"], 1],
+                                          [["local"], 1]])
+    assert ref_differs(src, narrow, seqs)
+    check_parity(narrow, seqs, tmp_path / "o_narrow", rel_tol=1e-5)
+
+
+GPT_NEO_BAD_CONFIGS = {
+    "types_too_few_layers": (dict(attention_layers=None, attention_types=[[["global", "local"], 1]]),
+                             "attention_types"),
+    "types_unknown": (dict(attention_layers=None, attention_types=[[["global", "sliding"], 2]]),
+                      "sliding"),
+    "types_malformed": (dict(attention_layers=None, attention_types=[["global", 4]]), "attention_types"),
+    "types_negative_count": (dict(attention_layers=None, attention_types=[[["global"], -1], [["local"], 4]]),
+                             "attention_types"),
+    "layers_disagree": (dict(attention_layers=["global"] * 4), "attention_layers"),
+    "window_zero": (dict(window_size=0), "window_size"),
+    "heads_not_dividing": (dict(num_heads=5), "num_heads"),
+    "unknown_act": (dict(activation_function="gelu_erf"), "activation_function"),
+    "intermediate_zero": (dict(intermediate_size=0), "intermediate_size"),
+}
+
+
+@pytest.mark.parametrize("case", list(GPT_NEO_BAD_CONFIGS))
+def test_gpt_neo_bad_config_is_one_line_exit_2(models, tmp_path, case):
+    changes, needle = GPT_NEO_BAD_CONFIGS[case]
+    m = with_config(models("gpt_neo"), tmp_path / "m", **changes)
+    assert needle in _one_line_exit_2(m, tmp_path)
+
+
+# EleutherAI/gpt-neo-125M's and roneneldan/TinyStories-33M's config.json, as public repositories
+# quote them (the fields that describe the model; no network to the Hub here).
+GPT_NEO_125M_CONFIG = {
+    "activation_function": "gelu_new", "architectures": ["GPTNeoForCausalLM"],
+    "attention_layers": ["global", "local"] * 6, "attention_types": [[["global", "local"], 6]],
+    "bos_token_id": 50256, "eos_token_id": 50256, "hidden_size": 768, "intermediate_size": None,
+    "layer_norm_epsilon": 1e-05, "max_position_embeddings": 2048, "model_type": "gpt_neo",
+    "num_heads": 12, "num_layers": 12, "vocab_size": 50257, "window_size": 256,
+}
+TINYSTORIES_33M_CONFIG = dict(GPT_NEO_125M_CONFIG, num_heads=16, num_layers=4,
+                              attention_layers=["global", "local"] * 2,
+                              attention_types=[[["global", "local"], 2]])
+
+
+@pytest.mark.parametrize("preset,want", [("gpt-neo-125m", GPT_NEO_125M_CONFIG),
+                                         ("tinystories-33m", TINYSTORIES_33M_CONFIG)])
+def test_init_model_gpt_neo_preset_configs(actcap_bin, tmp_path, preset, want):
+    """`init-model --arch gpt_neo --preset P --config-only` describes the released model: every
+    field above equal, and the reference resolves both to the same model (tied, local odd layers)."""
+    out = tmp_path / "g"
+    H.actcap("init-model", "--arch", "gpt_neo", "--preset", preset, "--seed", 0, "--config-only",
+             "--out", out, check=True)
+    cfg = H.load_config(out)
+    bad = {k: (cfg.get(k), v) for k, v in want.items() if cfg.get(k) != v}
+    assert not bad, f"(init-model, {preset}): {bad}"
+    c, r = reference.Config(cfg), reference.Config(want)
+    assert reference.expected_shapes(c) == reference.expected_shapes(r)
+    assert c.windows == r.windows == [None, 256] * (c.layers // 2) and c.tie and c.inner == 3072
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3764,3 +3764,104 @@ def test_phi_wiring_and_rotary_width(tmp_path):
         assert np.array_equal(pts[p + ".self_attn:input"], pts[p + ".input_layernorm"])
         assert np.array_equal(pts[p + ".mlp:input"], pts[p + ".input_layernorm"])
         assert np.allclose(pts[p], pts[p + ".self_attn"] + pts[p + ".mlp"] + pts[p + ":input"], rtol=0, atol=1e-6)
+
+
+def test_gpt_neo_unscaled_scores_local_windows_and_wiring(tmp_path):
+    """GPT-Neo's reference against an independent float64 formulation, layer by layer (global,
+    local, local; window 4 < T = 9): the q / k / v projections are ln_1's output times the bias-free
+    weights; the scores equal q_proj k_proj^T per head with NO scale at the allowed keys and are -inf
+    exactly elsewhere (global: j <= i; local: 0 <= i - j < window_size); each probs row is the
+    softmax over its allowed keys; the attention output is out_proj of the merged probs @ v. The
+    wiring: .attn and .attn.attention both read ln_1's output and hold the same output; ln_2 reads
+    the block input plus the attention output; the block output is that plus the MLP's; wpe's
+    output is rows 0..T-1 of wpe.weight (input: the positions); lm_head uses the tied wte. A
+    checkpoint with the mask buffers older transformers saved (attn.attention.bias / masked_bias)
+    gives the same points; a sequence longer than max_position_embeddings is refused."""
+    cfg = synth.tiny_config("gpt_neo")
+    d = tmp_path / "m"
+    w = {k: v.astype(np.float64) for k, v in synth.write_checkpoint(str(d), cfg).items()}
+    c = reference.Config(cfg)
+    assert c.windows == [None, 4, 4] and "lm_head.weight" not in w
+    T, nh, hd, win = 9, c.heads, c.head_dim, 4
+    ids = list(range(3, 3 + T))
+    m = reference.Model(str(d))
+    pts = m.forward(ids, patterns=True)
+    qi, kj = np.arange(T)[:, None], np.arange(T)[None, :]
+    assert np.array_equal(pts["transformer.wpe:input"], np.arange(T)) and pts["transformer.wpe:input"].dtype == np.int64
+    assert np.array_equal(pts["transformer.wpe"], w["transformer.wpe.weight"][:T].astype(np.float32))
+    assert np.array_equal(pts["transformer.wte"], w["transformer.wte.weight"][ids].astype(np.float32))
+    assert np.allclose(pts["transformer.h.0:input"], pts["transformer.wte"] + pts["transformer.wpe"], rtol=0, atol=1e-6)
+    for i, local in enumerate([False, True, True]):
+        p = f"transformer.h.{i}"
+        A = p + ".attn.attention"
+        x = pts[p + ".ln_1"].astype(np.float64)
+        for nm in ("q_proj", "k_proj", "v_proj"):
+            assert np.allclose(pts[f"{A}.{nm}"], x @ w[f"{A}.{nm}.weight"].T, rtol=0, atol=2e-6), (i, nm)
+        q, k, v = (pts[f"{A}.{nm}"].astype(np.float64).reshape(T, nh, hd) for nm in ("q_proj", "k_proj", "v_proj"))
+        want = np.einsum("thd,shd->ths", q, k)
+        allowed = (kj <= qi) & ((qi - kj < win) if local else True)
+        assert local == bool(((kj <= qi) & ~allowed).any())  # the window bites on local layers only
+        allowed3 = np.repeat(allowed[:, None, :], nh, axis=1)
+        got = pts[A + ":scores"]
+        assert np.all(np.isneginf(got[~allowed3])) and np.all(np.isfinite(got[allowed3])), i
+        assert np.abs(want[allowed3]).max() > 0.5  # a stray 1 / sqrt(head_dim) would show
+        assert np.allclose(got[allowed3], want[allowed3], rtol=0, atol=2e-5), i
+        ex = np.where(allowed3, np.exp(want - np.where(allowed3, want, -np.inf).max(-1, keepdims=True)), 0.0)
+        probs = ex / ex.sum(-1, keepdims=True)
+        assert np.allclose(pts[A + ":probs"], probs, rtol=0, atol=1e-6), i
+        o = np.einsum("ths,shd->thd", probs, v).reshape(T, nh * hd)
+        a = o @ w[A + ".out_proj.weight"].T + w[A + ".out_proj.bias"]
+        assert np.allclose(pts[A], a, rtol=0, atol=2e-5), i
+        assert np.array_equal(pts[A + ":input"], pts[p + ".ln_1"])
+        assert np.array_equal(pts[p + ".attn:input"], pts[p + ".ln_1"])
+        assert np.array_equal(pts[p + ".attn"], pts[A])
+        assert np.array_equal(pts[p + ".ln_1:input"], pts[p + ":input"])
+        assert np.allclose(pts[p + ".ln_2:input"], pts[p + ":input"] + pts[p + ".attn"], rtol=0, atol=1e-6)
+        assert np.array_equal(pts[p + ".mlp:input"], pts[p + ".ln_2"])
+        assert np.allclose(pts[p], pts[p + ".ln_2:input"] + pts[p + ".mlp"], rtol=0, atol=1e-6)
+        if i + 1 < c.layers:
+            assert np.array_equal(pts[f"transformer.h.{i + 1}:input"], pts[p])
+    assert np.allclose(pts["lm_head"], pts["transformer.ln_f"].astype(np.float64) @ w["transformer.wte.weight"].T,
+                       rtol=0, atol=2e-5)
+    # the buffers old checkpoints saved are ignored
+    tensors = {k: v.astype(np.float32) for k, v in w.items()}
+    P = c.n_positions
+    full = np.tril(np.ones((P, P), bool))
+    for i, window in enumerate(c.windows):
+        mask = full ^ np.tril(full, -window) if window else full
+        tensors[f"transformer.h.{i}.attn.attention.bias"] = mask[None, None]
+        tensors[f"transformer.h.{i}.attn.attention.masked_bias"] = np.array(-1e9, np.float32)
+    db = tmp_path / "buffers"
+    os.makedirs(db)
+    (db / "config.json").write_bytes((d / "config.json").read_bytes())
+    st.save(str(db / "model.safetensors"), tensors)
+    pb = reference.Model(str(db)).forward(ids, patterns=True)
+    assert pb.keys() == pts.keys() and all(np.array_equal(pb[k], pts[k]) for k in pts)
+    with pytest.raises(reference.ReferenceError):
+        m.forward([1] * (P + 1))
+
+
+def test_gpt_neo_attention_types_refused():
+    """GPTNeoConfig's per-layer attention: attention_types' expansion must list num_layers layers
+    (the default [[["global", "local"], 12]] gives 24), each "global" or "local"; a config.json
+    attention_layers that disagrees with that expansion (or is null) is refused. num_hidden_layers /
+    num_attention_heads are accepted for num_layers / num_heads, and attention_layers may be absent."""
+    base = synth.tiny_config("gpt_neo")
+    no_layers = {k: v for k, v in base.items() if k != "attention_layers"}
+    ok = reference.Config(no_layers)
+    assert ok.attention_layers == ["global", "local", "local"] and ok.windows == [None, 4, 4]
+    alias = {k: v for k, v in no_layers.items() if k not in ("num_layers", "num_heads")}
+    alias.update(num_hidden_layers=3, num_attention_heads=4)
+    assert reference.Config(alias).windows == [None, 4, 4] and reference.Config(alias).heads == 4
+    assert reference.Config(dict(no_layers, attention_types=[[["local"], 3]], window_size=2)).windows == [2, 2, 2]
+    for bad, match in (
+            (dict(no_layers, attention_types=[[["global", "local"], 2]]), "num_layers"),  # 4 layers for 3
+            ({k: v for k, v in no_layers.items() if k != "attention_types"}, "num_layers"),  # the default: 24
+            (dict(base, attention_types=[[["global", "sliding"], 1], [["local"], 1]],
+                  attention_layers=["global", "sliding", "local"]), "sliding"),
+            (dict(base, attention_layers=["global", "global", "local"]), "attention_layers"),
+            (dict(base, attention_layers=["global", "local"]), "attention_layers"),
+            (dict(base, attention_layers=None), "attention_layers"),
+            (dict(base, window_size=0), "window_size")):
+        with pytest.raises(reference.ReferenceError, match=match):
+            reference.Config(bad)

@@ -50,7 +50,7 @@ if int(transformers.__version__.split(".")[0]) < 5:
 pytestmark = pytest.mark.usefixtures("actcap_bin", "no_reexec")
 
 ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo", "olmo2", "gemma", "gemma2",
-         "gemma3_text", "gemma3", "gpt_neox", "gptj", "phi", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe",
+         "gemma3_text", "gemma3", "gpt_neox", "gptj", "gpt_neo", "phi", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe",
          "gpt_oss", "deepseek_v3", "deepseek_v2"]
 LENGTHS = [9, 5, 12]  # 12 > the windows (4 or 8) of the windowed variants
 REL = 1e-5  # measured with transformers 5.12 on torch 2.14: most points bit-identical, the largest 1.1e-7
@@ -265,6 +265,17 @@ VARIANTS = {
     "gptj-tied-full-rotary": ("gptj", dict(vocab_size=512, n_positions=64, n_embd=64, n_layer=3, n_head=4,
                                            rotary_dim=16, n_inner=96, activation_function="gelu",
                                            tie_word_embeddings=True)),
+    # global, local, local with a 4-key window (shorter than the longest sequence); tied, gelu_new,
+    # an inner width of its own
+    "gpt_neo-window": ("gpt_neo", dict(vocab_size=512, max_position_embeddings=64, hidden_size=64,
+                                       num_layers=3, num_heads=4, intermediate_size=96,
+                                       attention_types=[[["global", "local"], 1], [["local"], 1]],
+                                       window_size=4, tie_word_embeddings=True)),
+    # local first, untied, exact gelu, GPTNeoConfig's 4 * hidden MLP
+    "gpt_neo-untied-gelu": ("gpt_neo", dict(vocab_size=512, max_position_embeddings=64, hidden_size=64,
+                                            num_layers=4, num_heads=8, activation_function="gelu",
+                                            attention_types=[[["local", "global"], 2]], window_size=8,
+                                            tie_word_embeddings=False)),
     # Phi-2's layout in miniature: partial_rotary_factor 0.4 at the top level (6 of 16 features),
     # GQA; gelu_new
     "phi-partial-rotary": ("phi", dict(PHI, partial_rotary_factor=0.4)),
@@ -541,7 +552,7 @@ def test_deepseek_v2_yarn_softmax_scale(tmp_path):
 
 @pytest.mark.parametrize("variant", ["gpt2", "mistral-window", "gemma2-softcaps", "gemma3_text",
                                      "gpt_neox-partial-rotary", "gptj-partial-rotary",
-                                     "phi-partial-rotary", "phi3-longrope-partial"])
+                                     "gpt_neo-window", "phi-partial-rotary", "phi3-longrope-partial"])
 def test_attention_probs_match_transformers(tmp_path, variant):
     model_type, fields = VARIANTS[variant]
     m = build_hf_model(model_type, fields, tmp_path / "model")
@@ -562,7 +573,7 @@ def hf_greedy(model, prompt, max_new, eos=None):
 
 @pytest.mark.parametrize("variant", ["gpt2", "llama-rope-llama3", "mistral-window", "qwen3",
                                      "gemma", "gemma2-softcaps", "olmo-bias-clip-tied", "gemma3_text", "gpt_neox-partial-rotary",
-                                     "gptj-partial-rotary", "phi-partial-rotary", "phi3-window", "mixtral-window-top3", "qwen2_moe",
+                                     "gptj-partial-rotary", "gpt_neo-window", "phi-partial-rotary", "phi3-window", "mixtral-window-top3", "qwen2_moe",
                                      "qwen3_moe", "olmoe", "gpt_oss", "deepseek_v3",
                                      "deepseek_v3-qproj-yarn-bias", "deepseek_v2",
                                      "deepseek_v2-qlora-bias-yarn"])
@@ -648,7 +659,7 @@ def test_every_preset_is_the_model_transformers_builds(tmp_path, arch):
 
 @pytest.mark.parametrize("variant", ["gpt2", "llama-rope-llama3", "gemma", "gemma2-softcaps",
                                      "gemma3_text", "olmo-bias-clip-tied", "olmo2",
-                                     "phi3-longrope-partial", "gptj-partial-rotary", "phi-partial-rotary", "deepseek_v3",
+                                     "phi3-longrope-partial", "gptj-partial-rotary", "gpt_neo-window", "phi-partial-rotary", "deepseek_v3",
                                      "deepseek_v2"])
 def test_bf16_compute_is_as_accurate_as_transformers_in_bf16(tmp_path, variant):
     """`--compute-dtype bf16` against transformers' model cast to bfloat16, both measured against

@@ -73,6 +73,12 @@ std::unique_ptr<Module> layer_norm(WeightSource w, const std::string& name, int6
 std::unique_ptr<Module> biased_mlp(WeightSource w, const char* up, const char* act,
                                    const char* down, const std::string& activation, int64_t hidden,
                                    int64_t inner);
+// The embeddings stage of GPT-2 and GPT-Neo, from `t` (their `transformer.`):
+// wte(ids) + wpe(positions), each a hook point (wte.weight [vocab, hidden], also lm_head.weight
+// when tied; wpe.weight [max_position_embeddings, hidden]). `wte` receives the token embedding
+// matrix.
+std::unique_ptr<Module> learned_position_embeddings(const ModelConfig& c, WeightSource& t,
+                                                    at::Tensor& wte);
 // lm_head: its own weight, or the embedding matrix when tied (`embedding` is that weight).
 BuiltStage head_stage(const ModelConfig& c, WeightSource& w, const at::Tensor& embedding);
 

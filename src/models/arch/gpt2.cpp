@@ -32,30 +32,6 @@ int64_t inner(const ModelConfig& c) {
   return p.n_inner ? *p.n_inner : 4 * c.hidden_size;
 }
 
-// wte(ids) + wpe(positions); HF has no module for the sum (transformer.drop is identity in eval).
-class Gpt2Embeddings : public Module {
- public:
-  Gpt2Embeddings(at::Tensor wte, at::Tensor wpe)
-      : Module("", ids_point(""), hidden_point("", wte.size(1))) {
-    wte_ = add(std::make_unique<Embedding>("transformer.wte", std::move(wte)));
-    wpe_ = add(std::make_unique<Embedding>("transformer.wpe", std::move(wpe)));
-  }
-
- protected:
-  at::Tensor forward(const at::Tensor& ids, ForwardState& st) override {
-    auto tok = wte_->call(ids, st);
-    auto pos = wpe_->call(st.row_positions.defined()
-                              ? st.row_positions
-                              : st.positions.unsqueeze(0).expand({st.batch, st.seq}),
-                          st);
-    return tok + pos;
-  }
-
- private:
-  Embedding* wte_;
-  Embedding* wpe_;
-};
-
 // The factor GPT2Attention applies to q k^T: 1 / sqrt(head_dim) with scale_attn_weights, then
 // 1 / (layer_idx + 1) with scale_attn_by_inverse_layer_idx, computed in double as HF's
 // _upcast_and_reordered_attn does. actcap's attention() is always that function's computation:
@@ -180,17 +156,13 @@ class Gpt2 : public Architecture {
   }
 
   BuiltModel build(const ModelConfig& c, WeightSource& w) const override {
-    const int64_t V = c.vocab_size, H = c.hidden_size;
     w.alias_prefix("transformer.", "");  // openai-community/gpt2 stores `h.0.attn...`
     w.ignore_suffix(".attn.bias");       // the causal-mask buffers
     w.ignore_suffix(".attn.masked_bias");
     WeightSource t = w.pp("transformer");
-    std::vector<std::string> tied;
-    if (c.tie_word_embeddings) tied.push_back("lm_head.weight");
-    at::Tensor wte = t.get("wte.weight", {V, H}, Init::kMatrix, Layout::kAsStored, tied);
-    at::Tensor wpe = t.get("wpe.weight", {c.max_position_embeddings, H});
+    at::Tensor wte;
     BuiltModel m;
-    m.stages.push_back({StageKind::kEmbeddings, std::make_unique<Gpt2Embeddings>(wte, wpe)});
+    m.stages.push_back({StageKind::kEmbeddings, learned_position_embeddings(c, t, wte)});
     for (int64_t i = 0; i < c.num_hidden_layers; ++i)
       m.stages.push_back({StageKind::kBlock, block(c, t.pp("h").pp(i), i)});
     m.stages.push_back({StageKind::kFinalNorm, layer_norm(c, t, "ln_f")});

@@ -24,6 +24,7 @@ const Architecture& gemma2_architecture();
 const Architecture& gemma3_architecture();
 const Architecture& gpt_neox_architecture();
 const Architecture& gptj_architecture();
+const Architecture& gpt_neo_architecture();
 const Architecture& phi_architecture();
 const Architecture& phi3_architecture();
 const Architecture& mixtral_architecture();
@@ -36,13 +37,14 @@ const Architecture& deepseek_v3_architecture();
 
 const std::vector<const Architecture*>& architectures() {
   static const std::vector<const Architecture*> all = {
-      &gpt2_architecture(),      &llama_architecture(),       &mistral_architecture(),
-      &qwen2_architecture(),     &qwen3_architecture(),       &olmo_architecture(),
-      &olmo2_architecture(),     &gemma_architecture(),       &gemma2_architecture(),
-      &gemma3_architecture(),    &gpt_neox_architecture(),    &gptj_architecture(),
-      &phi_architecture(),       &phi3_architecture(),        &mixtral_architecture(),
-      &qwen2_moe_architecture(), &qwen3_moe_architecture(),   &olmoe_architecture(),
-      &gpt_oss_architecture(),   &deepseek_v2_architecture(), &deepseek_v3_architecture(),
+      &gpt2_architecture(),        &llama_architecture(),     &mistral_architecture(),
+      &qwen2_architecture(),       &qwen3_architecture(),     &olmo_architecture(),
+      &olmo2_architecture(),       &gemma_architecture(),     &gemma2_architecture(),
+      &gemma3_architecture(),      &gpt_neox_architecture(),  &gptj_architecture(),
+      &gpt_neo_architecture(),     &phi_architecture(),       &phi3_architecture(),
+      &mixtral_architecture(),     &qwen2_moe_architecture(), &qwen3_moe_architecture(),
+      &olmoe_architecture(),       &gpt_oss_architecture(),   &deepseek_v2_architecture(),
+      &deepseek_v3_architecture(),
   };
   return all;
 }
@@ -106,6 +108,43 @@ std::unique_ptr<Module> biased_mlp(WeightSource w, const char* up, const char* a
   auto a = std::make_unique<Activation>(concat(w.path(), ".", act), activation, inner);
   return std::make_unique<Mlp>(w.path(), hidden, std::move(fc), std::move(a),
                                linear_layer(w, down, inner, hidden, true));
+}
+
+namespace {
+
+// wte(ids) + wpe(positions); HF has no module for the sum (transformer.drop is identity in eval).
+class LearnedPositionEmbeddings : public Module {
+ public:
+  LearnedPositionEmbeddings(at::Tensor wte, at::Tensor wpe)
+      : Module("", ids_point(""), hidden_point("", wte.size(1))) {
+    wte_ = add(std::make_unique<Embedding>("transformer.wte", std::move(wte)));
+    wpe_ = add(std::make_unique<Embedding>("transformer.wpe", std::move(wpe)));
+  }
+
+ protected:
+  at::Tensor forward(const at::Tensor& ids, ForwardState& st) override {
+    auto tok = wte_->call(ids, st);
+    auto pos = wpe_->call(st.row_positions.defined()
+                              ? st.row_positions
+                              : st.positions.unsqueeze(0).expand({st.batch, st.seq}),
+                          st);
+    return tok + pos;
+  }
+
+ private:
+  Embedding* wte_;
+  Embedding* wpe_;
+};
+
+}  // namespace
+
+std::unique_ptr<Module> learned_position_embeddings(const ModelConfig& c, WeightSource& t,
+                                                    at::Tensor& wte) {
+  std::vector<std::string> tied;
+  if (c.tie_word_embeddings) tied.push_back("lm_head.weight");
+  wte = t.get("wte.weight", {c.vocab_size, c.hidden_size}, Init::kMatrix, Layout::kAsStored, tied);
+  at::Tensor wpe = t.get("wpe.weight", {c.max_position_embeddings, c.hidden_size});
+  return std::make_unique<LearnedPositionEmbeddings>(wte, std::move(wpe));
 }
 
 BuiltStage head_stage(const ModelConfig& c, WeightSource& w, const at::Tensor& embedding) {
