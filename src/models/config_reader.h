@@ -90,6 +90,12 @@ class ConfigReader {
         concat(origin_, ": field '", name, "' must be an integer or a list of integers"));
   }
 
+  // The name to read a field under that an attribute_map alias may also name: transformers sets
+  // the alias last, so it wins where config.json has both; errors name the field otherwise.
+  const char* aliased(const char* field, const char* alias) const {
+    return has(alias) ? alias : field;
+  }
+
   const std::string& origin() const { return origin_; }
   const json& root() const { return j_; }
   bool has(const char* name) const { return find({name}) != nullptr; }

@@ -449,11 +449,13 @@ class Config:
         self.arch = mt
         if mt == "gpt2":
             self.vocab_size = _get(cfg, "vocab_size", required=True)
-            self.hidden = _get(cfg, "n_embd", "hidden_size", required=True)
-            self.layers = _get(cfg, "n_layer", "num_hidden_layers", required=True)
-            self.heads = _get(cfg, "n_head", "num_attention_heads", required=True)
+            # GPT2Config's attribute_map aliases (hidden_size, ...) are set after its fields: an
+            # alias wins where config.json has both names
+            self.hidden = _get(cfg, "hidden_size", "n_embd", required=True)
+            self.layers = _get(cfg, "num_hidden_layers", "n_layer", required=True)
+            self.heads = _get(cfg, "num_attention_heads", "n_head", required=True)
             self.kv_heads = self.heads
-            self.n_positions = _get(cfg, "n_positions", "max_position_embeddings", default=1024)
+            self.n_positions = _get(cfg, "max_position_embeddings", "n_positions", default=1024)
             self.inner = _get(cfg, "n_inner", default=4 * self.hidden)
             self.act = _get(cfg, "activation_function", default="gelu_new")
             self.eps = float(_get(cfg, "layer_norm_epsilon", default=1e-5))
@@ -818,9 +820,10 @@ class Config:
         - biases: Mixtral none; Qwen3-MoE attention_bias on q, k, v and o; no MLP / expert biases.
         - windows: Mixtral sliding_window (default None) on every layer; Qwen3-MoE sliding_window
           (default 4096) only if use_sliding_window, then on every layer.
-        - experts: both map num_experts to num_local_experts (attribute_map); transformers 5 writes
-          num_local_experts, the Hub's Qwen3-MoE files num_experts. With both present Mixtral keeps
-          num_experts and Qwen3-MoE num_local_experts (as their config classes do).
+        - experts: both map num_experts to num_local_experts (attribute_map; OLMoE the other way);
+          transformers 5 writes num_local_experts, the Hub's Qwen3-MoE files num_experts. With both
+          present Mixtral keeps num_experts, OLMoE num_local_experts (the aliases, set last) and
+          Qwen3-MoE num_local_experts (as their config classes do).
           Mixtral: every layer sparse, experts of intermediate_size, top-k weights ALWAYS
           renormalised. Qwen3-MoE: layer i is sparse iff i not in mlp_only_layers and num_experts >
           0 and (i + 1) % decoder_sparse_step == 0 (evaluated in that order, as
@@ -887,7 +890,7 @@ class Config:
         ne, nle = cfg.get("num_experts"), cfg.get("num_local_experts")
         if "num_experts" in cfg and ne is None or "num_local_experts" in cfg and nle is None:
             raise ReferenceError(f"{self.arch} num_experts / num_local_experts is null")
-        first = (ne, nle) if mixtral or olmoe else (nle, ne)
+        first = (ne, nle) if mixtral else (nle, ne)
         E = next((v for v in first if v is not None), d["num_local_experts"])
         self.experts = int(E)
         self.top_k = int(get("num_experts_per_tok"))
@@ -1425,11 +1428,13 @@ class Config:
         absent; an explicit null makes GPTJAttention build its tables n_embd wide
         (`self.rotary_dim or self.embed_dim`) and rotate whole heads, which only broadcasts with one
         head. apply_rotary_pos_emb's repeat_interleave(sin, 2) must give rotary_dim features, so an
-        odd rotary_dim, or one wider than a head, fails in transformers' forward."""
+        odd rotary_dim, or one wider than a head, fails in transformers' forward. The attribute_map
+        aliases (hidden_size, ...) are set after the fields, so an alias wins where config.json has
+        both names."""
         d = GPTJ_DEFAULTS
 
-        def get(*keys):
-            return _get(cfg, *keys, default=d[keys[0]])
+        def get(k, alias=None):
+            return _get(cfg, *((alias, k) if alias else (k,)), default=d[k])
 
         self.vocab_size = int(get("vocab_size"))
         self.n_positions = int(get("n_positions", "max_position_embeddings"))

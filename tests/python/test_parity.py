@@ -1520,6 +1520,29 @@ def test_init_model_gpt_j_6b_preset_config(actcap_bin, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
+# config.json naming a size twice: the attribute_map alias wins, as transformers sets it last
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("arch,field,alias", [("gpt2", "n_head", "num_attention_heads"),
+                                              ("gptj", "n_head", "num_attention_heads"),
+                                              ("gpt_neo", "num_heads", "num_attention_heads"),
+                                              ("olmoe", "num_experts", "num_local_experts")])
+def test_parity_config_alias_wins(models, tmp_path, arch, field, alias):
+    """A config.json with a field and its attribute_map alias set to different values is the model
+    of the alias's value (test_transformers_parity checks that transformers reads it so). Head
+    counts change no tensor's shape, so reading the field would be silently another model; OLMoE's
+    expert count names the tensors (num_experts is doubled: only the alias's count loads)."""
+    src = models(arch)
+    n = H.load_config(src)[field]
+    m = with_config(src, tmp_path / "m", **{field: 2 * n, alias: n} if arch == "olmoe" else
+                    {field: n, alias: n // 2})
+    seqs = tokens_for(src, [11, 5], seed=89)
+    if arch != "olmoe":
+        assert ref_differs(src, m, seqs), f"{alias} changed nothing"
+    check_parity(m, seqs, tmp_path / "out", rel_tol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
 # GPT-Neo: global and local (windowed) layers, unscaled scores, learned positions
 # ---------------------------------------------------------------------------------------------
 

@@ -550,6 +550,42 @@ def test_deepseek_v2_yarn_softmax_scale(tmp_path):
 # attention patterns and generation
 # ---------------------------------------------------------------------------------------------
 
+# (model_type, the field, its attribute_map alias, what the reference calls the value)
+ALIASES = [("gpt2", "n_embd", "hidden_size", "hidden"), ("gpt2", "n_layer", "num_hidden_layers", "layers"),
+           ("gpt2", "n_head", "num_attention_heads", "heads"),
+           ("gpt2", "n_positions", "max_position_embeddings", "n_positions"),
+           ("gptj", "n_embd", "hidden_size", "hidden"), ("gptj", "n_layer", "num_hidden_layers", "layers"),
+           ("gptj", "n_head", "num_attention_heads", "heads"),
+           ("gptj", "n_positions", "max_position_embeddings", "n_positions"),
+           ("gpt_neo", "num_layers", "num_hidden_layers", "layers"),
+           ("gpt_neo", "num_heads", "num_attention_heads", "heads"),
+           ("mixtral", "num_local_experts", "num_experts", "experts"),
+           ("qwen3_moe", "num_local_experts", "num_experts", "experts"),
+           ("olmoe", "num_experts", "num_local_experts", "experts")]
+
+
+@pytest.mark.parametrize("model_type,field,alias,attr", ALIASES)
+def test_config_field_and_alias_resolve_as_transformers(model_type, field, alias, attr):
+    """A config.json naming a value under both a field and its attribute_map alias, in either
+    order: the reference (and so actcap: test_parity_config_alias_wins) reads the value
+    transformers' config class keeps (the alias, set last; Qwen3-MoE keeps its field)."""
+    import reference
+    import synth
+    base = synth.tiny_config(model_type)
+    base.pop(field, None)
+    base.pop(alias, None)
+    a, b = {"hidden": (64, 32), "layers": (4, 2), "heads": (8, 4), "n_positions": (64, 32),
+            "experts": (8, 4)}[attr]
+    if model_type == "gpt_neo":  # one type per layer of the alias's count (transformers checks it)
+        base.pop("attention_layers", None)
+        base["attention_types"] = [[["global"], b if attr == "layers" else base["num_layers"]]]
+    for cfg in ({**base, field: a, alias: b}, {**base, alias: b, field: a}):
+        cls = transformers.CONFIG_MAPPING[model_type]
+        hf = getattr(cls.from_dict(dict(cfg)), field)
+        ref = getattr(reference.Config(dict(cfg)), attr)
+        assert hf == ref, (cfg, hf, ref)
+
+
 @pytest.mark.parametrize("variant", ["gpt2", "mistral-window", "gemma2-softcaps", "gemma3_text",
                                      "gpt_neox-partial-rotary", "gptj-partial-rotary",
                                      "gpt_neo-window", "phi-partial-rotary", "phi3-longrope-partial"])

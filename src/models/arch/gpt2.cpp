@@ -15,7 +15,9 @@ namespace actcap {
 namespace {
 
 // GPT-2's own fields (the sizes are ModelConfig's: n_embd, n_layer, n_head and n_positions are
-// read into hidden_size, num_hidden_layers, num_attention_heads and max_position_embeddings).
+// read into hidden_size, num_hidden_layers, num_attention_heads and max_position_embeddings; those
+// names are GPT2Config's attribute_map aliases, which transformers sets last: where config.json
+// has both names, the alias wins).
 struct Gpt2Params : ArchParams {
   std::optional<int64_t> n_inner;  // None -> 4 * n_embd
   std::string activation_function = "gelu_new";
@@ -92,10 +94,11 @@ class Gpt2 : public Architecture {
   void parse(const ConfigReader& f, ModelConfig& c) const override {
     auto p = std::make_unique<Gpt2Params>();
     c.vocab_size = f.positive({"vocab_size"}, std::nullopt);
-    c.max_position_embeddings = f.positive({"n_positions", "max_position_embeddings"}, 1024);
-    c.hidden_size = f.positive({"n_embd", "hidden_size"}, std::nullopt);
-    c.num_hidden_layers = f.positive({"n_layer", "num_hidden_layers"}, std::nullopt);
-    c.num_attention_heads = f.positive({"n_head", "num_attention_heads"}, std::nullopt);
+    c.max_position_embeddings =
+        f.positive({f.aliased("n_positions", "max_position_embeddings")}, 1024);
+    c.hidden_size = f.positive({f.aliased("n_embd", "hidden_size")}, std::nullopt);
+    c.num_hidden_layers = f.positive({f.aliased("n_layer", "num_hidden_layers")}, std::nullopt);
+    c.num_attention_heads = f.positive({f.aliased("n_head", "num_attention_heads")}, std::nullopt);
     if (f.has("n_inner")) p->n_inner = f.positive({"n_inner"}, std::nullopt);
     p->activation_function = f.string({"activation_function"}, p->activation_function);
     check_activation(p->activation_function, "activation_function", f.origin());

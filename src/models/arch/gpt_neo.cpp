@@ -159,8 +159,8 @@ class GptNeo : public Architecture {
     c.vocab_size = f.positive({"vocab_size"}, 50257);
     c.max_position_embeddings = f.positive({"max_position_embeddings"}, 2048);
     c.hidden_size = f.positive({"hidden_size"}, 2048);
-    c.num_hidden_layers = f.positive({"num_hidden_layers", "num_layers"}, 24);
-    c.num_attention_heads = f.positive({"num_attention_heads", "num_heads"}, 16);
+    c.num_hidden_layers = f.positive({f.aliased("num_layers", "num_hidden_layers")}, 24);
+    c.num_attention_heads = f.positive({f.aliased("num_heads", "num_attention_heads")}, 16);
     if (c.hidden_size % c.num_attention_heads != 0)
       throw InputError(concat(f.origin(), ": num_heads=", c.num_attention_heads,
                               " does not divide hidden_size=", c.hidden_size));

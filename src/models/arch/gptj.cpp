@@ -19,7 +19,8 @@ namespace actcap {
 namespace {
 
 // GPT-J's own fields (n_embd, n_layer, n_head and n_positions are read into hidden_size,
-// num_hidden_layers, num_attention_heads and max_position_embeddings).
+// num_hidden_layers, num_attention_heads and max_position_embeddings: GPTJConfig's attribute_map
+// aliases, which win where config.json has both names, as in transformers).
 struct GptjParams : ArchParams {
   std::optional<int64_t> n_inner;  // None -> 4 * n_embd
   int64_t rotary_dim = 64;         // the rotated features of each head
@@ -76,10 +77,11 @@ class Gptj : public Architecture {
   void parse(const ConfigReader& f, ModelConfig& c) const override {
     auto p = std::make_unique<GptjParams>();
     c.vocab_size = f.positive({"vocab_size"}, 50400);
-    c.max_position_embeddings = f.positive({"n_positions", "max_position_embeddings"}, 2048);
-    c.hidden_size = f.positive({"n_embd", "hidden_size"}, 4096);
-    c.num_hidden_layers = f.positive({"n_layer", "num_hidden_layers"}, 28);
-    c.num_attention_heads = f.positive({"n_head", "num_attention_heads"}, 16);
+    c.max_position_embeddings =
+        f.positive({f.aliased("n_positions", "max_position_embeddings")}, 2048);
+    c.hidden_size = f.positive({f.aliased("n_embd", "hidden_size")}, 4096);
+    c.num_hidden_layers = f.positive({f.aliased("n_layer", "num_hidden_layers")}, 28);
+    c.num_attention_heads = f.positive({f.aliased("n_head", "num_attention_heads")}, 16);
     if (c.hidden_size % c.num_attention_heads != 0)
       throw InputError(concat(f.origin(), ": n_head=", c.num_attention_heads,
                               " does not divide n_embd=", c.hidden_size));

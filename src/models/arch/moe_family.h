@@ -76,8 +76,9 @@ void parse_qwen_moe_fields(const ConfigReader& f, int64_t inner_default, MoePara
 void write_qwen_moe_fields(const MoeParams& p, nlohmann::json& j);
 
 // Reads num_experts_per_tok and the expert count, under the first of `experts_keys` config.json
-// has (transformers maps num_experts to num_local_experts for both architectures, and which wins
-// when a file has both differs between them).
+// has. Which wins where a file has both names is each config class's: usually the attribute_map
+// alias (Mixtral's and gpt-oss's num_experts, OLMoE's and DeepSeek-V3's num_local_experts), but
+// Qwen3-MoE keeps num_local_experts (transformers 5.12).
 void parse_expert_counts(const ConfigReader& f, std::initializer_list<const char*> experts_keys,
                          int64_t experts_default, int64_t top_k_default, MoeParams& p);
 

@@ -62,7 +62,7 @@ class Olmoe : public LlamaFamilyArchitecture {
     p->attention_bias = f.boolean({"attention_bias"}, false);  // q, k, v and o
     p->qkv_bias = p->o_bias = p->attention_bias;
     p->clip_qkv = parse_clip_qkv(f);
-    parse_expert_counts(f, {"num_experts", "num_local_experts"}, 64, 8, *p);
+    parse_expert_counts(f, {"num_local_experts", "num_experts"}, 64, 8, *p);
     if (p->num_experts == 0)
       throw InputError(concat(f.origin(), ": num_experts is 0; OLMoE needs experts"));
     p->moe_intermediate_size = p->intermediate_size;
