@@ -324,6 +324,17 @@ def config_seeds():
             attention_layers=KeyError, num_hidden_layers=3, num_attention_heads=4,
             attention_types=[[["global"], 0], [["local"], 3]], intermediate_size=24,
             tie_word_embeddings=False)
+    # OPT: pre-norm with narrower embeddings (project_in / project_out); opt-350m's post-norm
+    # layers without biases or LayerNorm weights
+    opt = {"model_type": "opt", "architectures": ["OPTForCausalLM"], "vocab_size": 64,
+           "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2, "ffn_dim": 40,
+           "max_position_embeddings": 32, "word_embed_proj_dim": 8, "do_layer_norm_before": True,
+           "enable_bias": True, "layer_norm_elementwise_affine": True, "activation_function": "relu",
+           "tie_word_embeddings": True, "pad_token_id": 1, "bos_token_id": 2, "eos_token_id": 2}
+    variant("opt_projected.json", opt)
+    variant("opt_post_norm_plain.json", opt, word_embed_proj_dim=KeyError, do_layer_norm_before=False,
+            enable_bias=False, layer_norm_elementwise_affine=False, tie_word_embeddings=False,
+            _remove_final_layer_norm=True)
     # FP8 checkpoints: transformers' fp8 (DeepSeek-V3's blocks) and llm-compressor's
     # compressed-tensors (per channel; per block).
     variant("deepseek_v3_fp8.json", deepseek_v3, torch_dtype="bfloat16", quantization_config={

@@ -410,8 +410,13 @@ std::vector<StageCost> Model::stage_costs(int64_t batch, int64_t seq, bool logit
     } else if (stage_kinds_[i] == StageKind::kHead) {
       c.workspace_bytes = logits ? f * BT * V : 0;
       if (impl_->built.head_shares_embedding) {
-        c.shared_weight_bytes = c.weight_bytes;
-        c.weight_bytes = 0;
+        // The head's own linear layer, the stage's last module with parameters (before it: OPT's
+        // project_out), multiplies by the embedding matrix.
+        std::vector<Module*> inner;
+        stages_[i]->collect(inner);
+        for (auto m = inner.rbegin(); m != inner.rend() && c.shared_weight_bytes == 0; ++m)
+          c.shared_weight_bytes = (*m)->parameter_bytes();
+        c.weight_bytes -= c.shared_weight_bytes;
         c.shared_with = modules.front().front();
       }
     } else {

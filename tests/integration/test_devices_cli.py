@@ -51,6 +51,7 @@ def test_split_run_files_identical_to_single_device(llama, tmp_path):
                                          ("gemma2", "model.layers"),
                                          ("gemma3_text", "model.layers"), ("gpt_neox", "gpt_neox.layers"),
                                          ("gptj", "transformer.h"), ("gpt_neo", "transformer.h"),
+                                         ("opt", "model.decoder.layers"),
                                          ("phi", "model.layers"),
                                          ("phi3", "model.layers")])
 def test_split_run_files_identical_to_single_device_per_arch(actcap_bin, tmp_path, arch, layers):

@@ -28,7 +28,7 @@ from cli import assert_same_files, corpus, manifest, one_error_line, run, write_
 # arch: init-model's --arch; layers: the blocks' module prefix; tensor: a weight of layer 1 that
 # only this family has (or has in this form), deleted / reshaped by the bad-input tests; field: a
 # config.json field to delete, and what the error names then: the field where the architecture
-# requires it, or, where transformers has a default (GPT-NeoX, GPT-J, GPT-Neo, Phi, Phi-3), the first tensor whose shape
+# requires it, or, where transformers has a default (GPT-NeoX, GPT-J, GPT-Neo, OPT, Phi, Phi-3), the first tensor whose shape
 # disagrees with that default.
 Family = namedtuple("Family", "arch layers tensor field names")
 FAMILIES = [
@@ -46,6 +46,8 @@ FAMILIES = [
     Family("gptj", "transformer.h", "mlp.fc_in.weight", "n_embd", "transformer.wte.weight"),
     Family("gpt_neo", "transformer.h", "attn.attention.q_proj.weight", "hidden_size",
            "transformer.wte.weight"),
+    Family("opt", "model.decoder.layers", "self_attn_layer_norm.weight", "hidden_size",
+           "model.decoder.embed_positions.weight"),
     Family("phi", "model.layers", "mlp.fc1.weight", "hidden_size", "model.embed_tokens.weight"),
     Family("phi3", "model.layers", "mlp.gate_up_proj.weight", "hidden_size", "model.embed_tokens.weight"),
     Family("gemma3_text", "model.layers", "self_attn.k_norm.weight", "hidden_size",

@@ -5,10 +5,10 @@ modeling_mistral.py, modeling_qwen2.py, modeling_qwen3.py, modeling_olmo.py, mod
 modeling_gemma.py, modeling_gemma2.py, modeling_gemma3.py, modeling_gpt_neox.py, modeling_gptj.py,
 modeling_gpt_neo.py, modeling_phi.py, modeling_phi3.py, modeling_mixtral.py, modeling_qwen3_moe.py,
 modeling_qwen2_moe.py, modeling_olmoe.py, modeling_gpt_oss.py, modeling_deepseek_v3.py,
-modeling_deepseek_v2.py (with configuration_mixtral.py, configuration_qwen3_moe.py,
+modeling_deepseek_v2.py, modeling_opt.py (with configuration_mixtral.py, configuration_qwen3_moe.py,
 configuration_qwen2_moe.py, configuration_olmo.py, configuration_olmoe.py, configuration_gpt_oss.py,
 configuration_gemma.py, configuration_deepseek_v3.py, configuration_deepseek_v2.py,
-configuration_gpt_neo.py, masking_utils.py, conversion_mapping.py, integrations/moe.py and
+configuration_gpt_neo.py, configuration_opt.py, masking_utils.py, conversion_mapping.py, integrations/moe.py and
 integrations/mxfp4.py of transformers 5.12) and modeling_rope_utils.py (eager attention, eager
 experts (Qwen2-MoE, gpt-oss and DeepSeek-V3 / V2: transformers 5's default grouped_mm experts), no
 padding, no cache, eval mode),
@@ -28,11 +28,12 @@ Values are float32 except the token / position ids fed to the embeddings (int64)
 
 Attention patterns (only with forward(ids, patterns=True) / run(..., patterns=True); the default
 output has no such entries): for every attention module NAME (transformer.h.N.attn,
-<prefix>.layers.N.self_attn, gpt_neox.layers.N.attention; for gpt_neo transformer.h.N.attn.attention,
-the innermost module, GPTNeoSelfAttention, which computes them, not its GPTNeoAttention wrapper) the
-dict also holds
+<prefix>.layers.N.self_attn, gpt_neox.layers.N.attention, model.decoder.layers.N.self_attn; for
+gpt_neo transformer.h.N.attn.attention, the innermost module, GPTNeoSelfAttention, which computes
+them, not its GPTNeoAttention wrapper) the dict also holds
   NAME:scores  [T, heads, T] float32: q k^T after the scale (GPT-2: 1/sqrt(head_dim) and
-               1/(layer+1) as configured; GPT-Neo: no scale at all; GQA keys repeated per query
+               1/(layer+1) as configured; GPT-Neo: no scale at all; OPT: q scaled by
+               head_dim ** -0.5 BEFORE the product, as HF does; GQA keys repeated per query
                head), Gemma 2's soft-cap c * tanh(s / c) and the causal / sliding-window mask; a
                masked key holds -inf (HF writes finfo(float32).min there; the softmax is the same);
   NAME:probs   [T, heads, T] float32: the float32 softmax eager attention multiplies the values by
@@ -91,6 +92,22 @@ Hook points (N = layer index):
          out_proj has; c_fc / c_proj are nn.Linear (weights [out, in], unlike GPT-2's Conv1D).
          Sequential pre-LN blocks as GPT-2's; "local" layers attend within window_size (see
          Config._gpt_neo and Model._gpt_neo).
+  opt (OPTForCausalLM: facebook/opt-125m ... 66b, opt-350m): model.decoder.embed_tokens (width
+         word_embed_proj_dim P), model.decoder.embed_positions (input: the ATTENTION MASK, HF's first
+         positional argument: [T] ones, recorded int64 as a tokenizer's mask; output rows 2..T+1 of
+         its table), model.decoder.project_in (P -> hidden, only when P != hidden_size),
+         model.decoder.layers.N, then in HF's call order either (do_layer_norm_before, pre-LN)
+         .self_attn_layer_norm, .self_attn, .self_attn.{q,k,v}_proj, .self_attn.out_proj,
+         .final_layer_norm, .fc1, .activation_fn, .fc2, or (post-LN, opt-350m) .self_attn (reading
+         the block input) with its four projections, .self_attn_layer_norm (input: block input +
+         attention output), .fc1, .activation_fn, .fc2, .final_layer_norm (input: fc1's input +
+         fc2's output; its output is the block's); then model.decoder.final_layer_norm (only pre-LN
+         without _remove_final_layer_norm), model.decoder.project_out (hidden -> P, only when P !=
+         hidden_size), lm_head (P -> vocab, no bias; tied to embed_tokens by default). The
+         .self_attn.q_proj point is the module's own (unscaled) output. LayerNorms (eps 1e-5) have
+         no parameters without layer_norm_elementwise_affine; no linear has a bias without
+         enable_bias. (transformers runs the layer's feed-forward part on the flattened [B * T, H]
+         view: for one sequence those are the rows listed here.) See Config._opt and Model._opt.
   phi:   model.embed_tokens, model.layers.N, .input_layernorm, .self_attn, .self_attn.q_proj,
          .self_attn.k_proj, .self_attn.v_proj, .self_attn.dense, .mlp, .mlp.fc1, .mlp.activation_fn,
          .mlp.fc2, model.final_layernorm, lm_head (with a bias). The MLP reads input_layernorm's
@@ -204,7 +221,7 @@ import st
 
 ARCHS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo", "olmo2", "gemma", "gemma2", "gemma3_text",
          "gemma3", "gpt_neox", "gptj", "gpt_neo", "phi", "phi3", "mixtral", "qwen3_moe", "qwen2_moe", "olmoe", "gpt_oss", "deepseek_v3",
-         "deepseek_v2")
+         "deepseek_v2", "opt")
 MOE_ARCHS = ("mixtral", "qwen3_moe", "qwen2_moe", "olmoe", "gpt_oss", "deepseek_v3", "deepseek_v2")
 
 
@@ -383,6 +400,18 @@ GPT_NEO_DEFAULTS = dict(vocab_size=50257, max_position_embeddings=2048, hidden_s
                         layer_norm_epsilon=1e-5, tie_word_embeddings=True)
 GPT_NEO_ATTENTION_TYPES = [[["global", "local"], 12]]
 GPT_NEO_LAYER_TYPES = ("global", "local")
+# OPTConfig's defaults (configuration_opt.py, transformers 5.12, a @strict dataclass: opt-125m's
+# sizes). No attribute_map. word_embed_proj_dim (Optional) None -> hidden_size (__post_init__); every
+# other field refuses null. The LayerNorms take nn.LayerNorm's default eps (OPT_LAYER_NORM_EPS: no
+# config field).
+OPT_DEFAULTS = dict(vocab_size=50272, hidden_size=768, num_hidden_layers=12, ffn_dim=3072,
+                    max_position_embeddings=2048, do_layer_norm_before=True, _remove_final_layer_norm=False,
+                    word_embed_proj_dim=None, num_attention_heads=12, activation_function="relu",
+                    enable_bias=True, layer_norm_elementwise_affine=True, tie_word_embeddings=True)
+OPT_OPTIONAL = ("word_embed_proj_dim",)
+OPT_LAYER_NORM_EPS = 1e-5
+# OPTLearnedPositionalEmbedding.offset: position p reads row p + 2 of embed_positions.weight
+OPT_POSITION_OFFSET = 2
 # PhiConfig's defaults (Phi-1.5's sizes); num_key_value_heads None -> num_attention_heads;
 # partial_rotary_factor 0.5 when neither the rope dict nor the top level names it.
 PHI_DEFAULTS = dict(vocab_size=51200, hidden_size=2048, intermediate_size=8192, num_hidden_layers=24,
@@ -484,6 +513,8 @@ class Config:
             self._gptj(cfg)
         elif mt == "gpt_neo":
             self._gpt_neo(cfg)
+        elif mt == "opt":
+            self._opt(cfg)
         elif mt == "phi":
             self._phi(cfg)
         elif mt == "phi3":
@@ -1527,6 +1558,51 @@ class Config:
         self.attention_layers = layer_types
         self.windows = [self.window_size if t == "local" else None for t in layer_types]
 
+    def _opt(self, cfg):
+        """OPTConfig (transformers 5.12, a @strict dataclass; OPT_DEFAULTS for absent fields, a null
+        refused except word_embed_proj_dim's, which -> hidden_size). No attribute_map (num_layers /
+        n_embd ... are not read). Attention: num_attention_heads heads of hidden_size //
+        num_attention_heads (OPTAttention raises unless it divides), no GQA, no RoPE: learned positions
+        (embed_positions has max_position_embeddings + 2 rows, n_positions = max_position_embeddings).
+        ffn_dim the MLP width (inner), activation_function the MLP's act (ACT2FN). LayerNorm eps is
+        nn.LayerNorm's default 1e-5 (OPT_LAYER_NORM_EPS).
+        Fields: proj_dim = word_embed_proj_dim (the embedding / lm_head width: project_in and
+        project_out exist iff it differs from hidden_size); pre_norm = do_layer_norm_before;
+        final_norm = do_layer_norm_before and not _remove_final_layer_norm (OPTDecoder builds
+        model.decoder.final_layer_norm only then); bias = enable_bias (q/k/v/out_proj, fc1, fc2;
+        never project_in / project_out / lm_head); affine = layer_norm_elementwise_affine (weight and
+        bias of every LayerNorm, or neither); tie = tie_word_embeddings (default True)."""
+        d = OPT_DEFAULTS
+
+        def get(k):
+            if k not in cfg:
+                return d[k]
+            if cfg[k] is None and k not in OPT_OPTIONAL:
+                raise ReferenceError(f"opt {k} is null (transformers' strict config refuses it)")
+            return cfg[k]
+
+        self.vocab_size = int(get("vocab_size"))
+        self.hidden = int(get("hidden_size"))
+        self.layers = int(get("num_hidden_layers"))
+        self.heads = int(get("num_attention_heads"))
+        self.kv_heads = self.heads
+        if self.heads < 1 or self.hidden % self.heads:
+            raise ReferenceError(f"opt hidden_size {self.hidden} not divisible by num_attention_heads {self.heads}")
+        self.head_dim = self.hidden // self.heads
+        self.inner = int(get("ffn_dim"))
+        self.act = get("activation_function")
+        _act(self.act)
+        self.eps = OPT_LAYER_NORM_EPS
+        self.tie = bool(get("tie_word_embeddings"))
+        self.n_positions = int(get("max_position_embeddings"))
+        pd = get("word_embed_proj_dim")
+        self.proj_dim = self.hidden if pd is None else int(pd)
+        self.pre_norm = bool(get("do_layer_norm_before"))
+        self.final_norm = self.pre_norm and not bool(get("_remove_final_layer_norm"))
+        self.bias = bool(get("enable_bias"))
+        self.affine = bool(get("layer_norm_elementwise_affine"))
+        self.windows = [None] * self.layers
+
     def _phi(self, cfg):
         """PhiConfig: every field has a default; num_key_value_heads null or absent ->
         num_attention_heads; head_dim: PhiAttention's getattr(config, "head_dim", hidden_size //
@@ -2027,6 +2103,12 @@ def _norm_neox_names(w):
     return out
 
 
+def _norm_opt_names(w):
+    """OPTForCausalLM's names for the bare ones the Hub's OPT checkpoints hold (saved from OPTModel:
+    decoder.* -> model.decoder.*, as from_pretrained adds base_model_prefix "model")."""
+    return {("model." + k if k.startswith("decoder.") else k): v for k, v in w.items()}
+
+
 def _norm_llama_names(w):
     return {k: v for k, v in w.items() if not k.endswith("rotary_emb.inv_freq")}
 
@@ -2133,6 +2215,37 @@ def expected_shapes(cfg):
             s[p + "mlp.c_proj.bias"] = [H]
         s["transformer.ln_f.weight"] = [H]
         s["transformer.ln_f.bias"] = [H]
+    elif c.arch == "opt":  # OPTForCausalLM's names (a Hub checkpoint's bare decoder.* are normalised)
+        P = c.proj_dim
+        s["model.decoder.embed_tokens.weight"] = [V, P]
+        s["model.decoder.embed_positions.weight"] = [c.n_positions + OPT_POSITION_OFFSET, H]
+        if P != H:
+            s["model.decoder.project_in.weight"] = [H, P]
+            s["model.decoder.project_out.weight"] = [P, H]
+        norms = ("self_attn_layer_norm", "final_layer_norm")
+        for i in range(c.layers):
+            p = f"model.decoder.layers.{i}."
+            for nm in ("q_proj", "k_proj", "v_proj", "out_proj"):
+                s[p + f"self_attn.{nm}.weight"] = [H, H]
+                if c.bias:
+                    s[p + f"self_attn.{nm}.bias"] = [H]
+            if c.affine:
+                s[p + norms[0] + ".weight"] = [H]
+                s[p + norms[0] + ".bias"] = [H]
+            s[p + "fc1.weight"] = [I, H]
+            if c.bias:
+                s[p + "fc1.bias"] = [I]
+            s[p + "fc2.weight"] = [H, I]
+            if c.bias:
+                s[p + "fc2.bias"] = [H]
+            if c.affine:
+                s[p + norms[1] + ".weight"] = [H]
+                s[p + norms[1] + ".bias"] = [H]
+        if c.final_norm and c.affine:
+            s["model.decoder.final_layer_norm.weight"] = [H]
+            s["model.decoder.final_layer_norm.bias"] = [H]
+        s["lm_head.weight"] = [V, P]
+        return s
     elif c.arch == "phi":
         q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
         s["model.embed_tokens.weight"] = [V, H]
@@ -2488,6 +2601,10 @@ class Model:
                  if not k.endswith((".attn.attention.bias", ".attn.attention.masked_bias"))}
             emb_key = "transformer.wte.weight"
             prefix = ""
+        elif self.cfg.arch == "opt":
+            w = _norm_opt_names(w)
+            emb_key = "model.decoder.embed_tokens.weight"
+            prefix = ""
         else:
             w = _norm_llama_names(w)
             if self.cfg.arch == "gpt_oss":
@@ -2549,6 +2666,8 @@ class Model:
                 pts = self._gptj(ids)
             elif self.cfg.arch == "gpt_neo":
                 pts = self._gpt_neo(ids)
+            elif self.cfg.arch == "opt":
+                pts = self._opt(ids)
             elif self.cfg.arch == "phi":
                 pts = self._phi(ids, rope_seq_len)
             elif self.cfg.arch == "phi3":
@@ -3397,6 +3516,118 @@ class Model:
         rec("transformer.ln_f", h, hf)
         logits = F.linear(hf, w["lm_head.weight"])
         rec("lm_head", hf, logits)
+        return pts
+
+    def _opt(self, ids):
+        """OPTForCausalLM / OPTDecoder / OPTLearnedPositionalEmbedding / OPTDecoderLayer / OPTAttention
+        (eager_attention_forward). Embeddings: embed_tokens(ids) ([T, P], P = word_embed_proj_dim);
+        OPTDecoder builds attention_mask = ones and position_ids = cumsum(mask) * mask - 1 = 0..T-1
+        (no padding, no cache); embed_positions(attention_mask, 0, position_ids=...) reads rows
+        position_ids + 2 (OPTLearnedPositionalEmbedding.offset); THEN project_in (P != H; no bias) on
+        the token embeddings; h = project_in(embed_tokens(ids)) + embed_positions, no scaling.
+        OPTAttention: query = q_proj(x) * head_dim ** -0.5 (scaled BEFORE the product; the q_proj
+        point is the module's unscaled output), k_proj, v_proj, heads split [heads, T, head_dim];
+        eager_attention_forward with scaling=1.0: scores = query k^T, + create_causal_mask's eager
+        mask (0 where j <= i, finfo(float32).min elsewhere), softmax in float32, to the query's
+        dtype; probs @ v, heads merged, out_proj. Biases of q/k/v/out_proj, fc1 and fc2 iff
+        enable_bias. OPTDecoderLayer, do_layer_norm_before (pre-LN: 125m, 1.3b ... 66b):
+        h = x + self_attn(self_attn_layer_norm(x)); out = h + fc2(act(fc1(final_layer_norm(h))));
+        else (post-LN: opt-350m): h = self_attn_layer_norm(x + self_attn(x));
+        out = final_layer_norm(h + fc2(act(fc1(h)))). nn.LayerNorm eps 1e-5, with weight and bias
+        iff layer_norm_elementwise_affine. Then model.decoder.final_layer_norm (do_layer_norm_before
+        and not _remove_final_layer_norm), project_out (P != H; no bias), lm_head (nn.Linear(P, V,
+        bias=False), embed_tokens' weight when tied). Dropouts and LayerDrop are off in eval.
+        Patterns under model.decoder.layers.N.self_attn (scores: the scaled query times k^T)."""
+        c, w = self.cfg, self.w
+        T = ids.shape[0]
+        if T > c.n_positions:
+            raise ReferenceError("sequence longer than max_position_embeddings")
+        pts = OrderedDict()
+
+        def rec(name, inp, out):
+            pts[name + ":input"] = inp
+            pts[name] = out
+
+        def ln(x, p):
+            if c.affine:
+                return F.layer_norm(x, (c.hidden,), w[p + ".weight"], w[p + ".bias"], c.eps)
+            return F.layer_norm(x, (c.hidden,), None, None, c.eps)
+
+        def lin(x, p, bias):
+            return F.linear(x, w[p + ".weight"], w[p + ".bias"] if bias else None)
+
+        D = "model.decoder"
+        e = F.embedding(ids, w[D + ".embed_tokens.weight"])
+        rec(D + ".embed_tokens", ids, e)
+        mask = torch.ones(T, dtype=torch.int64)
+        pos = torch.cumsum(mask, dim=0) * mask - 1
+        pe = F.embedding(pos + OPT_POSITION_OFFSET, w[D + ".embed_positions.weight"])
+        rec(D + ".embed_positions", mask, pe)
+        if c.proj_dim != c.hidden:
+            x = lin(e, D + ".project_in", False)
+            rec(D + ".project_in", e, x)
+            e = x
+        h = e + pe
+        nh, hd = c.heads, c.head_dim
+        scaling = hd ** -0.5
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        neg = torch.tensor(torch.finfo(torch.float32).min)
+        act = _act(c.act)
+        for i in range(c.layers):
+            p = f"{D}.layers.{i}"
+            A = p + ".self_attn"
+            block_in = h
+            if c.pre_norm:
+                x = ln(h, p + ".self_attn_layer_norm")
+                rec(p + ".self_attn_layer_norm", h, x)
+            else:
+                x = h
+            proj = {}
+            for nm in ("q_proj", "k_proj", "v_proj"):
+                proj[nm] = lin(x, f"{A}.{nm}", c.bias)
+                rec(f"{A}.{nm}", x, proj[nm])
+            q = (proj["q_proj"] * scaling).view(T, nh, hd).transpose(0, 1)
+            k = proj["k_proj"].view(T, nh, hd).transpose(0, 1)
+            v = proj["v_proj"].view(T, nh, hd).transpose(0, 1)
+            scores = torch.matmul(q, k.transpose(-1, -2))
+            att = F.softmax(torch.where(causal, scores, neg), dim=-1, dtype=torch.float32).to(q.dtype)
+            self._pattern(pts, A, scores, causal, att)
+            o = torch.matmul(att, v).transpose(0, 1).contiguous().view(T, nh * hd)
+            a = lin(o, A + ".out_proj", c.bias)
+            rec(A + ".out_proj", o, a)
+            rec(A, x, a)
+            h = block_in + a
+            if not c.pre_norm:
+                x = ln(h, p + ".self_attn_layer_norm")
+                rec(p + ".self_attn_layer_norm", h, x)
+                h = x
+            if c.pre_norm:
+                x2 = ln(h, p + ".final_layer_norm")
+                rec(p + ".final_layer_norm", h, x2)
+            else:
+                x2 = h
+            f = lin(x2, p + ".fc1", c.bias)
+            rec(p + ".fc1", x2, f)
+            g = act(f)
+            rec(p + ".activation_fn", f, g)
+            m = lin(g, p + ".fc2", c.bias)
+            rec(p + ".fc2", g, m)
+            h = h + m
+            if not c.pre_norm:
+                x3 = ln(h, p + ".final_layer_norm")
+                rec(p + ".final_layer_norm", h, x3)
+                h = x3
+            rec(p, block_in, h)
+        if c.final_norm:
+            x = ln(h, D + ".final_layer_norm")
+            rec(D + ".final_layer_norm", h, x)
+            h = x
+        if c.proj_dim != c.hidden:
+            x = lin(h, D + ".project_out", False)
+            rec(D + ".project_out", h, x)
+            h = x
+        logits = F.linear(h, w["lm_head.weight"])
+        rec("lm_head", h, logits)
         return pts
 
     def _phi(self, ids, rope_seq_len=None):

@@ -92,6 +92,14 @@ TINY = {
                     window_size=4, attention_types=[[["global", "local"], 1], [["local"], 1]],
                     attention_layers=["global", "local", "local"], activation_function="gelu_new",
                     layer_norm_epsilon=1e-5, tie_word_embeddings=True, bos_token_id=0, eos_token_id=1),
+    # OPT (OPTForCausalLM): head_dim 8, ffn_dim 80; word_embed_proj_dim 24 != hidden_size, so
+    # project_in / project_out exist (as opt-350m's); pre-LN with the final LayerNorm (opt-125m's
+    # layout), biases and LayerNorm parameters; tied (only model.decoder.embed_tokens.weight stored)
+    "opt": dict(model_type="opt", architectures=["OPTForCausalLM"], vocab_size=384, hidden_size=32,
+                num_hidden_layers=2, num_attention_heads=4, ffn_dim=80, max_position_embeddings=128,
+                word_embed_proj_dim=24, do_layer_norm_before=True, _remove_final_layer_norm=False,
+                enable_bias=True, layer_norm_elementwise_affine=True, activation_function="relu",
+                tie_word_embeddings=True, pad_token_id=1, bos_token_id=2, eos_token_id=2),
     # head_dim 8, partial_rotary_factor 0.5 at the top level (Phi-2's layout: 4 rotary features);
     # GQA (2 kv heads for 4)
     "phi": dict(model_type="phi", architectures=["PhiForCausalLM"], vocab_size=384, hidden_size=32,
@@ -281,6 +289,8 @@ GPT_OSS_SINK_STD = 1.0
 GPT_OSS_ROUTER_BIAS_STD = 0.5
 GPT_OSS_GATE_UP_STD = 0.25
 GPT_OSS_GATE_UP_BIAS_STD = 3.0
+# OPT (see random_weights): project_in / project_out, between the embedding width and hidden_size
+OPT_PROJ_STD = 0.25
 # DeepSeek-V3 (see random_weights): the router's e_score_correction_bias, and the MLA projections
 DEEPSEEK_V3_SCORE_BIAS_STD = 0.15
 DEEPSEEK_V3_MLA_STD = 0.25
@@ -318,7 +328,11 @@ def random_weights(cfg, seed=0):
     kv_a_proj_with_mqa and kv_b_proj ~ N(0, DEEPSEEK_V3_MLA_STD): their inputs are normalised rows,
     so q, k (the shared rotary key included) and v come out O(1) and the attention is far from
     uniform. (Names no other family has.) DeepSeek-V2: the same MLA draws (its q_proj included) and
-    routers; no correction bias."""
+    routers; no correction bias.
+    OPT: embed_positions ~ N(0, 0.5) as the token embeddings (so a position off by one shows);
+    project_in / project_out ~ N(0, OPT_PROJ_STD): the projected embeddings (std ~0.6) and the
+    head's input stay O(1) (at 0.02 project_in's output would vanish next to the positions).
+    (Names no other family has.)"""
     rng = np.random.default_rng(seed)
     out = {}
     for name, shape in reference.expected_shapes(cfg).items():
@@ -341,8 +355,11 @@ def random_weights(cfg, seed=0):
             a = GPT_OSS_GATE_UP_STD * rng.standard_normal(shape)
         elif name.endswith(".bias") or name.endswith(".experts.down_proj_bias"):
             a = 0.1 * rng.standard_normal(shape)
-        elif "wte" in name or "wpe" in name or "embed_tokens" in name or "embed_in" in name:
+        elif "wte" in name or "wpe" in name or "embed_tokens" in name or "embed_in" in name or \
+                "embed_positions" in name:
             a = 0.5 * rng.standard_normal(shape)
+        elif leaf[-2] in ("project_in", "project_out"):  # OPT
+            a = OPT_PROJ_STD * rng.standard_normal(shape)
         elif leaf[-2] in ("gate", "router"):  # a MoE router (mlp.gate / block_sparse_moe.gate / mlp.router)
             a = ROUTER_STD * rng.standard_normal(shape)
         elif leaf[-2] == "shared_expert_gate":  # Qwen2-MoE
@@ -903,7 +920,7 @@ def to_v5(cfg):
     if "torch_dtype" in cfg:
         cfg["dtype"] = cfg.pop("torch_dtype")
     cfg["transformers_version"] = "5.0.0"
-    if cfg.get("model_type") in ("gpt2", "gpt_neo"):  # no RoPE
+    if cfg.get("model_type") in ("gpt2", "gpt_neo", "opt"):  # no RoPE
         return cfg
     gpt_oss = cfg.get("model_type") == "gpt_oss"
     rs = cfg.pop("rope_scaling", None) or {}

@@ -17,7 +17,7 @@ import reference
 import st
 import synth
 
-ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3_text", "gpt_neox", "gptj", "gpt_neo", "phi", "phi3",
+ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3_text", "gpt_neox", "gptj", "gpt_neo", "opt", "phi", "phi3",
          "mixtral", "qwen3_moe", "olmoe", "gpt_oss", "gemma", "olmo", "qwen2_moe", "deepseek_v3",
          "deepseek_v2"]
 LLAMA_FAMILY = ["llama", "mistral", "qwen2", "qwen3"]
@@ -1627,6 +1627,92 @@ def test_init_model_gpt_neo_preset_configs(actcap_bin, tmp_path, preset, want):
     c, r = reference.Config(cfg), reference.Config(want)
     assert reference.expected_shapes(c) == reference.expected_shapes(r)
     assert c.windows == r.windows == [None, 256] * (c.layers // 2) and c.tie and c.inner == 3072
+
+
+# ---------------------------------------------------------------------------------------------
+# OPT: pre- or post-norm layers, narrower embeddings, positions at an offset
+# ---------------------------------------------------------------------------------------------
+
+OPT_FORMS = {
+    # the synth model: pre-norm, 24-wide embeddings projected in and out of 32, tied
+    "pre-norm-projected": {},
+    # opt-350m's form: post-norm, no final LayerNorm; here without biases or LayerNorm weights
+    "post-norm-plain": dict(do_layer_norm_before=False, word_embed_proj_dim=None, enable_bias=False,
+                            layer_norm_elementwise_affine=False, tie_word_embeddings=False),
+    "post-norm-projected": dict(do_layer_norm_before=False),
+    "no-final-norm-gelu": dict(_remove_final_layer_norm=True, word_embed_proj_dim=None,
+                               activation_function="gelu"),
+}
+
+
+@pytest.mark.parametrize("form", list(OPT_FORMS))
+def test_parity_opt_layer_forms(actcap_bin, tmp_path, form):
+    """Each form of OPT's layers and embeddings (checkpoints written from Python, so each holds
+    exactly the tensors its form has) matches the reference on a padded batch."""
+    cfg = synth.tiny_config("opt", **OPT_FORMS[form])
+    m = tmp_path / "m"
+    synth.write_checkpoint(str(m), cfg, seed=7)
+    check_parity(m, tokens_for(m, [13, 5, 9], seed=97), tmp_path / "out", rel_tol=1e-5)
+
+
+def test_parity_opt_hub_names_without_model_prefix(actcap_bin, tmp_path):
+    """The Hub's OPT files were saved from OPTModel: `decoder.layers.0...` without `model.`. They
+    load, and capture exactly what the prefixed names do."""
+    m = tmp_path / "m"
+    synth.write_checkpoint(str(m), synth.tiny_config("opt", tie_word_embeddings=False), seed=8)
+    hub = H.copy_model(m, tmp_path / "hub")
+    path = os.path.join(hub, "model.safetensors")
+    tensors, _ = st.load(path)
+    renamed = {(k[len("model."):] if k.startswith("model.") else k): v for k, v in tensors.items()}
+    assert any(k.startswith("decoder.layers.") for k in renamed)
+    st.save(path, renamed)
+    seqs = tokens_for(m, [10, 4], seed=98)
+    _, a, _ = check_parity(m, seqs, tmp_path / "o_m", rel_tol=1e-5)
+    _, b, _ = check_parity(hub, seqs, tmp_path / "o_hub", rel_tol=1e-5)
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+
+
+OPT_BAD_CONFIGS = {
+    "heads_not_dividing": (dict(num_attention_heads=5), "num_attention_heads"),
+    "ffn_dim_zero": (dict(ffn_dim=0), "ffn_dim"),
+    "proj_dim_zero": (dict(word_embed_proj_dim=0), "word_embed_proj_dim"),
+    "norm_before_not_bool": (dict(do_layer_norm_before="yes"), "do_layer_norm_before"),
+    "unknown_act": (dict(activation_function="gelu_erf"), "activation_function"),
+}
+
+
+@pytest.mark.parametrize("case", list(OPT_BAD_CONFIGS))
+def test_opt_bad_config_is_one_line_exit_2(models, tmp_path, case):
+    changes, needle = OPT_BAD_CONFIGS[case]
+    m = with_config(models("opt"), tmp_path / "m", **changes)
+    assert needle in _one_line_exit_2(m, tmp_path)
+
+
+# facebook/opt-125m's and opt-350m's config.json, as public repositories quote them (the fields
+# that describe the model).
+OPT_125M_CONFIG = {
+    "activation_function": "relu", "architectures": ["OPTForCausalLM"], "bos_token_id": 2,
+    "do_layer_norm_before": True, "eos_token_id": 2, "ffn_dim": 3072, "hidden_size": 768,
+    "max_position_embeddings": 2048, "model_type": "opt", "num_attention_heads": 12,
+    "num_hidden_layers": 12, "pad_token_id": 1, "vocab_size": 50272, "word_embed_proj_dim": 768,
+}
+OPT_350M_CONFIG = dict(OPT_125M_CONFIG, do_layer_norm_before=False, ffn_dim=4096, hidden_size=1024,
+                       num_attention_heads=16, num_hidden_layers=24, word_embed_proj_dim=512)
+
+
+@pytest.mark.parametrize("preset,want", [("opt-125m", OPT_125M_CONFIG), ("opt-350m", OPT_350M_CONFIG)])
+def test_init_model_opt_preset_configs(actcap_bin, tmp_path, preset, want):
+    """`init-model --arch opt --preset P --config-only` describes the released model: every field
+    above equal, and the reference resolves both to the same model."""
+    out = tmp_path / "o"
+    H.actcap("init-model", "--arch", "opt", "--preset", preset, "--seed", 0, "--config-only",
+             "--out", out, check=True)
+    cfg = H.load_config(out)
+    bad = {k: (cfg.get(k), v) for k, v in want.items() if cfg.get(k) != v}
+    assert not bad, f"(init-model, {preset}): {bad}"
+    c, r = reference.Config(cfg), reference.Config(want)
+    assert reference.expected_shapes(c) == reference.expected_shapes(r)
+    assert (c.pre_norm, c.final_norm, c.proj_dim, c.tie) == (r.pre_norm, r.final_norm, r.proj_dim, r.tie)
 
 
 # ---------------------------------------------------------------------------------------------

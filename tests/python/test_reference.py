@@ -3865,3 +3865,251 @@ def test_gpt_neo_attention_types_refused():
             (dict(base, window_size=0), "window_size")):
         with pytest.raises(reference.ReferenceError, match=match):
             reference.Config(bad)
+
+
+def _ln64(x, w=None, b=None, eps=1e-5):
+    x = np.asarray(x, np.float64)
+    y = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + eps)
+    return y if w is None else y * w + b
+
+
+def test_opt_scaled_scores_projections_and_pre_ln_wiring(tmp_path):
+    """OPT's reference (synth.TINY["opt"]: pre-LN, word_embed_proj_dim 24 != hidden_size 32, biases,
+    affine LayerNorms, tied) against an independent float64 formulation: embed_tokens' output is the
+    table's rows (width 24); embed_positions' input is the attention mask (int64 ones) and its output
+    rows 2..T+1 of its table (OPT's offset of 2); project_in maps the token embeddings (no bias) and
+    the first layer reads project_in + positions. Per layer: self_attn_layer_norm reads the block
+    input (LayerNorm, eps 1e-5, with weight and bias); q / k / v_proj are its output times the
+    weights plus biases (q_proj's point unscaled); the scores equal (q_proj / sqrt(head_dim)) k_proj^T
+    per head on causal keys and are -inf exactly elsewhere; each probs row is a float64 softmax; the
+    output is out_proj of probs @ v; final_layer_norm reads the block input + attention output; fc1,
+    relu, fc2; the block output is final_layer_norm's input + fc2's output. Then
+    model.decoder.final_layer_norm, project_out (no bias) and lm_head = project_out's output times
+    the embedding^T. A sequence longer than max_position_embeddings is refused."""
+    cfg = synth.tiny_config("opt")
+    d = tmp_path / "m"
+    w = {k: v.astype(np.float64) for k, v in synth.write_checkpoint(str(d), cfg).items()}
+    c = reference.Config(cfg)
+    assert (c.proj_dim, c.hidden, c.pre_norm, c.final_norm, c.bias, c.affine, c.tie) == (24, 32, True, True, True,
+                                                                                       True, True)
+    assert "lm_head.weight" not in w and w["model.decoder.embed_positions.weight"].shape == (130, 32)
+    T, nh, hd = 11, c.heads, c.head_dim
+    ids = [2] + list(range(40, 40 + T - 1))
+    m = reference.Model(str(d))
+    pts = m.forward(ids, patterns=True)
+    D = "model.decoder"
+    assert pts[D + ".embed_tokens:input"].dtype == np.int64 and np.array_equal(pts[D + ".embed_tokens:input"], ids)
+    assert np.array_equal(pts[D + ".embed_tokens"], w[D + ".embed_tokens.weight"][ids].astype(np.float32))
+    assert pts[D + ".embed_tokens"].shape == (T, 24)
+    assert pts[D + ".embed_positions:input"].dtype == np.int64
+    assert np.array_equal(pts[D + ".embed_positions:input"], np.ones(T))
+    assert np.array_equal(pts[D + ".embed_positions"], w[D + ".embed_positions.weight"][2:T + 2].astype(np.float32))
+    assert np.array_equal(pts[D + ".project_in:input"], pts[D + ".embed_tokens"])
+    assert np.allclose(pts[D + ".project_in"], pts[D + ".embed_tokens"] @ w[D + ".project_in.weight"].T, rtol=0, atol=2e-6)
+    assert np.allclose(pts[D + ".layers.0:input"], pts[D + ".project_in"] + pts[D + ".embed_positions"], rtol=0, atol=1e-6)
+    causal = np.repeat(np.tril(np.ones((T, T), bool))[:, None, :], nh, axis=1)
+    for i in range(c.layers):
+        p = f"{D}.layers.{i}"
+        A = p + ".self_attn"
+        assert np.array_equal(pts[p + ".self_attn_layer_norm:input"], pts[p + ":input"])
+        ln = _ln64(pts[p + ":input"], w[p + ".self_attn_layer_norm.weight"], w[p + ".self_attn_layer_norm.bias"])
+        assert np.allclose(pts[p + ".self_attn_layer_norm"], ln, rtol=0, atol=2e-5), i
+        x = pts[p + ".self_attn_layer_norm"].astype(np.float64)
+        assert np.array_equal(pts[A + ":input"], pts[p + ".self_attn_layer_norm"])
+        for nm in ("q_proj", "k_proj", "v_proj"):
+            assert np.array_equal(pts[f"{A}.{nm}:input"], pts[p + ".self_attn_layer_norm"])
+            want = x @ w[f"{A}.{nm}.weight"].T + w[f"{A}.{nm}.bias"]
+            assert np.allclose(pts[f"{A}.{nm}"], want, rtol=0, atol=2e-6), (i, nm)  # q_proj unscaled
+        q, k, v = (pts[f"{A}.{nm}"].astype(np.float64).reshape(T, nh, hd) for nm in ("q_proj", "k_proj", "v_proj"))
+        want = np.einsum("thd,shd->ths", q / math.sqrt(hd), k)
+        got = pts[A + ":scores"]
+        assert np.all(np.isneginf(got[~causal])) and np.all(np.isfinite(got[causal])), i
+        assert np.allclose(got[causal], want[causal], rtol=0, atol=2e-6), i
+        # an unscaled product (or one scaled twice) would be far off
+        assert np.abs(want[causal] * (math.sqrt(hd) - 1)).max() > 0.1
+        ex = np.where(causal, np.exp(want - np.where(causal, want, -np.inf).max(-1, keepdims=True)), 0.0)
+        probs = ex / ex.sum(-1, keepdims=True)
+        assert np.allclose(pts[A + ":probs"], probs, rtol=0, atol=1e-6), i
+        o = np.einsum("ths,shd->thd", probs, v).reshape(T, nh * hd)
+        assert np.allclose(pts[A + ".out_proj:input"], o, rtol=0, atol=1e-6), i
+        a = o @ w[A + ".out_proj.weight"].T + w[A + ".out_proj.bias"]
+        assert np.allclose(pts[A + ".out_proj"], a, rtol=0, atol=2e-6), i
+        assert np.array_equal(pts[A], pts[A + ".out_proj"])
+        h = pts[p + ":input"].astype(np.float64) + pts[A]
+        assert np.allclose(pts[p + ".final_layer_norm:input"], h, rtol=0, atol=1e-6), i
+        ln2 = _ln64(pts[p + ".final_layer_norm:input"], w[p + ".final_layer_norm.weight"], w[p + ".final_layer_norm.bias"])
+        assert np.allclose(pts[p + ".final_layer_norm"], ln2, rtol=0, atol=2e-5), i
+        assert np.array_equal(pts[p + ".fc1:input"], pts[p + ".final_layer_norm"])
+        f = pts[p + ".final_layer_norm"].astype(np.float64) @ w[p + ".fc1.weight"].T + w[p + ".fc1.bias"]
+        assert np.allclose(pts[p + ".fc1"], f, rtol=0, atol=2e-6), i
+        assert np.array_equal(pts[p + ".activation_fn:input"], pts[p + ".fc1"])
+        assert np.array_equal(pts[p + ".activation_fn"], np.maximum(pts[p + ".fc1"], 0))
+        assert (pts[p + ".fc1"] < 0).any() and (pts[p + ".fc1"] > 0).any()
+        assert np.array_equal(pts[p + ".fc2:input"], pts[p + ".activation_fn"])
+        m2 = pts[p + ".activation_fn"].astype(np.float64) @ w[p + ".fc2.weight"].T + w[p + ".fc2.bias"]
+        assert np.allclose(pts[p + ".fc2"], m2, rtol=0, atol=2e-6), i
+        assert np.allclose(pts[p], pts[p + ".final_layer_norm:input"] + pts[p + ".fc2"], rtol=0, atol=1e-6), i
+        if i + 1 < c.layers:
+            assert np.array_equal(pts[f"{D}.layers.{i + 1}:input"], pts[p])
+    last = f"{D}.layers.{c.layers - 1}"
+    assert np.array_equal(pts[D + ".final_layer_norm:input"], pts[last])
+    lnf = _ln64(pts[last], w[D + ".final_layer_norm.weight"], w[D + ".final_layer_norm.bias"])
+    assert np.allclose(pts[D + ".final_layer_norm"], lnf, rtol=0, atol=2e-5)
+    assert np.array_equal(pts[D + ".project_out:input"], pts[D + ".final_layer_norm"])
+    po = pts[D + ".final_layer_norm"].astype(np.float64) @ w[D + ".project_out.weight"].T
+    assert np.allclose(pts[D + ".project_out"], po, rtol=0, atol=2e-6) and po.shape == (T, 24)
+    assert np.array_equal(pts["lm_head:input"], pts[D + ".project_out"])
+    logits = pts[D + ".project_out"].astype(np.float64) @ w[D + ".embed_tokens.weight"].T
+    assert np.allclose(pts["lm_head"], logits, rtol=0, atol=2e-5) and logits.shape == (T, c.vocab_size)
+    # HF's call order, per layer and around it
+    names = [k for k in pts if ":" not in k]
+    layer0 = [n[len(D + ".layers.0"):] for n in names if n.startswith(D + ".layers.0")]
+    assert layer0 == [".self_attn_layer_norm", ".self_attn.q_proj", ".self_attn.k_proj", ".self_attn.v_proj",
+                      ".self_attn.out_proj", ".self_attn", ".final_layer_norm", ".fc1", ".activation_fn", ".fc2", ""]
+    assert names[:3] == [D + ".embed_tokens", D + ".embed_positions", D + ".project_in"]
+    assert names[-3:] == [D + ".final_layer_norm", D + ".project_out", "lm_head"]
+    assert _maxdiff(m.forward(ids[:5])["lm_head"], pts["lm_head"][:5]) < 1e-4  # causal
+    m.forward([3] * c.n_positions)
+    with pytest.raises(reference.ReferenceError, match="max_position_embeddings"):
+        m.forward([3] * (c.n_positions + 1))
+
+
+def test_opt_post_ln_without_affine_or_bias(tmp_path):
+    """OPT with do_layer_norm_before false (opt-350m's post-LN layer), word_embed_proj_dim ==
+    hidden_size (no project_in / project_out), enable_bias false and layer_norm_elementwise_affine
+    false (no LayerNorm parameters): the attention reads the block input; self_attn_layer_norm reads
+    block input + attention output and is a parameter-free float64 LayerNorm (eps 1e-5); fc1 reads its
+    output; final_layer_norm reads that + fc2's output and gives the block's output; no
+    model.decoder.final_layer_norm (post-LN never has one), the head reads the last block's output.
+    Stray biases / LayerNorm weights in the checkpoint are ignored, as transformers drops them."""
+    cfg = synth.tiny_config("opt", do_layer_norm_before=False, word_embed_proj_dim=32, enable_bias=False,
+                            layer_norm_elementwise_affine=False)
+    d = tmp_path / "m"
+    w = {k: v.astype(np.float64) for k, v in synth.write_checkpoint(str(d), cfg).items()}
+    c = reference.Config(cfg)
+    assert (c.pre_norm, c.final_norm, c.proj_dim) == (False, False, 32)
+    assert not any(k.endswith(".bias") or "norm" in k or "project" in k for k in w)
+    T, nh, hd = 9, c.heads, c.head_dim
+    ids = list(range(100, 100 + T))
+    pts = reference.Model(str(d)).forward(ids, patterns=True)
+    D = "model.decoder"
+    assert not any(k.startswith((D + ".final_layer_norm", D + ".project_")) for k in pts)
+    assert np.allclose(pts[D + ".layers.0:input"], pts[D + ".embed_tokens"] + pts[D + ".embed_positions"], rtol=0, atol=1e-6)
+    causal = np.repeat(np.tril(np.ones((T, T), bool))[:, None, :], nh, axis=1)
+    names = [k for k in pts if ":" not in k]
+    layer0 = [n[len(D + ".layers.0"):] for n in names if n.startswith(D + ".layers.0")]
+    assert layer0 == [".self_attn.q_proj", ".self_attn.k_proj", ".self_attn.v_proj", ".self_attn.out_proj",
+                      ".self_attn", ".self_attn_layer_norm", ".fc1", ".activation_fn", ".fc2", ".final_layer_norm", ""]
+    for i in range(c.layers):
+        p = f"{D}.layers.{i}"
+        A = p + ".self_attn"
+        x = pts[p + ":input"].astype(np.float64)
+        assert np.array_equal(pts[A + ":input"], pts[p + ":input"])
+        for nm in ("q_proj", "k_proj", "v_proj"):
+            assert np.allclose(pts[f"{A}.{nm}"], x @ w[f"{A}.{nm}.weight"].T, rtol=0, atol=2e-6), (i, nm)
+        q, k = (pts[f"{A}.{nm}"].astype(np.float64).reshape(T, nh, hd) for nm in ("q_proj", "k_proj"))
+        want = np.einsum("thd,shd->ths", q, k) / math.sqrt(hd)
+        assert np.allclose(pts[A + ":scores"][causal], want[causal], rtol=0, atol=2e-6), i
+        assert np.allclose(pts[A + ".out_proj"], pts[A + ".out_proj:input"].astype(np.float64) @ w[A + ".out_proj.weight"].T,
+                           rtol=0, atol=2e-6), i
+        assert np.allclose(pts[p + ".self_attn_layer_norm:input"], x + pts[A], rtol=0, atol=1e-6), i
+        assert np.allclose(pts[p + ".self_attn_layer_norm"], _ln64(pts[p + ".self_attn_layer_norm:input"]), rtol=0, atol=2e-5)
+        assert np.array_equal(pts[p + ".fc1:input"], pts[p + ".self_attn_layer_norm"])
+        f = pts[p + ".self_attn_layer_norm"].astype(np.float64) @ w[p + ".fc1.weight"].T
+        assert np.allclose(pts[p + ".fc1"], f, rtol=0, atol=2e-6), i
+        assert np.allclose(pts[p + ".fc2"], pts[p + ".fc2:input"].astype(np.float64) @ w[p + ".fc2.weight"].T, rtol=0, atol=2e-6)
+        assert np.allclose(pts[p + ".final_layer_norm:input"], pts[p + ".self_attn_layer_norm"] + pts[p + ".fc2"],
+                           rtol=0, atol=1e-6), i
+        assert np.allclose(pts[p + ".final_layer_norm"], _ln64(pts[p + ".final_layer_norm:input"]), rtol=0, atol=2e-5)
+        assert np.array_equal(pts[p], pts[p + ".final_layer_norm"])
+    last = f"{D}.layers.{c.layers - 1}"
+    assert np.array_equal(pts["lm_head:input"], pts[last])
+    logits = pts[last].astype(np.float64) @ w[D + ".embed_tokens.weight"].T
+    assert np.allclose(pts["lm_head"], logits, rtol=0, atol=2e-5)
+    # stray tensors transformers has no parameter for (nn.Linear(bias=False), elementwise_affine=False,
+    # project_in / out when the widths agree, a final LayerNorm) are ignored
+    tensors = {k: v.astype(np.float32) for k, v in w.items()}
+    rng = np.random.default_rng(5)
+    for i in range(c.layers):
+        p = f"{D}.layers.{i}."
+        for nm in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.out_proj", "fc2",
+                   "self_attn_layer_norm", "final_layer_norm"):
+            tensors[p + nm + ".bias"] = rng.standard_normal(32).astype(np.float32)
+        tensors[p + "fc1.bias"] = rng.standard_normal(c.inner).astype(np.float32)
+        tensors[p + "self_attn_layer_norm.weight"] = rng.standard_normal(32).astype(np.float32)
+    tensors[D + ".final_layer_norm.weight"] = rng.standard_normal(32).astype(np.float32)
+    tensors[D + ".project_in.weight"] = rng.standard_normal((32, 32)).astype(np.float32)
+    ds = tmp_path / "stray"
+    os.makedirs(ds)
+    (ds / "config.json").write_bytes((d / "config.json").read_bytes())
+    st.save(str(ds / "model.safetensors"), tensors)
+    ps = reference.Model(str(ds)).forward(ids, patterns=True)
+    assert ps.keys() == pts.keys() and all(np.array_equal(ps[k], pts[k]) for k in pts)
+
+
+def test_opt_hub_names_tying_and_untied_head(tmp_path):
+    """The Hub's OPT checkpoints (saved from OPTModel) hold bare decoder.* names: they load as
+    model.decoder.*, giving the same points; a tied model's single copy may also be stored as
+    lm_head.weight; untied (with _remove_final_layer_norm: no model.decoder.final_layer_norm, the
+    last block feeding project_out) the head is lm_head.weight, not the embedding."""
+    cfg = synth.tiny_config("opt")
+    d = _ckpt(tmp_path, "opt")
+    ids = [2, 50, 51, 383, 0, 1, 7]
+    want = reference.Model(str(d)).forward(ids, patterns=True)
+    w = st.load_checkpoint(str(d))
+    hub = {k[len("model."):]: v for k, v in w.items()}
+    assert all(k.startswith("decoder.") for k in hub) and "decoder.embed_tokens.weight" in hub
+    for name, tensors in (("hub", hub),
+                          ("lm_head", {("lm_head.weight" if k == "model.decoder.embed_tokens.weight" else k): v
+                                       for k, v in w.items()})):
+        d2 = tmp_path / name
+        os.makedirs(d2)
+        (d2 / "config.json").write_bytes((d / "config.json").read_bytes())
+        st.save(str(d2 / "model.safetensors"), tensors)
+        got = reference.Model(str(d2)).forward(ids, patterns=True)
+        assert got.keys() == want.keys() and all(np.array_equal(got[k], want[k]) for k in want), name
+    du = _ckpt(tmp_path, "opt", name="untied", tie_word_embeddings=False, _remove_final_layer_norm=True)
+    wu = st.load_checkpoint(str(du))
+    assert "lm_head.weight" in wu and not any(k.startswith("model.decoder.final_layer_norm") for k in wu)
+    r = reference.Model(str(du)).forward(ids)
+    assert "model.decoder.final_layer_norm" not in r
+    assert np.array_equal(r["model.decoder.project_out:input"], r["model.decoder.layers.1"])
+    assert _maxdiff(r["lm_head"], r["model.decoder.project_out"] @ wu["lm_head.weight"].T) < 1e-5
+    assert _maxdiff(r["lm_head"], r["model.decoder.project_out"] @ wu["model.decoder.embed_tokens.weight"].T) > 1e-3
+    assert reference.Config(cfg).final_norm and not reference.Config(dict(cfg, _remove_final_layer_norm=True)).final_norm
+
+
+def test_opt_config_defaults_refusals_and_parameter_counts():
+    """OPTConfig's defaults (opt-125m's sizes), word_embed_proj_dim null -> hidden_size, nulls in the
+    other fields refused (transformers' strict config), hidden_size not a multiple of
+    num_attention_heads refused; expected_shapes of opt-125m and opt-350m (post-LN, word_embed_proj_dim
+    512) add up to the parameter counts transformers 5.12.1's OPTForCausalLM reports (built on the
+    meta device, the tied head counted once): 125,239,296 and 331,196,416."""
+    c = reference.Config({"model_type": "opt"})
+    assert (c.vocab_size, c.hidden, c.layers, c.heads, c.kv_heads, c.head_dim, c.inner, c.n_positions) == (
+        50272, 768, 12, 12, 12, 64, 3072, 2048)
+    assert (c.act, c.eps, c.tie, c.proj_dim, c.pre_norm, c.final_norm, c.bias, c.affine) == (
+        "relu", 1e-5, True, 768, True, True, True, True)
+    assert c.windows == [None] * 12
+    assert reference.Config({"model_type": "opt", "word_embed_proj_dim": None, "hidden_size": 64,
+                             "num_attention_heads": 4}).proj_dim == 64
+    assert not reference.Config({"model_type": "opt", "do_layer_norm_before": False}).final_norm
+    for bad, match in (({"hidden_size": None}, "null"), ({"enable_bias": None}, "null"),
+                       ({"do_layer_norm_before": None}, "null"), ({"hidden_size": 30}, "divisible"),
+                       ({"activation_function": "gelu_weird"}, "activation")):
+        with pytest.raises(reference.ReferenceError, match=match):
+            reference.Config(dict({"model_type": "opt"}, **bad))
+    counts = {}
+    for name, cfg in (("125m", dict(hidden_size=768, ffn_dim=3072, num_hidden_layers=12, num_attention_heads=12,
+                                    word_embed_proj_dim=768, do_layer_norm_before=True)),
+                      ("350m", dict(hidden_size=1024, ffn_dim=4096, num_hidden_layers=24, num_attention_heads=16,
+                                    word_embed_proj_dim=512, do_layer_norm_before=False))):
+        c = reference.Config(dict(cfg, model_type="opt"))
+        shapes = reference.expected_shapes(c)
+        counts[name] = sum(int(np.prod(s)) for k, s in shapes.items() if not (c.tie and k == "lm_head.weight"))
+    assert counts == {"125m": 125_239_296, "350m": 331_196_416}
+    s = reference.expected_shapes(reference.Config({"model_type": "opt", "hidden_size": 1024, "num_attention_heads": 16,
+                                                    "word_embed_proj_dim": 512, "do_layer_norm_before": False}))
+    assert s["model.decoder.project_in.weight"] == [1024, 512] and s["model.decoder.project_out.weight"] == [512, 1024]
+    assert s["model.decoder.embed_positions.weight"] == [2050, 1024] and s["lm_head.weight"] == [50272, 512]
+    assert "model.decoder.final_layer_norm.weight" not in s

@@ -50,7 +50,7 @@ if int(transformers.__version__.split(".")[0]) < 5:
 pytestmark = pytest.mark.usefixtures("actcap_bin", "no_reexec")
 
 ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo", "olmo2", "gemma", "gemma2",
-         "gemma3_text", "gemma3", "gpt_neox", "gptj", "gpt_neo", "phi", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe",
+         "gemma3_text", "gemma3", "gpt_neox", "gptj", "gpt_neo", "opt", "phi", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe",
          "gpt_oss", "deepseek_v3", "deepseek_v2"]
 LENGTHS = [9, 5, 12]  # 12 > the windows (4 or 8) of the windowed variants
 REL = 1e-5  # measured with transformers 5.12 on torch 2.14: most points bit-identical, the largest 1.1e-7
@@ -105,14 +105,17 @@ def hf_points(model, names, seqs, attentions=False):
         rec[n] = torch.nn.functional.linear(x.float(), mods[n].weight.detach().float())
         rec[n + ":input"] = x
     heads_first = model.config.model_type in ("gemma3", "gemma3_text")
+    opt = model.config.model_type == "opt"  # OPTDecoderLayer flattens its MLP's rows
     for name in list(rec):
         # A mixture of experts' router, Qwen2-MoE's shared expert (and the layers inside it) and
-        # its gate run on the batch flattened to [B * T, hidden] (the router's output is a tuple
+        # its gate, and OPT's pre-norm MLP (final_layer_norm, fc1, activation_fn, fc2) run on the
+        # batch flattened to [B * T, hidden] (the router's output is a tuple
         # whose first element is the logits): back to [B, T, ...] as actcap's rows.
         t = rec[name]
         module = name.split(":")[0]
         flat = module.endswith((".mlp.gate", ".mlp.router", ".mlp.shared_expert_gate")) or \
-            ".mlp.shared_expert." in module + "."
+            ".mlp.shared_expert." in module + "." or \
+            (opt and module.endswith((".final_layer_norm", ".fc1", ".activation_fn", ".fc2")))
         if t.dim() == 2 and t.shape[0] == ids.numel() and flat:
             rec[name] = t.view(*ids.shape, t.shape[1])
         if heads_first and name.split(":")[0].endswith(TRANSPOSED):
@@ -276,6 +279,20 @@ VARIANTS = {
                                             num_layers=4, num_heads=8, activation_function="gelu",
                                             attention_types=[[["local", "global"], 2]], window_size=8,
                                             tie_word_embeddings=False)),
+    # OPT: embeddings narrower than the layers (project_in / project_out), untied, gelu
+    "opt-projected-untied": ("opt", dict(vocab_size=512, hidden_size=64, num_hidden_layers=3,
+                                         num_attention_heads=4, ffn_dim=96, max_position_embeddings=64,
+                                         word_embed_proj_dim=48, activation_function="gelu",
+                                         tie_word_embeddings=False)),
+    # opt-350m's post-norm layers in miniature; no biases, LayerNorms without weights; tied
+    "opt-post-norm-plain": ("opt", dict(vocab_size=512, hidden_size=64, num_hidden_layers=3,
+                                        num_attention_heads=4, ffn_dim=96, max_position_embeddings=64,
+                                        do_layer_norm_before=False, enable_bias=False,
+                                        layer_norm_elementwise_affine=False)),
+    # pre-norm without the decoder's final LayerNorm (_remove_final_layer_norm), relu
+    "opt-no-final-norm": ("opt", dict(vocab_size=512, hidden_size=64, num_hidden_layers=2,
+                                      num_attention_heads=8, ffn_dim=128, max_position_embeddings=64,
+                                      _remove_final_layer_norm=True)),
     # Phi-2's layout in miniature: partial_rotary_factor 0.4 at the top level (6 of 16 features),
     # GQA; gelu_new
     "phi-partial-rotary": ("phi", dict(PHI, partial_rotary_factor=0.4)),
@@ -588,7 +605,8 @@ def test_config_field_and_alias_resolve_as_transformers(model_type, field, alias
 
 @pytest.mark.parametrize("variant", ["gpt2", "mistral-window", "gemma2-softcaps", "gemma3_text",
                                      "gpt_neox-partial-rotary", "gptj-partial-rotary",
-                                     "gpt_neo-window", "phi-partial-rotary", "phi3-longrope-partial"])
+                                     "gpt_neo-window", "opt-post-norm-plain", "phi-partial-rotary",
+                                     "phi3-longrope-partial"])
 def test_attention_probs_match_transformers(tmp_path, variant):
     model_type, fields = VARIANTS[variant]
     m = build_hf_model(model_type, fields, tmp_path / "model")
@@ -609,7 +627,7 @@ def hf_greedy(model, prompt, max_new, eos=None):
 
 @pytest.mark.parametrize("variant", ["gpt2", "llama-rope-llama3", "mistral-window", "qwen3",
                                      "gemma", "gemma2-softcaps", "olmo-bias-clip-tied", "gemma3_text", "gpt_neox-partial-rotary",
-                                     "gptj-partial-rotary", "gpt_neo-window", "phi-partial-rotary", "phi3-window", "mixtral-window-top3", "qwen2_moe",
+                                     "gptj-partial-rotary", "gpt_neo-window", "opt-projected-untied", "phi-partial-rotary", "phi3-window", "mixtral-window-top3", "qwen2_moe",
                                      "qwen3_moe", "olmoe", "gpt_oss", "deepseek_v3",
                                      "deepseek_v3-qproj-yarn-bias", "deepseek_v2",
                                      "deepseek_v2-qlora-bias-yarn"])
@@ -695,7 +713,7 @@ def test_every_preset_is_the_model_transformers_builds(tmp_path, arch):
 
 @pytest.mark.parametrize("variant", ["gpt2", "llama-rope-llama3", "gemma", "gemma2-softcaps",
                                      "gemma3_text", "olmo-bias-clip-tied", "olmo2",
-                                     "phi3-longrope-partial", "gptj-partial-rotary", "gpt_neo-window", "phi-partial-rotary", "deepseek_v3",
+                                     "phi3-longrope-partial", "gptj-partial-rotary", "gpt_neo-window", "opt-projected-untied", "phi-partial-rotary", "deepseek_v3",
                                      "deepseek_v2"])
 def test_bf16_compute_is_as_accurate_as_transformers_in_bf16(tmp_path, variant):
     """`--compute-dtype bf16` against transformers' model cast to bfloat16, both measured against

@@ -29,7 +29,7 @@ def plan_weights(model, mode="keep"):
     return sum(d["weights"] for d in json.loads(p.stdout)["devices"])
 
 
-@pytest.mark.parametrize("arch", ["gpt2", "llama", "gemma", "gemma2", "gpt_neox", "gptj", "gpt_neo", "phi", "phi3", "mixtral", "qwen2_moe", "olmoe", "gpt_oss", "deepseek_v3", "deepseek_v2"])
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "gemma", "gemma2", "gpt_neox", "gptj", "gpt_neo", "opt", "phi", "phi3", "mixtral", "qwen2_moe", "olmoe", "gpt_oss", "deepseek_v3", "deepseek_v2"])
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 def test_keep_and_f32_capture_the_same_bytes(models, tmp_path, arch, dtype):
     m = models(arch, dtype=dtype)
