@@ -1584,6 +1584,8 @@ GPT_NEO_BAD_CONFIGS = {
     "types_malformed": (dict(attention_layers=None, attention_types=[["global", 4]]), "attention_types"),
     "types_negative_count": (dict(attention_layers=None, attention_types=[[["global"], -1], [["local"], 4]]),
                              "attention_types"),
+    "types_huge_count": (dict(attention_layers=None, attention_types=[[["global", "local"], 10 ** 12]]),
+                         "attention_types"),
     "layers_disagree": (dict(attention_layers=["global"] * 4), "attention_layers"),
     "window_zero": (dict(window_size=0), "window_size"),
     "heads_not_dividing": (dict(num_heads=5), "num_heads"),

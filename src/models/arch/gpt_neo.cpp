@@ -49,8 +49,7 @@ std::vector<bool> expand_attention_types(const nlohmann::json& types, const std:
   std::vector<bool> out;
   for (const auto& item : types) {
     if (!item.is_array() || item.size() != 2 || !item[0].is_array() || item[0].empty() ||
-        !item[1].is_number_integer() || item[1].get<int64_t>() < 0 ||
-        item[1].get<int64_t>() > 100000)
+        !item[1].is_number_integer() || item[1].get<int64_t>() < 0)
       throw InputError(concat(origin, ": attention_types item ", item.dump(),
                               " is not [[types...], count]", want));
     std::vector<bool> unit;
@@ -62,8 +61,13 @@ std::vector<bool> expand_attention_types(const nlohmann::json& types, const std:
       throw InputError(concat(origin, ": attention_types names ", t.dump(),
                               "; GPT-Neo's layers are \"global\" or \"local\""));
     }
-    for (int64_t r = 0; r < item[1].get<int64_t>(); ++r)
-      out.insert(out.end(), unit.begin(), unit.end());
+    // Bounded before it is built: a config cannot make this allocate more than a model has layers.
+    constexpr size_t kMaxLayers = size_t{1} << 20;
+    const auto count = static_cast<size_t>(item[1].get<int64_t>());
+    if (count > (kMaxLayers - out.size()) / unit.size())
+      throw InputError(concat(origin, ": attention_types expands to more than ", kMaxLayers,
+                              " layers; give one type per layer"));
+    for (size_t r = 0; r < count; ++r) out.insert(out.end(), unit.begin(), unit.end());
   }
   return out;
 }
