@@ -3463,9 +3463,6 @@ class Model:
         def ln(x, p):
             return F.layer_norm(x, (c.hidden,), w[p + ".weight"], w[p + ".bias"], c.eps)
 
-        def lin(x, p):
-            return F.linear(x, w[p + ".weight"], w.get(p + ".bias"))
-
         pos = torch.arange(T, dtype=torch.int64)
         e = F.embedding(ids, w["transformer.wte.weight"])
         rec("transformer.wte", ids, e)
@@ -3486,7 +3483,7 @@ class Model:
             rec(p + ".ln_1", h, x)
             proj = {}
             for nm in ("q_proj", "k_proj", "v_proj"):
-                proj[nm] = lin(x, f"{A}.{nm}")
+                proj[nm] = self._lin(x, f"{A}.{nm}")
                 rec(f"{A}.{nm}", x, proj[nm])
             q = proj["q_proj"].view(T, nh, hd).transpose(0, 1).float()
             k = proj["k_proj"].view(T, nh, hd).transpose(0, 1).float()
@@ -3496,18 +3493,18 @@ class Model:
             att = F.softmax(torch.where(allowed, scores, neg), dim=-1).to(v.dtype)
             self._pattern(pts, A, scores, allowed, att)
             o = torch.matmul(att, v).transpose(0, 1).contiguous().view(T, nh * hd)
-            a = lin(o, A + ".out_proj")
+            a = self._lin(o, A + ".out_proj")
             rec(A + ".out_proj", o, a)
             rec(A, x, a)
             rec(p + ".attn", x, a)
             h = a + block_in
             x2 = ln(h, p + ".ln_2")
             rec(p + ".ln_2", h, x2)
-            f = lin(x2, p + ".mlp.c_fc")
+            f = self._lin(x2, p + ".mlp.c_fc")
             rec(p + ".mlp.c_fc", x2, f)
             g = act(f)
             rec(p + ".mlp.act", f, g)
-            m = lin(g, p + ".mlp.c_proj")
+            m = self._lin(g, p + ".mlp.c_proj")
             rec(p + ".mlp.c_proj", g, m)
             rec(p + ".mlp", x2, m)
             h = h + m

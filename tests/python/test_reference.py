@@ -921,6 +921,15 @@ def test_explicit_head_dim(tmp_path):
 # checkpoint format equivalences
 # ---------------------------------------------------------------------------------------------
 
+def _with_tensors(tmp_path, d, name, tensors):
+    """Checkpoint tmp_path / name: d's config.json with `tensors` as its weights."""
+    d2 = tmp_path / name
+    os.makedirs(d2)
+    (d2 / "config.json").write_bytes((d / "config.json").read_bytes())
+    st.save(str(d2 / "model.safetensors"), tensors)
+    return d2
+
+
 def _same_run(d1, d2, seq=(3, 1, 4, 1, 5, 9, 2, 6, 5, 3)):
     a, b = reference.run(str(d1), [list(seq)])[0], reference.run(str(d2), [list(seq)])[0]
     assert set(a) == set(b)
@@ -3831,10 +3840,7 @@ def test_gpt_neo_unscaled_scores_local_windows_and_wiring(tmp_path):
         mask = full ^ np.tril(full, -window) if window else full
         tensors[f"transformer.h.{i}.attn.attention.bias"] = mask[None, None]
         tensors[f"transformer.h.{i}.attn.attention.masked_bias"] = np.array(-1e9, np.float32)
-    db = tmp_path / "buffers"
-    os.makedirs(db)
-    (db / "config.json").write_bytes((d / "config.json").read_bytes())
-    st.save(str(db / "model.safetensors"), tensors)
+    db = _with_tensors(tmp_path, d, "buffers", tensors)
     pb = reference.Model(str(db)).forward(ids, patterns=True)
     assert pb.keys() == pts.keys() and all(np.array_equal(pb[k], pts[k]) for k in pts)
     with pytest.raises(reference.ReferenceError):
@@ -4039,10 +4045,7 @@ def test_opt_post_ln_without_affine_or_bias(tmp_path):
         tensors[p + "self_attn_layer_norm.weight"] = rng.standard_normal(32).astype(np.float32)
     tensors[D + ".final_layer_norm.weight"] = rng.standard_normal(32).astype(np.float32)
     tensors[D + ".project_in.weight"] = rng.standard_normal((32, 32)).astype(np.float32)
-    ds = tmp_path / "stray"
-    os.makedirs(ds)
-    (ds / "config.json").write_bytes((d / "config.json").read_bytes())
-    st.save(str(ds / "model.safetensors"), tensors)
+    ds = _with_tensors(tmp_path, d, "stray", tensors)
     ps = reference.Model(str(ds)).forward(ids, patterns=True)
     assert ps.keys() == pts.keys() and all(np.array_equal(ps[k], pts[k]) for k in pts)
 
@@ -4062,11 +4065,7 @@ def test_opt_hub_names_tying_and_untied_head(tmp_path):
     for name, tensors in (("hub", hub),
                           ("lm_head", {("lm_head.weight" if k == "model.decoder.embed_tokens.weight" else k): v
                                        for k, v in w.items()})):
-        d2 = tmp_path / name
-        os.makedirs(d2)
-        (d2 / "config.json").write_bytes((d / "config.json").read_bytes())
-        st.save(str(d2 / "model.safetensors"), tensors)
-        got = reference.Model(str(d2)).forward(ids, patterns=True)
+        got = reference.Model(str(_with_tensors(tmp_path, d, name, tensors))).forward(ids, patterns=True)
         assert got.keys() == want.keys() and all(np.array_equal(got[k], want[k]) for k in want), name
     du = _ckpt(tmp_path, "opt", name="untied", tie_word_embeddings=False, _remove_final_layer_norm=True)
     wu = st.load_checkpoint(str(du))

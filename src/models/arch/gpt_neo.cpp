@@ -186,11 +186,12 @@ class GptNeo : public Architecture {
     const char* source = listed != root.end() ? "attention_layers" : "attention_types";
     if (listed != root.end()) {
       p->local = layer_types(*listed, f.origin());
-      if (types && expand_attention_types(*types, f.origin()) != p->local)
+      const std::vector<bool> expanded =
+          types ? expand_attention_types(*types, f.origin()) : p->local;
+      if (expanded != p->local)
         throw InputError(concat(f.origin(), ": attention_layers ", listed->dump(),
                                 " disagrees with attention_types ", types->dump(),
-                                " (it expands to ",
-                                layer_names(expand_attention_types(*types, f.origin())).dump(),
+                                " (it expands to ", layer_names(expanded).dump(),
                                 "); transformers follows attention_layers: correct one of them"));
     } else {
       p->local = expand_attention_types(
