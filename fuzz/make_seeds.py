@@ -335,6 +335,22 @@ def config_seeds():
     variant("opt_post_norm_plain.json", opt, word_embed_proj_dim=KeyError, do_layer_norm_before=False,
             enable_bias=False, layer_norm_elementwise_affine=False, tie_word_embeddings=False,
             _remove_final_layer_norm=True)
+    # OLMo 3: the released layout (layer_types listed, yarn RoPE in rope_scaling) and Olmo3Config's
+    # defaults (no layer_types, no sliding_window; transformers 5's rope dict)
+    olmo3 = {"model_type": "olmo3", "architectures": ["Olmo3ForCausalLM"], "vocab_size": 64,
+             "hidden_size": 16, "intermediate_size": 40, "num_hidden_layers": 4,
+             "num_attention_heads": 2, "num_key_value_heads": 2, "hidden_act": "silu",
+             "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "attention_bias": False,
+             "rope_theta": 500000, "rope_scaling": {"rope_type": "yarn", "factor": 8.0,
+                                                   "original_max_position_embeddings": 8,
+                                                   "attention_factor": 1.2079441541679836,
+                                                   "beta_fast": 32, "beta_slow": 1},
+             "sliding_window": 4, "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
+             "tie_word_embeddings": False, "eos_token_id": 1, "pad_token_id": 0}
+    variant("olmo3.json", olmo3)
+    variant("olmo3_defaults_bias.json", olmo3, layer_types=KeyError, sliding_window=KeyError,
+            rope_theta=KeyError, rope_scaling=KeyError, attention_bias=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
     # FP8 checkpoints: transformers' fp8 (DeepSeek-V3's blocks) and llm-compressor's
     # compressed-tensors (per channel; per block).
     variant("deepseek_v3_fp8.json", deepseek_v3, torch_dtype="bfloat16", quantization_config={

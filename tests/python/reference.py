@@ -2,13 +2,14 @@
 
 Written from the semantics of Hugging Face transformers' modeling_gpt2.py, modeling_llama.py,
 modeling_mistral.py, modeling_qwen2.py, modeling_qwen3.py, modeling_olmo.py, modeling_olmo2.py,
-modeling_gemma.py, modeling_gemma2.py, modeling_gemma3.py, modeling_gpt_neox.py, modeling_gptj.py,
-modeling_gpt_neo.py, modeling_phi.py, modeling_phi3.py, modeling_mixtral.py, modeling_qwen3_moe.py,
-modeling_qwen2_moe.py, modeling_olmoe.py, modeling_gpt_oss.py, modeling_deepseek_v3.py,
-modeling_deepseek_v2.py, modeling_opt.py (with configuration_mixtral.py, configuration_qwen3_moe.py,
-configuration_qwen2_moe.py, configuration_olmo.py, configuration_olmoe.py, configuration_gpt_oss.py,
-configuration_gemma.py, configuration_deepseek_v3.py, configuration_deepseek_v2.py,
-configuration_gpt_neo.py, configuration_opt.py, masking_utils.py, conversion_mapping.py, integrations/moe.py and
+modeling_olmo3.py, modeling_gemma.py, modeling_gemma2.py, modeling_gemma3.py, modeling_gpt_neox.py,
+modeling_gptj.py, modeling_gpt_neo.py, modeling_phi.py, modeling_phi3.py, modeling_mixtral.py,
+modeling_qwen3_moe.py, modeling_qwen2_moe.py, modeling_olmoe.py, modeling_gpt_oss.py,
+modeling_deepseek_v3.py, modeling_deepseek_v2.py, modeling_opt.py (with configuration_mixtral.py,
+configuration_qwen3_moe.py, configuration_qwen2_moe.py, configuration_olmo.py, configuration_olmo3.py,
+configuration_olmoe.py, configuration_gpt_oss.py, configuration_gemma.py, configuration_deepseek_v3.py,
+configuration_deepseek_v2.py, configuration_gpt_neo.py, configuration_opt.py, masking_utils.py,
+conversion_mapping.py, integrations/moe.py and
 integrations/mxfp4.py of transformers 5.12) and modeling_rope_utils.py (eager attention, eager
 experts (Qwen2-MoE, gpt-oss and DeepSeek-V3 / V2: transformers 5's default grouped_mm experts), no
 padding, no cache, eval mode),
@@ -71,6 +72,9 @@ Hook points (N = layer index):
          uses the clamped ones.
   olmo2: as llama without .input_layernorm, plus .post_feedforward_layernorm (after .mlp) and
          .self_attn.q_norm / .k_norm over the whole projection ([heads * head_dim] per token)
+  olmo3 (Olmo3ForCausalLM): exactly olmo2's points and wiring; "sliding_attention" layers
+         (layer_types; by default all but every 4th) attend within sliding_window, one RoPE table
+         (rope_parameters, yarn included) for every layer. See Config._olmo3 and Model._olmo2.
   qwen3 adds .self_attn.q_norm and .self_attn.k_norm (RMSNorm over head_dim, applied per head to
          q_proj / k_proj output viewed [T, heads, head_dim], before RoPE): their input and output
          are [T, num_attention_heads, head_dim] and [T, num_key_value_heads, head_dim], i.e. the
@@ -219,7 +223,7 @@ import torch.nn.functional as F
 
 import st
 
-ARCHS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo", "olmo2", "gemma", "gemma2", "gemma3_text",
+ARCHS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo", "olmo2", "olmo3", "gemma", "gemma2", "gemma3_text",
          "gemma3", "gpt_neox", "gptj", "gpt_neo", "phi", "phi3", "mixtral", "qwen3_moe", "qwen2_moe", "olmoe", "gpt_oss", "deepseek_v3",
          "deepseek_v2", "opt")
 MOE_ARCHS = ("mixtral", "qwen3_moe", "qwen2_moe", "olmoe", "gpt_oss", "deepseek_v3", "deepseek_v2")
@@ -381,6 +385,20 @@ OLMO2_DEFAULTS = dict(vocab_size=50304, hidden_size=4096, intermediate_size=1100
                       num_hidden_layers=32, num_attention_heads=32, hidden_act="silu",
                       max_position_embeddings=2048, rms_norm_eps=1e-5, tie_word_embeddings=False,
                       attention_bias=False)
+# Olmo3Config's defaults (configuration_olmo3.py, transformers 5.12, a @strict dataclass: Olmo2Config's
+# fields plus sliding_window and layer_types). num_key_value_heads None means num_attention_heads
+# (__post_init__); no head_dim field (a head_dim in config.json is used: getattr(config, "head_dim",
+# ...)); no rope_theta field (PreTrainedConfig's default_theta, 10000, when neither the top level nor
+# the rope dict gives one); layer_types None -> OLMO3_FULL_EVERY's rule (__post_init__).
+OLMO3_DEFAULTS = dict(vocab_size=50304, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                      num_attention_heads=32, num_key_value_heads=None, hidden_act="silu",
+                      max_position_embeddings=2048, tie_word_embeddings=False, attention_bias=False,
+                      rms_norm_eps=1e-5, sliding_window=4096, layer_types=None, rope_theta=10000.0)
+# Olmo3Config's fields typed Optional (null passes the strict check); every other null is refused.
+OLMO3_OPTIONAL = ("num_key_value_heads", "sliding_window", "layer_types", "rope_theta", "rope_parameters",
+                  "rope_scaling", "pad_token_id", "bos_token_id", "eos_token_id")
+# Olmo3Config.__post_init__'s default layer_types: layer i is "full_attention" iff (i + 1) % 4 == 0
+OLMO3_FULL_EVERY = 4
 # GPTNeoXConfig's defaults (4.x and 5.x agree).
 NEOX_DEFAULTS = dict(vocab_size=50432, hidden_size=6144, num_hidden_layers=44, num_attention_heads=64,
                      intermediate_size=24576, hidden_act="gelu", max_position_embeddings=2048,
@@ -501,6 +519,8 @@ class Config:
             self._olmo(cfg)
         elif mt == "olmo2":
             self._olmo2(cfg)
+        elif mt == "olmo3":
+            self._olmo3(cfg)
         elif mt == "gemma":
             self._gemma(cfg)
         elif mt == "gemma2":
@@ -675,6 +695,109 @@ class Config:
         self.mlp_bias = False
         self.rope = self._rope(cfg)
         self.windows = [None] * self.layers
+
+    def _olmo3(self, cfg):
+        """Olmo3Config (transformers 5.12, a @strict dataclass; OLMO3_DEFAULTS for absent fields) as
+        Olmo3Model, Olmo3Attention and Olmo3RotaryEmbedding use it:
+        - nulls: refused in every field not in OLMO3_OPTIONAL (the strict check raises);
+          num_key_value_heads null or absent -> num_attention_heads (__post_init__);
+        - head_dim: not an Olmo3Config field. A head_dim in config.json is used by both Olmo3Attention
+          (getattr(config, "head_dim", hidden // heads)) and the rotary table (getattr(..., None) or
+          hidden // heads); absent -> hidden_size // num_attention_heads, floored as HF builds q_proj
+          [heads * head_dim, hidden]; an explicit null is refused (Olmo3Attention's scaling would be
+          None ** -0.5); even and >= 2 (rotate-half RoPE). q_norm / k_norm are RMSNorms over the whole
+          projections (heads * head_dim, kv_heads * head_dim), so any head_dim loads;
+        - rms_norm_eps (default 1e-5) for every Olmo3RMSNorm (q_norm, k_norm, post_attention_layernorm,
+          post_feedforward_layernorm, model.norm);
+        - attention_bias gives q, k, v AND o biases; no MLP biases (mlp_bias is not read);
+        - windows: layer_types (Optional) null or absent -> "full_attention" on the layers with
+          (i + 1) % 4 == 0, "sliding_attention" elsewhere (Olmo3Config.__post_init__); a given list must
+          have num_hidden_layers entries (validate_layer_type), each full_attention or sliding_attention
+          (validate_layer_type would pass any of ALLOWED_LAYER_TYPES, chunked_attention say, but
+          Olmo3Model has masks for these two only: a KeyError in forward). A sliding layer attends to
+          keys j with i - sliding_window < j <= i (sliding_window_overlay and the causal mask), a full
+          layer causally. sliding_window (Optional, default 4096): an integer; null is refused WHATEVER
+          the layer types: Olmo3Model.forward builds the sliding mask on every forward, and
+          create_sliding_window_causal_mask raises without a window even when no layer slides (as
+          gpt_oss / qwen2_moe here; Gemma 2 / 3's models raise the same way, but their path here lets
+          a null through when no layer slides). A sliding layer with a window < 1 is refused (HF would
+          mask every key and the eager softmax would spread over all of them, future ones included);
+        - RoPE: ONE Olmo3RotaryEmbedding (Gemma2RotaryEmbedding) for the whole model, read as Llama's:
+          rope_scaling + rope_theta (4.x) or rope_parameters (5.x), every rope type of _rope, so a yarn
+          (or any) scaling rotates the sliding layers too (modular_olmo3.py's comment "RoPE scaling is
+          not applied to sliding window attention layers" does not describe the code); theta 10000 when
+          absent (default_theta); a null theta (top level with none in the rope dict, or in the dict) is
+          refused. A rope dict with per-layer-type entries ({"full_attention": {...}, ...}, Gemma 3's
+          form) is refused: transformers 5.12 silently ignores them (convert_rope_params_to_dict adds a
+          rope_theta key beside them, so standardize_rope_params never takes its per-layer branch, and
+          Olmo3RotaryEmbedding runs default RoPE with the top-level theta, 10000 when absent; only a
+          warning, "Unrecognized keys in `rope_parameters`");
+        - precision (not exercised here, all float32): Gemma2RotaryEmbedding returns cos / sin cast to
+          the hidden states' dtype, so under a 16-bit dtype OLMo 3 rotates q / k in that dtype, where
+          OLMo 2 (float32 tables; q * cos promotes, the result cast back) rotates in float32."""
+        d = OLMO3_DEFAULTS
+
+        def get(k):
+            if k not in cfg:
+                return d[k]
+            if cfg[k] is None and k not in OLMO3_OPTIONAL:
+                raise ReferenceError(f"olmo3 {k} is null (transformers' strict config refuses it)")
+            return cfg[k]
+
+        self.vocab_size = int(get("vocab_size"))
+        self.hidden = int(get("hidden_size"))
+        self.layers = int(get("num_hidden_layers"))
+        self.heads = int(get("num_attention_heads"))
+        kv = get("num_key_value_heads")
+        self.kv_heads = self.heads if kv is None else int(kv)
+        self.inner = int(get("intermediate_size"))
+        self.act = get("hidden_act")
+        _act(self.act)  # refuses an activation ACT2FN has not (here rather than at the first forward)
+        self.eps = float(get("rms_norm_eps"))
+        self.tie = bool(get("tie_word_embeddings"))
+        if self.heads < 1 or self.kv_heads < 1 or self.heads % self.kv_heads:
+            raise ReferenceError("num_attention_heads not divisible by num_key_value_heads")
+        if "head_dim" in cfg:
+            if cfg["head_dim"] is None:
+                raise ReferenceError("olmo3 head_dim is null (Olmo3Attention cannot use it)")
+            self.head_dim = int(cfg["head_dim"])
+        else:
+            self.head_dim = self.hidden // self.heads
+        if self.head_dim < 2 or self.head_dim % 2:
+            raise ReferenceError(f"head_dim {self.head_dim} must be even and >= 2 (RoPE)")
+        self.attention_bias = bool(get("attention_bias"))
+        self.mlp_bias = False
+        # windows
+        types = get("layer_types")
+        if types is None:
+            types = ["sliding_attention" if (i + 1) % OLMO3_FULL_EVERY else "full_attention"
+                     for i in range(self.layers)]
+        if not isinstance(types, list) or len(types) != self.layers:
+            raise ReferenceError(f"layer_types must list {self.layers} layer types")
+        bad = [t for t in types if t not in LAYER_TYPES]
+        if bad:
+            raise ReferenceError(f"unsupported layer type {bad[0]!r}")
+        sw = get("sliding_window")
+        if sw is None:
+            raise ReferenceError("olmo3 sliding_window is null (Olmo3Model builds its sliding mask on every "
+                                 "forward: create_sliding_window_causal_mask raises)")
+        if isinstance(sw, bool) or not isinstance(sw, int):
+            raise ReferenceError(f"olmo3 sliding_window {sw!r} must be an integer")
+        if "sliding_attention" in types and sw < 1:
+            raise ReferenceError(f"sliding_attention layers need a sliding_window >= 1, not {sw}")
+        self.layer_types = list(types)
+        self.windows = [sw if t == "sliding_attention" else None for t in types]
+        # RoPE: one table for every layer
+        rs, rp = cfg.get("rope_scaling"), cfg.get("rope_parameters")
+        rd = rs if isinstance(rs, dict) and rs else rp if isinstance(rp, dict) else {}
+        if any(k in LAYER_TYPES for k in rd):
+            raise ReferenceError("olmo3 rope parameters keyed by layer type (transformers ignores them: one "
+                                 "rope dict for every layer)")
+        if ("rope_theta" in cfg and cfg["rope_theta"] is None and rd.get("rope_theta") is None) or (
+                "rope_theta" in rd and rd["rope_theta"] is None):
+            raise ReferenceError("olmo3 rope_theta is null")
+        rcfg = dict(cfg, model_type="olmo3", max_position_embeddings=int(get("max_position_embeddings")))
+        self.rope = self._rope(rcfg)
 
     def _gemma(self, cfg):
         """GemmaConfig (transformers 5.12, a @strict dataclass; GEMMA_DEFAULTS for absent fields):
@@ -1945,7 +2068,7 @@ ROPE_FUNCTIONS = {"default": _rope_default, "linear": _rope_linear, "dynamic": _
 ROPE_TYPES = tuple(ROPE_FUNCTIONS)
 MAX_POSITIONS_DEFAULT = {"gemma": 8192, "gemma2": 8192, "gemma3_text": 131072, "llama": 2048, "mistral": 4096 * 32, "qwen2": 32768, "qwen3": 32768,
                          "gpt_neox": 2048, "gptj": 2048, "phi": 2048, "phi3": 4096, "mixtral": 4096 * 32, "qwen3_moe": 32768, "qwen2_moe": 32768,
-                         "olmo": 2048, "olmo2": 2048, "olmoe": 4096, "gpt_oss": 131072, "deepseek_v3": 4096,
+                         "olmo": 2048, "olmo2": 2048, "olmo3": 2048, "olmoe": 4096, "gpt_oss": 131072, "deepseek_v3": 4096,
                          "deepseek_v2": 2048}
 
 
@@ -2397,7 +2520,7 @@ def expected_shapes(cfg):
             s[p + "mlp.gate_proj.weight"] = [I, H]
             s[p + "mlp.up_proj.weight"] = [I, H]
             s[p + "mlp.down_proj.weight"] = [H, I]
-    elif c.arch == "olmo2":
+    elif c.arch in ("olmo2", "olmo3"):
         q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
         s["model.embed_tokens.weight"] = [V, H]
         for i in range(c.layers):
@@ -2654,7 +2777,7 @@ class Model:
                 pts = self._gpt2(ids)
             elif self.cfg.arch == "olmo":
                 pts = self._olmo(ids, rope_seq_len)
-            elif self.cfg.arch == "olmo2":
+            elif self.cfg.arch in ("olmo2", "olmo3"):
                 pts = self._olmo2(ids, rope_seq_len)
             elif self.cfg.arch == "gemma":
                 pts = self._gemma1(ids, rope_seq_len)
@@ -3097,11 +3220,14 @@ class Model:
         return pts
 
     def _olmo2(self, ids, rope_seq_len=None):
-        """Olmo2DecoderLayer: no norm before the sublayers; each sublayer's output is normalised
-        (post_attention_layernorm, post_feedforward_layernorm) before its residual add.
-        Olmo2Attention: q_norm(q_proj(x)) and k_norm(k_proj(x)) over the whole projection, then
-        the head split, RoPE, eager attention with scaling head_dim**-0.5, o_proj. Olmo2RMSNorm
-        multiplies by the weight in float32 before casting back (all float32 here)."""
+        """OLMo 2 and OLMo 3 (eager). Olmo2DecoderLayer / Olmo3DecoderLayer: no norm before the
+        sublayers; each sublayer's output is normalised (post_attention_layernorm,
+        post_feedforward_layernorm) before its residual add. Olmo2Attention / Olmo3Attention:
+        q_norm(q_proj(x)) and k_norm(k_proj(x)) over the whole projection, then the head split, RoPE
+        (one table for every layer), repeat_kv, scores * head_dim ** -0.5, the causal mask (OLMo 3's
+        "sliding_attention" layers: also i - sliding_window < j <= i, c.windows), softmax in float32,
+        o_proj. Olmo2RMSNorm / Olmo3RMSNorm multiply by the weight in float32 before casting back (all
+        float32 here; so is RoPE, whose 16-bit precision differs between the two, see Config._olmo3)."""
         c, w, lin = self.cfg, self.w, self._lin
         T = ids.shape[0]
         pts = OrderedDict()

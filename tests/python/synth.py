@@ -73,6 +73,15 @@ TINY = {
                   intermediate_size=80, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                   hidden_act="silu", max_position_embeddings=128, rms_norm_eps=1e-6, rope_theta=10000.0,
                   rope_scaling=None, attention_bias=False, tie_word_embeddings=False),
+    # OLMo 3 (Olmo3ForCausalLM), Olmo3Config's defaults in miniature (pad 1, bos null, untied; no
+    # head_dim, so 32 / 4 = 8): GQA (4 heads, 2 kv heads); 4 layers and no layer_types, so the default
+    # rule applies: layers 0, 1, 2 slide (window 4, shorter than the tests' sequences), layer 3 is full.
+    # See OLMO3_VARIANTS.
+    "olmo3": dict(model_type="olmo3", architectures=["Olmo3ForCausalLM"], vocab_size=384, hidden_size=32,
+                  intermediate_size=80, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                  hidden_act="silu", max_position_embeddings=128, rms_norm_eps=1e-6, rope_theta=10000.0,
+                  rope_scaling=None, attention_bias=False, sliding_window=4, pad_token_id=1, bos_token_id=None,
+                  eos_token_id=50, tie_word_embeddings=False),
     # head_dim 8, rotary_pct 0.5: 4 rotary dims, 4 passed through
     "gpt_neox": dict(model_type="gpt_neox", architectures=["GPTNeoXForCausalLM"], vocab_size=384,
                      hidden_size=32, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -273,6 +282,24 @@ DEEPSEEK_V2_VARIANTS = {
     "no_shared": dict(n_shared_experts=0),
     "attention_bias": dict(attention_bias=True),  # q_a_proj / kv_a_proj_with_mqa / o_proj biases
     "mlp_bias": dict(mlp_bias=True),  # the dense MLP's and the shared experts' biases
+}
+
+# OLMo 3's YaRN as quoted for the released Olmo-3 7B / 32B (not read from the Hub here: factor 8,
+# beta_fast 32, beta_slow 1, attention_factor 1.2079441541679836 = 0.1 ln 8 + 1, there over 8192
+# original positions with theta 5e5), scaled down to head_dim 8: 64 original positions
+# (max_position_embeddings 512 = 8 * 64) and theta 100, so that the ramp runs over the dims 0 .. 3 (truncated) and the interpolated frequencies turn
+# visibly within the tests' sequences.
+OLMO3_YARN = {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 64, "beta_fast": 32,
+              "beta_slow": 1, "attention_factor": 1.2079441541679836}
+# tiny_config("olmo3", **OLMO3_VARIANTS[name])
+OLMO3_VARIANTS = {
+    "tiny": {},  # the default layer_types: sliding, sliding, sliding, full
+    # an explicit list the default rule would not give (a reader that ignores it is caught)
+    "layer_types": dict(layer_types=["full_attention", "sliding_attention", "full_attention", "sliding_attention"],
+                        sliding_window=3),
+    "yarn": dict(rope_theta=100.0, max_position_embeddings=512, rope_scaling=OLMO3_YARN),
+    "attention_bias": dict(attention_bias=True),  # q / k / v / o biases
+    "tied": dict(tie_word_embeddings=True),
 }
 
 # openai/gpt-oss-20b's quantization_config
@@ -914,7 +941,8 @@ def to_v5(cfg):
     had no rope_scaling, layer_types, head_dim and num_local_experts (as GptOssConfig saves them);
     Qwen2-MoE as Qwen2MoeConfig saves it: layer_types by its own rule (even layers below
     max_window_layers slide when use_sliding_window), sliding_window 0 unless use_sliding_window,
-    mlp_only_layers a list, and qkv_bias written out.
+    mlp_only_layers a list, and qkv_bias written out; OLMo 3 with its layer_types written out (every
+    4th layer full when the 4.x file had none, as Olmo3Config saves them).
     quantization_config is kept as it is."""
     cfg = dict(cfg)
     if "torch_dtype" in cfg:
@@ -944,6 +972,10 @@ def to_v5(cfg):
         cfg.setdefault("head_dim", reference.GPT_OSS_DEFAULTS["head_dim"])
         if cfg.get("num_experts") is not None:
             cfg["num_local_experts"] = cfg.pop("num_experts")
+    if cfg.get("model_type") == "olmo3" and cfg.get("layer_types") is None:
+        # Olmo3Config writes its layer_types (every 4th layer full by default)
+        n = cfg.get("num_hidden_layers", reference.OLMO3_DEFAULTS["num_hidden_layers"])
+        cfg["layer_types"] = ["sliding_attention" if (i + 1) % 4 else "full_attention" for i in range(n)]
     if cfg.get("model_type") == "gemma2" and cfg.get("layer_types") is None:
         cfg["layer_types"] = ["sliding_attention" if (i + 1) % 2 else "full_attention"
                               for i in range(cfg["num_hidden_layers"])]

@@ -17,7 +17,7 @@ import reference
 import st
 import synth
 
-ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3_text", "gpt_neox", "gptj", "gpt_neo", "opt", "phi", "phi3",
+ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "olmo3", "gemma2", "gemma3_text", "gpt_neox", "gptj", "gpt_neo", "opt", "phi", "phi3",
          "mixtral", "qwen3_moe", "olmoe", "gpt_oss", "gemma", "olmo", "qwen2_moe", "deepseek_v3",
          "deepseek_v2"]
 LLAMA_FAMILY = ["llama", "mistral", "qwen2", "qwen3"]
@@ -473,13 +473,90 @@ def check_preset_config(tmp_path, arch, preset, real, keys):
     bad = {k: (cfg.get(k), real.get(k)) for k in keys if cfg.get(k) != real.get(k)}  # absent: None
     assert not bad, f"(init-model, {preset}): {bad}"
     c, r = reference.Config(cfg), reference.Config(real)
-    assert (c.rope, c.windows, c.tie) == (r.rope, r.windows, r.tie)
+    # yarn's truncate is true unless a file says otherwise (init-model writes it out)
+    rope = lambda x: dict({"truncate": True} if x.get("rope_type") == "yarn" else {}, **x)  # noqa: E731
+    assert (rope(c.rope), c.windows, c.tie) == (rope(r.rope), r.windows, r.tie)
     assert reference.expected_shapes(c) == reference.expected_shapes(r)
 
 
 def test_init_model_olmo2_1b_preset_config(actcap_bin, tmp_path):
     """`init-model --arch olmo2 --preset olmo-2-1b` describes allenai/OLMo-2-0425-1B."""
     check_preset_config(tmp_path, "olmo2", "olmo-2-1b", synth.OLMO2_1B_CONFIG, OLMO2_1B_KEYS)
+
+
+# ---------------------------------------------------------------------------------------------
+# OLMo 3: OLMo 2's layer with sliding windows on the layers layer_types names
+# ---------------------------------------------------------------------------------------------
+
+# The released OLMo 3 7B / 32B config.json files as public repositories quote them (the fields that
+# describe the model; no network to the Hub here). Their token ids are not compared: the quotes
+# disagree on them.
+OLMO3_YARN = {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 8192,
+              "attention_factor": 1.2079441541679836, "beta_fast": 32, "beta_slow": 1}
+OLMO3_7B_CONFIG = {
+    "architectures": ["Olmo3ForCausalLM"], "model_type": "olmo3", "attention_bias": False, "hidden_act": "silu",
+    "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32,
+    "num_key_value_heads": 32, "max_position_embeddings": 65536, "rms_norm_eps": 1e-06, "rope_theta": 500000,
+    "rope_scaling": OLMO3_YARN, "sliding_window": 4096, "tie_word_embeddings": False, "vocab_size": 100278,
+    "layer_types": (["sliding_attention"] * 3 + ["full_attention"]) * 8,
+}
+OLMO3_32B_CONFIG = dict(OLMO3_7B_CONFIG, hidden_size=5120, intermediate_size=27648, num_hidden_layers=64,
+                        num_attention_heads=40, num_key_value_heads=8,
+                        layer_types=(["sliding_attention"] * 3 + ["full_attention"]) * 16)
+OLMO3_KEYS = ["architectures", "model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
+              "num_attention_heads", "num_key_value_heads", "vocab_size", "max_position_embeddings",
+              "rms_norm_eps", "tie_word_embeddings", "hidden_act", "attention_bias", "rope_theta",
+              "sliding_window"]
+
+
+def test_parity_olmo3_windows(models, tmp_path):
+    """The tiny preset slides an 8-key window on layers 0-2 (layer 3 full, Olmo3Config's default
+    pattern), shorter than the sequence: the window changes the output and matches. Other
+    layer_types with a 3-key window match; a window as long as the sequence is full attention bit
+    for bit. A listed layer_types equal to the default is the same model."""
+    src = models("olmo3")
+    cfg = H.load_config(src)
+    assert cfg["sliding_window"] == 8
+    assert "layer_types" not in cfg and reference.Config(cfg).windows == [8, 8, 8, None]
+    seqs = tokens_for(src, [14, 6], seed=91)
+    full = with_config(src, tmp_path / "full", layer_types=["full_attention"] * 4)
+    assert ref_differs(src, full, seqs), "the sliding layers' window changed nothing"
+    listed = with_config(src, tmp_path / "listed", layer_types=["sliding_attention"] * 3 + ["full_attention"])
+    _, a, _ = check_parity(src, seqs, tmp_path / "o_src", rel_tol=1e-5)
+    _, b, _ = check_parity(listed, seqs, tmp_path / "o_listed")
+    assert all(np.array_equal(a[k], b[k]) for k in a), "Olmo3Config's default layer_types"
+    _, f, _ = check_parity(full, seqs, tmp_path / "o_full", rel_tol=1e-5)
+    _, w, _ = check_parity(with_config(src, tmp_path / "wide", sliding_window=14), seqs, tmp_path / "o_wide")
+    assert all(np.array_equal(f[k], w[k]) for k in f)
+    other = with_config(src, tmp_path / "other", sliding_window=3,
+                        layer_types=["full_attention", "sliding_attention", "full_attention", "sliding_attention"])
+    assert ref_differs(src, other, seqs)
+    check_parity(other, seqs, tmp_path / "o_other", rel_tol=1e-5)
+
+
+@pytest.mark.parametrize("bias", [False, True], ids=["no_bias", "attention_bias"])
+def test_parity_olmo3_real_config_layout(actcap_bin, tmp_path, bias):
+    """OLMo 3 7B's config.json fields at tiny size, bf16 weights: yarn RoPE (over 16 original
+    positions, so that the 40-token sequence runs past them and the ramp matters), the default
+    layer_types (no field) with a 6-key window; attention_bias adds q/k/v and o_proj biases."""
+    cfg = dict(OLMO3_7B_CONFIG, vocab_size=384, hidden_size=32, intermediate_size=80, num_hidden_layers=4,
+               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, sliding_window=6,
+               rope_scaling=dict(OLMO3_YARN, original_max_position_embeddings=16), eos_token_id=2,
+               attention_bias=bias)
+    del cfg["layer_types"]
+    m = tmp_path / "m"
+    w = synth.write_checkpoint(str(m), cfg, seed=92, dtype="bf16")
+    assert ("model.layers.0.self_attn.o_proj.bias" in w) == bias
+    seqs = tokens_for(m, [40, 9], seed=93)
+    plain = with_config(m, tmp_path / "plain", rope_scaling=None)
+    assert ref_differs(m, plain, seqs), "yarn changed nothing"
+    check_parity(m, seqs, tmp_path / "out")
+
+
+@pytest.mark.parametrize("preset,real", [("olmo-3-7b", OLMO3_7B_CONFIG), ("olmo-3-32b", OLMO3_32B_CONFIG)])
+def test_init_model_olmo3_preset_config(actcap_bin, tmp_path, preset, real):
+    """`init-model --arch olmo3 --preset olmo-3-7b / olmo-3-32b` describe the released models."""
+    check_preset_config(tmp_path, "olmo3", preset, real, OLMO3_KEYS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1876,8 +1953,21 @@ PHI3_BAD_CONFIGS = {
 
 # Per architecture: a config.json change (None removes a field, "null" writes null) and a word
 # the one-line error must hold.
+OLMO3_BAD_CONFIGS = {
+    "types_too_few": (dict(layer_types=["full_attention"] * 3), "layer_types"),
+    "types_unknown": (dict(layer_types=["sliding_attention"] * 3 + ["chunked_attention"]), "chunked_attention"),
+    "types_not_list": (dict(layer_types="full_attention"), "layer_types"),
+    "window_null": (dict(sliding_window="null"), "sliding_window"),
+    "window_null_no_sliding_layer": (dict(sliding_window="null", layer_types=["full_attention"] * 4),
+                                     "sliding_window"),
+    "window_zero": (dict(sliding_window=0), "sliding_window"),
+    "heads_not_dividing": (dict(num_key_value_heads=3), "num_key_value_heads"),
+}
+
+
 ARCH_BAD_CONFIGS = {"gpt_neox": NEOX_BAD_CONFIGS, "gptj": GPTJ_BAD_CONFIGS, "gpt_neo": GPT_NEO_BAD_CONFIGS,
-                    "opt": OPT_BAD_CONFIGS, "phi": PHI_BAD_CONFIGS, "phi3": PHI3_BAD_CONFIGS}
+                    "opt": OPT_BAD_CONFIGS, "phi": PHI_BAD_CONFIGS, "phi3": PHI3_BAD_CONFIGS,
+                    "olmo3": OLMO3_BAD_CONFIGS}
 
 
 @pytest.mark.parametrize("arch,case", [(a, c) for a, cases in ARCH_BAD_CONFIGS.items() for c in cases])

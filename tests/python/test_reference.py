@@ -643,7 +643,7 @@ def test_rope_config_forms_agree():
 # masking: causality, sliding window, GQA
 # ---------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("arch", ARCHS + ["olmo", "olmo-clip", "olmo2", "gemma", "gemma2", "gemma3_text"] + MOE
+@pytest.mark.parametrize("arch", ARCHS + ["olmo", "olmo-clip", "olmo2", "olmo3", "gemma", "gemma2", "gemma3_text"] + MOE
                          + ["olmoe", "olmoe-clip", "deepseek_v3"])
 def test_causality(tmp_path, arch):
     if arch.endswith("-clip"):  # clip_qkv small enough to bite
@@ -871,16 +871,21 @@ def _same_run_as(tmp_path, d, cfg):
     _same_run(d, d5)
 
 
-@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2", "gemma", "olmo"])
+@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2", "gemma", "olmo", "olmo3"])
 def test_v5_config_forms_agree(tmp_path, arch):
     """rope_parameters / dtype / layer_types (synth.to_v5) give the same outputs as the 4.x form."""
     extra = dict(use_sliding_window=True, sliding_window=3, max_window_layers=1) if arch == "qwen2" else {}
     if arch == "olmo":
         extra = dict(clip_qkv=0.25, attention_bias=True)
+    if arch == "olmo3":
+        extra = dict(rope_scaling=synth.OLMO3_YARN, max_position_embeddings=512)
     d = _ckpt(tmp_path, arch, rope_theta=500.0, **extra)
     v5 = synth.to_v5(reference.load_config(str(d)))
     if arch == "qwen2":
         assert v5["layer_types"] == ["full_attention", "sliding_attention"]
+    if arch == "olmo3":
+        assert v5["layer_types"] == ["sliding_attention"] * 3 + ["full_attention"]
+        assert v5["rope_parameters"] == dict(synth.OLMO3_YARN, rope_theta=500.0)
     _same_run_as(tmp_path, d, v5)
 
 
@@ -1002,11 +1007,11 @@ def test_half_checkpoint_equals_f32_of_rounded_weights(tmp_path, dtype):
 # OLMo 2 and Gemma 2
 # ---------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("arch", ["olmo2", "gemma2", "gemma3_text"])
+@pytest.mark.parametrize("arch", ["olmo2", "olmo3", "gemma2", "gemma3_text"])
 def test_sublayer_norm_wiring(tmp_path, arch):
-    """Olmo2DecoderLayer / Gemma2DecoderLayer: the norms act on the sublayer outputs before the
-    residual add (Gemma 2 also before each sublayer); OLMo 2's q_norm / k_norm see the whole
-    projection."""
+    """Olmo2DecoderLayer / Olmo3DecoderLayer / Gemma2DecoderLayer: the norms act on the sublayer
+    outputs before the residual add (Gemma 2 also before each sublayer); OLMo 2's and 3's q_norm /
+    k_norm see the whole projection."""
     d = _ckpt(tmp_path, arch)
     c = reference.Config(reference.load_config(str(d)))
     r = reference.run(str(d), [[5, 17, 2, 99, 3, 3, 250]])[0]
@@ -1662,6 +1667,335 @@ def test_olmoe_clip_qkv_after_the_norms(tmp_path, attention_bias):
         }
         for name, (wq, wk, wv) in wrong.items():
             assert _maxdiff(r[A + ".o_proj:input"], _attention64(wq, wk, wv, cfg, c.head_dim)) > 100 * tol, name
+
+
+# ---------------------------------------------------------------------------------------------
+# OLMo 3 (modeling_olmo3.py / modular_olmo3.py: Olmo3Model, Olmo3DecoderLayer, Olmo3Attention,
+# Olmo3RotaryEmbedding = Gemma2RotaryEmbedding; configuration_olmo3.py: Olmo3Config)
+# ---------------------------------------------------------------------------------------------
+
+def _olmo3_types64(cfg):
+    """layer_types of a config dict as Olmo3Config.__post_init__ fills them: the given list, else
+    "full_attention" on the layers i with (i + 1) % 4 == 0 and "sliding_attention" elsewhere."""
+    n = cfg.get("num_hidden_layers", 32)
+    return cfg.get("layer_types") or ["full_attention" if (i + 1) % 4 == 0 else "sliding_attention"
+                                      for i in range(n)]
+
+
+def _olmo3_rope64(cfg, hd):
+    """(inv_freq [hd / 2], attention factor) in float64 from a 4.x-form OLMo 3 config dict: plain
+    theta ** (-2i / hd) (theta 10000 when absent), or YaRN's NTK-by-parts (_yarn64) with its
+    attention factor (the given one, else 0.1 ln(factor) + 1)."""
+    theta = float(cfg.get("rope_theta") or 10000.0)
+    rs = cfg.get("rope_scaling") or {}
+    kind = rs.get("rope_type", rs.get("type", "default"))
+    if kind == "default":
+        return theta ** -(np.arange(0, hd, 2, dtype=np.float64) / hd), 1.0
+    assert kind == "yarn", kind
+    s = rs["factor"]
+    inv = _yarn64(hd, theta, s, rs["original_max_position_embeddings"], rs.get("beta_fast", 32),
+                  rs.get("beta_slow", 1), rs.get("truncate", True))
+    return inv, rs.get("attention_factor", 0.1 * math.log(s) + 1)
+
+
+def _olmo3_attention64(q, k, v, hd, inv, af, window):
+    """Eager attention in float64 on q [T, nh * hd], k / v [T, nkv * hd]: q and k each rotated as
+    the complex pairs (i, i + hd / 2) by position * inv and multiplied by af (HF multiplies cos and
+    sin by it), query head h reads kv head h // (nh / nkv), softmax(q k^T / sqrt(hd)) over the keys
+    j <= i (with a window W: also j > i - W). Returns (context [T, nh * hd], probs [T, nh, T])."""
+    q, k, v = (np.asarray(t, np.float64) for t in (q, k, v))
+    T = q.shape[0]
+    nh, nkv = q.shape[1] // hd, k.shape[1] // hd
+    rot = np.exp(1j * np.arange(T)[:, None] * inv[None, :])[:, None, :]
+
+    def rope(t, n):
+        t = t.reshape(T, n, hd)
+        z = (t[..., : hd // 2] + 1j * t[..., hd // 2:]) * rot
+        return af * np.concatenate([z.real, z.imag], axis=-1)
+
+    q, k, v = rope(q, nh), rope(k, nkv), v.reshape(T, nkv, hd)
+    kv_of = np.arange(nh) // (nh // nkv)
+    s = np.einsum("ihd,jhd->hij", q, k[:, kv_of]) / math.sqrt(hd)
+    i, j = np.arange(T)[:, None], np.arange(T)[None, :]
+    allowed = j <= i
+    if window is not None:
+        allowed &= j > i - window
+    s = np.where(allowed[None], s, -np.inf)
+    pr = np.exp(s - s.max(-1, keepdims=True))
+    pr /= pr.sum(-1, keepdims=True)
+    return np.einsum("hij,jhd->ihd", pr, v[:, kv_of]).reshape(T, nh * hd), pr.transpose(1, 0, 2)
+
+
+def _olmo3_layer64(x, w, p, cfg, window, wrong=None):
+    """One Olmo3DecoderLayer in float64 on rows x [T, H], from the written tensors `w` and the 4.x-form
+    config.json dict `cfg` (synth's tiny form: num_key_value_heads explicit, silu):
+      q = q_norm(q_proj(x)), k = k_norm(k_proj(x)) (RMSNorms with weights over the WHOLE projections,
+      eps rms_norm_eps), v = v_proj(x) (biases with attention_bias); a = o_proj(attention) with the
+      layer's window (None: full);
+      h = x + post_attention_layernorm(a); m = down(silu(gate(h)) * up(h));
+      out = h + post_feedforward_layernorm(m).
+    Returns a dict of points (and A:probs, [T, heads, T]).
+
+    wrong: one deliberate error: "no_window" (a sliding layer run full), "window_plus_one" (keys
+    i - W <= j <= i, one more than HF's kv_idx > q_idx - W), "window_on_full" (a full layer given
+    the window 4), "qk_norm_per_head" (q_norm / k_norm over each head, as Qwen3 / Gemma 3),
+    "no_attention_factor" (YaRN's cos / sin factor dropped), "no_yarn" (the unscaled frequencies)."""
+    x = np.asarray(x, np.float64)
+    H = x.shape[1]
+    hd = cfg.get("head_dim") or H // cfg["num_attention_heads"]
+    eps = cfg["rms_norm_eps"]
+    A, M = p + ".self_attn", p + ".mlp"
+
+    def lin(v, name):
+        y = v @ w[f"{name}.weight"].astype(np.float64).T
+        b = w.get(f"{name}.bias")
+        return y if b is None else y + b
+
+    def qk_norm(t, name):
+        g = w[f"{A}.{name}.weight"]
+        if wrong != "qk_norm_per_head":
+            return _rms64(t, g, eps)
+        n = t.shape[1] // hd
+        return _rms64(t.reshape(-1, n, hd), g.reshape(n, hd), eps).reshape(t.shape)
+
+    inv, af = _olmo3_rope64(cfg, hd)
+    if wrong == "no_attention_factor":
+        af = 1.0
+    if wrong == "no_yarn":
+        inv = _olmo3_rope64(dict(cfg, rope_scaling=None), hd)[0]
+    if wrong == "no_window":
+        window = None
+    elif wrong == "window_plus_one":
+        window += 1
+    elif wrong == "window_on_full":
+        window = 4
+    q, k, v = (lin(x, f"{A}.{nm}") for nm in ("q_proj", "k_proj", "v_proj"))
+    qn, kn = qk_norm(q, "q_norm"), qk_norm(k, "k_norm")
+    o, probs = _olmo3_attention64(qn, kn, v, hd, inv, af, window)
+    a = lin(o, A + ".o_proj")
+    an = _rms64(a, w[p + ".post_attention_layernorm.weight"], eps)
+    h = x + an
+    ga = _silu64(lin(h, M + ".gate_proj"))
+    m = lin(ga * lin(h, M + ".up_proj"), M + ".down_proj")
+    mn = _rms64(m, w[p + ".post_feedforward_layernorm.weight"], eps)
+    return {A + ".q_norm": qn, A + ".k_norm": kn, A + ".o_proj:input": o, A + ":probs": probs, A: a,
+            p + ".post_attention_layernorm": an, M + ".act_fn": ga, M: m, p + ".post_feedforward_layernorm": mn,
+            p: h + mn}
+
+
+@pytest.mark.parametrize("variant", list(synth.OLMO3_VARIANTS))
+def test_olmo3_model_matches_float64_formula(tmp_path, variant):
+    """The whole OLMo 3 model against _olmo3_layer64 chained in float64 from the embedding to the
+    logits, for every synth.OLMO3_VARIANTS config (the default layer types, an explicit list, YaRN,
+    q / k / v / o biases, a tied head): every layer's q_norm, k_norm, o_proj input, attention
+    probabilities, self_attn, post_attention_layernorm, mlp.act_fn, mlp, post_feedforward_layernorm
+    and output, model.norm and lm_head within 1e-5 relative. The windows come from the config
+    dict here (_olmo3_types64), not from reference.Config. Then, on the first sliding and the first
+    full layer (from the reference's own layer input), each listed mistake must move a point far
+    outside the tolerance: the window dropped or one key wider, a window on a full layer, q / k
+    norms per head, and with YaRN the attention factor or the scaled frequencies dropped.
+    (Checked the other way round too, by mutating a copy of reference.py: the sliding mask one key
+    wider (kj >= qi - W in _attend), the default layer_types rule shifted (i % 4), YaRN left off
+    the sliding layers: each fails the variants it concerns.)"""
+    d = tmp_path / "m"
+    cfg = synth.tiny_config("olmo3", **synth.OLMO3_VARIANTS[variant])
+    w = synth.write_checkpoint(str(d), cfg, seed=7)
+    c = reference.Config(reference.load_config(str(d)))
+    assert c.arch == "olmo3" and c.tie == cfg["tie_word_embeddings"]
+    types = _olmo3_types64(cfg)
+    windows = [cfg["sliding_window"] if t == "sliding_attention" else None for t in types]
+    assert None in windows and any(windows)  # both kinds of layer occur
+    T = 20
+    assert T > 2 * max(x for x in windows if x)  # the windows bite
+    seq = [int(t) for t in np.random.default_rng(3).integers(0, c.vocab_size, T)]
+    r = reference.run(str(d), [seq], patterns=True)[0]
+
+    def tol(name):
+        return 1e-5 * max(1.0, float(np.abs(r[name]).max()))
+
+    emb = w["model.embed_tokens.weight"].astype(np.float64)
+    assert np.array_equal(r["model.embed_tokens"], w["model.embed_tokens.weight"][seq])
+    h = emb[seq]
+    for i in range(c.layers):
+        p = f"model.layers.{i}"
+        want = _olmo3_layer64(h, w, p, cfg, windows[i])
+        for name, v in want.items():
+            assert _maxdiff(r[name], v) < tol(name), (name, _maxdiff(r[name], v))
+        h = want[p]
+    hn = _rms64(h, w["model.norm.weight"], cfg["rms_norm_eps"])
+    assert _maxdiff(r["model.norm"], hn) < tol("model.norm")
+    head = emb if cfg["tie_word_embeddings"] else w["lm_head.weight"].astype(np.float64)
+    assert _maxdiff(r["lm_head"], hn @ head.T) < tol("lm_head")
+    # power
+    yarn = (cfg.get("rope_scaling") or {}).get("rope_type") == "yarn"
+    for kind in ("sliding_attention", "full_attention"):
+        i = types.index(kind)
+        p = f"model.layers.{i}"
+        wrongs = ["qk_norm_per_head"] + (["no_attention_factor", "no_yarn"] if yarn else [])
+        wrongs += ["no_window", "window_plus_one"] if windows[i] else ["window_on_full"]
+        for wrong in wrongs:
+            got = _olmo3_layer64(r[p + ":input"], w, p, cfg, windows[i], wrong=wrong)
+            worst = max(_maxdiff(r[n], v) / tol(n) for n, v in got.items())
+            assert worst > 100, (p, wrong, worst)  # measured: >= 15878 (the correct formula: <= 0.067)
+
+
+def test_olmo3_windows_follow_layer_types(tmp_path):
+    """Per layer, from the attention patterns: a "sliding_attention" layer's query i puts weight on
+    exactly the keys i - W < j <= i (W = sliding_window), a "full_attention" layer's on every key
+    j <= i; by default layers 0, 1, 2 slide and 3 is full, an explicit layer_types list decides
+    otherwise. Changing token j moves layer 0's attention output at the queries that see it only.
+    A window as long as the sequence is the same model as all layers full, which is exactly OLMo 2
+    with the same tensors; the tiny window changes the logits."""
+    T, W = 14, 4
+    seq = [int(t) for t in np.random.default_rng(8).integers(0, 384, T)]
+    i, j = np.arange(T)[:, None], np.arange(T)[None, :]
+    for name, types, sw in (("d", None, W), ("e", ["full_attention", "sliding_attention", "full_attention",
+                                                   "sliding_attention"], 3)):
+        extra = {} if types is None else dict(layer_types=types)
+        r = reference.run(str(_ckpt(tmp_path, "olmo3", name=name, sliding_window=sw, **extra)), [seq],
+                          patterns=True)[0]
+        types = types or ["sliding_attention"] * 3 + ["full_attention"]
+        for n, t in enumerate(types):
+            pr = r[f"model.layers.{n}.self_attn:probs"]  # [T, heads, T]
+            seen = (j <= i) & ((j > i - sw) if t == "sliding_attention" else True)
+            assert (pr[:, :, :][~np.broadcast_to(seen[:, None, :], pr.shape)] == 0).all(), (name, n)
+            assert (pr[np.broadcast_to(seen[:, None, :], pr.shape)] > 0).all(), (name, n)
+            assert np.allclose(pr.sum(-1), 1.0, atol=1e-6)
+    # locality of layer 0 (sliding in the default types, full in the explicit list)
+    alt = list(seq)
+    alt[3] = 300
+    first_full = dict(layer_types=["full_attention"] + ["sliding_attention"] * 3)
+    for name, extra, sliding in (("ld", {}, True), ("le", first_full, False)):
+        a, b = reference.run(str(_ckpt(tmp_path, "olmo3", name=name, **extra)), [seq, alt])
+        diff = np.abs(a["model.layers.0.self_attn"] - b["model.layers.0.self_attn"]).max(-1)
+        for q in range(T):
+            assert (diff[q] > 1e-6) == (3 <= q < (3 + W if sliding else T)), (name, q)
+    # a window >= T is no window; all full == OLMo 2 with the same tensors, exactly
+    big = _ckpt(tmp_path, "olmo3", name="big", sliding_window=T)
+    full = _ckpt(tmp_path, "olmo3", name="full", layer_types=["full_attention"] * 4)
+    small = reference.run(str(_ckpt(tmp_path, "olmo3", name="small")), [seq])[0]
+    o2 = tmp_path / "olmo2"
+    os.makedirs(o2)
+    cfg2 = {k: v for k, v in reference.load_config(str(full)).items()
+            if k not in ("layer_types", "sliding_window")}
+    with open(o2 / "config.json", "w") as f:
+        json.dump(dict(cfg2, model_type="olmo2", architectures=["Olmo2ForCausalLM"]), f)
+    os.link(full / "model.safetensors", o2 / "model.safetensors")
+    _same_run(big, full, seq)
+    _same_run(full, o2, seq)
+    assert _maxdiff(small["lm_head"], reference.run(str(full), [seq])[0]["lm_head"]) > 1e-3
+
+
+# The YaRN parameters of the released Olmo-3 7B / 32B as they were quoted to us (not read from the
+# Hub here): factor 8 over 8192 original positions, theta 5e5, beta_fast 32, beta_slow 1, attention
+# factor 1.2079441541679836 (= 0.1 ln 8 + 1).
+OLMO3_RELEASE_YARN = {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 8192,
+                      "attention_factor": 1.2079441541679836, "beta_fast": 32, "beta_slow": 1}
+
+
+def test_olmo3_yarn_rope_on_every_layer(tmp_path):
+    """One Olmo3RotaryEmbedding for the whole model: a YaRN rope_scaling changes the sliding layer 0
+    as well (unlike Gemma 3, whose local layers keep their own unscaled table); at position 0 (no
+    rotation) each head's score is attention_factor ** 2 * q_norm . k_norm / sqrt(head_dim) (HF scales
+    cos and sin, so q and k, by the factor). The released YaRN block (OLMO3_RELEASE_YARN, head_dim 128)
+    resolves to its attention factor and to _yarn64's float64 frequencies, in the 4.x and 5.x forms."""
+    seq = [int(t) for t in np.random.default_rng(9).integers(0, 384, 16)]
+    plain = reference.run(str(_ckpt(tmp_path, "olmo3", name="p")), [seq])[0]
+    yarn = reference.run(str(_ckpt(tmp_path, "olmo3", name="y", rope_scaling=synth.OLMO3_YARN,
+                                   max_position_embeddings=512)), [seq], patterns=True)[0]
+    A = "model.layers.0.self_attn"
+    assert _maxdiff(plain[A], yarn[A]) > 1e-3
+    af = synth.OLMO3_YARN["attention_factor"]
+    q, k = yarn[A + ".q_norm"].reshape(16, 4, 8), yarn[A + ".k_norm"].reshape(16, 2, 8)
+    s00 = af ** 2 * (q[0].astype(np.float64) * k[0][np.arange(4) // 2]).sum(-1) / math.sqrt(8)
+    assert _maxdiff(yarn[A + ":scores"][0, :, 0], s00) < 1e-5
+    rel = dict(model_type="olmo3", rope_theta=500000.0, max_position_embeddings=65536,
+               rope_scaling=OLMO3_RELEASE_YARN)
+    for cfg in (rel, synth.to_v5(rel)):
+        c = reference.Config(cfg)
+        assert c.head_dim == 128
+        assert (c.rope["rope_type"], c.rope["factor"], c.rope["rope_theta"]) == ("yarn", 8.0, 5e5)
+        assert c.rope["original_max_position_embeddings"] == 8192
+        inv, got_af = reference.rope_parameters(c.rope, c.head_dim, seq_len=100)
+        assert got_af == 1.2079441541679836 and abs(got_af - (0.1 * math.log(8) + 1)) < 1e-15
+        assert _rel(inv, _yarn64(128, 5e5, 8.0, 8192)) < 1e-6
+
+
+def test_olmo3_config_defaults_and_refusals():
+    """Olmo3Config's defaults (OLMo 2's 7B sizes, eps 1e-5, untied, sliding_window 4096, every 4th
+    layer full); num_key_value_heads null -> num_attention_heads; head_dim from config.json when
+    given, else hidden // heads floored. Refused, as transformers 5.12 cannot build or run them: a
+    layer_types list of the wrong length or with another type (chunked_attention passes HF's
+    validation but Olmo3Model has no mask for it), a null sliding_window even when no layer slides
+    (Olmo3Model builds its sliding mask on every forward), a window < 1 on a sliding layer, a
+    non-integer window, rope parameters keyed by layer type (HF ignores them), a null rope_theta,
+    nulls in non-Optional fields. A window < 1 is fine when no layer slides (HF runs it)."""
+    c = reference.Config({"model_type": "olmo3"})
+    assert (c.vocab_size, c.hidden, c.inner, c.layers, c.heads, c.kv_heads, c.head_dim) == (
+        50304, 4096, 11008, 32, 32, 32, 128)
+    assert (c.act, c.eps, c.tie, c.attention_bias, c.mlp_bias) == ("silu", 1e-5, False, False, False)
+    assert c.rope == {"rope_type": "default", "rope_theta": 10000.0, "max_position_embeddings": 2048,
+                      "partial_rotary_factor": 1.0}
+    assert c.layer_types == (["sliding_attention"] * 3 + ["full_attention"]) * 8
+    assert c.windows == ([4096] * 3 + [None]) * 8
+
+    def C(**kw):
+        return reference.Config(dict(model_type="olmo3", **kw))
+
+    assert C(num_hidden_layers=6).windows == [4096, 4096, 4096, None, 4096, 4096]
+    assert C(num_hidden_layers=6, layer_types=None, sliding_window=5).windows == [5, 5, 5, None, 5, 5]
+    assert C(num_hidden_layers=2, layer_types=["full_attention", "sliding_attention"],
+             sliding_window=7).windows == [None, 7]
+    for sw in (0, -2):  # never used: HF runs it
+        assert C(num_hidden_layers=2, layer_types=["full_attention"] * 2, sliding_window=sw).windows == [None, None]
+    assert C(num_attention_heads=8, num_key_value_heads=None).kv_heads == 8
+    assert C(hidden_size=32, num_attention_heads=4, head_dim=16).head_dim == 16
+    assert C(hidden_size=40, num_attention_heads=6, num_key_value_heads=3).head_dim == 6  # floored, as HF
+    assert C(rms_norm_eps=1e-6).eps == 1e-6
+    assert C(rope_theta=None, rope_parameters={"rope_type": "default", "rope_theta": 5.0}).rope["rope_theta"] == 5.0
+    assert C(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 5.0}).rope["factor"] == 2.0
+    refused = [
+        (dict(num_hidden_layers=2, layer_types=["full_attention"] * 3), "2 layer types"),
+        (dict(num_hidden_layers=2, layer_types=["full_attention", "chunked_attention"]), "chunked_attention"),
+        (dict(num_hidden_layers=2, layer_types=["full_attention", "bogus"]), "bogus"),
+        (dict(num_hidden_layers=2, layer_types="full_attention"), "layer types"),
+        (dict(sliding_window=None), "sliding_window is null"),
+        (dict(num_hidden_layers=2, layer_types=["full_attention"] * 2, sliding_window=None), "sliding_window is null"),
+        (dict(num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"], sliding_window=0), ">= 1"),
+        (dict(sliding_window=4.0), "integer"),
+        (dict(sliding_window=True), "integer"),
+        (dict(rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e4},
+                               "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}), "layer type"),
+        (dict(rope_theta=None), "rope_theta"),
+        (dict(rope_parameters={"rope_type": "default", "rope_theta": None}), "rope_theta"),
+        (dict(num_key_value_heads=3), "divisible"),
+        (dict(head_dim=None), "head_dim"),
+        (dict(head_dim=15), "head_dim"),
+        (dict(partial_rotary_factor=0.5), "partial_rotary_factor"),
+        (dict(rope_scaling={"rope_type": "no_such_rope"}), "rope_type"),
+        (dict(hidden_act="no_such_act"), "activation"),
+    ] + [(({k: None}), "null") for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                                         "num_attention_heads", "hidden_act", "max_position_embeddings",
+                                         "tie_word_embeddings", "attention_bias", "rms_norm_eps")]
+    for kw, msg in refused:
+        with pytest.raises(reference.ReferenceError, match=msg):
+            C(**kw)
+
+
+def test_olmo3_parameter_counts():
+    """The tensors expected_shapes lists (the tied head counted once) add up to the parameter counts
+    transformers 5.12.1's Olmo3ForCausalLM reports on the meta device for Olmo3Config's defaults
+    and for a GQA variant with biases, a tied head and head_dim 96 (!= 4096 / 32); same names as
+    OLMo 2's."""
+    cfgs = {"defaults": {}, "gqa-bias-tied-hd96": dict(num_key_value_heads=8, attention_bias=True,
+                                                        tie_word_embeddings=True, head_dim=96)}
+    counts = {}
+    for name, kw in cfgs.items():
+        c = reference.Config(dict(model_type="olmo3", **kw))
+        shapes = reference.expected_shapes(c)
+        counts[name] = sum(int(np.prod(s)) for k, s in shapes.items() if not (c.tie and k == "lm_head.weight"))
+        assert shapes == reference.expected_shapes(reference.Config(dict(model_type="olmo2", **kw)))
+    assert counts == {"defaults": 6_888_624_128, "gqa-bias-tied-hd96": 5_541_867_520}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -49,7 +49,7 @@ if int(transformers.__version__.split(".")[0]) < 5:
 
 pytestmark = pytest.mark.usefixtures("actcap_bin", "no_reexec")
 
-ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo", "olmo2", "gemma", "gemma2",
+ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo", "olmo2", "olmo3", "gemma", "gemma2",
          "gemma3_text", "gemma3", "gpt_neox", "gptj", "gpt_neo", "opt", "phi", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe",
          "gpt_oss", "deepseek_v3", "deepseek_v2"]
 LENGTHS = [9, 5, 12]  # 12 > the windows (4 or 8) of the windowed variants
@@ -240,6 +240,16 @@ VARIANTS = {
                                              original_max_position_embeddings=16,
                                              rope_theta=500000.0))),
     "olmo2": ("olmo2", dict(LLAMA)),
+    # Olmo3Config's default layer_types (sliding, sliding, sliding, full) with a 4-key window
+    "olmo3": ("olmo3", dict(LLAMA, num_hidden_layers=4, sliding_window=4)),
+    # layer_types of its own, the released models' yarn RoPE over 8 original positions, q/k/v/o
+    # biases, tied
+    "olmo3-types-yarn-bias-tied": ("olmo3", dict(
+        LLAMA, sliding_window=4, attention_bias=True, tie_word_embeddings=True,
+        layer_types=["full_attention", "sliding_attention", "sliding_attention"],
+        rope_parameters=dict(rope_type="yarn", factor=8.0, original_max_position_embeddings=8,
+                             rope_theta=500000.0, attention_factor=1.2079441541679836,
+                             beta_fast=32.0, beta_slow=1.0))),
     # GemmaConfig's default activation (gelu_pytorch_tanh); tied
     "gemma": ("gemma", dict(LLAMA, head_dim=16, tie_word_embeddings=True)),
     "gemma-bias-gelu-rope-linear": ("gemma", dict(LLAMA, head_dim=24, attention_bias=True,
@@ -606,7 +616,7 @@ def test_config_field_and_alias_resolve_as_transformers(model_type, field, alias
 @pytest.mark.parametrize("variant", ["gpt2", "mistral-window", "gemma2-softcaps", "gemma3_text",
                                      "gpt_neox-partial-rotary", "gptj-partial-rotary",
                                      "gpt_neo-window", "opt-post-norm-plain", "phi-partial-rotary",
-                                     "phi3-longrope-partial"])
+                                     "phi3-longrope-partial", "olmo3-types-yarn-bias-tied"])
 def test_attention_probs_match_transformers(tmp_path, variant):
     model_type, fields = VARIANTS[variant]
     m = build_hf_model(model_type, fields, tmp_path / "model")
@@ -626,7 +636,7 @@ def hf_greedy(model, prompt, max_new, eos=None):
 
 
 @pytest.mark.parametrize("variant", ["gpt2", "llama-rope-llama3", "mistral-window", "qwen3",
-                                     "gemma", "gemma2-softcaps", "olmo-bias-clip-tied", "gemma3_text", "gpt_neox-partial-rotary",
+                                     "gemma", "gemma2-softcaps", "olmo-bias-clip-tied", "olmo3", "gemma3_text", "gpt_neox-partial-rotary",
                                      "gptj-partial-rotary", "gpt_neo-window", "opt-projected-untied", "phi-partial-rotary", "phi3-window", "mixtral-window-top3", "qwen2_moe",
                                      "qwen3_moe", "olmoe", "gpt_oss", "deepseek_v3",
                                      "deepseek_v3-qproj-yarn-bias", "deepseek_v2",
@@ -712,7 +722,7 @@ def test_every_preset_is_the_model_transformers_builds(tmp_path, arch):
 # ---------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("variant", ["gpt2", "llama-rope-llama3", "gemma", "gemma2-softcaps",
-                                     "gemma3_text", "olmo-bias-clip-tied", "olmo2",
+                                     "gemma3_text", "olmo-bias-clip-tied", "olmo2", "olmo3-types-yarn-bias-tied",
                                      "phi3-longrope-partial", "gptj-partial-rotary", "gpt_neo-window", "opt-projected-untied", "phi-partial-rotary", "deepseek_v3",
                                      "deepseek_v2"])
 def test_bf16_compute_is_as_accurate_as_transformers_in_bf16(tmp_path, variant):

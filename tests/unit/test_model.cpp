@@ -193,7 +193,7 @@ TEST_P(EveryFamily, PointsAreListedInTheOrderTheForwardReachesThem) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, EveryFamily,
                          ::testing::Values("gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo",
-                                           "olmo2", "gemma", "gemma2", "gemma3_text", "gemma3",
+                                           "olmo2", "olmo3", "gemma", "gemma2", "gemma3_text", "gemma3",
                                            "gpt_neox", "gptj", "gpt_neo", "opt", "phi", "phi3",
                                            "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "gpt_oss",
                                            "deepseek_v3", "deepseek_v2"));

@@ -28,8 +28,17 @@ std::optional<int64_t> LlamaParams::window_for_layer(int64_t layer) const {
                    ? sliding_window
                    : std::nullopt;
       return layer >= max_window_layers ? sliding_window : std::nullopt;
+    case Windows::kOlmo3:
+      return olmo3_sliding(layer) ? sliding_window : std::nullopt;
   }
   return std::nullopt;
+}
+
+// Olmo3Config's layer_types when config.json has none: sliding but (i + 1) % 4 == 0.
+bool LlamaParams::olmo3_sliding(int64_t layer) const {
+  if (layer_types.empty()) return (layer + 1) % 4 != 0;
+  return layer < static_cast<int64_t>(layer_types.size()) &&
+         layer_types[layer] == "sliding_attention";
 }
 
 // Dynamic NTK RoPE exists to run past max_position_embeddings: factor times it.
@@ -364,6 +373,24 @@ std::unique_ptr<Module> gemma_decoder_layer(const ModelConfig& c, WeightSource w
   b.pre2 = norm(w, "pre_feedforward_layernorm", H, 0);
   b.mlp = llama_gated_mlp(c, w.pp("mlp"), p.hidden_activation);
   b.post2 = norm(w, "post_feedforward_layernorm", H, 0);
+  return std::make_unique<SublayerNormBlock>(w.path(), H, std::move(b));
+}
+
+std::unique_ptr<Module> olmo2_decoder_layer(const ModelConfig& c, WeightSource w, int64_t layer,
+                                            const std::shared_ptr<const Rope>& rope) {
+  const auto& p = c.params<LlamaParams>();
+  const int64_t H = c.hidden_size, D = p.head_dim;
+  WeightSource a = w.pp("self_attn");
+  AttentionParts parts = llama_attention_projections(c, a);
+  parts.q_norm = llama_rms_norm(p, a, "q_norm", c.num_attention_heads * D);
+  parts.k_norm = llama_rms_norm(p, a, "k_norm", p.num_key_value_heads * D);
+  AttentionShape shape = llama_attention_shape(c, layer, rope);
+  shape.qk_norm_whole = true;
+  SublayerNormParts b;
+  b.attn = std::make_unique<Attention>(a.path(), shape, std::move(parts));
+  b.post1 = llama_rms_norm(p, w, "post_attention_layernorm", H);
+  b.mlp = llama_gated_mlp(c, w.pp("mlp"), p.hidden_act);
+  b.post2 = llama_rms_norm(p, w, "post_feedforward_layernorm", H);
   return std::make_unique<SublayerNormBlock>(w.path(), H, std::move(b));
 }
 

@@ -46,6 +46,7 @@ struct LlamaParams : ArchParams {
     kNone,
     kEveryLayer,  // Mistral: sliding_window on every layer (when set)
     kQwen,        // use_sliding_window and layers >= max_window_layers, or as layer_types says
+    kOlmo3,       // as layer_types says, by default every layer but each fourth
   } windows = Windows::kNone;
   std::optional<int64_t> sliding_window;
   bool use_sliding_window = false;
@@ -54,6 +55,8 @@ struct LlamaParams : ArchParams {
 
   // The window a layer uses, or nullopt for full causal attention.
   std::optional<int64_t> window_for_layer(int64_t layer) const;
+  // Whether `layer` is a sliding_attention layer under kOlmo3's rule.
+  bool olmo3_sliding(int64_t layer) const;
   int64_t max_positions(int64_t max_position_embeddings) const override;
   std::unique_ptr<ArchParams> clone() const override {
     return std::make_unique<LlamaParams>(*this);
@@ -186,6 +189,13 @@ std::unique_ptr<Module> llama_gated_mlp(const ModelConfig& c, WeightSource m,
 std::unique_ptr<Module> gemma_decoder_layer(const ModelConfig& c, WeightSource w, int64_t layer,
                                             const std::shared_ptr<const Rope>& rope,
                                             bool attn_softcap, bool qk_norm);
+
+// OLMo 2's decoder layer (and OLMo 3's): no pre-norm; post_attention_layernorm and
+// post_feedforward_layernorm RMSNorms on the sublayer outputs before each residual add
+// (SublayerNormBlock); q_norm / k_norm over the whole q / k projection before the head split;
+// its window as p.window_for_layer() says.
+std::unique_ptr<Module> olmo2_decoder_layer(const ModelConfig& c, WeightSource w, int64_t layer,
+                                            const std::shared_ptr<const Rope>& rope);
 
 // The presets and the builder every Llama-style architecture shares; each sets its own fields on
 // the shared presets in preset_fields().

@@ -10,31 +10,10 @@
 
 #include "models/arch/llama_family.h"
 #include "models/config_reader.h"
-#include "models/parts/attention.h"
-#include "models/parts/sublayer_norm_block.h"
 
 namespace actcap {
 
 namespace {
-
-std::unique_ptr<Module> olmo2_layer(const ModelConfig& c, WeightSource w, int64_t layer,
-                                    const std::shared_ptr<const Rope>& rope) {
-  const auto& p = c.params<LlamaParams>();
-  const int64_t H = c.hidden_size, D = p.head_dim;
-  const std::string name = w.path();
-  WeightSource a = w.pp("self_attn");
-  AttentionParts parts = llama_attention_projections(c, a);
-  parts.q_norm = llama_rms_norm(p, a, "q_norm", c.num_attention_heads * D);
-  parts.k_norm = llama_rms_norm(p, a, "k_norm", p.num_key_value_heads * D);
-  AttentionShape shape = llama_attention_shape(c, layer, rope);
-  shape.qk_norm_whole = true;
-  SublayerNormParts b;
-  b.attn = std::make_unique<Attention>(a.path(), shape, std::move(parts));
-  b.post1 = llama_rms_norm(p, w, "post_attention_layernorm", H);
-  b.mlp = llama_gated_mlp(c, w.pp("mlp"), p.hidden_act);
-  b.post2 = llama_rms_norm(p, w, "post_feedforward_layernorm", H);
-  return std::make_unique<SublayerNormBlock>(name, H, std::move(b));
-}
 
 class Olmo2 : public LlamaFamilyArchitecture {
  public:
@@ -88,7 +67,7 @@ class Olmo2 : public LlamaFamilyArchitecture {
 
   BuiltModel build(const ModelConfig& c, WeightSource& w) const override {
     LlamaBuild b;
-    b.layer = olmo2_layer;
+    b.layer = olmo2_decoder_layer;
     return build_llama_family(c, w, b);
   }
 };
