@@ -351,6 +351,19 @@ def config_seeds():
     variant("olmo3_defaults_bias.json", olmo3, layer_types=KeyError, sliding_window=KeyError,
             rope_theta=KeyError, rope_scaling=KeyError, attention_bias=True,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    # SmolLM3: the released layout (no_rope_layers listed, no window) and a window on the NoPE
+    # layers with SmolLM3Config's defaults (interval, kv heads, theta)
+    smollm3 = {"model_type": "smollm3", "architectures": ["SmolLM3ForCausalLM"], "vocab_size": 64,
+               "hidden_size": 16, "intermediate_size": 40, "num_hidden_layers": 4,
+               "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_act": "silu",
+               "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "rope_theta": 5000000.0,
+               "rope_scaling": None, "no_rope_layer_interval": 4, "no_rope_layers": [1, 1, 1, 0],
+               "use_sliding_window": False, "sliding_window": None, "attention_bias": False,
+               "mlp_bias": False, "tie_word_embeddings": True, "bos_token_id": 0, "eos_token_id": 1}
+    variant("smollm3.json", smollm3)
+    variant("smollm3_window_defaults.json", smollm3, no_rope_layers=KeyError, num_key_value_heads=KeyError,
+            rope_theta=KeyError, rope_scaling=KeyError, use_sliding_window=True, sliding_window=4,
+            attention_bias=True, mlp_bias=True)
     # FP8 checkpoints: transformers' fp8 (DeepSeek-V3's blocks) and llm-compressor's
     # compressed-tensors (per channel; per block).
     variant("deepseek_v3_fp8.json", deepseek_v3, torch_dtype="bfloat16", quantization_config={

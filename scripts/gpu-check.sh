@@ -479,7 +479,7 @@ backtrace_of_crash() {
 # Every architecture's tiny model, made once.
 models() {
   local arch
-  for arch in gpt2 llama mistral qwen2 qwen3 olmo olmo2 olmo3 gemma gemma2 gemma3_text gemma3 gpt_neox gptj gpt_neo opt phi phi3 mixtral \
+  for arch in gpt2 llama mistral qwen2 qwen3 smollm3 olmo olmo2 olmo3 gemma gemma2 gemma3_text gemma3 gpt_neox gptj gpt_neo opt phi phi3 mixtral \
       qwen2_moe qwen3_moe olmoe gpt_oss deepseek_v3 deepseek_v2; do
     [ -f "$BUILD/models/$arch/config.json" ] ||
       with_libs "$BUILD/actcap" init-model --arch "$arch" --preset tiny --seed 1 --out "$BUILD/models/$arch" > /dev/null || return 1

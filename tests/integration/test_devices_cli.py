@@ -47,7 +47,7 @@ def test_split_run_files_identical_to_single_device(llama, tmp_path):
 @pytest.mark.parametrize("arch,layers", [("gpt2", "transformer.h"), ("mistral", "model.layers"),
                                          ("qwen2", "model.layers"), ("qwen3", "model.layers"),
                                          ("olmo", "model.layers"), ("olmo2", "model.layers"),
-                                         ("olmo3", "model.layers"),
+                                         ("olmo3", "model.layers"), ("smollm3", "model.layers"),
                                          ("gemma", "model.layers"),
                                          ("gemma2", "model.layers"),
                                          ("gemma3_text", "model.layers"), ("gpt_neox", "gpt_neox.layers"),

@@ -39,6 +39,7 @@ FAMILIES = [
     Family("qwen3", "model.layers", "self_attn.q_norm.weight", "hidden_size", "hidden_size"),
     Family("olmo", "model.layers", "mlp.down_proj.weight", "hidden_size", "hidden_size"),
     Family("olmo2", "model.layers", "self_attn.k_norm.weight", "hidden_size", "hidden_size"),
+    Family("smollm3", "model.layers", "self_attn.o_proj.weight", "hidden_size", "hidden_size"),
     Family("olmo3", "model.layers", "post_attention_layernorm.weight", "hidden_size", "hidden_size"),
     Family("gemma", "model.layers", "mlp.up_proj.weight", "vocab_size", "vocab_size"),
     Family("gemma2", "model.layers", "post_feedforward_layernorm.weight", "vocab_size", "vocab_size"),

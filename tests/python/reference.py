@@ -2,11 +2,12 @@
 
 Written from the semantics of Hugging Face transformers' modeling_gpt2.py, modeling_llama.py,
 modeling_mistral.py, modeling_qwen2.py, modeling_qwen3.py, modeling_olmo.py, modeling_olmo2.py,
-modeling_olmo3.py, modeling_gemma.py, modeling_gemma2.py, modeling_gemma3.py, modeling_gpt_neox.py,
+modeling_olmo3.py, modeling_smollm3.py, modeling_gemma.py, modeling_gemma2.py, modeling_gemma3.py, modeling_gpt_neox.py,
 modeling_gptj.py, modeling_gpt_neo.py, modeling_phi.py, modeling_phi3.py, modeling_mixtral.py,
 modeling_qwen3_moe.py, modeling_qwen2_moe.py, modeling_olmoe.py, modeling_gpt_oss.py,
 modeling_deepseek_v3.py, modeling_deepseek_v2.py, modeling_opt.py (with configuration_mixtral.py,
 configuration_qwen3_moe.py, configuration_qwen2_moe.py, configuration_olmo.py, configuration_olmo3.py,
+configuration_smollm3.py,
 configuration_olmoe.py, configuration_gpt_oss.py, configuration_gemma.py, configuration_deepseek_v3.py,
 configuration_deepseek_v2.py, configuration_gpt_neo.py, configuration_opt.py, masking_utils.py,
 conversion_mapping.py, integrations/moe.py and
@@ -75,6 +76,11 @@ Hook points (N = layer index):
   olmo3 (Olmo3ForCausalLM): exactly olmo2's points and wiring; "sliding_attention" layers
          (layer_types; by default all but every 4th) attend within sliding_window, one RoPE table
          (rope_parameters, yarn included) for every layer. See Config._olmo3 and Model._olmo2.
+  smollm3 (SmolLM3ForCausalLM): exactly llama's points and wiring (q / k / v / o biases with
+         attention_bias, MLP biases with mlp_bias, tied head by default). NoPE layers
+         (no_rope_layers[i] == 0; by default every 4th layer) leave q and k unrotated; the other
+         layers rotate them with one RoPE table (rope_parameters, theta 2e6 by default).
+         "sliding_attention" layers (layer_types) attend within sliding_window. See Config._smollm3.
   qwen3 adds .self_attn.q_norm and .self_attn.k_norm (RMSNorm over head_dim, applied per head to
          q_proj / k_proj output viewed [T, heads, head_dim], before RoPE): their input and output
          are [T, num_attention_heads, head_dim] and [T, num_key_value_heads, head_dim], i.e. the
@@ -223,7 +229,7 @@ import torch.nn.functional as F
 
 import st
 
-ARCHS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo", "olmo2", "olmo3", "gemma", "gemma2", "gemma3_text",
+ARCHS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo", "olmo2", "olmo3", "smollm3", "gemma", "gemma2", "gemma3_text",
          "gemma3", "gpt_neox", "gptj", "gpt_neo", "phi", "phi3", "mixtral", "qwen3_moe", "qwen2_moe", "olmoe", "gpt_oss", "deepseek_v3",
          "deepseek_v2", "opt")
 MOE_ARCHS = ("mixtral", "qwen3_moe", "qwen2_moe", "olmoe", "gpt_oss", "deepseek_v3", "deepseek_v2")
@@ -399,6 +405,21 @@ OLMO3_OPTIONAL = ("num_key_value_heads", "sliding_window", "layer_types", "rope_
                   "rope_scaling", "pad_token_id", "bos_token_id", "eos_token_id")
 # Olmo3Config.__post_init__'s default layer_types: layer i is "full_attention" iff (i + 1) % 4 == 0
 OLMO3_FULL_EVERY = 4
+# SmolLM3Config's defaults (configuration_smollm3.py, transformers 5.12, a @strict dataclass: SmolLM3-3B's
+# sizes). num_key_value_heads is 4 when ABSENT (a field default); only an explicit null becomes
+# num_attention_heads (__post_init__). No head_dim field (a head_dim in config.json is used:
+# getattr(config, "head_dim", hidden // heads)); no rope_theta field (default_theta 2e6 when neither
+# the top level nor the rope dict gives one). no_rope_layers None -> RoPE on layer i iff (i + 1) %
+# no_rope_layer_interval != 0; layer_types None -> "sliding_attention" on the NoPE layers iff
+# use_sliding_window and sliding_window is not None, else "full_attention" (__post_init__).
+SMOLLM3_DEFAULTS = dict(vocab_size=128256, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
+                        num_attention_heads=16, num_key_value_heads=4, hidden_act="silu",
+                        max_position_embeddings=32768, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                        attention_bias=False, mlp_bias=False, use_sliding_window=False, sliding_window=None,
+                        no_rope_layers=None, no_rope_layer_interval=4, layer_types=None, rope_theta=2000000.0)
+# SmolLM3Config's fields typed Optional (null passes the strict check); every other null is refused.
+SMOLLM3_OPTIONAL = ("num_key_value_heads", "sliding_window", "no_rope_layers", "layer_types", "rope_theta",
+                    "rope_parameters", "rope_scaling", "pad_token_id", "bos_token_id", "eos_token_id")
 # GPTNeoXConfig's defaults (4.x and 5.x agree).
 NEOX_DEFAULTS = dict(vocab_size=50432, hidden_size=6144, num_hidden_layers=44, num_attention_heads=64,
                      intermediate_size=24576, hidden_act="gelu", max_position_embeddings=2048,
@@ -488,6 +509,9 @@ DEEPSEEK_V2_LORA_NORM_EPS = 1e-6
 class Config:
     """Resolved hyper-parameters, with HF defaults for optional fields."""
 
+    # per layer: whether the layer rotates q / k (None: every layer does; smollm3's NoPE layers do not)
+    rope_layers = None
+
     def __init__(self, cfg):
         self.raw = cfg
         mt = cfg.get("model_type")
@@ -521,6 +545,8 @@ class Config:
             self._olmo2(cfg)
         elif mt == "olmo3":
             self._olmo3(cfg)
+        elif mt == "smollm3":
+            self._smollm3(cfg)
         elif mt == "gemma":
             self._gemma(cfg)
         elif mt == "gemma2":
@@ -696,6 +722,44 @@ class Config:
         self.rope = self._rope(cfg)
         self.windows = [None] * self.layers
 
+    def _strict_llama_sizes(self, cfg, arch, d, optional, attn):
+        """What OLMo 3 and SmolLM3 read alike from their @strict config classes (defaults `d` for
+        absent fields; a null refused unless the field is in `optional`): the sizes, kv heads (null:
+        num_attention_heads), activation (one ACT2FN has), eps, tying, head_dim (not a config field,
+        but a head_dim in config.json is used by `attn` and the rotary table; absent: hidden //
+        heads, floored as HF builds q_proj; null refused; even and >= 2 for rotate-half RoPE) and
+        attention_bias (q, k, v and o biases). Returns the getter."""
+        def get(k):
+            if k not in cfg:
+                return d[k]
+            if cfg[k] is None and k not in optional:
+                raise ReferenceError(f"{arch} {k} is null (transformers' strict config refuses it)")
+            return cfg[k]
+
+        self.vocab_size = int(get("vocab_size"))
+        self.hidden = int(get("hidden_size"))
+        self.layers = int(get("num_hidden_layers"))
+        self.heads = int(get("num_attention_heads"))
+        kv = get("num_key_value_heads")
+        self.kv_heads = self.heads if kv is None else int(kv)
+        self.inner = int(get("intermediate_size"))
+        self.act = get("hidden_act")
+        _act(self.act)  # refuses an activation ACT2FN has not (here rather than at the first forward)
+        self.eps = float(get("rms_norm_eps"))
+        self.tie = bool(get("tie_word_embeddings"))
+        if self.heads < 1 or self.kv_heads < 1 or self.heads % self.kv_heads:
+            raise ReferenceError("num_attention_heads not divisible by num_key_value_heads")
+        if "head_dim" in cfg:
+            if cfg["head_dim"] is None:
+                raise ReferenceError(f"{arch} head_dim is null ({attn} cannot use it)")
+            self.head_dim = int(cfg["head_dim"])
+        else:
+            self.head_dim = self.hidden // self.heads
+        if self.head_dim < 2 or self.head_dim % 2:
+            raise ReferenceError(f"head_dim {self.head_dim} must be even and >= 2 (RoPE)")
+        self.attention_bias = bool(get("attention_bias"))
+        return get
+
     def _olmo3(self, cfg):
         """Olmo3Config (transformers 5.12, a @strict dataclass; OLMO3_DEFAULTS for absent fields) as
         Olmo3Model, Olmo3Attention and Olmo3RotaryEmbedding use it:
@@ -735,37 +799,7 @@ class Config:
         - precision (not exercised here, all float32): Gemma2RotaryEmbedding returns cos / sin cast to
           the hidden states' dtype, so under a 16-bit dtype OLMo 3 rotates q / k in that dtype, where
           OLMo 2 (float32 tables; q * cos promotes, the result cast back) rotates in float32."""
-        d = OLMO3_DEFAULTS
-
-        def get(k):
-            if k not in cfg:
-                return d[k]
-            if cfg[k] is None and k not in OLMO3_OPTIONAL:
-                raise ReferenceError(f"olmo3 {k} is null (transformers' strict config refuses it)")
-            return cfg[k]
-
-        self.vocab_size = int(get("vocab_size"))
-        self.hidden = int(get("hidden_size"))
-        self.layers = int(get("num_hidden_layers"))
-        self.heads = int(get("num_attention_heads"))
-        kv = get("num_key_value_heads")
-        self.kv_heads = self.heads if kv is None else int(kv)
-        self.inner = int(get("intermediate_size"))
-        self.act = get("hidden_act")
-        _act(self.act)  # refuses an activation ACT2FN has not (here rather than at the first forward)
-        self.eps = float(get("rms_norm_eps"))
-        self.tie = bool(get("tie_word_embeddings"))
-        if self.heads < 1 or self.kv_heads < 1 or self.heads % self.kv_heads:
-            raise ReferenceError("num_attention_heads not divisible by num_key_value_heads")
-        if "head_dim" in cfg:
-            if cfg["head_dim"] is None:
-                raise ReferenceError("olmo3 head_dim is null (Olmo3Attention cannot use it)")
-            self.head_dim = int(cfg["head_dim"])
-        else:
-            self.head_dim = self.hidden // self.heads
-        if self.head_dim < 2 or self.head_dim % 2:
-            raise ReferenceError(f"head_dim {self.head_dim} must be even and >= 2 (RoPE)")
-        self.attention_bias = bool(get("attention_bias"))
+        get = self._strict_llama_sizes(cfg, "olmo3", OLMO3_DEFAULTS, OLMO3_OPTIONAL, "Olmo3Attention")
         self.mlp_bias = False
         # windows
         types = get("layer_types")
@@ -797,6 +831,92 @@ class Config:
                 "rope_theta" in rd and rd["rope_theta"] is None):
             raise ReferenceError("olmo3 rope_theta is null")
         rcfg = dict(cfg, model_type="olmo3", max_position_embeddings=int(get("max_position_embeddings")))
+        self.rope = self._rope(rcfg)
+
+    def _smollm3(self, cfg):
+        """SmolLM3Config (transformers 5.12, a @strict dataclass; SMOLLM3_DEFAULTS for absent fields) as
+        SmolLM3Model, SmolLM3Attention and SmolLM3RotaryEmbedding (Qwen2's) use it. Llama's layer:
+        - nulls: refused in every field not in SMOLLM3_OPTIONAL (the strict check raises);
+          num_key_value_heads: 4 when absent, num_attention_heads when null (__post_init__);
+        - head_dim: not a SmolLM3Config field. A head_dim in config.json is used by both SmolLM3Attention
+          (getattr(config, "head_dim", hidden // heads)) and the rotary table; absent -> hidden_size //
+          num_attention_heads, floored; null is refused (scaling None ** -0.5); even and >= 2 (RoPE);
+        - attention_bias gives q, k, v AND o biases; mlp_bias gate / up / down biases; tied by default;
+        - NoPE (self.rope_layers, one bool per layer): no_rope_layers null or absent -> layer i uses
+          RoPE iff (i + 1) % no_rope_layer_interval != 0 (default 4: layers 3, 7, ... are NoPE;
+          interval 1: every layer NoPE; interval 0 refused: HF divides by zero). A given list needs
+          AT LEAST num_hidden_layers entries (HF indexes it per layer: a shorter one is an IndexError;
+          the entries past the last layer are never read, so a longer list is accepted and its tail
+          ignored). Entries must be 0 (NoPE) or 1 (RoPE): HF's strict check refuses bools and floats
+          and tests only the truth of an int (2 or -1 would rotate); we refuse anything but 0 / 1.
+          A NoPE layer leaves q and k exactly as projected (SmolLM3Attention skips
+          apply_rotary_pos_emb), attention still causal and scaled by head_dim ** -0.5;
+        - windows: layer_types null or absent -> "sliding_attention" on the NoPE layers when
+          use_sliding_window and sliding_window is not None, else "full_attention" everywhere (so
+          use_sliding_window with a null window is all full, and runs). A given list must have
+          num_hidden_layers entries, each full_attention or sliding_attention (chunked_attention passes
+          validate_layer_type but SmolLM3Model has no mask for it: KeyError). The eager and SDPA paths
+          slide exactly the layers layer_types calls sliding (the mask mapping is keyed by layer type;
+          SmolLM3Attention.sliding_window, which also requires use_sliding_window, is read only by
+          flash attention). So a sliding layer with use_sliding_window false is REFUSED: eager / SDPA
+          slide it, flash attention would not (transformers 5.12 measured: eager and SDPA slide it). A
+          sliding layer needs an integer sliding_window >= 1 (null or 0: create_sliding_window_causal_mask
+          raises; the sliding mask is only built when some layer slides, so an unused null / 0 window
+          is fine). Keys j with i - sliding_window < j <= i, as the other families;
+        - RoPE: ONE table for the RoPE layers, read as Llama's (rope_scaling + rope_theta or
+          rope_parameters, every rope type of _rope); theta 2e6 when absent (default_theta); a null
+          theta refused; partial_rotary_factor != 1 refused (the default table ignores it in HF while
+          yarn & co. would honour it);
+        - precision (not exercised here, all float32): SmolLM3RotaryEmbedding returns cos / sin cast to
+          the hidden states' dtype, so under a 16-bit dtype q / k are rotated in that dtype."""
+        get = self._strict_llama_sizes(cfg, "smollm3", SMOLLM3_DEFAULTS, SMOLLM3_OPTIONAL, "SmolLM3Attention")
+        self.mlp_bias = bool(get("mlp_bias"))
+        # NoPE layers
+        nrl = get("no_rope_layers")
+        if nrl is None:
+            interval = get("no_rope_layer_interval")
+            if isinstance(interval, bool) or not isinstance(interval, int) or interval == 0:
+                raise ReferenceError(f"smollm3 no_rope_layer_interval {interval!r} must be a non-zero integer")
+            nrl = [int((i + 1) % interval != 0) for i in range(self.layers)]
+        if not isinstance(nrl, list) or len(nrl) < self.layers:
+            raise ReferenceError(f"no_rope_layers must list at least {self.layers} entries")
+        bad = [x for x in nrl if isinstance(x, bool) or x not in (0, 1) or not isinstance(x, int)]
+        if bad:
+            raise ReferenceError(f"no_rope_layers entries must be 0 or 1, not {bad[0]!r}")
+        self.rope_layers = [bool(x) for x in nrl[:self.layers]]
+        # windows
+        use_sw = get("use_sliding_window")
+        if not isinstance(use_sw, bool):
+            raise ReferenceError(f"smollm3 use_sliding_window {use_sw!r} must be a boolean")
+        sw = get("sliding_window")
+        types = get("layer_types")
+        if types is None:
+            types = ["sliding_attention" if use_sw and sw is not None and not r else "full_attention"
+                     for r in self.rope_layers]
+        if not isinstance(types, list) or len(types) != self.layers:
+            raise ReferenceError(f"layer_types must list {self.layers} layer types")
+        bad = [t for t in types if t not in LAYER_TYPES]
+        if bad:
+            raise ReferenceError(f"unsupported layer type {bad[0]!r}")
+        if "sliding_attention" in types:
+            if not use_sw:
+                raise ReferenceError("smollm3 sliding_attention layers with use_sliding_window false (eager / "
+                                     "SDPA slide them, flash attention would not)")
+            if sw is None or isinstance(sw, bool) or not isinstance(sw, int) or sw < 1:
+                raise ReferenceError(f"sliding_attention layers need an integer sliding_window >= 1, not {sw!r}")
+        self.layer_types = list(types)
+        self.windows = [sw if t == "sliding_attention" else None for t in types]
+        # RoPE: one table for the RoPE layers
+        rs, rp = cfg.get("rope_scaling"), cfg.get("rope_parameters")
+        rd = rs if isinstance(rs, dict) and rs else rp if isinstance(rp, dict) else {}
+        if any(k in LAYER_TYPES for k in rd):
+            raise ReferenceError("smollm3 rope parameters keyed by layer type (one rope dict for every layer)")
+        if ("rope_theta" in cfg and cfg["rope_theta"] is None and rd.get("rope_theta") is None) or (
+                "rope_theta" in rd and rd["rope_theta"] is None):
+            raise ReferenceError("smollm3 rope_theta is null")
+        theta = rd.get("rope_theta", cfg.get("rope_theta"))
+        rcfg = dict(cfg, model_type="smollm3", max_position_embeddings=int(get("max_position_embeddings")),
+                    rope_theta=SMOLLM3_DEFAULTS["rope_theta"] if theta is None else theta)
         self.rope = self._rope(rcfg)
 
     def _gemma(self, cfg):
@@ -2068,7 +2188,7 @@ ROPE_FUNCTIONS = {"default": _rope_default, "linear": _rope_linear, "dynamic": _
 ROPE_TYPES = tuple(ROPE_FUNCTIONS)
 MAX_POSITIONS_DEFAULT = {"gemma": 8192, "gemma2": 8192, "gemma3_text": 131072, "llama": 2048, "mistral": 4096 * 32, "qwen2": 32768, "qwen3": 32768,
                          "gpt_neox": 2048, "gptj": 2048, "phi": 2048, "phi3": 4096, "mixtral": 4096 * 32, "qwen3_moe": 32768, "qwen2_moe": 32768,
-                         "olmo": 2048, "olmo2": 2048, "olmo3": 2048, "olmoe": 4096, "gpt_oss": 131072, "deepseek_v3": 4096,
+                         "olmo": 2048, "olmo2": 2048, "olmo3": 2048, "smollm3": 32768, "olmoe": 4096, "gpt_oss": 131072, "deepseek_v3": 4096,
                          "deepseek_v2": 2048}
 
 
@@ -2976,8 +3096,9 @@ class Model:
             qh = q.transpose(0, 1)
             kh = k.transpose(0, 1)
             vh = v.view(T, nkv, hd).transpose(0, 1)
-            qh = apply_rope(qh, cos, sin)
-            kh = apply_rope(kh, cos, sin)
+            if c.rope_layers is None or c.rope_layers[i]:  # smollm3's NoPE layers skip it
+                qh = apply_rope(qh, cos, sin)
+                kh = apply_rope(kh, cos, sin)
             # repeat_kv: kv head j serves query heads j*groups .. (j+1)*groups-1
             kh = kh[:, None].expand(nkv, groups, T, hd).reshape(nh, T, hd)
             vh = vh[:, None].expand(nkv, groups, T, hd).reshape(nh, T, hd)

@@ -82,6 +82,15 @@ TINY = {
                   hidden_act="silu", max_position_embeddings=128, rms_norm_eps=1e-6, rope_theta=10000.0,
                   rope_scaling=None, attention_bias=False, sliding_window=4, pad_token_id=1, bos_token_id=None,
                   eos_token_id=50, tie_word_embeddings=False),
+    # SmolLM3 (SmolLM3ForCausalLM), SmolLM3Config's defaults in miniature (tied head; theta, no_rope_layers,
+    # layer_types absent so the defaults apply: theta 2e6, layer 3 NoPE; no head_dim, so 32 / 4 = 8):
+    # GQA (4 heads, 2 kv heads); 4 layers; pad null and bos / eos inside the tiny vocabulary (the
+    # default pad 128004 breaks transformers' nn.Embedding(padding_idx=...) at vocab 384).
+    # See SMOLLM3_VARIANTS.
+    "smollm3": dict(model_type="smollm3", architectures=["SmolLM3ForCausalLM"], vocab_size=384, hidden_size=32,
+                    intermediate_size=80, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                    hidden_act="silu", max_position_embeddings=128, rms_norm_eps=1e-6, attention_bias=False,
+                    mlp_bias=False, pad_token_id=None, bos_token_id=1, eos_token_id=2, tie_word_embeddings=True),
     # head_dim 8, rotary_pct 0.5: 4 rotary dims, 4 passed through
     "gpt_neox": dict(model_type="gpt_neox", architectures=["GPTNeoXForCausalLM"], vocab_size=384,
                      hidden_size=32, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -300,6 +309,26 @@ OLMO3_VARIANTS = {
     "yarn": dict(rope_theta=100.0, max_position_embeddings=512, rope_scaling=OLMO3_YARN),
     "attention_bias": dict(attention_bias=True),  # q / k / v / o biases
     "tied": dict(tie_word_embeddings=True),
+}
+
+# SmolLM3 variants: tiny_config("smollm3", **SMOLLM3_VARIANTS[name]). The tests' sequences are longer
+# than 2 * every window.
+SMOLLM3_LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                  "original_max_position_embeddings": 16}
+SMOLLM3_VARIANTS = {
+    "tiny": {},  # defaults: RoPE on layers 0-2, layer 3 NoPE, all full, theta 2e6, tied
+    # an explicit list the default rule would not give (NoPE on layers 0 and 2), untied, theta 1e4
+    "no_rope_layers": dict(no_rope_layers=[0, 1, 0, 1], rope_theta=10000.0, tie_word_embeddings=False),
+    # windows by the default rule: the NoPE layer 3 slides (window 3)
+    "sliding": dict(use_sliding_window=True, sliding_window=3),
+    # explicit layer_types: RoPE layers 0 and 1 slide, NoPE layer 3 full; interval 2: NoPE on 1 and 3
+    "layer_types": dict(use_sliding_window=True, sliding_window=4, no_rope_layer_interval=2,
+                        layer_types=["sliding_attention", "sliding_attention", "full_attention", "full_attention"]),
+    "bias": dict(attention_bias=True, mlp_bias=True, tie_word_embeddings=False),  # q/k/v/o + MLP biases
+    # llama3 scaling at theta 100 (the low / high frequency bands both occur at head_dim 8)
+    "llama3": dict(rope_theta=100.0, rope_scaling=SMOLLM3_LLAMA3),
+    "yarn": dict(rope_theta=100.0, max_position_embeddings=512,
+                 rope_scaling={"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 64}),
 }
 
 # openai/gpt-oss-20b's quantization_config

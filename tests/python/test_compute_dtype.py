@@ -13,7 +13,7 @@ import torch
 import actcap_helpers as H
 import reference
 
-ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "olmo3", "gemma2", "gemma3_text", "gpt_neox", "gptj", "gpt_neo", "opt", "phi",
+ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "smollm3", "olmo2", "olmo3", "gemma2", "gemma3_text", "gpt_neox", "gptj", "gpt_neo", "opt", "phi",
          "phi3", "mixtral", "qwen3_moe", "olmoe", "gpt_oss", "gemma", "olmo", "qwen2_moe", "deepseek_v3", "deepseek_v2"]
 # docs/execution.md: per point, ||actcap_bf16 - reference_f32|| / ||reference_f32|| <= RMS_TOL and
 # max|diff| / max|reference| <= MAX_TOL (measured on these tiny random models: up to 3.4e-2 and

@@ -17,7 +17,7 @@ import reference
 import st
 import synth
 
-ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "olmo3", "gemma2", "gemma3_text", "gpt_neox", "gptj", "gpt_neo", "opt", "phi", "phi3",
+ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "smollm3", "olmo2", "olmo3", "gemma2", "gemma3_text", "gpt_neox", "gptj", "gpt_neo", "opt", "phi", "phi3",
          "mixtral", "qwen3_moe", "olmoe", "gpt_oss", "gemma", "olmo", "qwen2_moe", "deepseek_v3",
          "deepseek_v2"]
 LLAMA_FAMILY = ["llama", "mistral", "qwen2", "qwen3"]
@@ -557,6 +557,61 @@ def test_parity_olmo3_real_config_layout(actcap_bin, tmp_path, bias):
 def test_init_model_olmo3_preset_config(actcap_bin, tmp_path, preset, real):
     """`init-model --arch olmo3 --preset olmo-3-7b / olmo-3-32b` describe the released models."""
     check_preset_config(tmp_path, "olmo3", preset, real, OLMO3_KEYS)
+
+
+# ---------------------------------------------------------------------------------------------
+# SmolLM3: Llama's layer with NoPE layers (no rotary embedding) and windows as layer_types says
+# ---------------------------------------------------------------------------------------------
+
+# HuggingFaceTB/SmolLM3-3B's config.json as public repositories quote it (the fields that describe
+# the model; no network to the Hub here). Its token ids are not compared: the quotes disagree.
+SMOLLM3_3B_CONFIG = {
+    "architectures": ["SmolLM3ForCausalLM"], "model_type": "smollm3", "attention_bias": False, "mlp_bias": False,
+    "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 36,
+    "num_attention_heads": 16, "num_key_value_heads": 4, "max_position_embeddings": 65536, "rms_norm_eps": 1e-06,
+    "rope_scaling": None, "rope_theta": 5000000.0, "sliding_window": None, "use_sliding_window": False,
+    "no_rope_layer_interval": 4, "no_rope_layers": [int((i + 1) % 4 != 0) for i in range(36)],
+    "tie_word_embeddings": True, "vocab_size": 128256,
+}
+SMOLLM3_KEYS = ["architectures", "model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
+                "num_attention_heads", "num_key_value_heads", "vocab_size", "max_position_embeddings",
+                "rms_norm_eps", "tie_word_embeddings", "hidden_act", "attention_bias", "mlp_bias", "rope_theta",
+                "sliding_window", "use_sliding_window", "no_rope_layer_interval"]
+
+
+def test_parity_smollm3_nope_layers_and_windows(models, tmp_path):
+    """The tiny preset's layer 3 is NoPE (SmolLM3Config's default: every fourth layer): q and k
+    unrotated there, which changes the output and matches; so do no_rope_layers of their own, an
+    interval of 2, use_sliding_window with a 3-key window (the NoPE layers slide by default), and
+    layer_types listed. Listing the default no_rope_layers is the same model bit for bit. (Listed
+    sliding layers without use_sliding_window, which transformers' eager attention slides and its
+    flash attention does not, are checked against transformers in test_transformers_parity.)"""
+    src = models("smollm3")
+    cfg = H.load_config(src)
+    assert "no_rope_layers" not in cfg and cfg["no_rope_layer_interval"] == 4 and not cfg["use_sliding_window"]
+    seqs = tokens_for(src, [14, 6], seed=95)
+    _, a, _ = check_parity(src, seqs, tmp_path / "o_src", rel_tol=1e-5)
+    listed = with_config(src, tmp_path / "listed", no_rope_layers=[1, 1, 1, 0])
+    _, b, _ = check_parity(listed, seqs, tmp_path / "o_listed")
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    all_rope = with_config(src, tmp_path / "all_rope", no_rope_layers=[1, 1, 1, 1])
+    assert ref_differs(src, all_rope, seqs), "the NoPE layer changed nothing"
+    variants = {
+        "own": dict(no_rope_layers=[0, 1, 0, 1]),
+        "interval": dict(no_rope_layer_interval=2),
+        "sliding": dict(use_sliding_window=True, sliding_window=3),
+        "types": dict(use_sliding_window=True, sliding_window=3,
+                      layer_types=["sliding_attention", "full_attention"] * 2),
+    }
+    for name, changes in variants.items():
+        m = with_config(src, tmp_path / name, **changes)
+        assert ref_differs(src, m, seqs), name
+        check_parity(m, seqs, tmp_path / f"o_{name}", rel_tol=1e-5)
+
+
+def test_init_model_smollm3_3b_preset_config(actcap_bin, tmp_path):
+    """`init-model --arch smollm3 --preset smollm3-3b` describes HuggingFaceTB/SmolLM3-3B."""
+    check_preset_config(tmp_path, "smollm3", "smollm3-3b", SMOLLM3_3B_CONFIG, SMOLLM3_KEYS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1965,9 +2020,20 @@ OLMO3_BAD_CONFIGS = {
 }
 
 
+SMOLLM3_BAD_CONFIGS = {
+    "no_rope_too_few": (dict(no_rope_layers=[1, 1, 0]), "no_rope_layers"),
+    "no_rope_value": (dict(no_rope_layers=[1, 2, 1, 0]), "no_rope_layers"),
+    "no_rope_not_list": (dict(no_rope_layers=1), "no_rope_layers"),
+    "interval_zero": (dict(no_rope_layer_interval=0), "no_rope_layer_interval"),
+    "sliding_layer_null_window": (dict(layer_types=["sliding_attention"] + ["full_attention"] * 3), "sliding_window"),
+    "types_unknown": (dict(layer_types=["chunked_attention"] * 4), "chunked_attention"),
+    "kv_default_not_dividing": (dict(num_attention_heads=2, num_key_value_heads=None), "SmolLM3Config"),
+}
+
+
 ARCH_BAD_CONFIGS = {"gpt_neox": NEOX_BAD_CONFIGS, "gptj": GPTJ_BAD_CONFIGS, "gpt_neo": GPT_NEO_BAD_CONFIGS,
                     "opt": OPT_BAD_CONFIGS, "phi": PHI_BAD_CONFIGS, "phi3": PHI3_BAD_CONFIGS,
-                    "olmo3": OLMO3_BAD_CONFIGS}
+                    "olmo3": OLMO3_BAD_CONFIGS, "smollm3": SMOLLM3_BAD_CONFIGS}
 
 
 @pytest.mark.parametrize("arch,case", [(a, c) for a, cases in ARCH_BAD_CONFIGS.items() for c in cases])

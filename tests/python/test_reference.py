@@ -1999,6 +1999,273 @@ def test_olmo3_parameter_counts():
 
 
 # ---------------------------------------------------------------------------------------------
+# SmolLM3 (modeling_smollm3.py / modular_smollm3.py: SmolLM3Model, SmolLM3Attention (use_rope per layer),
+# SmolLM3RotaryEmbedding = Qwen2's; configuration_smollm3.py: SmolLM3Config)
+# ---------------------------------------------------------------------------------------------
+
+def _smollm3_rope_layers64(cfg):
+    """SmolLM3Config.__post_init__'s no_rope_layers from a config dict: the given list (its first
+    num_hidden_layers entries), else 1 (RoPE) on layer i iff (i + 1) % no_rope_layer_interval != 0."""
+    n = cfg.get("num_hidden_layers", 36)
+    nrl = cfg.get("no_rope_layers")
+    if nrl is None:
+        k = cfg.get("no_rope_layer_interval", 4)
+        nrl = [int((i + 1) % k != 0) for i in range(n)]
+    return [bool(x) for x in nrl[:n]]
+
+
+def _smollm3_windows64(cfg):
+    """Per layer: sliding_window on "sliding_attention" layers (the given layer_types, else the NoPE
+    layers when use_sliding_window and sliding_window is set), None on full ones."""
+    rope = _smollm3_rope_layers64(cfg)
+    sw = cfg.get("sliding_window")
+    types = cfg.get("layer_types") or [
+        "sliding_attention" if cfg.get("use_sliding_window") and sw is not None and not r else "full_attention"
+        for r in rope]
+    return [sw if t == "sliding_attention" else None for t in types]
+
+
+def _smollm3_rope64(cfg, hd):
+    """(inv_freq, attention factor) in float64 from a 4.x-form SmolLM3 config dict: theta 2e6 when
+    absent; default, llama3 (_inv_freq64) or YaRN (_yarn64, factor 0.1 ln s + 1 unless given)."""
+    cfg = dict(cfg, rope_theta=float(cfg.get("rope_theta") or 2000000.0))
+    rs = cfg.get("rope_scaling") or {}
+    if rs.get("rope_type") == "yarn":
+        s = rs["factor"]
+        inv = _yarn64(hd, cfg["rope_theta"], s, rs["original_max_position_embeddings"], rs.get("beta_fast", 32),
+                      rs.get("beta_slow", 1), rs.get("truncate", True))
+        return inv, rs.get("attention_factor", 0.1 * math.log(s) + 1)
+    return _inv_freq64(cfg, hd), 1.0
+
+
+def _smollm3_layer64(x, w, p, cfg, use_rope, window, wrong=None):
+    """One SmolLM3DecoderLayer in float64 on rows x [T, H] (Llama's pre-norm layer): x1 =
+    input_layernorm(x); q / k / v projections (biases with attention_bias); q and k rotated only when
+    use_rope (a NoPE layer leaves them as projected); eager attention (_olmo3_attention64, window None:
+    causal); h = x + o_proj(...); out = h + down(silu(gate(n)) * up(n)), n = post_attention_layernorm(h)
+    (MLP biases with mlp_bias). wrong: "rope_on_nope" (a NoPE layer rotated), "no_rope" (a RoPE layer
+    left unrotated), "no_window" (a sliding layer run full), "window_on_full" (a full layer given
+    window 3)."""
+    x = np.asarray(x, np.float64)
+    H = x.shape[1]
+    hd = cfg.get("head_dim") or H // cfg["num_attention_heads"]
+    eps = cfg["rms_norm_eps"]
+    A, M = p + ".self_attn", p + ".mlp"
+
+    def lin(v, name):
+        y = v @ w[f"{name}.weight"].astype(np.float64).T
+        b = w.get(f"{name}.bias")
+        return y if b is None else y + b
+
+    if wrong == "rope_on_nope":
+        use_rope = True
+    elif wrong == "no_rope":
+        use_rope = False
+    elif wrong == "no_window":
+        window = None
+    elif wrong == "window_on_full":
+        window = 3
+    inv, af = _smollm3_rope64(cfg, hd)
+    if not use_rope:
+        inv, af = np.zeros_like(inv), 1.0  # rotation by angle 0, no factor: q and k as projected
+    x1 = _rms64(x, w[p + ".input_layernorm.weight"], eps)
+    q, k, v = (lin(x1, f"{A}.{nm}") for nm in ("q_proj", "k_proj", "v_proj"))
+    o, probs = _olmo3_attention64(q, k, v, hd, inv, af, window)
+    a = lin(o, A + ".o_proj")
+    h = x + a
+    n = _rms64(h, w[p + ".post_attention_layernorm.weight"], eps)
+    ga = _silu64(lin(n, M + ".gate_proj"))
+    m = lin(ga * lin(n, M + ".up_proj"), M + ".down_proj")
+    return {p + ".input_layernorm": x1, A + ".q_proj": q, A + ".k_proj": k, A + ".v_proj": v,
+            A + ".o_proj:input": o, A + ":probs": probs, A: a, p + ".post_attention_layernorm": n,
+            M + ".act_fn": ga, M: m, p: h + m}
+
+
+@pytest.mark.parametrize("variant", list(synth.SMOLLM3_VARIANTS))
+def test_smollm3_model_matches_float64_formula(tmp_path, variant):
+    """The whole SmolLM3 model against _smollm3_layer64 chained in float64 from the embedding to the
+    logits, for every synth.SMOLLM3_VARIANTS config (default NoPE pattern, an explicit no_rope_layers,
+    windows by the default rule and by explicit layer_types, biases, llama3 and YaRN): every layer's
+    norms, projections, o_proj input, attention probabilities, self_attn, mlp.act_fn, mlp and output,
+    model.norm and lm_head within 1e-5 relative. NoPE layers and windows come from the config dict here
+    (_smollm3_rope_layers64 / _smollm3_windows64), not from reference.Config. Then, on the first NoPE,
+    the first RoPE and (where any) the first sliding layer, from the reference's own layer input, each
+    listed mistake must move a point far outside the tolerance: rope on a NoPE layer, no rope on a
+    RoPE layer, the window dropped, a window on a full layer."""
+    d = tmp_path / "m"
+    cfg = synth.tiny_config("smollm3", **synth.SMOLLM3_VARIANTS[variant])
+    w = synth.write_checkpoint(str(d), cfg, seed=11)
+    c = reference.Config(reference.load_config(str(d)))
+    assert c.arch == "smollm3" and c.tie == cfg["tie_word_embeddings"]
+    rope = _smollm3_rope_layers64(cfg)
+    windows = _smollm3_windows64(cfg)
+    assert True in rope and False in rope  # both kinds of layer occur
+    T = 20
+    assert all(T > 2 * x for x in windows if x)  # the windows bite
+    seq = [int(t) for t in np.random.default_rng(4).integers(0, c.vocab_size, T)]
+    r = reference.run(str(d), [seq], patterns=True)[0]
+
+    def tol(name):
+        return 1e-5 * max(1.0, float(np.abs(r[name]).max()))
+
+    emb = w["model.embed_tokens.weight"].astype(np.float64)
+    assert np.array_equal(r["model.embed_tokens"], w["model.embed_tokens.weight"][seq])
+    h = emb[seq]
+    for i in range(c.layers):
+        p = f"model.layers.{i}"
+        want = _smollm3_layer64(h, w, p, cfg, rope[i], windows[i])
+        for name, v in want.items():
+            assert _maxdiff(r[name], v) < tol(name), (name, _maxdiff(r[name], v))
+        h = want[p]
+    hn = _rms64(h, w["model.norm.weight"], cfg["rms_norm_eps"])
+    assert _maxdiff(r["model.norm"], hn) < tol("model.norm")
+    head = emb if cfg["tie_word_embeddings"] else w["lm_head.weight"].astype(np.float64)
+    assert _maxdiff(r["lm_head"], hn @ head.T) < tol("lm_head")
+    # power
+    checks = [(rope.index(False), "rope_on_nope"), (rope.index(True), "no_rope")]
+    if any(windows):
+        i = next(n for n, x in enumerate(windows) if x)
+        checks.append((i, "no_window"))
+    checks.append((windows.index(None), "window_on_full"))
+    for i, wrong in checks:
+        p = f"model.layers.{i}"
+        got = _smollm3_layer64(r[p + ":input"], w, p, cfg, rope[i], windows[i], wrong=wrong)
+        worst = max(_maxdiff(r[n], v) / tol(n) for n, v in got.items())
+        assert worst > 100, (p, wrong, worst)
+
+
+def test_smollm3_nope_layers_are_unrotated(tmp_path):
+    """From the attention patterns: on a NoPE layer every score is q_proj . k_proj / sqrt(head_dim) of
+    the recorded projections (GQA: query head h reads kv head h // 2), at every distance; on a RoPE
+    layer that holds on the diagonal only (equal positions, equal rotations). Layer 0's attention output
+    at the last query is unchanged by permuting the earlier tokens when layer 0 is NoPE (no position
+    information at all), and changed when it rotates. The default pattern puts NoPE on layer 3 only."""
+    T = 12
+    seq = [int(t) for t in np.random.default_rng(6).integers(0, 384, T)]
+    r = reference.run(str(_ckpt(tmp_path, "smollm3", name="d")), [seq], patterns=True)[0]
+    for i in range(4):
+        A = f"model.layers.{i}.self_attn"
+        q = r[A + ".q_proj"].reshape(T, 4, 8).astype(np.float64)
+        k = r[A + ".k_proj"].reshape(T, 2, 8).astype(np.float64)[:, np.arange(4) // 2]
+        plain = np.einsum("ihd,jhd->ihj", q, k) / math.sqrt(8)
+        sc = r[A + ":scores"]
+        low = np.tril(np.ones((T, T), bool))
+        diag = np.eye(T, dtype=bool)
+        assert _maxdiff(sc[:, :, :][np.broadcast_to(diag[:, None], sc.shape)],
+                        plain[np.broadcast_to(diag[:, None], sc.shape)]) < 1e-5
+        off = _maxdiff(sc[np.broadcast_to(low[:, None], sc.shape)], plain[np.broadcast_to(low[:, None], sc.shape)])
+        if i == 3:
+            assert off < 1e-5, (i, off)
+        else:
+            assert off > 1e-2, (i, off)
+    perm = seq[:T - 1][::-1] + seq[T - 1:]
+    for name, nrl, invariant in (("n0", [0, 1, 1, 1], True), ("r0", [1, 1, 1, 1], False)):
+        d = _ckpt(tmp_path, "smollm3", name=name, no_rope_layers=nrl)
+        a, b = reference.run(str(d), [seq, perm])
+        diff = _maxdiff(a["model.layers.0.self_attn"][-1], b["model.layers.0.self_attn"][-1])
+        assert (diff < 1e-5) if invariant else (diff > 1e-3), (name, diff)
+
+
+def test_smollm3_windows(tmp_path):
+    """From the attention patterns: a "sliding_attention" layer's query i weighs exactly the keys
+    i - W < j <= i, a full layer every j <= i. Default rule (use_sliding_window + sliding_window): the
+    NoPE layers slide, the others are full; an explicit layer_types list decides otherwise;
+    use_sliding_window with a null window, or a window without use_sliding_window, is all full (the
+    same run as the plain model)."""
+    T = 14
+    seq = [int(t) for t in np.random.default_rng(8).integers(0, 384, T)]
+    i, j = np.arange(T)[:, None], np.arange(T)[None, :]
+    cases = (("s", dict(use_sliding_window=True, sliding_window=3), [None, None, None, 3]),
+             ("t", dict(use_sliding_window=True, sliding_window=4,
+                        layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"]),
+              [4, None, 4, None]),
+             ("k", dict(use_sliding_window=True, sliding_window=5, no_rope_layer_interval=2), [None, 5, None, 5]))
+    for name, extra, want in cases:
+        d = _ckpt(tmp_path, "smollm3", name=name, **extra)
+        assert reference.Config(reference.load_config(str(d))).windows == want
+        r = reference.run(str(d), [seq], patterns=True)[0]
+        for n, W in enumerate(want):
+            pr = r[f"model.layers.{n}.self_attn:probs"]
+            seen = np.broadcast_to(((j <= i) & ((j > i - W) if W else True))[:, None, :], pr.shape)
+            assert (pr[~seen] == 0).all() and (pr[seen] > 0).all(), (name, n)
+    plain = _ckpt(tmp_path, "smollm3", name="plain")
+    for name, extra in (("un", dict(use_sliding_window=True, sliding_window=None)),
+                        ("off", dict(use_sliding_window=False, sliding_window=3))):
+        d = _ckpt(tmp_path, "smollm3", name=name, **extra)
+        assert reference.Config(reference.load_config(str(d))).windows == [None] * 4
+        _same_run(d, plain)
+
+
+def test_smollm3_config_defaults_and_refusals():
+    """SmolLM3Config's defaults (SmolLM3-3B's sizes: 36 layers, 16 heads, 4 kv heads when absent (null:
+    16), head_dim 128, theta 2e6, tied, eps 1e-6, max positions 32768, no windows; NoPE every 4th layer:
+    3, 7, ..., 35); no_rope_layers longer than the model (tail ignored, as HF); head_dim from config.json.
+    Refused: no_rope_layers shorter than num_hidden_layers (HF: IndexError) or with entries other than
+    0 / 1, no_rope_layer_interval 0 (ZeroDivisionError), layer_types of the wrong length or with another
+    type, a sliding layer with use_sliding_window false (eager / SDPA slide it, flash would not), with a
+    null or < 1 window (HF's sliding mask raises), a null theta or head_dim, nulls in non-Optional
+    fields."""
+    c = reference.Config({"model_type": "smollm3"})
+    assert (c.vocab_size, c.hidden, c.inner, c.layers, c.heads, c.kv_heads, c.head_dim) == (
+        128256, 2048, 11008, 36, 16, 4, 128)
+    assert (c.act, c.eps, c.tie, c.attention_bias, c.mlp_bias) == ("silu", 1e-6, True, False, False)
+    assert c.rope == {"rope_type": "default", "rope_theta": 2000000.0, "max_position_embeddings": 32768,
+                      "partial_rotary_factor": 1.0}
+    assert c.rope_layers == [True, True, True, False] * 9
+    assert [i for i, x in enumerate(c.rope_layers) if not x] == [3, 7, 11, 15, 19, 23, 27, 31, 35]
+    assert c.windows == [None] * 36 and c.layer_types == ["full_attention"] * 36
+
+    def C(**kw):
+        return reference.Config(dict(model_type="smollm3", **kw))
+
+    assert C(num_key_value_heads=None).kv_heads == 16
+    assert C(num_attention_heads=8).kv_heads == 4
+    assert C(num_hidden_layers=6, no_rope_layer_interval=3).rope_layers == [True, True, False] * 2
+    assert C(num_hidden_layers=3, no_rope_layer_interval=1).rope_layers == [False] * 3
+    assert C(num_hidden_layers=4, no_rope_layers=[1, 0, 1, 0, 0, 0]).rope_layers == [True, False, True, False]
+    assert C(num_hidden_layers=4, use_sliding_window=True, sliding_window=7).windows == [None, None, None, 7]
+    assert C(num_hidden_layers=4, use_sliding_window=True, sliding_window=None).windows == [None] * 4
+    assert C(num_hidden_layers=4, use_sliding_window=True, sliding_window=0,
+             layer_types=["full_attention"] * 4).windows == [None] * 4  # never used: HF runs it
+    assert C(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=16).head_dim == 16
+    assert C(rope_theta=5.0).rope["rope_theta"] == 5.0
+    assert C(rope_parameters={"rope_type": "linear", "factor": 2.0}).rope["rope_theta"] == 2000000.0
+    assert C(rope_scaling={"rope_type": "linear", "factor": 2.0}, rope_theta=3.0).rope["rope_theta"] == 3.0
+    refused = [
+        (dict(num_hidden_layers=4, no_rope_layers=[1, 0]), "at least 4"),
+        (dict(num_hidden_layers=2, no_rope_layers=[1, 2]), "0 or 1"),
+        (dict(num_hidden_layers=2, no_rope_layers=[1, -1]), "0 or 1"),
+        (dict(num_hidden_layers=2, no_rope_layers=[True, False]), "0 or 1"),
+        (dict(num_hidden_layers=2, no_rope_layers=[1.0, 0]), "0 or 1"),
+        (dict(num_hidden_layers=2, no_rope_layers="10"), "at least"),
+        (dict(no_rope_layer_interval=0), "interval"),
+        (dict(no_rope_layer_interval=None), "null"),
+        (dict(num_hidden_layers=2, layer_types=["full_attention"] * 3), "2 layer types"),
+        (dict(num_hidden_layers=2, use_sliding_window=True, sliding_window=4,
+              layer_types=["full_attention", "chunked_attention"]), "chunked_attention"),
+        (dict(num_hidden_layers=2, layer_types="full_attention"), "layer types"),
+        (dict(num_hidden_layers=2, sliding_window=4, layer_types=["sliding_attention", "full_attention"]),
+         "use_sliding_window false"),
+        (dict(num_hidden_layers=2, use_sliding_window=True, sliding_window=None,
+              layer_types=["sliding_attention", "full_attention"]), ">= 1"),
+        (dict(num_hidden_layers=4, use_sliding_window=True, sliding_window=0), ">= 1"),
+        (dict(num_hidden_layers=4, use_sliding_window=True, sliding_window=2.0), ">= 1"),
+        (dict(rope_theta=None), "rope_theta"),
+        (dict(rope_parameters={"rope_type": "default", "rope_theta": None}), "rope_theta"),
+        (dict(num_key_value_heads=3), "divisible"),
+        (dict(head_dim=None), "head_dim"),
+        (dict(partial_rotary_factor=0.5), "partial_rotary_factor"),
+        (dict(hidden_act="no_such_act"), "activation"),
+    ] + [(({k: None}), "null") for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                                         "num_attention_heads", "hidden_act", "max_position_embeddings",
+                                         "tie_word_embeddings", "attention_bias", "mlp_bias", "rms_norm_eps",
+                                         "use_sliding_window")]
+    for kw, msg in refused:
+        with pytest.raises(reference.ReferenceError, match=msg):
+            C(**kw)
+
+
+# ---------------------------------------------------------------------------------------------
 # Gemma 3
 # ---------------------------------------------------------------------------------------------
 

@@ -49,7 +49,7 @@ if int(transformers.__version__.split(".")[0]) < 5:
 
 pytestmark = pytest.mark.usefixtures("actcap_bin", "no_reexec")
 
-ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo", "olmo2", "olmo3", "gemma", "gemma2",
+ARCHS = ["gpt2", "llama", "mistral", "qwen2", "qwen3", "smollm3", "olmo", "olmo2", "olmo3", "gemma", "gemma2",
          "gemma3_text", "gemma3", "gpt_neox", "gptj", "gpt_neo", "opt", "phi", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe",
          "gpt_oss", "deepseek_v3", "deepseek_v2"]
 LENGTHS = [9, 5, 12]  # 12 > the windows (4 or 8) of the windowed variants
@@ -231,6 +231,19 @@ VARIANTS = {
     "qwen2-window-layers": ("qwen2", dict(LLAMA, use_sliding_window=True, sliding_window=4,
                                           max_window_layers=1)),
     "qwen3": ("qwen3", dict(LLAMA, head_dim=24)),
+    # SmolLM3Config's defaults in miniature: layer 3 NoPE (every fourth), tied
+    "smollm3": ("smollm3", dict(LLAMA, num_hidden_layers=4, tie_word_embeddings=True)),
+    # NoPE layers of its own, use_sliding_window with a 4-key window (the NoPE layers slide),
+    # q/k/v/o and MLP biases, llama3 RoPE, untied
+    "smollm3-nope-window-bias": ("smollm3", dict(
+        LLAMA, no_rope_layers=[0, 1, 0], use_sliding_window=True, sliding_window=4,
+        attention_bias=True, mlp_bias=True, rope_parameters=dict(
+            rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+            original_max_position_embeddings=16, rope_theta=500000.0))),
+    # layer_types listed without use_sliding_window: transformers' eager attention slides by
+    # them all the same (SmolLM3Model masks by layer_types)
+    "smollm3-types-without-flag": ("smollm3", dict(
+        LLAMA, sliding_window=4, layer_types=["sliding_attention", "full_attention", "sliding_attention"])),
     "olmo": ("olmo", dict(LLAMA)),
     # clip_qkv small enough to clamp most q, k and v values; tied; llama3 RoPE
     "olmo-bias-clip-tied": ("olmo", dict(LLAMA, attention_bias=True, clip_qkv=0.05,
@@ -616,7 +629,8 @@ def test_config_field_and_alias_resolve_as_transformers(model_type, field, alias
 @pytest.mark.parametrize("variant", ["gpt2", "mistral-window", "gemma2-softcaps", "gemma3_text",
                                      "gpt_neox-partial-rotary", "gptj-partial-rotary",
                                      "gpt_neo-window", "opt-post-norm-plain", "phi-partial-rotary",
-                                     "phi3-longrope-partial", "olmo3-types-yarn-bias-tied"])
+                                     "phi3-longrope-partial", "olmo3-types-yarn-bias-tied",
+                                     "smollm3-nope-window-bias"])
 def test_attention_probs_match_transformers(tmp_path, variant):
     model_type, fields = VARIANTS[variant]
     m = build_hf_model(model_type, fields, tmp_path / "model")
@@ -636,7 +650,7 @@ def hf_greedy(model, prompt, max_new, eos=None):
 
 
 @pytest.mark.parametrize("variant", ["gpt2", "llama-rope-llama3", "mistral-window", "qwen3",
-                                     "gemma", "gemma2-softcaps", "olmo-bias-clip-tied", "olmo3", "gemma3_text", "gpt_neox-partial-rotary",
+                                     "gemma", "gemma2-softcaps", "olmo-bias-clip-tied", "olmo3", "smollm3-nope-window-bias", "gemma3_text", "gpt_neox-partial-rotary",
                                      "gptj-partial-rotary", "gpt_neo-window", "opt-projected-untied", "phi-partial-rotary", "phi3-window", "mixtral-window-top3", "qwen2_moe",
                                      "qwen3_moe", "olmoe", "gpt_oss", "deepseek_v3",
                                      "deepseek_v3-qproj-yarn-bias", "deepseek_v2",
@@ -722,7 +736,7 @@ def test_every_preset_is_the_model_transformers_builds(tmp_path, arch):
 # ---------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("variant", ["gpt2", "llama-rope-llama3", "gemma", "gemma2-softcaps",
-                                     "gemma3_text", "olmo-bias-clip-tied", "olmo2", "olmo3-types-yarn-bias-tied",
+                                     "gemma3_text", "olmo-bias-clip-tied", "olmo2", "olmo3-types-yarn-bias-tied", "smollm3",
                                      "phi3-longrope-partial", "gptj-partial-rotary", "gpt_neo-window", "opt-projected-untied", "phi-partial-rotary", "deepseek_v3",
                                      "deepseek_v2"])
 def test_bf16_compute_is_as_accurate_as_transformers_in_bf16(tmp_path, variant):

@@ -192,11 +192,12 @@ TEST_P(EveryFamily, PointsAreListedInTheOrderTheForwardReachesThem) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, EveryFamily,
-                         ::testing::Values("gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo",
-                                           "olmo2", "olmo3", "gemma", "gemma2", "gemma3_text", "gemma3",
-                                           "gpt_neox", "gptj", "gpt_neo", "opt", "phi", "phi3",
-                                           "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "gpt_oss",
-                                           "deepseek_v3", "deepseek_v2"));
+                         ::testing::Values("gpt2", "llama", "mistral", "qwen2", "qwen3", "smollm3",
+                                           "olmo", "olmo2", "olmo3", "gemma", "gemma2",
+                                           "gemma3_text", "gemma3", "gpt_neox", "gptj", "gpt_neo",
+                                           "opt", "phi", "phi3", "mixtral", "qwen2_moe",
+                                           "qwen3_moe", "olmoe", "gpt_oss", "deepseek_v3",
+                                           "deepseek_v2"));
 
 // Gemma 3's final_logit_softcapping (off by default) caps the model's logits after the head; the
 // lm_head point stays the uncapped projection, as transformers' module returns it.

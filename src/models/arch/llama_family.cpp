@@ -30,6 +30,8 @@ std::optional<int64_t> LlamaParams::window_for_layer(int64_t layer) const {
       return layer >= max_window_layers ? sliding_window : std::nullopt;
     case Windows::kOlmo3:
       return olmo3_sliding(layer) ? sliding_window : std::nullopt;
+    case Windows::kSmolLM3:
+      return smollm3_sliding(layer) ? sliding_window : std::nullopt;
   }
   return std::nullopt;
 }
@@ -39,6 +41,22 @@ bool LlamaParams::olmo3_sliding(int64_t layer) const {
   if (layer_types.empty()) return (layer + 1) % 4 != 0;
   return layer < static_cast<int64_t>(layer_types.size()) &&
          layer_types[layer] == "sliding_attention";
+}
+
+// SmolLM3Config's layer_types when config.json has none: the NoPE layers slide when
+// use_sliding_window and a sliding_window are set. Listed, they decide alone (SmolLM3Model masks
+// by them; use_sliding_window only picks the default).
+bool LlamaParams::smollm3_sliding(int64_t layer) const {
+  if (!layer_types.empty())
+    return layer < static_cast<int64_t>(layer_types.size()) &&
+           layer_types[layer] == "sliding_attention";
+  return use_sliding_window && sliding_window && !uses_rope(layer);
+}
+
+bool LlamaParams::uses_rope(int64_t layer) const {
+  if (!no_rope_layers.empty())
+    return layer >= static_cast<int64_t>(no_rope_layers.size()) || no_rope_layers[layer] != 0;
+  return no_rope_layer_interval <= 0 || (layer + 1) % no_rope_layer_interval != 0;
 }
 
 // Dynamic NTK RoPE exists to run past max_position_embeddings: factor times it.

@@ -47,16 +47,24 @@ struct LlamaParams : ArchParams {
     kEveryLayer,  // Mistral: sliding_window on every layer (when set)
     kQwen,        // use_sliding_window and layers >= max_window_layers, or as layer_types says
     kOlmo3,       // as layer_types says, by default every layer but each fourth
+    kSmolLM3,     // as layer_types says, by default the NoPE layers when use_sliding_window
   } windows = Windows::kNone;
   std::optional<int64_t> sliding_window;
   bool use_sliding_window = false;
   int64_t max_window_layers = 28;
   std::vector<std::string> layer_types;  // transformers 5: per layer, full_ or sliding_attention
+  // NoPE layers (SmolLM3): no_rope_layers, one 0 (no RoPE) or 1 per layer; empty: every
+  // no_rope_layer_interval-th layer is NoPE (0: every layer rotates).
+  std::vector<int64_t> no_rope_layers;
+  int64_t no_rope_layer_interval = 0;
 
   // The window a layer uses, or nullopt for full causal attention.
   std::optional<int64_t> window_for_layer(int64_t layer) const;
-  // Whether `layer` is a sliding_attention layer under kOlmo3's rule.
+  // Whether `layer` is a sliding_attention layer under kOlmo3's / kSmolLM3's rule.
   bool olmo3_sliding(int64_t layer) const;
+  bool smollm3_sliding(int64_t layer) const;
+  // Whether `layer` applies RoPE (no_rope_layers, no_rope_layer_interval).
+  bool uses_rope(int64_t layer) const;
   int64_t max_positions(int64_t max_position_embeddings) const override;
   std::unique_ptr<ArchParams> clone() const override {
     return std::make_unique<LlamaParams>(*this);

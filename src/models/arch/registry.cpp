@@ -17,6 +17,7 @@ const Architecture& llama_architecture();
 const Architecture& mistral_architecture();
 const Architecture& qwen2_architecture();
 const Architecture& qwen3_architecture();
+const Architecture& smollm3_architecture();
 const Architecture& olmo_architecture();
 const Architecture& olmo2_architecture();
 const Architecture& olmo3_architecture();
@@ -39,14 +40,15 @@ const Architecture& deepseek_v3_architecture();
 
 const std::vector<const Architecture*>& architectures() {
   static const std::vector<const Architecture*> all = {
-      &gpt2_architecture(),      &llama_architecture(),       &mistral_architecture(),
-      &qwen2_architecture(),     &qwen3_architecture(),       &olmo_architecture(),
-      &olmo2_architecture(),     &olmo3_architecture(),       &gemma_architecture(),
-      &gemma2_architecture(),    &gemma3_architecture(),      &gpt_neox_architecture(),
-      &gptj_architecture(),      &gpt_neo_architecture(),     &opt_architecture(),
-      &phi_architecture(),       &phi3_architecture(),        &mixtral_architecture(),
-      &qwen2_moe_architecture(), &qwen3_moe_architecture(),   &olmoe_architecture(),
-      &gpt_oss_architecture(),   &deepseek_v2_architecture(), &deepseek_v3_architecture(),
+      &gpt2_architecture(),        &llama_architecture(),     &mistral_architecture(),
+      &qwen2_architecture(),       &qwen3_architecture(),     &smollm3_architecture(),
+      &olmo_architecture(),        &olmo2_architecture(),     &olmo3_architecture(),
+      &gemma_architecture(),       &gemma2_architecture(),    &gemma3_architecture(),
+      &gpt_neox_architecture(),    &gptj_architecture(),      &gpt_neo_architecture(),
+      &opt_architecture(),         &phi_architecture(),       &phi3_architecture(),
+      &mixtral_architecture(),     &qwen2_moe_architecture(), &qwen3_moe_architecture(),
+      &olmoe_architecture(),       &gpt_oss_architecture(),   &deepseek_v2_architecture(),
+      &deepseek_v3_architecture(),
   };
   return all;
 }
