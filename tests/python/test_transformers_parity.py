@@ -231,19 +231,21 @@ VARIANTS = {
     "qwen2-window-layers": ("qwen2", dict(LLAMA, use_sliding_window=True, sliding_window=4,
                                           max_window_layers=1)),
     "qwen3": ("qwen3", dict(LLAMA, head_dim=24)),
-    # SmolLM3Config's defaults in miniature: layer 3 NoPE (every fourth), tied
-    "smollm3": ("smollm3", dict(LLAMA, num_hidden_layers=4, tie_word_embeddings=True)),
+    # SmolLM3Config's defaults in miniature: layer 3 NoPE (every fourth), tied. (Each SmolLM3
+    # variant sets a pad id: the default, 128004, lies outside these vocabularies.)
+    "smollm3": ("smollm3", dict(LLAMA, num_hidden_layers=4, tie_word_embeddings=True, pad_token_id=0)),
     # NoPE layers of its own, use_sliding_window with a 4-key window (the NoPE layers slide),
     # q/k/v/o and MLP biases, llama3 RoPE, untied
     "smollm3-nope-window-bias": ("smollm3", dict(
-        LLAMA, no_rope_layers=[0, 1, 0], use_sliding_window=True, sliding_window=4,
+        LLAMA, no_rope_layers=[0, 1, 0], use_sliding_window=True, sliding_window=4, pad_token_id=0,
         attention_bias=True, mlp_bias=True, rope_parameters=dict(
             rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
             original_max_position_embeddings=16, rope_theta=500000.0))),
     # layer_types listed without use_sliding_window: transformers' eager attention slides by
     # them all the same (SmolLM3Model masks by layer_types)
     "smollm3-types-without-flag": ("smollm3", dict(
-        LLAMA, sliding_window=4, layer_types=["sliding_attention", "full_attention", "sliding_attention"])),
+        LLAMA, sliding_window=4, pad_token_id=0,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"])),
     "olmo": ("olmo", dict(LLAMA)),
     # clip_qkv small enough to clamp most q, k and v values; tied; llama3 RoPE
     "olmo-bias-clip-tied": ("olmo", dict(LLAMA, attention_bias=True, clip_qkv=0.05,

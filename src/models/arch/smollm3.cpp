@@ -76,6 +76,9 @@ class SmolLM3 : public LlamaFamilyArchitecture {
     j["no_rope_layer_interval"] = p.no_rope_layer_interval;
     if (!p.no_rope_layers.empty()) j["no_rope_layers"] = p.no_rope_layers;
     if (!p.layer_types.empty()) j["layer_types"] = p.layer_types;
+    // SmolLM3Config's default pad id, 128004, is nn.Embedding's padding_idx and must lie inside the
+    // vocabulary (transformers refuses to build the model otherwise): smaller ones get none.
+    j["pad_token_id"] = c.vocab_size > 128004 ? nlohmann::json(128004) : nlohmann::json(nullptr);
   }
 
   std::vector<std::string> presets() const override { return llama_family_presets({"smollm3-3b"}); }
