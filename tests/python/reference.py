@@ -651,36 +651,9 @@ class Config:
         - RoPE as Llama's: rope_scaling (4.x) or rope_parameters (5.x), every rope type, the whole
           head rotated; theta 10000 when absent; a null rope_theta with no theta in the rope dict is
           refused (HF would compute base None ** ...); no sliding window."""
-        d = OLMO_DEFAULTS
-
-        def get(k):
-            if k not in cfg:
-                return d[k]
-            if cfg[k] is None and k not in OLMO_OPTIONAL:
-                raise ReferenceError(f"olmo {k} is null (transformers' strict config refuses it)")
-            return cfg[k]
-
-        self.vocab_size = int(get("vocab_size"))
-        self.hidden = int(get("hidden_size"))
-        self.layers = int(get("num_hidden_layers"))
-        self.heads = int(get("num_attention_heads"))
-        kv = get("num_key_value_heads")
-        self.kv_heads = self.heads if kv is None else int(kv)
-        self.inner = int(get("intermediate_size"))
-        self.act = get("hidden_act")
+        get = self._strict_llama_sizes(cfg, "olmo", OLMO_DEFAULTS, OLMO_OPTIONAL, "OlmoAttention",
+                                       eps_field=None)
         self.eps = OLMO_LAYER_NORM_EPS
-        self.tie = bool(get("tie_word_embeddings"))
-        if self.heads < 1 or self.kv_heads < 1 or self.heads % self.kv_heads:
-            raise ReferenceError("num_attention_heads not divisible by num_key_value_heads")
-        if "head_dim" in cfg:
-            if cfg["head_dim"] is None:
-                raise ReferenceError("olmo head_dim is null (OlmoAttention cannot use it)")
-            self.head_dim = int(cfg["head_dim"])
-        else:
-            self.head_dim = self.hidden // self.heads
-        if self.head_dim < 2 or self.head_dim % 2:
-            raise ReferenceError(f"head_dim {self.head_dim} must be even and >= 2 (RoPE)")
-        self.attention_bias = bool(get("attention_bias"))
         self.mlp_bias = False
         self.clip_qkv = _clip_qkv(cfg, "olmo")
         rcfg = dict(cfg, model_type="olmo", max_position_embeddings=int(get("max_position_embeddings")))
@@ -722,10 +695,11 @@ class Config:
         self.rope = self._rope(cfg)
         self.windows = [None] * self.layers
 
-    def _strict_llama_sizes(self, cfg, arch, d, optional, attn):
-        """What OLMo 3 and SmolLM3 read alike from their @strict config classes (defaults `d` for
-        absent fields; a null refused unless the field is in `optional`): the sizes, kv heads (null:
-        num_attention_heads), activation (one ACT2FN has), eps, tying, head_dim (not a config field,
+    def _strict_llama_sizes(self, cfg, arch, d, optional, attn, eps_field="rms_norm_eps"):
+        """What OLMo, OLMo 3 and SmolLM3 read alike from their @strict config classes (defaults `d`
+        for absent fields; a null refused unless the field is in `optional`): the sizes, kv heads
+        (null: num_attention_heads), activation (one ACT2FN has), eps (from `eps_field`; None: not
+        read, OLMo's norms have their own), tying, head_dim (not a config field,
         but a head_dim in config.json is used by `attn` and the rotary table; absent: hidden //
         heads, floored as HF builds q_proj; null refused; even and >= 2 for rotate-half RoPE) and
         attention_bias (q, k, v and o biases). Returns the getter."""
@@ -745,7 +719,8 @@ class Config:
         self.inner = int(get("intermediate_size"))
         self.act = get("hidden_act")
         _act(self.act)  # refuses an activation ACT2FN has not (here rather than at the first forward)
-        self.eps = float(get("rms_norm_eps"))
+        if eps_field:
+            self.eps = float(get(eps_field))
         self.tie = bool(get("tie_word_embeddings"))
         if self.heads < 1 or self.kv_heads < 1 or self.heads % self.kv_heads:
             raise ReferenceError("num_attention_heads not divisible by num_key_value_heads")

@@ -1682,23 +1682,51 @@ def _olmo3_types64(cfg):
                                       for i in range(n)]
 
 
-def _olmo3_rope64(cfg, hd):
-    """(inv_freq [hd / 2], attention factor) in float64 from a 4.x-form OLMo 3 config dict: plain
-    theta ** (-2i / hd) (theta 10000 when absent), or YaRN's NTK-by-parts (_yarn64) with its
-    attention factor (the given one, else 0.1 ln(factor) + 1)."""
-    theta = float(cfg.get("rope_theta") or 10000.0)
+def _rope_af64(cfg, hd, theta=10000.0):
+    """(inv_freq [hd / 2], attention factor) in float64 from a 4.x-form config dict whose rotary
+    module is Llama's (OLMo 3, SmolLM3): theta from the dict, `theta` (the config class's default)
+    when absent; default, linear and llama3 tables as _inv_freq64, or YaRN's NTK-by-parts (_yarn64)
+    with its attention factor (the given one, else 0.1 ln(factor) + 1)."""
+    cfg = dict(cfg, rope_theta=float(cfg.get("rope_theta") or theta))
     rs = cfg.get("rope_scaling") or {}
-    kind = rs.get("rope_type", rs.get("type", "default"))
-    if kind == "default":
-        return theta ** -(np.arange(0, hd, 2, dtype=np.float64) / hd), 1.0
-    assert kind == "yarn", kind
+    if rs.get("rope_type", rs.get("type")) != "yarn":
+        return _inv_freq64(cfg, hd), 1.0
     s = rs["factor"]
-    inv = _yarn64(hd, theta, s, rs["original_max_position_embeddings"], rs.get("beta_fast", 32),
+    inv = _yarn64(hd, cfg["rope_theta"], s, rs["original_max_position_embeddings"], rs.get("beta_fast", 32),
                   rs.get("beta_slow", 1), rs.get("truncate", True))
     return inv, rs.get("attention_factor", 0.1 * math.log(s) + 1)
 
 
-def _olmo3_attention64(q, k, v, hd, inv, af, window):
+def _lin64(w, v, name):
+    """v @ name.weight^T (+ name.bias where the checkpoint has one), in float64."""
+    y = v @ w[f"{name}.weight"].astype(np.float64).T
+    b = w.get(f"{name}.bias")
+    return y if b is None else y + b
+
+
+def _check_chain64(r, w, c, cfg, seq, layer):
+    """The whole model against `layer(i, h)` (the float64 points of layer i on input rows h, the
+    layer output under model.layers.i) chained from the embedding: every point within 1e-5 relative,
+    then model.norm and lm_head (tied or not). Returns tol(name), the bound each point had."""
+    def tol(name):
+        return 1e-5 * max(1.0, float(np.abs(r[name]).max()))
+
+    emb = w["model.embed_tokens.weight"].astype(np.float64)
+    assert np.array_equal(r["model.embed_tokens"], w["model.embed_tokens.weight"][seq])
+    h = emb[seq]
+    for i in range(c.layers):
+        want = layer(i, h)
+        for name, v in want.items():
+            assert _maxdiff(r[name], v) < tol(name), (name, _maxdiff(r[name], v))
+        h = want[f"model.layers.{i}"]
+    hn = _rms64(h, w["model.norm.weight"], cfg["rms_norm_eps"])
+    assert _maxdiff(r["model.norm"], hn) < tol("model.norm")
+    head = emb if cfg["tie_word_embeddings"] else w["lm_head.weight"].astype(np.float64)
+    assert _maxdiff(r["lm_head"], hn @ head.T) < tol("lm_head")
+    return tol
+
+
+def _rotary_attention64(q, k, v, hd, inv, af, window):
     """Eager attention in float64 on q [T, nh * hd], k / v [T, nkv * hd]: q and k each rotated as
     the complex pairs (i, i + hd / 2) by position * inv and multiplied by af (HF multiplies cos and
     sin by it), query head h reads kv head h // (nh / nkv), softmax(q k^T / sqrt(hd)) over the keys
@@ -1747,9 +1775,7 @@ def _olmo3_layer64(x, w, p, cfg, window, wrong=None):
     A, M = p + ".self_attn", p + ".mlp"
 
     def lin(v, name):
-        y = v @ w[f"{name}.weight"].astype(np.float64).T
-        b = w.get(f"{name}.bias")
-        return y if b is None else y + b
+        return _lin64(w, v, name)
 
     def qk_norm(t, name):
         g = w[f"{A}.{name}.weight"]
@@ -1758,11 +1784,11 @@ def _olmo3_layer64(x, w, p, cfg, window, wrong=None):
         n = t.shape[1] // hd
         return _rms64(t.reshape(-1, n, hd), g.reshape(n, hd), eps).reshape(t.shape)
 
-    inv, af = _olmo3_rope64(cfg, hd)
+    inv, af = _rope_af64(cfg, hd)
     if wrong == "no_attention_factor":
         af = 1.0
     if wrong == "no_yarn":
-        inv = _olmo3_rope64(dict(cfg, rope_scaling=None), hd)[0]
+        inv = _rope_af64(dict(cfg, rope_scaling=None), hd)[0]
     if wrong == "no_window":
         window = None
     elif wrong == "window_plus_one":
@@ -1771,7 +1797,7 @@ def _olmo3_layer64(x, w, p, cfg, window, wrong=None):
         window = 4
     q, k, v = (lin(x, f"{A}.{nm}") for nm in ("q_proj", "k_proj", "v_proj"))
     qn, kn = qk_norm(q, "q_norm"), qk_norm(k, "k_norm")
-    o, probs = _olmo3_attention64(qn, kn, v, hd, inv, af, window)
+    o, probs = _rotary_attention64(qn, kn, v, hd, inv, af, window)
     a = lin(o, A + ".o_proj")
     an = _rms64(a, w[p + ".post_attention_layernorm.weight"], eps)
     h = x + an
@@ -1809,23 +1835,8 @@ def test_olmo3_model_matches_float64_formula(tmp_path, variant):
     assert T > 2 * max(x for x in windows if x)  # the windows bite
     seq = [int(t) for t in np.random.default_rng(3).integers(0, c.vocab_size, T)]
     r = reference.run(str(d), [seq], patterns=True)[0]
-
-    def tol(name):
-        return 1e-5 * max(1.0, float(np.abs(r[name]).max()))
-
-    emb = w["model.embed_tokens.weight"].astype(np.float64)
-    assert np.array_equal(r["model.embed_tokens"], w["model.embed_tokens.weight"][seq])
-    h = emb[seq]
-    for i in range(c.layers):
-        p = f"model.layers.{i}"
-        want = _olmo3_layer64(h, w, p, cfg, windows[i])
-        for name, v in want.items():
-            assert _maxdiff(r[name], v) < tol(name), (name, _maxdiff(r[name], v))
-        h = want[p]
-    hn = _rms64(h, w["model.norm.weight"], cfg["rms_norm_eps"])
-    assert _maxdiff(r["model.norm"], hn) < tol("model.norm")
-    head = emb if cfg["tie_word_embeddings"] else w["lm_head.weight"].astype(np.float64)
-    assert _maxdiff(r["lm_head"], hn @ head.T) < tol("lm_head")
+    tol = _check_chain64(r, w, c, cfg, seq,
+                         lambda i, h: _olmo3_layer64(h, w, f"model.layers.{i}", cfg, windows[i]))
     # power
     yarn = (cfg.get("rope_scaling") or {}).get("rope_type") == "yarn"
     for kind in ("sliding_attention", "full_attention"):
@@ -2025,23 +2036,10 @@ def _smollm3_windows64(cfg):
     return [sw if t == "sliding_attention" else None for t in types]
 
 
-def _smollm3_rope64(cfg, hd):
-    """(inv_freq, attention factor) in float64 from a 4.x-form SmolLM3 config dict: theta 2e6 when
-    absent; default, llama3 (_inv_freq64) or YaRN (_yarn64, factor 0.1 ln s + 1 unless given)."""
-    cfg = dict(cfg, rope_theta=float(cfg.get("rope_theta") or 2000000.0))
-    rs = cfg.get("rope_scaling") or {}
-    if rs.get("rope_type") == "yarn":
-        s = rs["factor"]
-        inv = _yarn64(hd, cfg["rope_theta"], s, rs["original_max_position_embeddings"], rs.get("beta_fast", 32),
-                      rs.get("beta_slow", 1), rs.get("truncate", True))
-        return inv, rs.get("attention_factor", 0.1 * math.log(s) + 1)
-    return _inv_freq64(cfg, hd), 1.0
-
-
 def _smollm3_layer64(x, w, p, cfg, use_rope, window, wrong=None):
     """One SmolLM3DecoderLayer in float64 on rows x [T, H] (Llama's pre-norm layer): x1 =
     input_layernorm(x); q / k / v projections (biases with attention_bias); q and k rotated only when
-    use_rope (a NoPE layer leaves them as projected); eager attention (_olmo3_attention64, window None:
+    use_rope (a NoPE layer leaves them as projected); eager attention (_rotary_attention64, window None:
     causal); h = x + o_proj(...); out = h + down(silu(gate(n)) * up(n)), n = post_attention_layernorm(h)
     (MLP biases with mlp_bias). wrong: "rope_on_nope" (a NoPE layer rotated), "no_rope" (a RoPE layer
     left unrotated), "no_window" (a sliding layer run full), "window_on_full" (a full layer given
@@ -2053,9 +2051,7 @@ def _smollm3_layer64(x, w, p, cfg, use_rope, window, wrong=None):
     A, M = p + ".self_attn", p + ".mlp"
 
     def lin(v, name):
-        y = v @ w[f"{name}.weight"].astype(np.float64).T
-        b = w.get(f"{name}.bias")
-        return y if b is None else y + b
+        return _lin64(w, v, name)
 
     if wrong == "rope_on_nope":
         use_rope = True
@@ -2065,12 +2061,12 @@ def _smollm3_layer64(x, w, p, cfg, use_rope, window, wrong=None):
         window = None
     elif wrong == "window_on_full":
         window = 3
-    inv, af = _smollm3_rope64(cfg, hd)
+    inv, af = _rope_af64(cfg, hd, theta=2000000.0)
     if not use_rope:
         inv, af = np.zeros_like(inv), 1.0  # rotation by angle 0, no factor: q and k as projected
     x1 = _rms64(x, w[p + ".input_layernorm.weight"], eps)
     q, k, v = (lin(x1, f"{A}.{nm}") for nm in ("q_proj", "k_proj", "v_proj"))
-    o, probs = _olmo3_attention64(q, k, v, hd, inv, af, window)
+    o, probs = _rotary_attention64(q, k, v, hd, inv, af, window)
     a = lin(o, A + ".o_proj")
     h = x + a
     n = _rms64(h, w[p + ".post_attention_layernorm.weight"], eps)
@@ -2104,23 +2100,8 @@ def test_smollm3_model_matches_float64_formula(tmp_path, variant):
     assert all(T > 2 * x for x in windows if x)  # the windows bite
     seq = [int(t) for t in np.random.default_rng(4).integers(0, c.vocab_size, T)]
     r = reference.run(str(d), [seq], patterns=True)[0]
-
-    def tol(name):
-        return 1e-5 * max(1.0, float(np.abs(r[name]).max()))
-
-    emb = w["model.embed_tokens.weight"].astype(np.float64)
-    assert np.array_equal(r["model.embed_tokens"], w["model.embed_tokens.weight"][seq])
-    h = emb[seq]
-    for i in range(c.layers):
-        p = f"model.layers.{i}"
-        want = _smollm3_layer64(h, w, p, cfg, rope[i], windows[i])
-        for name, v in want.items():
-            assert _maxdiff(r[name], v) < tol(name), (name, _maxdiff(r[name], v))
-        h = want[p]
-    hn = _rms64(h, w["model.norm.weight"], cfg["rms_norm_eps"])
-    assert _maxdiff(r["model.norm"], hn) < tol("model.norm")
-    head = emb if cfg["tie_word_embeddings"] else w["lm_head.weight"].astype(np.float64)
-    assert _maxdiff(r["lm_head"], hn @ head.T) < tol("lm_head")
+    tol = _check_chain64(r, w, c, cfg, seq,
+                         lambda i, h: _smollm3_layer64(h, w, f"model.layers.{i}", cfg, rope[i], windows[i]))
     # power
     checks = [(rope.index(False), "rope_on_nope"), (rope.index(True), "no_rope")]
     if any(windows):
